@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create .venv and install the pinned dependencies themselves.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check fmt clean gpu-check
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	cd examples/charlm && ../../$(VENV)/bin/acceptrun run spec.toml
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+check: $(STAMP)
+	$(VENV)/bin/ruff check src tests examples bench
+	$(VENV)/bin/ruff format --check src tests examples bench
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format src tests examples bench
+	$(VENV)/bin/ruff check --fix src tests examples bench
+
+# Every GPU check of the project; figures go into the folder given as OUT.
+gpu-check:
+	bash bench/gpu_check.sh $(OUT)
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

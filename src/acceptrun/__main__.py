@@ -1,0 +1,5 @@
+import sys
+
+from acceptrun.cli import main
+
+sys.exit(main())

@@ -1,0 +1,290 @@
+"""The ``acceptrun`` command. The only place that catches acceptrun errors.
+
+Exit codes: 0 success (a run ACCEPTED), 1 a run REJECTED or a damaged record,
+2 bad input (spec, paths, data, failed preflight), 130 interrupted.
+Imports stay lazy so ``acceptrun --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from acceptrun.errors import AcceptrunError
+
+__all__ = ["main"]
+
+
+def _say(message: str) -> None:
+    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+
+
+def _workspace(args: argparse.Namespace, create: bool = False) -> Any:
+    from acceptrun.workspace import find_workspace
+
+    return find_workspace(args.workspace, create=create)
+
+
+# ---- commands ---------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from acceptrun.launch import launch
+    from acceptrun.verdict import format_verdict
+
+    result = launch(args.spec, workspace=args.workspace, echo=not args.quiet, say=_say)
+    print()
+    print(format_verdict(result.verdict, name=result.spec.name))
+    print(f"record: {result.record.path}")
+    return result.exit_code
+
+
+def cmd_spec_check(args: argparse.Namespace) -> int:
+    from acceptrun.preflight import check_static
+    from acceptrun.spec import format_duration, load_spec
+
+    spec = load_spec(args.file)
+    check_static(spec)
+    lim = spec.limits
+    print(f"{args.file}: ok")
+    print(f"  name      {spec.name}")
+    print(f"  command   {' '.join(spec.command) if not spec.shell else spec.command[2]}")
+    print(f"  workdir   {spec.workdir_path}")
+    print(
+        f"  limits    wall time {format_duration(lim.wall_time)}, max restarts {lim.max_restarts}"
+    )
+    checks = [f"{k} {v}" for k, v in spec.acceptance.metrics.items()] + [
+        f"output {o}" for o in spec.acceptance.outputs
+    ]
+    print(f"  accepts   {', '.join(checks) or 'exit 0'}")
+    return 0
+
+
+def cmd_spec_schema(args: argparse.Namespace) -> int:
+    from acceptrun.spec import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from acceptrun.durable import write_atomic
+    from acceptrun.errors import UserError
+    from acceptrun.spec import parse_spec, starter_spec
+
+    path = Path(args.file)
+    if path.exists() and not args.force:
+        raise UserError(
+            f"{path} already exists; pass --force to overwrite it, or give another file name"
+        )
+    text = starter_spec(name=args.name or Path.cwd().name, command=args.command)
+    parse_spec(text, source=str(path))  # the starter must always validate
+    write_atomic(path, text)
+    print(
+        f"wrote {path}; edit it, check it with `acceptrun spec check {path}`, run it with `acceptrun run {path}`"
+    )
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from acceptrun import provenance
+
+    prov = provenance.capture()
+    print(
+        json.dumps(prov, indent=2, sort_keys=True)
+        if args.json
+        else provenance.format_provenance(prov)
+    )
+    return 0
+
+
+def cmd_env_diff(args: argparse.Namespace) -> int:
+    from acceptrun import provenance
+    from acceptrun.errors import RecordError
+
+    ws = _workspace(args)
+    provs = []
+    for ref in (args.run_a, args.run_b):
+        rec = ws.get_run(ref)
+        prov = rec.read_json("provenance.json")
+        if prov is None:
+            raise RecordError(
+                f"run {rec.run_id} has no provenance.json (it stopped before preflight)"
+            )
+        provs.append(prov)
+    print(provenance.format_diff(provenance.diff(provs[0], provs[1])))
+    return 0
+
+
+def cmd_data_snapshot(args: argparse.Namespace) -> int:
+    from acceptrun import data
+
+    exclude = list(args.exclude)
+    out = Path(args.output)
+    src = Path(args.path)
+    if "://" not in args.path and src.is_dir() and out.resolve().is_relative_to(src.resolve()):
+        exclude.append(
+            out.resolve().relative_to(src.resolve()).as_posix()
+        )  # never hash the manifest itself
+    manifest = data.snapshot(args.path, exclude=exclude)
+    data.write_manifest(out, manifest)
+    print(
+        f"{out}: {manifest['count']} files, {manifest['total_bytes']:,} bytes, root {manifest['root_hash']}"
+    )
+    return 0
+
+
+def cmd_data_verify(args: argparse.Namespace) -> int:
+    from acceptrun import data
+
+    result = data.verify(args.path, data.load_manifest(args.manifest), ignore=[args.manifest])
+    print(data.format_verify(result, manifest_path=args.manifest))
+    return 0 if result.ok else 2
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from acceptrun.spec import format_duration
+
+    rows = _workspace(args).list_runs()
+    if not rows:
+        print("no runs yet; start one with `acceptrun run SPEC`")
+        return 0
+    print(f"{'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}")
+    for r in rows[-args.limit :]:
+        print(
+            f"{r.run_id:<40} {r.status:<16} {(r.verdict or '-'):<9} {r.attempts:>3} {format_duration(r.duration_s):>9}"
+        )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from acceptrun.report import format_show
+
+    record = _workspace(args).get_run(args.run)
+    if args.json:
+        print(
+            json.dumps(
+                {"state": record.state, "verdict": record.read_json("verdict.json")}, indent=2
+            )
+        )
+    else:
+        print(format_show(record))
+    return 0
+
+
+def cmd_index_rebuild(args: argparse.Namespace) -> int:
+    ws = _workspace(args)
+    count, skipped = ws.rebuild_index()
+    print(f"indexed {count} runs from {ws.runs_dir}")
+    for s in skipped:
+        print(f"  skipped {s}: run.json missing or damaged")
+    return 0
+
+
+# ---- parser -------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from acceptrun import __version__
+
+    p = argparse.ArgumentParser(
+        prog="acceptrun",
+        description="Turn GPU time into accepted runs: spec, provenance, verified data, supervision, verdict.",
+    )
+    p.add_argument("--version", action="version", version=f"acceptrun {__version__}")
+    p.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="workspace directory (default: nearest .acceptrun/, or $ACCEPTRUN_WORKSPACE)",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a spec: preflight, supervise, verdict")
+    run.add_argument("spec", help="the run spec (TOML)")
+    run.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
+    run.set_defaults(func=cmd_run)
+
+    spec = sub.add_parser("spec", help="check a spec, or print its JSON Schema")
+    spec_sub = spec.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
+    check = spec_sub.add_parser("check", help="validate a spec without running it")
+    check.add_argument("file")
+    check.set_defaults(func=cmd_spec_check)
+    schema = spec_sub.add_parser("schema", help="print the JSON Schema of run specs (for editors)")
+    schema.set_defaults(func=cmd_spec_schema)
+
+    init = sub.add_parser("init", help="write a commented starter spec")
+    init.add_argument("file", nargs="?", default="acceptrun.toml")
+    init.add_argument("--name", help="run name (default: this directory's name)")
+    init.add_argument("--command", default="python train.py", help="the job's command")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.set_defaults(func=cmd_init)
+
+    env = sub.add_parser("env", help="print this machine's provenance, or diff two runs'")
+    env.add_argument("--json", action="store_true")
+    env.set_defaults(func=cmd_env)
+    env_sub = env.add_subparsers(dest="env_command", metavar="ACTION")
+    ediff = env_sub.add_parser("diff", help="what changed between two runs' environments")
+    ediff.add_argument("run_a")
+    ediff.add_argument("run_b")
+    ediff.set_defaults(func=cmd_env_diff)
+
+    data = sub.add_parser("data", help="snapshot data into a manifest, or verify it")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    snap = data_sub.add_parser("snapshot", help="hash every file of PATH into a manifest")
+    snap.add_argument("path", help="directory, file or fsspec URL")
+    snap.add_argument("-o", "--output", required=True, help="manifest file to write")
+    snap.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out matching files (repeatable)",
+    )
+    snap.set_defaults(func=cmd_data_snapshot)
+    ver = data_sub.add_parser("verify", help="check PATH against a manifest")
+    ver.add_argument("path")
+    ver.add_argument("manifest")
+    ver.set_defaults(func=cmd_data_verify)
+
+    ls = sub.add_parser("ls", help="list runs in the workspace")
+    ls.add_argument("-n", "--limit", type=int, default=50, help="show the newest N (default 50)")
+    ls.set_defaults(func=cmd_ls)
+
+    show = sub.add_parser("show", help="a run at a glance: verdict, attempts, steps, metrics")
+    show.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_show)
+
+    index = sub.add_parser("index", help="maintain the workspace index")
+    index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
+    rebuild = index_sub.add_parser("rebuild", help="recreate index.sqlite from the run directories")
+    rebuild.set_defaults(func=cmd_index_rebuild)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except AcceptrunError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""The in-workload API: a few lines in a training loop.
+
+::
+
+    import acceptrun
+
+    run = acceptrun.init()
+    for step in run.steps(total_steps):
+        with run.data_wait():
+            batch = next(batches)
+        loss = train_step(batch)
+        run.log(step, loss=loss.item(), samples=len(batch))
+    run.metric("eval/accuracy", accuracy)
+    run.output("model", "out/model.safetensors")
+    run.finish()
+
+Under ``acceptrun run`` the supervisor passes the run directory in the environment (see
+:data:`ENV_VARS`) and this module appends events to its ``events.jsonl``. Started as a
+plain ``python train.py`` it creates a standalone run in the nearest workspace, so the
+same script is recorded either way. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from acceptrun.durable import write_atomic
+from acceptrun.hashing import hash_file
+from acceptrun.workspace import RunRecord, find_workspace, now_iso
+
+__all__ = ["ENV_VARS", "Run", "init"]
+
+# The workload contract: environment variables the supervisor sets for every attempt.
+ENV_RUN_DIR = "ACCEPTRUN_RUN_DIR"
+ENV_RUN_ID = "ACCEPTRUN_RUN_ID"
+ENV_ATTEMPT = "ACCEPTRUN_ATTEMPT"
+ENV_RESUME_FROM = "ACCEPTRUN_RESUME_FROM"
+ENV_CHECKPOINT_DIR = "ACCEPTRUN_CHECKPOINT_DIR"
+ENV_SPEC = "ACCEPTRUN_SPEC"
+ENV_VARS = {
+    ENV_RUN_DIR: "absolute path of the run record directory",
+    ENV_RUN_ID: "the run id",
+    ENV_ATTEMPT: "attempt number, 1 for the first launch",
+    ENV_RESUME_FROM: "checkpoint directory to resume from; empty on a fresh start",
+    ENV_CHECKPOINT_DIR: "directory where the workload's checkpoints go",
+    ENV_SPEC: "path of the frozen spec (spec.toml in the run record)",
+}
+
+_active: Run | None = None
+
+
+class Run:
+    """A handle on the current run. Create it with :func:`acceptrun.init`."""
+
+    def __init__(self, record: RunRecord, *, attempt: int, supervised: bool) -> None:
+        self.record = record
+        self.run_id = record.run_id
+        self.run_dir = record.path
+        self.attempt = attempt
+        self.supervised = supervised
+        self.resume_from: str | None = os.environ.get(ENV_RESUME_FROM) or None
+        self.checkpoint_dir = Path(os.environ.get(ENV_CHECKPOINT_DIR) or record.checkpoints_dir)
+        self.finished = False
+        self._stop_requested = False
+        self._in_steps = False
+        self._pending: dict[str, Any] = {}
+        self._data_wait = 0.0  # seconds waited for data in the current step
+        self._last_log: float | None = None
+        self._exception: BaseException | None = None
+
+    # ---- the training loop ----------------------------------------------------------------
+
+    def steps(self, total: int, start: int = 0) -> Iterator[int]:
+        """Yield ``start .. total-1``, timing each step and sending a heartbeat per step.
+
+        A stop request (SIGTERM from the supervisor, a preemption) ends the loop at the
+        next step boundary: the step in flight completes and is recorded, then the
+        process exits with status 143, as a process killed by SIGTERM would.
+        """
+        self._in_steps = True
+        step = start
+        try:
+            while step < total:
+                if self._stop_requested:
+                    self.record.event(
+                        "stopped", attempt=self.attempt, step=step, reason="stop requested"
+                    )
+                    self._in_steps = False
+                    raise SystemExit(143)
+                t0 = time.perf_counter()
+                self._data_wait = 0.0
+                yield step
+                self._emit_step(step, time.perf_counter() - t0)
+                step += 1
+        finally:
+            self._in_steps = False
+
+    @contextlib.contextmanager
+    def data_wait(self) -> Iterator[None]:
+        """Time spent in this block counts as waiting for data (the data loader's stall)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._data_wait += time.perf_counter() - t0
+
+    def log(self, step: int, **values: float) -> None:
+        """Record values for ``step`` (loss, samples, tokens, lr, ...).
+
+        Inside :meth:`steps` the values join the step's event, written when the step
+        ends. Outside it, each call writes a step event timed from the previous call.
+        Cost: one appended JSON line per step; on a GPU, the ``.item()`` that produces
+        a loss value is the expensive part (a device sync), not this call.
+        """
+        clean = {k: _number(v) for k, v in values.items()}
+        if self._in_steps:
+            self._pending.update(clean)
+            return
+        now = time.perf_counter()
+        step_time = None if self._last_log is None else now - self._last_log
+        self._last_log = now
+        self._pending.update(clean)
+        self._emit_step(step, step_time)
+
+    def _emit_step(self, step: int, step_time: float | None) -> None:
+        event: dict[str, Any] = {"attempt": self.attempt, "step": step}
+        if step_time is not None:
+            event["step_time"] = round(step_time, 6)
+        if self._data_wait:
+            event["data_wait"] = round(self._data_wait, 6)
+        event.update(self._pending)
+        self._pending = {}
+        self.record.event("step", **event)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the supervisor (or a preemption) asked the workload to stop."""
+        return self._stop_requested
+
+    # ---- results ------------------------------------------------------------------------------
+
+    def metric(self, name: str, value: float, *, step: int | None = None) -> None:
+        """Record a final (or evaluation) metric; acceptance thresholds read the last value."""
+        if not name:
+            raise ValueError("metric name is empty; use a name such as 'eval/accuracy'")
+        fields: dict[str, Any] = {"attempt": self.attempt, "name": name, "value": _number(value)}
+        if step is not None:
+            fields["step"] = step
+        self.record.event("metric", **fields)
+
+    def output(
+        self, name: str, path: str | os.PathLike[str], *, copy: bool = False
+    ) -> dict[str, Any]:
+        """Register a file as an output of the run, with its size and content hash.
+
+        ``copy=True`` also copies it into the record's ``outputs/<name>/``; by default
+        the record keeps a reference (large models stay where they are).
+        """
+        src = Path(path).resolve()
+        if not src.is_file():
+            raise FileNotFoundError(
+                f"output {name!r}: {src} is not a file; write it before run.output()"
+            )
+        digest, size = hash_file(src)
+        stored = str(src)
+        if copy:
+            dest_dir = self.record.outputs_dir / name
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            dest = dest_dir / src.name
+
+            def write(f: Any) -> None:
+                with open(src, "rb") as source:
+                    shutil.copyfileobj(source, f, 4 * 1024 * 1024)
+
+            write_atomic(dest, write)
+            stored = str(dest)
+        return self.record.event(
+            "output",
+            sync=True,
+            attempt=self.attempt,
+            name=name,
+            path=stored,
+            hash=digest,
+            size=size,
+        )
+
+    def finish(self, status: str = "ok") -> None:
+        """Mark the end of the workload. Called automatically at interpreter exit."""
+        if self.finished:
+            return
+        self.finished = True
+        self.record.event("workload_end", sync=True, attempt=self.attempt, status=status)
+        if not self.supervised:
+            from acceptrun.close import close_standalone
+
+            close_standalone(self.record, status=status)
+
+    # ---- signals ------------------------------------------------------------------------------
+
+    def _on_stop_signal(self, signum: int, frame: types.FrameType | None) -> None:
+        if not self._in_steps:
+            # Not in a loop we control: behave as if we had never installed a handler.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self._stop_requested = True
+        self.record.event(
+            "stop_requested", attempt=self.attempt, signal=signal.Signals(signum).name
+        )
+
+    def _at_exit(self) -> None:
+        if self.finished:
+            return
+        status = "ok"
+        if self._stop_requested:
+            status = "stopped"
+        elif self._exception is not None:
+            status = f"error: {type(self._exception).__name__}: {self._exception}"
+        self.finish(status)
+
+    def _excepthook(
+        self, tp: type[BaseException], value: BaseException, tb: types.TracebackType | None
+    ) -> None:
+        self._exception = value
+        sys.__excepthook__(tp, value, tb)
+
+    def __repr__(self) -> str:
+        mode = "supervised" if self.supervised else "standalone"
+        return f"<Run {self.run_id} attempt={self.attempt} {mode}>"
+
+
+def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = None) -> Run:
+    """Attach to the supervisor's run, or create a standalone run when there is none.
+
+    Calling it twice returns the same :class:`Run`. ``name`` and ``workspace`` apply to
+    standalone runs only (default name: the script's file name).
+
+    >>> run = acceptrun.init()
+    """
+    global _active
+    if _active is not None and not _active.finished:
+        return _active
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if run_dir:
+        record = RunRecord(run_dir)
+        if not record.exists("run.json"):
+            raise RuntimeError(f"${ENV_RUN_DIR} is {run_dir!r}, which is not a run record")
+        run = Run(record, attempt=int(os.environ.get(ENV_ATTEMPT, "1")), supervised=True)
+    else:
+        run = Run(_create_standalone(name, workspace), attempt=1, supervised=False)
+    run.record.event(
+        "workload_start", attempt=run.attempt, pid=os.getpid(), resume_from=run.resume_from
+    )
+    atexit.register(run._at_exit)
+    previous = sys.excepthook
+    if previous is sys.__excepthook__:
+        sys.excepthook = run._excepthook
+    if threading.current_thread() is threading.main_thread() and run.supervised:
+        signal.signal(signal.SIGTERM, run._on_stop_signal)
+    _active = run
+    return run
+
+
+def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | None) -> RunRecord:
+    """A run record for a plain ``python train.py``: spec from argv, provenance now."""
+    from acceptrun import provenance
+    from acceptrun.spec import RunSpec
+
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "python"
+    command = [sys.executable, *sys.argv]
+    spec = RunSpec(name=name or script, command=command, workdir=os.getcwd())
+    spec.source = "standalone: " + " ".join(command)
+    ws = find_workspace(None if workspace is None else Path(workspace), create=True)
+    record = ws.create_run(
+        spec.name,
+        spec_text=spec.to_toml(),
+        state={"mode": "standalone", "status": "running", "started_at": now_iso(), "attempts": 1},
+    )
+    record.write_json("provenance.json", provenance.capture(diff_path=record.file("git.diff")))
+    return record
+
+
+def _number(value: Any) -> float | int:
+    """A plain float/int from Python, NumPy or 0-d torch values (no torch import)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        out = item()
+        if isinstance(out, int | float):
+            return out
+    return float(value)

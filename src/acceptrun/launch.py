@@ -1,0 +1,76 @@
+"""``acceptrun run``: spec -> record -> preflight -> supervisor -> close.
+
+Data flows one way (docs/architecture.md): the spec is validated and frozen into a new
+run record, preflight checks run inside it, the supervisor runs the attempts, and the
+close step decides the verdict from the record alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceptrun.close import close_run
+from acceptrun.preflight import check_static, run_preflight
+from acceptrun.spec import RunSpec, load_spec
+from acceptrun.supervisor import Supervisor, SupervisorResult
+from acceptrun.verdict import Verdict
+from acceptrun.workspace import RunRecord, find_workspace, now_iso
+
+__all__ = ["LaunchResult", "launch"]
+
+
+@dataclass(slots=True)
+class LaunchResult:
+    record: RunRecord
+    spec: RunSpec
+    verdict: Verdict
+    preflight_ok: bool
+    supervision: SupervisorResult | None
+
+    @property
+    def exit_code(self) -> int:
+        """0 accepted, 1 rejected, 2 stopped before launch by a preflight check."""
+        if not self.preflight_ok:
+            return 2
+        return 0 if self.verdict.accepted else 1
+
+
+def launch(
+    spec_path: str | Path,
+    *,
+    workspace: str | Path | None = None,
+    echo: bool = True,
+    say: Callable[[str], None] = lambda _m: None,
+) -> LaunchResult:
+    """Run a spec end to end and return its verdict.
+
+    Bad input (the spec, a missing command, data path or manifest) raises a
+    :class:`~acceptrun.errors.UserError` before any record is created.
+    """
+    spec = load_spec(spec_path)
+    check_static(spec)
+    ws = find_workspace(workspace, create=True)
+    record = ws.create_run(
+        spec.name,
+        spec_text=spec.to_toml(),
+        state={
+            "mode": "supervised",
+            "status": "preflight",
+            "spec_source": str(Path(spec_path).resolve()),
+            "spec_hash": spec.hash,
+        },
+    )
+    say(f"run {record.run_id}")
+    say(f"record {record.path}")
+    record.event("run_start", sync=True, spec_hash=spec.hash)
+    preflight = run_preflight(record, spec, say=say)
+    if not preflight.ok:
+        record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
+        verdict = close_run(record, ws, spec, status="failed_preflight", say=say)
+        return LaunchResult(record, spec, verdict, False, None)
+    record.update_state(started_at=now_iso())
+    result = Supervisor(record, spec, echo=echo, say=say).run()
+    verdict = close_run(record, ws, spec, say=say)
+    return LaunchResult(record, spec, verdict, True, result)

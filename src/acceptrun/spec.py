@@ -1,0 +1,736 @@
+"""The run spec: everything a user fixes before launch, in one TOML file.
+
+``load_spec(path)`` reads and validates a spec and returns a :class:`RunSpec` whose paths
+are resolved against the spec's directory. Validation reports every problem at once, each
+naming the field path, the bad value and what is accepted (with "did you mean" for
+unknown keys, and line:column for TOML syntax errors). The dataclasses below are the
+single declaration of the format: the validator, the JSON Schema (``acceptrun spec
+schema``) and the docs table are all derived from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import math
+import operator
+import re
+import shlex
+import tomllib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+import tomli_w
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from acceptrun.errors import SpecError
+from acceptrun.hashing import hash_bytes
+
+__all__ = [
+    "AcceptanceSpec",
+    "CheckpointSpec",
+    "CleanupSpec",
+    "Condition",
+    "CostSpec",
+    "DataSpec",
+    "ExpectSpec",
+    "LimitsSpec",
+    "ResourcesSpec",
+    "RunSpec",
+    "format_duration",
+    "json_schema",
+    "load_spec",
+    "match_pattern",
+    "parse_condition",
+    "parse_duration",
+    "parse_spec",
+    "starter_spec",
+]
+
+KNOWN_DRILLS = ("restore", "kill", "preempt")
+
+
+class Duration(float):
+    """Seconds, written in a spec as ``90``, ``"90s"``, ``"10m"``, ``"2h"`` or ``"1h30m"``."""
+
+
+def doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with a one-line docstring (shown in errors, schema and docs)."""
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+# ---- sections -----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class ResourcesSpec:
+    """What the run needs from the machine."""
+
+    gpus: int = doc("GPUs on one machine; 0 runs on CPU.", 0)
+    gpu_types: list[str] = doc(
+        'Acceptable GPU models, matched against the GPU name, e.g. ["H100", "H200"]; empty: any.',
+        factory=list,
+    )
+    min_gpu_memory_gb: float = doc("Minimum memory per GPU in GiB; 0: no minimum.", 0.0)
+    cpus: int | None = doc("CPU cores the run needs (used by batch backends).", None)
+    memory_gb: float | None = doc(
+        "Host memory the run needs in GiB (used by batch backends).", None
+    )
+
+    def __post_init__(self) -> None:
+        _require(self.gpus >= 0, "resources.gpus", self.gpus, "a count of 0 or more")
+        _require(
+            self.min_gpu_memory_gb >= 0,
+            "resources.min_gpu_memory_gb",
+            self.min_gpu_memory_gb,
+            "0 or more GiB",
+        )
+
+
+@dataclass(kw_only=True)
+class ExpectSpec:
+    """Environment expectations checked before launch; a mismatch stops the run."""
+
+    python: str | None = doc('Python version pattern, e.g. ">=3.11" or "3.11.*".', None)
+    packages: dict[str, str] = doc(
+        'Package version patterns, e.g. { torch = ">=2.1,<3" }.', factory=dict
+    )
+    cuda: str | None = doc('CUDA runtime of torch, e.g. "12.*"; "none" requires a CPU build.', None)
+    driver: str | None = doc('NVIDIA driver version pattern, e.g. ">=550".', None)
+    gpu: str | None = doc(
+        'GPU model pattern every visible GPU must match, e.g. "H100" or "*A100*80GB*".', None
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("python", "cuda", "driver"):
+            value = getattr(self, name)
+            if value is not None and not (name == "cuda" and value == "none"):
+                _require(_valid_version_pattern(value), f"expect.{name}", value, _PATTERN_HELP)
+        for pkg, pattern in self.packages.items():
+            _require(
+                _valid_version_pattern(pattern), f"expect.packages.{pkg}", pattern, _PATTERN_HELP
+            )
+
+
+@dataclass(kw_only=True)
+class DataSpec:
+    """The data snapshot, verified against its manifest before the first step."""
+
+    path: str | None = doc("Data directory, file or fsspec URL (s3://..., gs://...).", None)
+    manifest: str | None = doc(
+        "Manifest from `acceptrun data snapshot` (it records its own excludes); the data must match it.",
+        None,
+    )
+
+    def __post_init__(self) -> None:
+        _require(
+            self.manifest is None or self.path is not None,
+            "data.manifest", self.manifest, "a manifest together with data.path",
+        )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class CheckpointSpec:
+    """Where and how often checkpoints are written (used by the checkpoint store)."""
+
+    dir: str | None = doc("Checkpoint directory; default: checkpoints/ in the run record.", None)
+    every_steps: int | None = doc("Checkpoint every N steps.", None)
+    every: Duration | None = doc('Checkpoint at least this often, e.g. "30m".', None)
+    keep_last: int = doc("Keep the newest N checkpoints (2 or more).", 2)
+    keep_every: int | None = doc("Also keep every checkpoint whose step is a multiple of N.", None)
+    keep_best: str | None = doc('Also keep the best by a metric, e.g. "eval/loss:min".', None)
+    mirror: str | None = doc("Copy committed checkpoints to this path or fsspec URL.", None)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.every_steps is None or self.every_steps > 0,
+            "checkpoint.every_steps",
+            self.every_steps,
+            "a positive step count",
+        )
+        _require(
+            self.every is None or self.every > 0,
+            "checkpoint.every",
+            self.every,
+            'a positive duration such as "30m"',
+        )
+        _require(
+            self.keep_last >= 2, "checkpoint.keep_last", self.keep_last,
+            "2 or more: the newest checkpoint may still be saving or may fail verification, "
+            "and the one before it is what a restart falls back to",
+        )  # fmt: skip
+        _require(
+            self.keep_every is None or self.keep_every > 0,
+            "checkpoint.keep_every",
+            self.keep_every,
+            "a positive step count",
+        )
+        if self.keep_best is not None:
+            _require(
+                re.fullmatch(r"[^:]+:(min|max)", self.keep_best) is not None,
+                "checkpoint.keep_best", self.keep_best, '"<metric>:min" or "<metric>:max"',
+            )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class LimitsSpec:
+    """Limits the supervisor enforces."""
+
+    wall_time: Duration | None = doc(
+        'Stop the run after this long, all attempts together, e.g. "12h".', None
+    )
+    expected_runtime: list[Duration] = doc(
+        'Acceptable runtime range [min, max], e.g. ["20m", "2h"].', factory=list
+    )
+    max_restarts: int = doc("Restarts after a failure before the run is given up.", 3)
+    restart_backoff: Duration = doc(
+        "Wait before the first restart; doubles each time (max 5 min).", Duration(5.0)
+    )
+    grace_period: Duration = doc(
+        "After asking the workload to stop, wait this long before killing it.", Duration(30.0)
+    )
+    budget_usd: float | None = doc("Stop before the run costs more than this, in USD.", None)
+    idle_window: Duration | None = doc(
+        'Stop after the GPU (or process) is idle this long, e.g. "15m".', None
+    )
+    hang_window: Duration | None = doc(
+        'Treat the run as hung after no step for this long, e.g. "20m".', None
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time", "idle_window", "hang_window"):
+            value = getattr(self, name)
+            _require(
+                value is None or value > 0,
+                f"limits.{name}",
+                value,
+                'a positive duration such as "10m"',
+            )
+        _require(self.max_restarts >= 0, "limits.max_restarts", self.max_restarts, "0 or more")
+        _require(
+            self.restart_backoff >= 0,
+            "limits.restart_backoff",
+            self.restart_backoff,
+            "0 or more seconds",
+        )
+        _require(
+            self.grace_period >= 0, "limits.grace_period", self.grace_period, "0 or more seconds"
+        )
+        _require(
+            self.budget_usd is None or self.budget_usd > 0,
+            "limits.budget_usd",
+            self.budget_usd,
+            "a positive amount in USD",
+        )
+        if self.expected_runtime:
+            rng = self.expected_runtime
+            _require(
+                len(rng) == 2 and 0 <= rng[0] <= rng[1], "limits.expected_runtime",
+                [format_duration(x) for x in rng], 'two durations [min, max] with min <= max, e.g. ["20m", "2h"]',
+            )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class CostSpec:
+    """What the machine costs, for the ledger and the budget."""
+
+    provider: str | None = doc('Provider in the price catalog, e.g. "lambda".', None)
+    instance: str | None = doc('Instance type in the price catalog, e.g. "gpu_1x_h100_sxm5".', None)
+    price_per_hour: float | None = doc(
+        "Price of the machine in USD per hour (overrides the catalog).", None
+    )
+
+    def __post_init__(self) -> None:
+        _require(
+            self.price_per_hour is None or self.price_per_hour >= 0,
+            "cost.price_per_hour", self.price_per_hour, "0 or more USD per hour",
+        )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class AcceptanceSpec:
+    """What the run must show to be accepted."""
+
+    metrics: dict[str, str] = doc(
+        'Thresholds on final metrics, e.g. { "eval/accuracy" = ">= 0.9" }.', factory=dict
+    )
+    outputs: list[str] = doc('Outputs the run must register, e.g. ["model"].', factory=list)
+    drills: list[str] = doc(f"Drills that must pass: {', '.join(KNOWN_DRILLS)}.", factory=list)
+
+    def __post_init__(self) -> None:
+        for name, text in self.metrics.items():
+            try:
+                parse_condition(text)
+            except ValueError as exc:
+                _require(False, f"acceptance.metrics.{_key(name)}", text, str(exc))
+        for drill in self.drills:
+            _require(
+                drill in KNOWN_DRILLS,
+                "acceptance.drills",
+                drill,
+                f"one of {', '.join(KNOWN_DRILLS)}",
+            )
+
+
+@dataclass(kw_only=True)
+class CleanupSpec:
+    """What to clean up when the run ends."""
+
+    commands: list[str] = doc(
+        "Shell commands run in the workdir after the last attempt.", factory=list
+    )
+    remove: list[str] = doc(
+        "Paths or globs (relative to the workdir) removed after the run.", factory=list
+    )
+
+
+@dataclass(kw_only=True)
+class RunSpec:
+    """A run spec: the job and everything fixed about it before launch."""
+
+    name: str = doc("Name of the job; part of each run id.")
+    command: list[str] = doc(
+        'The job: a list (run as is) or a string (run by /bin/sh -c), e.g. ["python", "train.py"].'
+    )
+    workdir: str = doc("Working directory of the job, relative to the spec file.", ".")
+    env: dict[str, str] = doc("Extra environment variables for the job.", factory=dict)
+    description: str | None = doc("A sentence on what this run is for.", None)
+    resources: ResourcesSpec = doc("What the run needs from the machine.", factory=ResourcesSpec)
+    expect: ExpectSpec = doc("Environment expectations checked before launch.", factory=ExpectSpec)
+    data: DataSpec = doc("Data verified before the first step.", factory=DataSpec)
+    checkpoint: CheckpointSpec = doc(
+        "Checkpoint location, interval and retention.", factory=CheckpointSpec
+    )
+    limits: LimitsSpec = doc("Limits the supervisor enforces.", factory=LimitsSpec)
+    cost: CostSpec = doc("Machine price for the ledger and budget.", factory=CostSpec)
+    acceptance: AcceptanceSpec = doc(
+        "What the run must show to be accepted.", factory=AcceptanceSpec
+    )
+    cleanup: CleanupSpec = doc("Clean-up after the run.", factory=CleanupSpec)
+
+    # Set by load_spec, not by the user: where the spec came from.
+    source: str = field(default="<memory>", metadata={"internal": True}, compare=False)
+    base_dir: str = field(default=".", metadata={"internal": True}, compare=False)
+
+    def __post_init__(self) -> None:
+        _require(
+            bool(self.name.strip()), "name", self.name, 'a non-empty name such as "bert-squad"'
+        )
+        _require(
+            len(self.command) > 0 and bool(self.command[0]),
+            "command",
+            self.command,
+            'a command such as ["python", "train.py"]',
+        )
+
+    # ---- derived values --------------------------------------------------------------
+
+    @property
+    def workdir_path(self) -> Path:
+        """The job's working directory, absolute."""
+        return (Path(self.base_dir) / self.workdir).resolve()
+
+    def resolve_path(self, value: str) -> str:
+        """A path from the spec made absolute against the spec's directory; URLs untouched."""
+        if "://" in value:
+            return value
+        return str((Path(self.base_dir) / Path(value).expanduser()).resolve())
+
+    @property
+    def shell(self) -> bool:
+        """True when the command was written as a string and runs through /bin/sh."""
+        return len(self.command) == 3 and self.command[:2] == ["/bin/sh", "-c"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved spec as plain data (durations in seconds), ready for TOML."""
+        plain: dict[str, Any] = _to_plain(self)
+        return plain
+
+    def to_toml(self) -> str:
+        """The frozen, resolved spec: loadable again by :func:`load_spec`."""
+        data = self.to_dict()
+        data["workdir"] = str(self.workdir_path)
+        if self.data.path:
+            data["data"]["path"] = self.resolve_path(self.data.path)
+        if self.data.manifest:
+            data["data"]["manifest"] = self.resolve_path(self.data.manifest)
+        if self.checkpoint.dir:
+            data["checkpoint"]["dir"] = self.resolve_path(self.checkpoint.dir)
+        header = (
+            f"# Frozen by acceptrun from {self.source}; paths resolved, durations in seconds.\n"
+        )
+        return header + tomli_w.dumps(data)
+
+    @property
+    def hash(self) -> str:
+        """Content hash of the resolved spec (same spec, same hash)."""
+        return hash_bytes(tomli_w.dumps(self.to_dict()).encode())
+
+
+# ---- loading and validation ------------------------------------------------------------------
+
+
+class _Problem(Exception):
+    """One validation problem; collected, then raised together as a SpecError."""
+
+    def __init__(self, path: str, value: Any, accepted: str) -> None:
+        super().__init__(f"{path}: {_show(value)} is not valid; expected {accepted}")
+
+
+_PATTERN_HELP = 'a version pattern such as ">=2.1", "2.13.*", "==12.4" or "12"'
+
+
+def _require(ok: bool, path: str, value: Any, accepted: str) -> None:
+    if not ok:
+        raise _Problem(path, value, accepted)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read, parse and validate a spec file; raises :class:`SpecError` with every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(path), ["file not found; create one with `acceptrun init`"]) from None
+    except IsADirectoryError:
+        raise SpecError(str(path), ["is a directory; give the path of a .toml spec file"]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            str(path), [f"is not UTF-8 text ({exc.reason} at byte {exc.start})"]
+        ) from None
+    return parse_spec(text, source=str(path), base_dir=path.resolve().parent)
+
+
+def parse_spec(text: str, *, source: str = "<spec>", base_dir: str | Path = ".") -> RunSpec:
+    """Parse spec text; paths in it are relative to ``base_dir``."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, [_toml_error(exc)]) from None
+    problems: list[str] = []
+    spec: RunSpec | None = _build(RunSpec, raw, "", problems)
+    if problems or spec is None:
+        raise SpecError(source, problems)
+    spec.source = source
+    spec.base_dir = str(Path(base_dir).resolve())
+    return spec
+
+
+def _toml_error(exc: tomllib.TOMLDecodeError) -> str:
+    message = str(exc)
+    match = re.search(r"\(at line (\d+), column (\d+)\)", message)
+    if match:
+        where = f"line {match[1]}, column {match[2]}"
+        what = message[: match.start()].strip()
+        return f"TOML syntax error at {where}: {what}"
+    if "end of document" in message:
+        what = message.split("(")[0].strip()
+        return f"TOML syntax error at the end of the file: {what}"
+    return f"TOML syntax error: {message}"
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+
+
+def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
+    """Convert a TOML table into dataclass ``cls``, appending problems instead of raising."""
+    where = prefix.rstrip(".") or "the spec"
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: {_show(raw)} is not valid; expected a table ([{where}])")
+        return None
+    fields = _fields(cls)
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    before = len(problems)
+    for key, value in raw.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+            hint = (
+                f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
+            )
+            # Reported, but not blocking: the section's own checks still run.
+            problems.append(f"{prefix}{_key(key)}: unknown key{hint}")
+            before += 1
+            continue
+        try:
+            kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
+        except _Problem as exc:
+            problems.append(str(exc))
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in raw:
+            problems.append(f"{prefix}{name}: missing; {f.metadata['doc']}")
+    if len(problems) > before:
+        # Sibling sections are still validated, so one pass reports everything.
+        return None
+    try:
+        return cls(**kwargs)
+    except _Problem as exc:
+        problems.append(str(exc))
+        return None
+
+
+def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        return _convert(options[0], value, path, problems)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path + ".", problems)  # type: ignore[arg-type]
+    if tp is Duration:
+        return Duration(parse_duration(value, path))
+    if origin is list:
+        (item,) = get_args(tp)
+        if path == "command" and isinstance(value, str):
+            return _command_from_string(value, path)
+        _require(isinstance(value, list), path, value, f"a list, e.g. {_example(tp, path)}")
+        return [_convert(item, v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = get_args(tp)
+        _require(isinstance(value, dict), path, value, f"a table, e.g. {_example(tp, path)}")
+        return {k: _convert(item, v, f"{path}.{_key(k)}", problems) for k, v in value.items()}
+    if tp is bool:
+        _require(isinstance(value, bool), path, value, "true or false")
+        return value
+    if tp is int:
+        _require(
+            isinstance(value, int) and not isinstance(value, bool), path, value, "a whole number"
+        )
+        return value
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        _require(ok, path, value, "a number")
+        return float(value)
+    if tp is str:
+        _require(isinstance(value, str), path, value, "a string")
+        return value
+    raise TypeError(f"spec field {path} has unsupported type {tp!r}")  # internal invariant
+
+
+def _example(tp: Any, path: str) -> str:
+    if path == "command":
+        return '["python", "train.py"]'
+    return '["a", "b"]' if get_origin(tp) is list else '{ name = "value" }'
+
+
+def _command_from_string(value: str, path: str) -> list[str]:
+    _require(bool(value.strip()), path, value, 'a command such as "python train.py"')
+    try:
+        shlex.split(value)
+    except ValueError as exc:
+        raise _Problem(path, value, f"a command with balanced quotes ({exc})") from None
+    return ["/bin/sh", "-c", value]
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any, path: str = "duration") -> float:
+    """``90`` / ``"90s"`` / ``"10m"`` / ``"1h30m"`` / ``"2d"`` -> seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _require(math.isfinite(value), path, value, "a finite number of seconds")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        parts = _DURATION_RE.findall(text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            return sum(float(n) * _UNITS[u] for n, u in parts)
+    raise _Problem(path, value, 'a duration: seconds as a number, or "90s", "10m", "2h", "1h30m"')
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds as ``"1h02m"``, ``"3m05s"``, ``"4.2s"`` or ``"-"``."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+# ---- conditions and patterns -----------------------------------------------------------------
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A metric threshold such as ``>= 0.9``."""
+
+    op: str
+    value: float
+
+    def check(self, found: float) -> bool:
+        return _OPS[self.op](found, self.value)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.value:g}"
+
+
+def parse_condition(text: str) -> Condition:
+    """``">= 0.9"`` -> ``Condition(">=", 0.9)``; raises ValueError naming the forms accepted."""
+    match = re.fullmatch(
+        r"\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*", text
+    )
+    if not match:
+        raise ValueError(
+            'a threshold such as ">= 0.9", "< 1.5" or "== 1" (operators >= > <= < == !=)'
+        )
+    return Condition(match[1], float(match[2]))
+
+
+def _valid_version_pattern(pattern: str) -> bool:
+    if any(c in pattern for c in "<>=!~"):
+        try:
+            SpecifierSet(pattern)
+        except InvalidSpecifier:
+            return False
+        return True
+    return bool(re.fullmatch(r"[0-9][0-9A-Za-z.+*-]*", pattern.strip()))
+
+
+def match_pattern(pattern: str, found: str | None, *, kind: str = "version") -> bool:
+    """Does ``found`` satisfy a spec pattern?
+
+    Versions: a PEP 440 specifier (``">=2.1,<3"``), a wildcard (``"12.*"``) or a bare
+    prefix (``"12"`` matches 12.4; ``"2.13"`` matches 2.13.0+cpu). Names (``kind="name"``,
+    GPU models): a case-insensitive glob, or a substring when it has no glob characters.
+    """
+    if found is None:
+        return False
+    if kind == "name":
+        p, f = pattern.lower(), found.lower()
+        return fnmatch.fnmatchcase(f, p) if any(c in p for c in "*?[") else p in f
+    if any(c in pattern for c in "<>=!~"):
+        try:
+            return SpecifierSet(pattern).contains(found, prereleases=True)
+        except (InvalidSpecifier, InvalidVersion):
+            return False
+    if "*" in pattern:
+        return fnmatch.fnmatchcase(found, pattern)
+    return found == pattern or re.match(re.escape(pattern) + r"(?:[.+]|$)", found) is not None
+
+
+def version_or_none(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+# ---- schema, plain data, starter --------------------------------------------------------------
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of the spec, for editors (e.g. taplo, Even Better TOML)."""
+    schema = _schema_for(RunSpec)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "acceptrun run spec",
+        **schema,
+    }
+
+
+def _schema_for(tp: Any) -> dict[str, Any]:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return _schema_for(next(a for a in get_args(tp) if a is not type(None)))
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for name, f in _fields(tp).items():  # type: ignore[arg-type]
+            props[name] = {"description": f.metadata["doc"], **_schema_for(hints[name])}
+            if name == "command":
+                props[name] = {
+                    "description": f.metadata["doc"],
+                    "oneOf": [
+                        {"type": "string"},
+                        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    ],
+                }
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                required.append(name)
+            elif f.default is not dataclasses.MISSING and f.default is not None:
+                props[name]["default"] = f.default
+        out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+        if tp.__doc__:
+            out["description"] = tp.__doc__.strip().splitlines()[0]
+        if required:
+            out["required"] = required
+        return out
+    if tp is Duration:
+        return {
+            "oneOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": _DURATION_RE.pattern.join(["^(", ")+$"])},
+            ]
+        }
+    if origin is list:
+        return {"type": "array", "items": _schema_for(get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_for(get_args(tp)[1])}
+    return {
+        bool: {"type": "boolean"},
+        int: {"type": "integer"},
+        float: {"type": "number"},
+        str: {"type": "string"},
+    }[tp]
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            if f.metadata.get("internal"):
+                continue
+            value = _to_plain(getattr(obj, f.name))
+            if value is not None:  # TOML has no null: absent means default
+                out[f.name] = value
+        return out
+    if isinstance(obj, list):
+        return [_to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, Duration):
+        return float(obj)
+    return obj
+
+
+def starter_spec(name: str = "my-run", command: str = "python train.py") -> str:
+    """The commented starter spec that ``acceptrun init`` writes."""
+    from importlib.resources import files
+
+    text = files("acceptrun").joinpath("templates/spec.toml").read_text(encoding="utf-8")
+    return text.replace("{name}", name).replace("{command}", command)

@@ -1,0 +1,133 @@
+"""One attempt's child process: its own process group, output teed to logs and terminal.
+
+The child runs in a new session (its own process group), so that
+
+- a Ctrl-C in the terminal reaches the supervisor only, which turns it into a graceful
+  stop for the whole group instead of killing the workload mid-step;
+- a stop or kill reaches every process the workload started (data-loader workers,
+  torchrun's ranks), and nothing it started outlives the attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+__all__ = ["ChildProcess"]
+
+_CHUNK = 64 * 1024  # bytes per read from the child's pipes
+
+
+class ChildProcess:
+    """A workload process whose stdout/stderr go to log files and, optionally, the terminal."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        env: Mapping[str, str],
+        stdout_path: Path,
+        stderr_path: Path,
+        echo: bool = True,
+    ) -> None:
+        self.argv = list(argv)
+        self.cwd = Path(cwd)
+        self.env = dict(env)
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+        self.echo = echo
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0  # time.time() at start
+        self.started_mono = 0.0  # time.monotonic() at start
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "child not started"
+        return self.proc.pid
+
+    def start(self) -> None:
+        """Start the child. Raises OSError when the command cannot be executed."""
+        self.started_at = time.time()
+        self.started_mono = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        for pipe, path, term in (
+            (self.proc.stdout, self.stdout_path, sys.stdout),
+            (self.proc.stderr, self.stderr_path, sys.stderr),
+        ):
+            t = threading.Thread(target=self._tee, args=(pipe, path, term), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _tee(self, pipe: IO[bytes], path: Path, term: IO[str]) -> None:
+        # Logs are flushed per chunk so `tail -f` and a crash both see everything.
+        out = getattr(term, "buffer", None) if self.echo else None
+        with open(path, "ab") as log:
+            fd = pipe.fileno()
+            while True:
+                try:
+                    chunk = os.read(fd, _CHUNK)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                log.write(chunk)
+                log.flush()
+                if out is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        out.write(chunk)
+                        out.flush()
+        pipe.close()
+
+    def poll(self) -> int | None:
+        assert self.proc is not None, "child not started"
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds; the return code, or None if still running."""
+        assert self.proc is not None, "child not started"
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_group(self, sig: int) -> bool:
+        """Send ``sig`` to the child's whole process group; False if it is already gone."""
+        assert self.proc is not None, "child not started"
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def finish(self) -> None:
+        """After the child exits: kill what it left in its group, then drain the pipes.
+
+        A data-loader worker or a daemon the workload forgot would otherwise keep running
+        (and keep holding the pipes open, so the logs would never close).
+        """
+        self.signal_group(signal.SIGKILL)
+        for t in self._threads:
+            t.join(timeout=5)
+
+    @property
+    def duration(self) -> float:
+        return time.monotonic() - self.started_mono

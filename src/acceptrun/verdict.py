@@ -1,0 +1,487 @@
+"""The verdict: acceptance checks over a run record, each with its evidence.
+
+The verdict only reads the record (frozen spec, preflight.json, attempts, events), so it
+can be recomputed at any time with the same answer. A check is ``pass``, ``fail`` or
+``not_recorded``; the run is ACCEPTED only when every *required* check passes. A
+required check whose evidence is missing is never a pass.
+
+Checks are grouped by the acceptance tests of docs/architecture.md: setup, data,
+performance, operations, plus the results the spec asks for (metrics and outputs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceptrun.hashing import hash_file
+from acceptrun.spec import RunSpec, format_duration, load_spec, parse_condition
+from acceptrun.workspace import RunRecord, now_iso
+
+__all__ = ["Check", "Verdict", "compute_verdict", "format_verdict", "run_timeline"]
+
+PASS, FAIL, NOT_RECORDED = "pass", "fail", "not_recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One acceptance check: its group, status, evidence and, when it fails, the fix."""
+
+    group: str
+    name: str
+    status: str
+    required: bool
+    evidence: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "name": self.name,
+            "status": self.status,
+            "required": self.required,
+            "evidence": self.evidence,
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    run_id: str
+    checks: list[Check]
+    decided_at: str
+
+    @property
+    def accepted(self) -> bool:
+        return all(c.status == PASS for c in self.checks if c.required)
+
+    @property
+    def label(self) -> str:
+        return "ACCEPTED" if self.accepted else "REJECTED"
+
+    def to_dict(self) -> dict[str, Any]:
+        failed = [c.name for c in self.checks if c.required and c.status != PASS]
+        return {
+            "run_id": self.run_id,
+            "verdict": "accepted" if self.accepted else "rejected",
+            "accepted": self.accepted,
+            "decided_at": self.decided_at,
+            "failed": failed,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+def run_timeline(record: RunRecord) -> dict[str, Any]:
+    """Launch, first step, last step and end times (unix seconds) from the events."""
+    launch = first_step = last_step = end = None
+    steps = 0
+    for ev in record.events():
+        kind, t = ev.get("kind"), ev.get("t")
+        if kind in ("attempt_start", "workload_start") and launch is None:
+            launch = t
+        elif kind == "step":
+            steps += 1
+            first_step = first_step or t
+            last_step = t
+        elif kind in ("attempt_exit", "workload_end"):
+            end = t
+    return {
+        "launch": launch,
+        "first_step": first_step,
+        "last_step": last_step,
+        "end": end,
+        "steps": steps,
+    }
+
+
+def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
+    """Decide a run from its record. ``spec`` defaults to the frozen spec in the record."""
+    spec = spec or load_spec(record.spec_path)
+    state = record.state
+    standalone = state.get("mode") == "standalone"
+    checks: list[Check] = []
+    checks += _setup_checks(record, spec, standalone)
+    checks += _data_checks(record, spec, standalone)
+    checks += _operations_checks(record, spec, standalone)
+    checks += _performance_checks(record, spec)
+    checks += _result_checks(record, spec)
+    return Verdict(record.run_id, checks, now_iso())
+
+
+def _setup_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Check]:
+    out = []
+    prov = record.read_json("provenance.json")
+    if prov is None:
+        out.append(
+            Check(
+                "setup",
+                "provenance",
+                NOT_RECORDED,
+                True,
+                "no provenance.json",
+                "run through `acceptrun run` or `acceptrun.init()`",
+            )
+        )
+    else:
+        absent = sorted(k for k, v in prov.items() if isinstance(v, dict) and v.get("absent"))
+        note = f"; absent: {', '.join(absent)}" if absent else ""
+        out.append(Check("setup", "provenance", PASS, True, f"environment recorded{note}"))
+    pre = record.read_json("preflight.json")
+    if standalone:
+        out.append(
+            Check(
+                "setup",
+                "expectations",
+                NOT_RECORDED,
+                False,
+                "standalone run: no spec, no preflight",
+            )
+        )
+    elif pre is None:
+        out.append(
+            Check(
+                "setup",
+                "expectations",
+                NOT_RECORDED,
+                True,
+                "no preflight.json",
+                "run through `acceptrun run SPEC`",
+            )
+        )
+    else:
+        for c in pre.get("checks", []):
+            if c["name"] in ("expectations", "resources", "storage", "device"):
+                fix = None if c["ok"] else _PREFLIGHT_FIX.get(c["name"])
+                out.append(
+                    Check("setup", c["name"], PASS if c["ok"] else FAIL, True, c["message"], fix)
+                )
+    tl = run_timeline(record)
+    if tl["first_step"] is not None and tl["launch"] is not None:
+        out.append(
+            Check(
+                "setup",
+                "first step",
+                PASS,
+                False,
+                f"{format_duration(tl['first_step'] - tl['launch'])} after launch",
+            )
+        )
+    else:
+        out.append(
+            Check(
+                "setup",
+                "first step",
+                NOT_RECORDED,
+                False,
+                "no step events",
+                "log steps with run.steps() / run.log()",
+            )
+        )
+    return out
+
+
+_PREFLIGHT_FIX = {
+    "expectations": "install the expected versions, or change [expect] if the new ones are intended",
+    "resources": "run on a machine that has the GPUs in [resources], or change [resources]",
+    "storage": "free space or fix permissions in the run and checkpoint directories",
+    "device": "check the GPU (nvidia-smi, driver logs) or move to another machine",
+    "data": "restore the data, or refresh the manifest with `acceptrun data snapshot` if the change is intended",
+}
+
+
+def _data_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Check]:
+    if not spec.data.path:
+        return [Check("data", "data verified", NOT_RECORDED, False, "the spec names no data")]
+    required = bool(spec.data.manifest)
+    pre = record.read_json("preflight.json") or {}
+    found = next((c for c in pre.get("checks", []) if c["name"] == "data"), None)
+    if found is None:
+        return [
+            Check(
+                "data",
+                "data verified",
+                NOT_RECORDED,
+                required,
+                "no data check in preflight.json",
+                _PREFLIGHT_FIX["data"],
+            )
+        ]
+    if not found["details"].get("verified") and found["ok"]:
+        return [
+            Check(
+                "data",
+                "data verified",
+                NOT_RECORDED,
+                False,
+                found["message"],
+                "add data.manifest to the spec",
+            )
+        ]
+    status = PASS if found["ok"] else FAIL
+    return [
+        Check(
+            "data",
+            "data verified",
+            status,
+            required,
+            found["message"],
+            None if found["ok"] else _PREFLIGHT_FIX["data"],
+        )
+    ]
+
+
+def _attempts(record: RunRecord) -> list[dict[str, Any]]:
+    root = record.path / "attempts"
+    if not root.is_dir():
+        return []
+    found = []
+    for d in sorted(root.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+        data = record.read_json(f"attempts/{d.name}/exit.json")
+        if isinstance(data, dict):
+            found.append(data)
+    return found
+
+
+def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Check]:
+    out = []
+    if standalone:
+        ends = list(record.events("workload_end"))
+        if not ends:
+            out.append(
+                Check(
+                    "operations",
+                    "exit",
+                    NOT_RECORDED,
+                    True,
+                    "the workload never reported its end",
+                    "call run.finish() or let the script exit",
+                )
+            )
+        else:
+            status = str(ends[-1].get("status"))
+            out.append(
+                Check(
+                    "operations",
+                    "exit",
+                    PASS if status == "ok" else FAIL,
+                    True,
+                    f"workload ended: {status}",
+                    None if status == "ok" else "read the traceback above",
+                )
+            )
+        return out
+    attempts = _attempts(record)
+    if not attempts:
+        out.append(
+            Check(
+                "operations",
+                "exit",
+                NOT_RECORDED,
+                True,
+                "no attempt ran",
+                "see preflight.json for why the run did not launch",
+            )
+        )
+        return out
+    last = attempts[-1]
+    ok = last["outcome"] == "success"
+    fix = None if ok else f"read attempts/{last['attempt']}/stderr.log"
+    if last["outcome"] == "wall_time":
+        fix = "raise limits.wall_time, or make the run faster"
+    out.append(
+        Check(
+            "operations",
+            "exit",
+            PASS if ok else FAIL,
+            True,
+            f"attempt {last['attempt']} {last['reason']} after {format_duration(last['duration_s'])}",
+            fix,
+        )
+    )
+    restarts = len(attempts) - 1
+    within = restarts <= spec.limits.max_restarts
+    out.append(
+        Check(
+            "operations",
+            "restarts",
+            PASS if within else FAIL,
+            True,
+            f"{restarts} of at most {spec.limits.max_restarts}",
+        )
+    )
+    for drill in spec.acceptance.drills:
+        results = [e for e in record.events("drill") if e.get("drill") == drill]
+        if not results:
+            out.append(
+                Check(
+                    "operations",
+                    f"drill {drill}",
+                    NOT_RECORDED,
+                    True,
+                    "no result recorded for this drill",
+                    f"run `acceptrun drill` for {drill}, or drop it from acceptance.drills",
+                )
+            )
+        else:
+            passed = bool(results[-1].get("ok"))
+            out.append(
+                Check(
+                    "operations",
+                    f"drill {drill}",
+                    PASS if passed else FAIL,
+                    True,
+                    str(results[-1].get("evidence", "")),
+                )
+            )
+    return out
+
+
+def _performance_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    rng = spec.limits.expected_runtime
+    tl = run_timeline(record)
+    if tl["launch"] is None or tl["end"] is None:
+        return [
+            Check(
+                "performance",
+                "runtime",
+                NOT_RECORDED,
+                bool(rng),
+                "the run has no start and end events",
+            )
+        ]
+    runtime = tl["end"] - tl["launch"]
+    if not rng:
+        return [
+            Check(
+                "performance",
+                "runtime",
+                PASS,
+                False,
+                f"{format_duration(runtime)} (no expected range in the spec)",
+            )
+        ]
+    lo, hi = rng
+    ok = lo <= runtime <= hi
+    evidence = (
+        f"{format_duration(runtime)}, expected {format_duration(lo)} to {format_duration(hi)}"
+    )
+    fix = (
+        None
+        if ok
+        else (
+            "the run ended early: check that it did all its work"
+            if runtime < lo
+            else "find what slowed it, or widen limits.expected_runtime"
+        )
+    )
+    return [Check("performance", "runtime", PASS if ok else FAIL, True, evidence, fix)]
+
+
+def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    out = []
+    last_metric: dict[str, Any] = {}
+    outputs: dict[str, dict[str, Any]] = {}
+    for ev in record.events("metric", "output"):
+        if ev["kind"] == "metric":
+            last_metric[str(ev.get("name"))] = ev.get("value")
+        else:
+            outputs[str(ev.get("name"))] = ev
+    for name, text in spec.acceptance.metrics.items():
+        cond = parse_condition(text)
+        value = last_metric.get(name)
+        if value is None:
+            known = ", ".join(sorted(last_metric)) or "none"
+            out.append(
+                Check(
+                    "results",
+                    f"metric {name}",
+                    NOT_RECORDED,
+                    True,
+                    f"never reported (metrics seen: {known})",
+                    f'report it with run.metric("{name}", value)',
+                )
+            )
+            continue
+        ok = isinstance(value, int | float) and math.isfinite(value) and cond.check(value)
+        out.append(
+            Check(
+                "results",
+                f"metric {name}",
+                PASS if ok else FAIL,
+                True,
+                f"{value:.6g} {'meets' if ok else 'misses'} {cond}",
+                None if ok else "the run did not reach its target; see the loss curve",
+            )
+        )
+    for name in spec.acceptance.outputs:
+        ev = outputs.get(name)
+        if ev is None:
+            out.append(
+                Check(
+                    "results",
+                    f"output {name}",
+                    NOT_RECORDED,
+                    True,
+                    "never registered",
+                    f'register it with run.output("{name}", path)',
+                )
+            )
+            continue
+        out.append(_verify_output(name, ev))
+    extra = sorted(set(outputs) - set(spec.acceptance.outputs))
+    for name in extra:
+        out.append(_verify_output(name, outputs[name], required=False))
+    return out
+
+
+def _verify_output(name: str, ev: dict[str, Any], *, required: bool = True) -> Check:
+    path = Path(str(ev.get("path")))
+    if not path.is_file():
+        return Check(
+            "results",
+            f"output {name}",
+            FAIL,
+            required,
+            f"{path} is gone",
+            "outputs must stay where they were registered, or use copy=True",
+        )
+    digest, size = hash_file(path)
+    if digest != ev.get("hash"):
+        return Check(
+            "results",
+            f"output {name}",
+            FAIL,
+            required,
+            f"{path} changed after it was registered ({ev.get('hash')} -> {digest})",
+            "register the output again after its last write",
+        )
+    return Check(
+        "results", f"output {name}", PASS, required, f"{path} ({_size(size)}, {digest[:25]}...)"
+    )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+_MARK = {PASS: "✓", FAIL: "✗", NOT_RECORDED: "–"}
+
+
+def format_verdict(verdict: Verdict, *, name: str = "") -> str:
+    """Terminal summary: the verdict, then one line per check with its evidence."""
+    lines = [f"{verdict.label}  {name + '  ' if name else ''}{verdict.run_id}"]
+    width = max((len(c.name) for c in verdict.checks), default=10)
+    for c in verdict.checks:
+        tag = "" if c.required or c.status == PASS else " (info)"
+        lines.append(
+            f"  {_MARK.get(c.status, '?')} {c.group:<11} {c.name:<{width}}  {c.evidence}{tag}"
+        )
+        if c.status != PASS and c.fix and c.required:
+            lines.append(f"    {'':<11} {'':<{width}}  fix: {c.fix}")
+    return "\n".join(lines)
