@@ -163,10 +163,12 @@ class RunRecord:
         return data
 
     def update_state(self, **changes: Any) -> dict[str, Any]:
-        """Merge ``changes`` into run.json atomically and return the new state."""
+        """Merge ``changes`` into run.json atomically, refresh the index, return the new state."""
         data = self.state
         data.update(changes)
         self.write_json("run.json", data)
+        # A record always lives in <workspace>/runs/<run_id>/; the index is a cache of run.json.
+        Workspace(self.path.parent.parent).index_run(self)
         return data
 
 
@@ -269,6 +271,12 @@ class Workspace:
         except RecordError:
             return
         row = _row_from_state(record, state)
+        try:
+            self._upsert(row)
+        except sqlite3.Error:
+            pass  # `acceptrun index rebuild` recovers; never fail a run over its cache
+
+    def _upsert(self, row: IndexRow) -> None:
         with contextlib.closing(self._connect()) as conn, conn:
             conn.execute(
                 "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
