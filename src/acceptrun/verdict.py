@@ -416,8 +416,8 @@ def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
             )
         )
     for name in spec.acceptance.outputs:
-        ev = outputs.get(name)
-        if ev is None:
+        registered = outputs.get(name)
+        if registered is None:
             out.append(
                 Check(
                     "results",
@@ -429,7 +429,7 @@ def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
                 )
             )
             continue
-        out.append(_verify_output(name, ev))
+        out.append(_verify_output(name, registered))
     extra = sorted(set(outputs) - set(spec.acceptance.outputs))
     for name in extra:
         out.append(_verify_output(name, outputs[name], required=False))

@@ -271,10 +271,9 @@ class Workspace:
         except RecordError:
             return
         row = _row_from_state(record, state)
-        try:
+        # `acceptrun index rebuild` recovers a stale index; never fail a run over its cache.
+        with contextlib.suppress(sqlite3.Error):
             self._upsert(row)
-        except sqlite3.Error:
-            pass  # `acceptrun index rebuild` recovers; never fail a run over its cache
 
     def _upsert(self, row: IndexRow) -> None:
         with contextlib.closing(self._connect()) as conn, conn:
