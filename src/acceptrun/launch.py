@@ -7,7 +7,11 @@ close step decides the verdict from the record alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,13 +32,41 @@ class LaunchResult:
     verdict: Verdict
     preflight_ok: bool
     supervision: SupervisorResult | None
+    interrupted: bool = False
 
     @property
     def exit_code(self) -> int:
-        """0 accepted, 1 rejected, 2 stopped before launch by a preflight check."""
+        """0 accepted, 1 rejected, 2 stopped by a preflight check, 130 stopped before launch."""
+        if self.interrupted:
+            return 130
         if not self.preflight_ok:
             return 2
         return 0 if self.verdict.accepted else 1
+
+
+class _StoppedBeforeLaunch(Exception):
+    """A stop signal arrived during preflight (which can hash terabytes of data)."""
+
+
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """During preflight, SIGTERM/SIGINT/SIGHUP abort it; the record is then closed as stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: types.FrameType | None) -> None:
+        raise _StoppedBeforeLaunch(signal.Signals(signum).name)
+
+    previous = {}
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(s) is not signal.SIG_IGN:  # nohup stays nohup
+            previous[s] = signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def launch(
@@ -65,7 +97,14 @@ def launch(
     say(f"run {record.run_id}")
     say(f"record {record.path}")
     record.event("run_start", sync=True, spec_hash=spec.hash)
-    preflight = run_preflight(record, spec, say=say)
+    try:
+        with _stop_signals_raise():
+            preflight = run_preflight(record, spec, say=say)
+    except _StoppedBeforeLaunch as exc:
+        say(f"{exc} during preflight: the run was not launched")
+        record.event("stopped_before_launch", sync=True, signal=str(exc))
+        verdict = close_run(record, ws, spec, status="stopped", say=say)
+        return LaunchResult(record, spec, verdict, False, None, interrupted=True)
     if not preflight.ok:
         record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
         verdict = close_run(record, ws, spec, status="failed_preflight", say=say)

@@ -116,7 +116,9 @@ def resolve_program(spec: RunSpec) -> str | None:
     if prog is None:
         return None
     if "/" in prog:
-        path = (spec.workdir_path / prog).resolve()
+        # abspath, not resolve(): a venv's bin/python is a symlink to the base interpreter,
+        # and resolving it would describe the base Python's packages instead of the venv's.
+        path = Path(os.path.abspath(spec.workdir_path / prog))
         return str(path) if path.is_file() and os.access(path, os.X_OK) else None
     return shutil.which(prog, path=_search_path(spec))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import json
 import math
 import operator
 import re
@@ -733,4 +734,5 @@ def starter_spec(name: str = "my-run", command: str = "python train.py") -> str:
     from importlib.resources import files
 
     text = files("acceptrun").joinpath("templates/spec.toml").read_text(encoding="utf-8")
-    return text.replace("{name}", name).replace("{command}", command)
+    # JSON string syntax is valid TOML basic-string syntax: quotes and backslashes escaped.
+    return text.replace("{name}", json.dumps(name)).replace("{command}", json.dumps(command))

@@ -22,6 +22,7 @@ import shutil
 import socket
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -220,14 +221,28 @@ class Workspace:
         return record
 
     def run_ids(self) -> list[str]:
-        """Run ids on disk, oldest first (ids sort by start time)."""
+        """Run ids on disk, oldest first.
+
+        Ids start with their UTC second; only runs created in the same second need their
+        run.json read to be ordered (by ``created_at``, in milliseconds).
+        """
         if not self.runs_dir.is_dir():
             return []
-        return sorted(
-            p.name
+        dirs = [
+            p
             for p in self.runs_dir.iterdir()
             if p.is_dir() and not p.name.startswith(".") and (p / "run.json").exists()
-        )
+        ]
+        tied = {s for s, n in Counter(p.name[:15] for p in dirs).items() if n > 1}
+
+        def key(p: Path) -> tuple[str, str, str]:
+            created = ""
+            if p.name[:15] in tied:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    created = str(json.loads((p / "run.json").read_text()).get("created_at", ""))
+            return (p.name[:15], created, p.name)
+
+        return [p.name for p in sorted(dirs, key=key)]
 
     def get_run(self, ref: str) -> RunRecord:
         """A run by id, unique prefix, unique name suffix, or ``latest``."""

@@ -1,0 +1,143 @@
+"""Shared fixtures: a clean environment per test, a per-test workspace and project."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.workspace import RunRecord
+
+PYTHON = sys.executable  # the venv's interpreter: specs never depend on PATH
+
+
+@pytest.fixture(autouse=True)
+def clean_environ() -> Iterator[None]:
+    """Each test starts without ACCEPTRUN_* variables and leaves os.environ as it found it."""
+    saved = dict(os.environ)
+    for name in [n for n in os.environ if n.startswith("ACCEPTRUN_")]:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def toml_str(value: str) -> str:
+    """A TOML basic string (JSON string syntax is valid TOML for these values)."""
+    return json.dumps(value)
+
+
+@dataclass
+class Project:
+    """A directory holding specs and workload scripts, with its own workspace."""
+
+    root: Path
+    workspace: Path
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.workspace / "runs"
+
+    def spec(
+        self,
+        script: str | None = None,
+        *,
+        name: str = "t",
+        command: list[str] | str | None = None,
+        extra: str = "",
+        file: str = "spec.toml",
+    ) -> Path:
+        """Write ``work.py`` (``<stem>.py`` for another ``file``) and a spec that runs it.
+
+        ``extra`` is TOML appended after the top-level keys (sections, env, ...).
+        """
+        script_file = "work.py" if file == "spec.toml" else f"{Path(file).stem}.py"
+        if script is not None:
+            (self.root / script_file).write_text(textwrap.dedent(script))
+        if command is None:
+            command = [PYTHON, script_file]
+        cmd = (
+            toml_str(command)
+            if isinstance(command, str)
+            else "[" + ", ".join(toml_str(c) for c in command) + "]"
+        )
+        text = f"name = {toml_str(name)}\ncommand = {cmd}\n{textwrap.dedent(extra)}"
+        path = self.root / file
+        path.write_text(text)
+        return path
+
+    def run_ids(self) -> list[str]:
+        if not self.runs_dir.is_dir():
+            return []
+        # A run directory appears whole under its final name; skip ".creating-*" ones.
+        return sorted(
+            p.name
+            for p in self.runs_dir.iterdir()
+            if not p.name.startswith(".") and (p / "run.json").exists()
+        )
+
+    def only_record(self) -> RunRecord:
+        ids = self.run_ids()
+        assert len(ids) == 1, ids
+        return RunRecord(self.runs_dir / ids[0])
+
+    def cli(
+        self, *args: str, timeout: float = 30, check_rc: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``acceptrun --workspace WS ARGS`` as a real process, run in the project root."""
+        proc = subprocess.run(
+            [PYTHON, "-m", "acceptrun", "--workspace", str(self.workspace), *args],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check_rc is not None:
+            assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A per-test workspace, also named by $ACCEPTRUN_WORKSPACE (cleared after the test)."""
+    path = tmp_path / ".acceptrun"
+    os.environ["ACCEPTRUN_WORKSPACE"] = str(path)
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path, workspace: Path) -> Project:
+    root = tmp_path / "proj"
+    root.mkdir()
+    return Project(root=root, workspace=workspace)
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def poll() -> Callable[..., Any]:
+    return wait_for
