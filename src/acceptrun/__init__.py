@@ -18,12 +18,24 @@ from acceptrun.errors import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # torch-backed helpers, imported on first use so `import acceptrun` stays light.
+    if name in ("ResumableLoader", "ResumableSampler"):
+        from acceptrun.checkpoint import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'acceptrun' has no attribute {name!r}")
+
+
 __all__ = [
     "ENV_VARS",
     "AcceptrunError",
     "DataError",
     "PreflightError",
     "RecordError",
+    "ResumableLoader",
+    "ResumableSampler",
     "Run",
     "SpecError",
     "UserError",

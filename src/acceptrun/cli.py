@@ -177,6 +177,69 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_of(record: Any) -> Any:
+    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.spec import load_spec
+
+    spec = load_spec(record.spec_path)
+    root = (
+        Path(spec.resolve_path(spec.checkpoint.dir))
+        if spec.checkpoint.dir
+        else record.checkpoints_dir
+    )
+    return CheckpointStore(root)
+
+
+def cmd_ckpt_ls(args: argparse.Namespace) -> int:
+    record = _workspace(args).get_run(args.run)
+    store = _store_of(record)
+    infos = store.list()
+    if not infos:
+        print(f"no checkpoints in {store.root}")
+        return 0
+    latest = store.latest()
+    mirror = {
+        int(k): v for k, v in (record.read_json("mirror.json") or {}).get("steps", {}).items()
+    }
+    print(f"{'STEP':>8}  {'CREATED':<24} {'SIZE':>10} {'FILES':>5}  {'MIRROR':<8} METRICS")
+    for i in infos:
+        mark = "*" if latest is not None and i.step == latest.step else " "
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(i.metrics.items()))
+        state = mirror.get(i.step, {}).get("state", "-")
+        print(
+            f"{i.step:>7}{mark}  {i.created_at:<24} {i.total_bytes / 1e6:>8.1f}MB {len(i.files):>5}  {state:<8} {metrics}"
+        )
+    print(f"(* = LATEST; {store.root})")
+    return 0
+
+
+def cmd_ckpt_verify(args: argparse.Namespace) -> int:
+    record = _workspace(args).get_run(args.run)
+    store = _store_of(record)
+    result = store.verify(args.step)
+    rate = result.checked_bytes / 1e6 / max(result.seconds, 1e-9)
+    if result.ok:
+        print(f"step {result.step}: ok, {len(store.get(result.step).files)} files, "
+              f"{result.checked_bytes / 1e6:.1f} MB hashed in {result.seconds:.2f}s ({rate:.0f} MB/s)")  # fmt: skip
+        return 0
+    print(f"{result.path}: FAILED verification")
+    for problem in result.problems:
+        print(f"  - {problem}")
+    print("restarts skip it and use the previous good checkpoint (it is quarantined then)")
+    return 1
+
+
+def cmd_ckpt_drill(args: argparse.Namespace) -> int:
+    from acceptrun.supervisor.drill import restore_drill
+
+    record = _workspace(args).get_run(args.run)
+    _say(f"restore drill of {record.run_id}{' on CPU' if args.cpu else ''}")
+    result = restore_drill(record, cpu=args.cpu, timeout=args.timeout, echo=args.verbose)
+    print(f"restore drill {'PASSED' if result.ok else 'FAILED'}: {result.evidence}")
+    print(f"logs: {result.log_dir}")
+    return 0 if result.ok else 1
+
+
 def cmd_index_rebuild(args: argparse.Namespace) -> int:
     ws = _workspace(args)
     count, skipped = ws.rebuild_index()
@@ -260,6 +323,28 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_show)
+
+    ckpt = sub.add_parser("ckpt", help="list, verify and drill a run's checkpoints")
+    ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="ACTION")
+    cls = ckpt_sub.add_parser(
+        "ls", help="checkpoints of a run, with sizes, metrics and mirror state"
+    )
+    cls.add_argument("run", nargs="?", default="latest")
+    cls.set_defaults(func=cmd_ckpt_ls)
+    cver = ckpt_sub.add_parser("verify", help="re-read and hash a checkpoint (default: LATEST)")
+    cver.add_argument("run", nargs="?", default="latest")
+    cver.add_argument("--step", type=int, help="the step to verify")
+    cver.set_defaults(func=cmd_ckpt_verify)
+    cdrill = ckpt_sub.add_parser(
+        "drill", help="restore the latest checkpoint in a fresh process and run one step"
+    )
+    cdrill.add_argument("run", nargs="?", default="latest")
+    cdrill.add_argument(
+        "--cpu", action="store_true", help="hide the GPUs: prove it restores on CPU"
+    )
+    cdrill.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    cdrill.add_argument("-v", "--verbose", action="store_true", help="show the workload's output")
+    cdrill.set_defaults(func=cmd_ckpt_drill)
 
     index = sub.add_parser("index", help="maintain the workspace index")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")

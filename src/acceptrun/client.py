@@ -5,11 +5,13 @@
     import acceptrun
 
     run = acceptrun.init()
-    for step in run.steps(total_steps):
+    start = run.restore(model=model, optimizer=opt, scheduler=sched)   # 0 on a fresh start
+    for step in run.steps(total_steps, start=start):
         with run.data_wait():
             batch = next(batches)
         loss = train_step(batch)
         run.log(step, loss=loss.item(), samples=len(batch))
+        run.maybe_checkpoint(step)              # interval from the spec; async
     run.metric("eval/accuracy", accuracy)
     run.output("model", "out/model.safetensors")
     run.finish()
@@ -17,7 +19,8 @@
 Under ``acceptrun run`` the supervisor passes the run directory in the environment (see
 :data:`ENV_VARS`) and this module appends events to its ``events.jsonl``. Started as a
 plain ``python train.py`` it creates a standalone run in the nearest workspace, so the
-same script is recorded either way. Nothing here imports torch.
+same script is recorded either way. Nothing here imports torch until the first
+checkpoint is saved or restored.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ ENV_ATTEMPT = "ACCEPTRUN_ATTEMPT"
 ENV_RESUME_FROM = "ACCEPTRUN_RESUME_FROM"
 ENV_CHECKPOINT_DIR = "ACCEPTRUN_CHECKPOINT_DIR"
 ENV_SPEC = "ACCEPTRUN_SPEC"
+ENV_DRILL = "ACCEPTRUN_DRILL"
 ENV_VARS = {
     ENV_RUN_DIR: "absolute path of the run record directory",
     ENV_RUN_ID: "the run id",
@@ -55,6 +59,7 @@ ENV_VARS = {
     ENV_RESUME_FROM: "checkpoint directory to resume from; empty on a fresh start",
     ENV_CHECKPOINT_DIR: "directory where the workload's checkpoints go",
     ENV_SPEC: "path of the frozen spec (spec.toml in the run record)",
+    ENV_DRILL: "set by `acceptrun ckpt drill`: restore, run one step, record the result, exit",
 }
 
 _active: Run | None = None
@@ -78,33 +83,65 @@ class Run:
         self._data_wait = 0.0  # seconds waited for data in the current step
         self._last_log: float | None = None
         self._exception: BaseException | None = None
+        self.drill = os.environ.get(ENV_DRILL) or None
+        self._objects: dict[str, Any] = {}
+        self._checkpointer: Any = None  # checkpoint.saver.Checkpointer, created on first use
+        self._last_values: dict[str, float] = {}
+        self._last_saved_step: int | None = None
+        self._last_save_time = time.monotonic()
+        self._restored: dict[str, Any] | None = None
+        self._spec: Any = None
 
     # ---- the training loop ----------------------------------------------------------------
 
-    def steps(self, total: int, start: int = 0) -> Iterator[int]:
-        """Yield ``start .. total-1``, timing each step and sending a heartbeat per step.
+    def steps(self, start_or_total: int, total: int | None = None) -> Iterator[int]:
+        """Yield step numbers like ``range``: ``steps(100)`` is 0..99, ``steps(40, 100)`` 40..99.
 
-        A stop request (SIGTERM from the supervisor, a preemption) ends the loop at the
-        next step boundary: the step in flight completes and is recorded, then the
-        process exits with status 143, as a process killed by SIGTERM would.
+        Each step is timed and its event (a heartbeat for the supervisor) written when
+        the loop body finishes. A stop request (SIGTERM from the supervisor, a
+        preemption) ends the loop at the next step boundary: the step in flight
+        completes, the state after it is checkpointed when :meth:`restore` registered
+        objects, and the process exits with status 143, as one killed by SIGTERM would.
         """
+        start, total = (0, start_or_total) if total is None else (start_or_total, total)
+        if self.drill and start >= total > 0:
+            # A drill of a finished run restores its final checkpoint: still run one step.
+            start = total - 1
         self._in_steps = True
         step = start
         try:
             while step < total:
                 if self._stop_requested:
-                    self.record.event(
-                        "stopped", attempt=self.attempt, step=step, reason="stop requested"
-                    )
-                    self._in_steps = False
-                    raise SystemExit(143)
+                    self._stop_at(step)
                 t0 = time.perf_counter()
                 self._data_wait = 0.0
                 yield step
                 self._emit_step(step, time.perf_counter() - t0)
+                if self.drill:
+                    self._finish_drill(step, time.perf_counter() - t0)
                 step += 1
         finally:
             self._in_steps = False
+
+    def _stop_at(self, step: int) -> None:
+        """A stop request at a step boundary: checkpoint what is done, then exit 143."""
+        self._in_steps = False
+        saved = None
+        if self._objects and step > 0 and self._last_saved_step != step - 1:
+            self.checkpoint(step - 1, block=True)
+            saved = step - 1
+        elif self._checkpointer is not None:
+            self._checkpointer.wait()
+            saved = self._last_saved_step
+        self.record.event(
+            "stopped",
+            sync=True,
+            attempt=self.attempt,
+            step=step,
+            checkpoint=saved,
+            reason="stop requested",
+        )
+        raise SystemExit(143)
 
     @contextlib.contextmanager
     def data_wait(self) -> Iterator[None]:
@@ -134,6 +171,9 @@ class Run:
         self._emit_step(step, step_time)
 
     def _emit_step(self, step: int, step_time: float | None) -> None:
+        self._last_values = {k: v for k, v in self._pending.items() if isinstance(v, int | float)}
+        if self.drill:
+            return  # a drill proves the restore; its step is not part of the run
         event: dict[str, Any] = {"attempt": self.attempt, "step": step}
         if step_time is not None:
             event["step_time"] = round(step_time, 6)
@@ -148,12 +188,169 @@ class Run:
         """True once the supervisor (or a preemption) asked the workload to stop."""
         return self._stop_requested
 
+    # ---- checkpoints ----------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> Any:
+        """The frozen :class:`~acceptrun.spec.RunSpec` of this run (checkpoint intervals...)."""
+        if self._spec is None:
+            from acceptrun.spec import load_spec
+
+            self._spec = load_spec(os.environ.get(ENV_SPEC) or self.record.spec_path)
+        return self._spec
+
+    def _store(self) -> Any:
+        from acceptrun.checkpoint.store import CheckpointStore
+
+        ck = self.spec.checkpoint
+        best = tuple(ck.keep_best.rsplit(":", 1)) if ck.keep_best else None
+        return CheckpointStore(
+            self.checkpoint_dir,
+            keep_last=ck.keep_last,
+            keep_every=ck.keep_every,
+            keep_best=best,
+            on_event=self._lifecycle_event,
+        )
+
+    def restore(self, *, map_location: str | None = None, **objects: Any) -> int:
+        """Register what a checkpoint holds and restore it when resuming; returns the start step.
+
+        ``objects`` are things with ``state_dict()``/``load_state_dict()`` (model,
+        optimizer, scheduler, GradScaler, :class:`~acceptrun.checkpoint.ResumableLoader`)
+        or plain JSON-able values. The RNG states (Python, NumPy, torch, CUDA) are always
+        included. On a fresh start nothing is loaded and 0 is returned; when the
+        supervisor resumes the run, the checkpoint is verified, loaded (tensors onto
+        ``map_location``, default CPU, then each object copies to its own device) and
+        the step after the checkpoint's is returned.
+
+        >>> start = run.restore(model=model, optimizer=opt, scheduler=sched)
+        """
+        self._objects = dict(objects)
+        resume = self.resume_from
+        if not resume:
+            return 0
+        from acceptrun.checkpoint.state import load_into
+
+        store = self._store()
+        path = Path(resume)
+        step_dir = int(path.name.split("-", 1)[1]) if path.name.startswith("step-") else None
+        result = (
+            store.verify(step_dir) if step_dir is not None and path.parent == store.root else None
+        )
+        if result is None or not result.ok:
+            info = store.latest_verified()
+            if info is None:
+                raise RuntimeError(
+                    f"cannot resume: {resume} failed verification and no older checkpoint in "
+                    f"{store.root} verifies; see the quarantine/ folder there"
+                )
+            path = info.path
+        t0 = time.perf_counter()
+        loaded = load_into(path, self._objects, device=map_location)
+        manifest = store.get(int(path.name.split("-", 1)[1]))
+        step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
+        self._restored = {"step": step, "path": str(path), "seconds": time.perf_counter() - t0}
+        self._last_saved_step = step
+        if not self.drill:
+            self.record.event(
+                "restored", sync=True, attempt=self.attempt, step=step, path=str(path),
+                seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
+            )  # fmt: skip
+        return step + 1
+
+    def checkpoint(
+        self, step: int, *, block: bool = False, metrics: dict[str, float] | None = None
+    ) -> None:
+        """Save the registered objects as the state after ``step`` (async, atomic, verified).
+
+        Blocks only while the state is copied to host memory; ``block=True`` waits for
+        the commit. A failed save is recorded at once and raised on the next call.
+        """
+        if self.drill:
+            return
+        if not self._objects:
+            raise RuntimeError(
+                "nothing to checkpoint: call run.restore(model=..., optimizer=...) first"
+            )
+        if self._checkpointer is None:
+            self._checkpointer = self._make_checkpointer()
+        values = {k: float(v) for k, v in (metrics or self._last_values).items()}
+        self._checkpointer.save(step, self._objects, metrics=values, block=block)
+        self._last_saved_step = step
+        self._last_save_time = time.monotonic()
+
+    def maybe_checkpoint(self, step: int) -> bool:
+        """Checkpoint when the spec's interval (``every_steps``, ``every``) says so; True if saved.
+
+        A stop request is also honoured here: the step just finished is saved, so a
+        graceful preemption loses no work.
+        """
+        ck = self.spec.checkpoint
+        due = self._stop_requested
+        due = due or (ck.every_steps is not None and (step + 1) % ck.every_steps == 0)
+        due = due or (ck.every is not None and time.monotonic() - self._last_save_time >= ck.every)
+        if not due or self._last_saved_step == step:
+            return False
+        self.checkpoint(step, block=self._stop_requested)
+        return True
+
+    def _make_checkpointer(self) -> Any:
+        from acceptrun.checkpoint.mirror import Mirror
+        from acceptrun.checkpoint.saver import Checkpointer
+
+        store = self._store()
+        store.remove_stale_staging()
+        mirror = None
+        if self.spec.checkpoint.mirror:
+            mirror = Mirror(
+                f"{self.spec.checkpoint.mirror.rstrip('/')}/{self.run_id}",
+                state_path=self.record.file("mirror.json"),
+                on_event=self._event_sink,
+            )
+            mirror.start()
+        prov = self.record.read_json("provenance.json") or {}
+        meta = {
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "spec_hash": self.record.state.get("spec_hash") or self.spec.hash,
+            "provenance_hash": prov.get("hashes", {}).get("all"),
+        }
+        return Checkpointer(
+            store, mirror=mirror, meta=meta,
+            on_event=self._event_sink,
+        )  # fmt: skip
+
+    def _event_sink(self, kind: str, fields: dict[str, Any]) -> None:
+        self.record.event(kind, attempt=self.attempt, **fields)
+
+    def _lifecycle_event(self, kind: str, fields: dict[str, Any]) -> None:
+        self.record.event(kind, sync=True, attempt=self.attempt, **fields)
+
+    def _finish_drill(self, step: int, seconds: float) -> None:
+        restored = self._restored or {}
+        ok = bool(restored) and all(
+            isinstance(v, int | float) and v == v and abs(v) != float("inf")
+            for v in self._last_values.values()
+        )
+        values = (
+            ", ".join(f"{k}={v:.6g}" for k, v in self._last_values.items()) or "no values logged"
+        )
+        evidence = (
+            f"restored step {restored.get('step')} in {restored.get('seconds', 0):.2f}s and ran step {step} ({values})"
+            if restored
+            else "nothing was restored: the workload never called run.restore() or had no checkpoint"
+        )
+        self.record.event("drill", sync=True, drill=self.drill, ok=ok, step=step, evidence=evidence)
+        raise SystemExit(0 if ok else 1)
+
     # ---- results ------------------------------------------------------------------------------
 
     def metric(self, name: str, value: float, *, step: int | None = None) -> None:
         """Record a final (or evaluation) metric; acceptance thresholds read the last value."""
         if not name:
             raise ValueError("metric name is empty; use a name such as 'eval/accuracy'")
+        if self.drill:
+            return
         fields: dict[str, Any] = {"attempt": self.attempt, "name": name, "value": _number(value)}
         if step is not None:
             fields["step"] = step
@@ -168,6 +365,8 @@ class Run:
         the record keeps a reference (large models stay where they are).
         """
         src = Path(path).resolve()
+        if self.drill:
+            return {}
         if not src.is_file():
             raise FileNotFoundError(
                 f"output {name!r}: {src} is not a file; write it before run.output()"
@@ -200,6 +399,13 @@ class Run:
         if self.finished:
             return
         self.finished = True
+        if self._checkpointer is not None:
+            try:
+                self._checkpointer.close()
+            except Exception as exc:  # the exit status still gets recorded
+                status = f"error: {type(exc).__name__}: {exc}" if status == "ok" else status
+        if self.drill:
+            return
         self.record.event("workload_end", sync=True, attempt=self.attempt, status=status)
         if not self.supervised:
             from acceptrun.close import close_standalone

@@ -19,8 +19,10 @@ import time
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.client import (
     ENV_ATTEMPT,
     ENV_CHECKPOINT_DIR,
@@ -122,7 +124,13 @@ class Supervisor:
         result = SupervisorResult()
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+            # A signal the caller ignores stays ignored: `nohup acceptrun run` (SIGHUP) and
+            # `acceptrun run &` from a script (SIGINT) must not stop the run.
+            previous = {
+                s: signal.signal(s, self._on_signal)
+                for s in STOP_SIGNALS
+                if signal.getsignal(s) is not signal.SIG_IGN
+            }
         start = time.monotonic()
         limits = self.spec.limits
         try:
@@ -134,6 +142,10 @@ class Supervisor:
                 result.attempts.append(res)
                 if res.outcome in ("success", "stopped", "wall_time", "not_started"):
                     result.stop_reason = res.reason
+                    break
+                if self._stop_reason is not None:
+                    # The stop came as the attempt ended on its own: honour it, no restart.
+                    result.stop_reason = f"stopped on request ({self._stop_reason})"
                     break
                 restarts = attempt - 1
                 if restarts >= limits.max_restarts:
@@ -150,8 +162,9 @@ class Supervisor:
                 self.record.event(
                     "restart", sync=True, attempt=attempt + 1, after=res.outcome, backoff_s=delay
                 )
-                self._wake.clear()
-                if self._wake.wait(delay) and self._stop_reason:
+                # _wake is only ever set together with _stop_reason: never clear it, or a
+                # stop that arrived since the attempt ended would be lost for the backoff.
+                if self._wake.wait(delay):
                     result.stop_reason = f"stopped during restart backoff ({self._stop_reason})"
                     break
         finally:
@@ -159,7 +172,29 @@ class Supervisor:
                 signal.signal(s, handler)
         return result
 
-    def _env(self, attempt: int) -> dict[str, str]:
+    @property
+    def checkpoint_dir(self) -> Path:
+        ck = self.spec.checkpoint.dir
+        return Path(self.spec.resolve_path(ck)) if ck else self.record.checkpoints_dir
+
+    def _resume_point(self, attempt: int) -> tuple[str, int | None]:
+        """The newest checkpoint that verifies (bad ones are quarantined), or none.
+
+        Verification re-reads every file: the cost of one read of the checkpoint per
+        restart, paid before the workload starts rather than by a failed restore.
+        """
+        store = CheckpointStore(
+            self.checkpoint_dir,
+            on_event=lambda kind, fields: self._event(kind, attempt, fields),
+        )
+        store.remove_stale_staging()
+        info = store.latest_verified()
+        return ("", None) if info is None else (str(info.path), info.step)
+
+    def _event(self, kind: str, attempt: int, fields: dict[str, Any]) -> None:
+        self.record.event(kind, sync=True, attempt=attempt, **fields)
+
+    def _env(self, attempt: int, resume_from: str = "") -> dict[str, str]:
         env = dict(self.base_env)
         env.update(self.spec.env)
         # Python buffers stdout into a pipe in 8 KiB blocks; unbuffered keeps logs live.
@@ -167,22 +202,19 @@ class Supervisor:
         env[ENV_RUN_DIR] = str(self.record.path)
         env[ENV_RUN_ID] = self.record.run_id
         env[ENV_ATTEMPT] = str(attempt)
-        env[ENV_RESUME_FROM] = ""
-        env[ENV_CHECKPOINT_DIR] = (
-            self.spec.resolve_path(self.spec.checkpoint.dir)
-            if self.spec.checkpoint.dir
-            else str(self.record.checkpoints_dir)
-        )
+        env[ENV_RESUME_FROM] = resume_from
+        env[ENV_CHECKPOINT_DIR] = str(self.checkpoint_dir)
         env[ENV_SPEC] = str(self.record.spec_path)
         return env
 
     def _run_attempt(self, attempt: int, deadline: float | None) -> AttemptResult:
         adir = self.record.attempt_dir(attempt)
         adir.mkdir(parents=True, exist_ok=True)
+        resume_from, resume_step = self._resume_point(attempt)
         child = ChildProcess(
             self.spec.command,
             cwd=self.spec.workdir_path,
-            env=self._env(attempt),
+            env=self._env(attempt, resume_from),
             stdout_path=adir / "stdout.log",
             stderr_path=adir / "stderr.log",
             echo=self.echo,
@@ -202,9 +234,15 @@ class Supervisor:
             self._record_exit(adir, res)
             return res
         self.record.event(
-            "attempt_start", sync=True, attempt=attempt, pid=child.pid, command=self.spec.command
+            "attempt_start",
+            sync=True,
+            attempt=attempt,
+            pid=child.pid,
+            command=self.spec.command,
+            resume_step=resume_step,
         )
-        self.say(f"attempt {attempt} started (pid {child.pid})")
+        resumed = "" if resume_step is None else f", resuming after step {resume_step}"
+        self.say(f"attempt {attempt} started (pid {child.pid}{resumed})")
         stop_sent_at: float | None = None
         cause: str | None = None
         returncode: int | None = None
@@ -254,7 +292,7 @@ class Supervisor:
     def _classify(
         self, attempt: int, child: ChildProcess, rc: int, cause: str | None
     ) -> AttemptResult:
-        sig = signal.Signals(-rc).name if rc < 0 else None
+        sig = _signal_name(-rc) if rc < 0 else None
         if cause == "wall_time":
             outcome, reason = (
                 "wall_time",
@@ -282,3 +320,11 @@ class Supervisor:
     def _record_exit(self, adir: Any, res: AttemptResult) -> None:
         self.record.write_json(f"attempts/{res.attempt}/exit.json", res.to_dict())
         self.record.event("attempt_exit", sync=True, **res.to_dict())
+
+
+def _signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9; real-time signals (``SIGRTMIN+1``) have no Signals member."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -1,0 +1,585 @@
+"""Mirror: copies of committed checkpoints off the machine (another disk, S3, any fsspec URL).
+
+A mirror root holds one run's checkpoints in the store's own layout::
+
+    <url>/step-<N>/<files...>       data files, uploaded first
+    <url>/step-<N>/MANIFEST.json    the commit marker: a remote step without it is not a checkpoint
+    <url>/LATEST                    "step-<N>\\n", the newest step mirrored whole; never moves back
+
+Upload protocol for one step: stream every data file, hashing the bytes *as read from the
+local file* and comparing them with the local manifest (a local corruption is refused, never
+mirrored); verify the remote copy (``verify="hash"`` re-reads it, ``"size"`` only stats it);
+then write MANIFEST.json (byte-identical to the local one) and check it; then advance LATEST.
+Verifying before the commit marker means a bad remote copy is never visible as committed.
+
+A background thread does the uploads, so :meth:`Mirror.enqueue` never blocks training. An
+outage (connection refused, timeout, bad credentials) leaves the step ``pending`` with the
+reason and retries with exponential backoff (``retry_base_s`` doubling to ``retry_max_s``);
+the backoff is the mirror's, not the step's, because an outage is a property of the remote.
+The queue is served **newest step first**: after an outage the newest checkpoint, the one a
+restore needs, is off the machine first; the older ones catch up after it. Per-step states
+(``pending``, ``ok``, ``failed``, ``skipped``) live in a local JSON file, so a later attempt
+of the run, building a Mirror on the same ``state_path``, resumes the pending ones.
+
+Remote retention is left to the remote: bucket lifecycle rules (expire ``step-*`` objects
+after N days) are the usual tool, and deleting remotely from a training job is a risk that
+buys little.
+
+>>> m = Mirror("s3://bucket/runs/r1/checkpoints", state_path=run_dir / "mirror.json")
+>>> m.start(); m.enqueue(100, ckpt_dir / "step-100"); ...; m.wait(timeout=600); m.close()
+>>> fetch("s3://bucket/runs/r1/checkpoints", Path("restore"))  # newest step, verified
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from acceptrun.durable import fsync_dir, read_json, write_atomic, write_json_atomic
+from acceptrun.errors import RecordError, UserError
+from acceptrun.hashing import CHUNK, hash_bytes, new_hasher
+from acceptrun.workspace import now_iso
+
+__all__ = ["Mirror", "fetch", "remote_steps"]
+
+MANIFEST = "MANIFEST.json"
+LATEST = "LATEST"
+STATE_KIND = "acceptrun.mirror_state"
+_STEP_DIR = re.compile(r"step-(0|[1-9][0-9]*)")  # as the store names them: no leading zeros
+_log = logging.getLogger(__name__)
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+class _LocalProblem(Exception):
+    """The local checkpoint cannot be mirrored: retrying will not help."""
+
+    def __init__(self, reason: str, state: Literal["failed", "skipped"] = "failed") -> None:
+        super().__init__(reason)
+        self.state = state
+
+
+class Mirror:
+    """Uploads committed checkpoints of one run to ``url`` in the background.
+
+    ``url`` is the exact root for this run (``s3://bucket/prefix``, ``memory://x``, a path);
+    ``storage_options`` go to fsspec (credentials, ``client_kwargs``, retries). ``on_event``
+    is called on the mirror thread with ``("mirror_ok", {step, bytes, seconds})`` or
+    ``("mirror_failed", {step, state, reason, attempts, ...})``. ``verify="hash"`` re-reads
+    every uploaded file; ``"size"`` trusts the remote's size (see :meth:`_check_remote`).
+    Call :meth:`start` for background uploads; :meth:`upload` is the same work, inline and
+    not to be mixed with the thread for one step.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        state_path: Path,
+        on_event: EventSink | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        retry_base_s: float = 1.0,
+        retry_max_s: float = 60.0,
+        verify: Literal["hash", "size"] = "hash",
+    ) -> None:
+        if retry_base_s <= 0 or retry_max_s < retry_base_s:
+            raise ValueError(
+                f"retry_base_s={retry_base_s}, retry_max_s={retry_max_s}: need "
+                "0 < retry_base_s <= retry_max_s (seconds), e.g. 1.0 and 60.0"
+            )
+        if verify not in ("hash", "size"):
+            raise ValueError(f"verify={verify!r}: use 'hash' (re-read the copy) or 'size'")
+        self.url = url
+        self.state_path = Path(state_path)
+        self.verify = verify
+        self.retry_base_s = retry_base_s
+        self.retry_max_s = retry_max_s
+        self._on_event = on_event
+        self._options = dict(storage_options or {})
+        self._cond = threading.Condition()
+        self._write_lock = threading.Lock()  # one state-file writer at a time, newest snapshot
+        self._queue: dict[int, Path] = {}
+        self._active: int | None = None
+        self._enqueued: set[int] = set()
+        self._failures_in_row = 0
+        self._not_before = 0.0  # time.monotonic() before which the remote is not retried
+        self._dirty = False
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._states: dict[int, dict[str, Any]] = self._load_states()
+
+    # -- public API ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the upload thread; steps left pending by an earlier attempt are re-queued."""
+        with self._cond:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop = False
+            for step, entry in self._states.items():
+                if entry["state"] == "pending" and entry.get("path"):
+                    self._queue.setdefault(step, Path(entry["path"]))
+                    self._enqueued.add(step)
+            # daemon: a remote call stuck in an outage must not hold the interpreter at exit;
+            # wait() is the way to drain before exiting.
+            self._thread = threading.Thread(target=self._loop, name="acceptrun-mirror", daemon=True)
+            self._thread.start()
+
+    def enqueue(self, step: int, path: Path) -> None:
+        """Queue a committed checkpoint directory for upload; returns at once, never raises."""
+        with self._cond:
+            self._queue[step] = Path(path)
+            self._enqueued.add(step)
+            self._set_state(step, "pending", "queued", path=Path(path))
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the queue is drained; True when every enqueued step is ``ok``.
+
+        A ``failed`` or ``skipped`` step makes it False. Without a running thread (before
+        :meth:`start`, after :meth:`close`) it does not wait for the queue.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._active is not None:
+                if self._thread is None or not self._thread.is_alive():
+                    return False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            # "skipped": retention removed the step locally before it went up, because a
+            # newer one superseded it; that newer one is what a restore needs.
+            return all(self._states[s]["state"] in ("ok", "skipped") for s in self._enqueued)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread after the upload in flight; queued steps stay pending on disk."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        self._persist()
+
+    def status(self) -> dict[int, dict[str, Any]]:
+        """A copy of the per-step states: ``{step: {state, reason, attempts, ...}}``."""
+        with self._cond:
+            return {step: dict(entry) for step, entry in sorted(self._states.items())}
+
+    def upload(self, step: int, path: Path) -> None:
+        """Upload one step now, on this thread; what the background thread does per step.
+
+        Records the outcome (state file, ``on_event``) and then raises on failure:
+        :class:`RecordError` for a damaged local checkpoint, :class:`UserError` for one that
+        is gone, the remote's own error (``OSError``, botocore's) for an outage.
+        """
+        error = self._upload_once(step, Path(path))
+        if error is not None:
+            raise error
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stop or self._dirty or (self._queue and self._due_in() <= 0)):
+                    self._cond.wait(self._due_in() if self._queue else None)
+                if self._stop:
+                    return
+                job = None if self._dirty else max(self._queue.items())  # newest step first
+                if job is not None:
+                    self._active = job[0]
+                    del self._queue[job[0]]
+            if job is None:
+                self._persist()  # off the lock: enqueue() must not wait for an fsync
+                continue
+            self._upload_once(*job)
+            with self._cond:
+                self._active = None
+                if self._states[job[0]]["state"] == "pending":
+                    self._queue.setdefault(*job)
+                self._cond.notify_all()
+
+    def _due_in(self) -> float:
+        return self._not_before - time.monotonic()
+
+    def _upload_once(self, step: int, path: Path) -> Exception | None:
+        """One attempt, its outcome recorded (state file, on_event); returns the error."""
+        started = time.monotonic()
+        with self._cond:
+            attempts = int(self._states.get(step, {}).get("attempts", 0)) + 1
+        fields: dict[str, Any] = {"attempts": attempts}
+        error: Exception | None = None
+        try:
+            fields["bytes"] = self._transfer(step, path)
+            state, reason = "ok", ""
+            fields["seconds"] = round(time.monotonic() - started, 3)
+        except _LocalProblem as exc:
+            state, reason = exc.state, str(exc)
+            error = (RecordError if exc.state == "failed" else UserError)(reason)
+        except Exception as exc:  # any remote error counts as an outage: retried with backoff
+            state, reason, error = "pending", f"{type(exc).__name__}: {exc}"[:500], exc
+        event: dict[str, Any] = {"step": step, "state": state, "reason": reason, **fields}
+        with self._cond:
+            if state == "pending":
+                self._failures_in_row += 1
+                backoff = self.retry_base_s * 2 ** (self._failures_in_row - 1)
+                event["retry_in_s"] = min(backoff, self.retry_max_s)
+                self._not_before = time.monotonic() + event["retry_in_s"]
+                for other in self._queue:  # the queued ones wait on the same outage
+                    self._states[other]["reason"] = f"waiting for the remote: {reason}"
+            elif state == "ok":
+                self._failures_in_row, self._not_before = 0, 0.0
+            self._set_state(step, state, reason, path=path, **fields)
+        self._persist()
+        if state == "ok":
+            self._emit(
+                "mirror_ok", {"step": step, "bytes": event["bytes"], "seconds": event["seconds"]}
+            )
+        else:
+            self._emit("mirror_failed", event)
+        return error
+
+    def _transfer(self, step: int, path: Path) -> int:
+        """Copy one committed step to the remote; returns the bytes uploaded."""
+        raw = _read_local_manifest(step, path)
+        files = _parse_manifest(raw, step=step, where=str(path / MANIFEST), error=_LocalProblem)
+        fs, root = fsspec.url_to_fs(self.url, **self._options)  # cached per thread by fsspec
+        local = isinstance(fs, LocalFileSystem)
+        rdir = f"{root}/step-{step}"
+        fs.invalidate_cache(rdir)
+        if fs.exists(f"{rdir}/{MANIFEST}"):
+            # A copy of this step from an earlier attempt: un-commit it before its files change.
+            fs.rm_file(f"{rdir}/{MANIFEST}")
+        total = 0
+        for rel, entry in files.items():
+            total += _put_checked(fs, path, step, rel, entry, f"{rdir}/{rel}", local=local)
+        if local:  # the new directory entries, so a power cut cannot lose the files
+            for directory in {f"{rdir}/{d}" for rel in files for d in PurePosixPath(rel).parents}:
+                fsync_dir(directory)
+            fsync_dir(root)
+        self._check_remote(fs, rdir, files)
+        _put_bytes(fs, f"{rdir}/{MANIFEST}", raw, local=local)
+        try:
+            self._check_remote(fs, rdir, {MANIFEST: {"size": len(raw), "hash": hash_bytes(raw)}})
+        except Exception:
+            fs.rm_file(f"{rdir}/{MANIFEST}")  # never leave a commit marker over a bad copy
+            raise
+        current = _read_latest(fs, root)
+        if current is None or current <= step:  # newest-first catch-up must not move it back
+            _put_bytes(fs, f"{root}/{LATEST}", f"step-{step}\n".encode(), local=local)
+        return total + len(raw)
+
+    def _check_remote(self, fs: Any, rdir: str, files: Mapping[str, Mapping[str, Any]]) -> None:
+        for rel, entry in files.items():
+            rpath = f"{rdir}/{rel}"
+            fs.invalidate_cache(rpath)  # s3fs caches listings; ask the server
+            size = int(fs.info(rpath)["size"])
+            if size != entry["size"]:
+                raise OSError(f"remote {rpath} has {size} bytes, expected {entry['size']}")
+            if self.verify == "hash":
+                # Costs a full download of the checkpoint (GET requests, egress outside the
+                # region), on the mirror thread only: it proves the bytes that landed.
+                digest, _ = _copy(_remote_chunks(fs, rpath), None, _algorithm(entry))
+                if digest != entry["hash"]:
+                    raise OSError(f"remote {rpath} reads back as {digest}, not {entry['hash']}")
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _set_state(self, step: int, state: str, reason: str, **fields: Any) -> None:
+        """Update one step's entry; the caller holds ``self._cond``."""
+        entry = self._states.setdefault(step, {"attempts": 0, "bytes": 0, "seconds": 0.0})
+        if "path" in fields:
+            fields["path"] = str(fields["path"])
+        entry.update(state=state, reason=reason, updated_at=now_iso(), **fields)
+        self._dirty = True
+        self._cond.notify_all()
+
+    def _load_states(self) -> dict[int, dict[str, Any]]:
+        """Steps recorded by an earlier Mirror of this run (same state file, same url)."""
+        try:
+            doc = read_json(self.state_path)
+            if doc["kind"] == STATE_KIND and doc["url"] == self.url:
+                return {int(k): {"state": v["state"], **v} for k, v in doc["steps"].items()}
+        except (RecordError, OSError, LookupError, TypeError, ValueError):
+            pass  # missing or damaged: a progress cache, not the truth (remote manifests are)
+        return {}
+
+    def _persist(self) -> None:
+        """Write the state file off the caller's lock; the last writer writes the newest."""
+        with self._write_lock:
+            with self._cond:
+                self._dirty = False
+                steps = {str(s): dict(e) for s, e in sorted(self._states.items())}
+            doc = {"kind": STATE_KIND, "schema": 1, "url": self.url, "steps": steps}
+            try:
+                self.state_path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(self.state_path, doc)
+            except Exception as exc:  # a full disk must not stop the mirror itself
+                self._emit(
+                    "mirror_failed", {"step": None, "state": "state_file", "reason": str(exc)}
+                )
+
+    def _emit(self, name: str, payload: dict[str, Any]) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(name, payload)
+        except Exception:  # a broken callback must not stop the uploads
+            _log.exception("mirror on_event callback failed for %s", name)
+
+
+# -- fetch and listing ---------------------------------------------------------------------
+
+
+def remote_steps(url: str, *, storage_options: Mapping[str, Any] | None = None) -> list[int]:
+    """Steps committed in the mirror at ``url`` (those with a MANIFEST.json), ascending."""
+    fs, root = fsspec.url_to_fs(url, **dict(storage_options or {}))
+    return _committed_steps(fs, root)
+
+
+def fetch(
+    url: str,
+    dest_root: Path,
+    *,
+    step: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Path:
+    """Download a mirrored step into ``dest_root/step-<N>/``, verified; returns that directory.
+
+    Without ``step``: the remote LATEST, else the highest committed step. Files go to a
+    staging directory, each checked against the manifest's size and hash, then fsynced and
+    renamed into place; ``dest_root/LATEST`` then names the step. A corrupt remote copy
+    raises :class:`RecordError` naming the file and leaves ``dest_root`` as it was.
+
+    >>> fetch("s3://bucket/runs/r1/checkpoints", Path("ckpt"), step=200)
+    """
+    fs, root = fsspec.url_to_fs(url, **dict(storage_options or {}))
+    dest_root = Path(dest_root)
+    if step is None:
+        step = _pick_latest(fs, root, url)
+    rdir = f"{root}/step-{step}"
+    try:
+        raw = fs.cat_file(f"{rdir}/{MANIFEST}")
+    except FileNotFoundError:
+        raise UserError(
+            f"step {step} is not in the mirror at {url} (no step-{step}/{MANIFEST}); "
+            f"committed steps there: {_committed_steps(fs, root) or 'none'}"
+        ) from None
+    files = _parse_manifest(
+        raw, step=step, where=f"{url}/step-{step}/{MANIFEST}", error=RecordError
+    )
+    created = not dest_root.exists()
+    dest_root.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(4)
+    staging = dest_root / f".fetch-step-{step}-{token}"
+    final = dest_root / f"step-{step}"
+    try:
+        staging.mkdir()
+        for rel, entry in files.items():
+            _get_checked(fs, f"{rdir}/{rel}", staging / rel, entry, f"{url}/step-{step}/{rel}")
+        write_atomic(staging / MANIFEST, raw)  # last, as in the store: the commit marker
+        for directory in {staging / d for rel in files for d in PurePosixPath(rel).parents}:
+            fsync_dir(directory)
+        if final.exists():  # replace an older local copy whole: aside, swap, then delete
+            aside = dest_root / f".replaced-step-{step}-{token}"
+            os.replace(final, aside)
+            os.replace(staging, final)
+            shutil.rmtree(aside)
+        else:
+            os.replace(staging, final)
+        fsync_dir(dest_root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(dest_root, ignore_errors=True)
+        raise
+    write_atomic(dest_root / LATEST, f"step-{step}\n")
+    return final
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _read_local_manifest(step: int, path: Path) -> bytes:
+    try:
+        return (path / MANIFEST).read_bytes()
+    except FileNotFoundError:
+        if not path.exists():
+            gone = f"{path} was deleted locally before it was mirrored (retention or quarantine)"
+            raise _LocalProblem(gone, "skipped") from None
+        raise _LocalProblem(f"{path} has no {MANIFEST}: not a committed checkpoint") from None
+    except OSError as exc:
+        raise _LocalProblem(f"cannot read {path / MANIFEST}: {exc}") from exc
+
+
+def _parse_manifest(
+    raw: bytes, *, step: int, where: str, error: Callable[[str], Exception]
+) -> dict[str, dict[str, Any]]:
+    """The ``files`` of a checkpoint manifest, validated; problems raise ``error(message)``."""
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{where} is not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("kind") != "acceptrun.checkpoint":
+        raise error(f"{where} is not a checkpoint manifest (kind != 'acceptrun.checkpoint')")
+    if doc.get("schema") != 1 or doc.get("step") != step:
+        raise error(
+            f"{where}: schema {doc.get('schema')!r}, step {doc.get('step')!r}; expected 1, {step}"
+        )
+    files = doc.get("files")
+    if not isinstance(files, dict):
+        raise error(f"{where}: 'files' is not a mapping of path -> {{size, hash}}")
+    for rel, entry in files.items():
+        parts = PurePosixPath(rel).parts
+        if not rel or rel.startswith("/") or ".." in parts or rel == MANIFEST:
+            # "../x" from a tampered remote manifest would write outside the step directory
+            raise error(f"{where}: file path {rel!r} must be relative, inside the step directory")
+        if not (isinstance(entry, dict) and type(entry.get("size")) is int and _known(entry)):
+            raise error(f"{where}: entry for {rel!r} needs an int size and an 'xxh3_128:' hash")
+    return {rel: files[rel] for rel in sorted(files)}
+
+
+def _known(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry["hash"]`` is ``"<algorithm>:<hex>"`` with an algorithm we can compute."""
+    algorithm, sep, digest = str(entry.get("hash", "")).partition(":")
+    try:
+        new_hasher(algorithm)
+    except ValueError:
+        return False
+    return bool(sep and digest)
+
+
+def _copy(chunks: Iterable[bytes], dst: Any, algorithm: str) -> tuple[str, int]:
+    """Write ``chunks`` to ``dst`` (None: only read them); returns the hash of what was read."""
+    hasher, size = new_hasher(algorithm), 0
+    for chunk in chunks:
+        hasher.update(chunk)
+        size += len(chunk)
+        if dst is not None:
+            dst.write(chunk)
+    return f"{algorithm}:{hasher.hexdigest()}", size
+
+
+def _remote_chunks(fs: Any, rpath: str) -> Iterator[bytes]:
+    with fs.open(rpath, "rb") as f:
+        yield from iter(lambda: f.read(CHUNK), b"")
+
+
+def _algorithm(entry: Mapping[str, Any]) -> str:
+    return str(entry["hash"]).split(":", 1)[0]
+
+
+def _put_checked(
+    fs: Any, path: Path, step: int, rel: str, entry: Mapping[str, Any], rpath: str, *, local: bool
+) -> int:
+    """Upload one local file, refusing it when its bytes do not match the manifest."""
+    where = f"step-{step}/{rel}"
+    try:
+        src = open(path / rel, "rb")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        if not path.exists():
+            raise _LocalProblem(f"{path} was deleted locally while mirroring", "skipped") from None
+        raise _LocalProblem(f"{where} is in the manifest but missing locally") from None
+    except OSError as exc:
+        raise _LocalProblem(f"cannot open local file {where}: {exc}") from exc
+    with src:
+        if local:
+            # Only on a local disk: s3fs's makedirs would create a missing (mistyped) bucket.
+            fs.makedirs(str(PurePosixPath(rpath).parent), exist_ok=True)
+        try:
+            with fs.open(rpath, "wb") as out:  # s3: one PUT, or multipart past the block size
+                digest, size = _copy(_local_chunks(src, where), out, _algorithm(entry))
+            if digest != entry["hash"] or size != entry["size"]:
+                raise _LocalProblem(
+                    f"local file {where} does not match its manifest: {digest} ({size} bytes), "
+                    f"manifest says {entry['hash']} ({entry['size']} bytes); the local copy "
+                    "is corrupt and was not mirrored"
+                )
+        except _LocalProblem:
+            # Uncommitted anyway (no manifest goes up); still, leave no bad bytes about.
+            with contextlib.suppress(Exception):
+                fs.rm_file(rpath)
+            raise
+    if local:
+        with open(rpath, "rb") as f:
+            os.fsync(f.fileno())
+    return size
+
+
+def _local_chunks(f: Any, where: str) -> Iterator[bytes]:
+    """Chunks of a local file; a read error fails the step instead of passing for an outage."""
+    while True:
+        try:
+            chunk: bytes = f.read(CHUNK)
+        except OSError as exc:
+            raise _LocalProblem(f"cannot read local file {where}: {exc}") from exc
+        if not chunk:
+            return
+        yield chunk
+
+
+def _get_checked(fs: Any, rpath: str, dst: Path, entry: Mapping[str, Any], shown: str) -> None:
+    """Download one remote file to ``dst``, fsynced, raising when it does not match."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fs.invalidate_cache(rpath)  # s3fs would trust a cached listing's size
+    with open(dst, "wb") as out:
+        digest, size = _copy(_remote_chunks(fs, rpath), out, _algorithm(entry))
+        out.flush()
+        os.fsync(out.fileno())
+    if digest != entry["hash"] or size != entry["size"]:
+        raise RecordError(
+            f"mirror copy {shown} is corrupt: {digest} ({size} bytes), its manifest says "
+            f"{entry['hash']} ({entry['size']} bytes). Nothing was restored; fetch another "
+            "step (see remote_steps) or mirror this one again from a machine that has it."
+        )
+
+
+def _put_bytes(fs: Any, rpath: str, data: bytes, *, local: bool) -> None:
+    """Write a small object whole: atomic rename on a local disk, one PUT on object stores."""
+    if local:
+        write_atomic(rpath, data)
+    else:
+        fs.pipe_file(rpath, data)
+
+
+def _read_latest(fs: Any, root: str) -> int | None:
+    try:
+        fs.invalidate_cache(root)
+        text = fs.cat_file(f"{root}/{LATEST}").decode().strip()
+    except FileNotFoundError:
+        return None
+    match = _STEP_DIR.fullmatch(text)
+    return int(match.group(1)) if match else None
+
+
+def _committed_steps(fs: Any, root: str) -> list[int]:
+    fs.invalidate_cache(root)
+    steps = set()
+    for found in fs.glob(f"{root}/step-*/{MANIFEST}"):
+        match = _STEP_DIR.fullmatch(PurePosixPath(found).parent.name)
+        if match:
+            steps.add(int(match.group(1)))
+    return sorted(steps)
+
+
+def _pick_latest(fs: Any, root: str, url: str) -> int:
+    steps = _committed_steps(fs, root)
+    if not steps:
+        raise UserError(f"no checkpoint in the mirror at {url}: no step-<N>/{MANIFEST} there")
+    latest = _read_latest(fs, root)
+    return latest if latest is not None and latest in steps else steps[-1]

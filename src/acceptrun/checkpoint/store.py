@@ -1,0 +1,596 @@
+"""The checkpoint store: atomic checkpoint directories, manifests, verification, retention.
+
+A store root holds::
+
+    step-<N>/          one committed checkpoint: its files, then MANIFEST.json (written last)
+    LATEST             "step-<N>\\n", replaced atomically after each commit
+    quarantine/        checkpoints that failed verification or were replaced; never deleted
+    .staging-step-*    a save in progress (or left by a killed one)
+
+A checkpoint exists only if ``step-<N>/MANIFEST.json`` parses. The manifest is written
+last and the directory appears under its final name by one rename, so a reader sees a
+whole checkpoint or none. Files are hashed as they are written, so a commit costs no
+re-read; :meth:`CheckpointStore.verify` re-reads and re-hashes. One process writes to a
+root at a time (the workload), any number read; a store is not thread-safe.
+
+>>> store = CheckpointStore("ckpt", keep_last=2)
+>>> w = store.begin(100)
+>>> w.write_bytes("model.safetensors", blob)
+>>> store.commit(w, metrics={"loss": 1.25}).step
+100
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import io
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, cast
+
+from acceptrun.durable import fsync_dir, write_atomic
+from acceptrun.errors import RecordError, UserError
+from acceptrun.hashing import ALGORITHM, hash_file, new_hasher, split_hash
+from acceptrun.workspace import now_iso
+
+__all__ = [
+    "LATEST",
+    "MANIFEST",
+    "QUARANTINE",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "CheckpointWriter",
+    "VerifyResult",
+]
+
+MANIFEST = "MANIFEST.json"
+LATEST = "LATEST"
+QUARANTINE = "quarantine"
+KIND = "acceptrun.checkpoint"
+SCHEMA = 1
+_REQUIRED = ("kind", "schema", "step", "created_at", "files", "total_bytes", "metrics", "meta")
+_STEP_DIR = re.compile(r"step-(0|[1-9][0-9]*)")
+# What a killed writer leaves, named with its pid: a save, a retention delete, and
+# write_atomic's temporary LATEST.
+_LEFTOVER = re.compile(r"\.(?:staging-step-\d+|deleting-step-\d+|LATEST\.tmp)-(\d+)-[0-9a-f]+")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_BUFFER = 1 << 20  # bytes buffered per open file; larger writes go straight through
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A committed checkpoint as its manifest describes it (nothing re-hashed)."""
+
+    step: int
+    path: Path
+    created_at: str
+    files: dict[str, dict[str, Any]]  # relative path -> {"size": bytes, "hash": "xxh3_128:..."}
+    total_bytes: int
+    metrics: dict[str, float]
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """The outcome of re-reading a checkpoint; each problem names the file and the fault."""
+
+    ok: bool
+    step: int | None
+    path: Path
+    problems: list[str]
+    seconds: float
+    checked_bytes: int
+
+    def raise_for_problems(self) -> None:
+        """Raise :class:`RecordError` when the checkpoint failed verification."""
+        if not self.ok:
+            raise RecordError(
+                f"checkpoint {self.path} failed verification: {'; '.join(self.problems)}. "
+                "Resume from CheckpointStore.latest_verified() or restore a mirrored copy."
+            )
+
+
+class _HashingFile(io.FileIO):
+    """A write-only file that hashes exactly the bytes the kernel accepted.
+
+    Hashing while writing saves a full re-read per commit but only holds for sequential
+    writes, so the file is not seekable (torch.save and zipfile cope with that).
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, "x")  # O_EXCL: never write into a file someone else made
+        self.hasher = new_hasher(ALGORITHM)
+        self.size = 0
+
+    def write(self, b: Any, /) -> int:
+        n = super().write(b)
+        if n:  # xxhash takes any buffer: hash the accepted prefix without copying it
+            self.hasher.update(cast(bytes, memoryview(b).cast("B")[:n]))
+            self.size += n
+        return n
+
+    def seekable(self) -> bool:
+        return False  # so BufferedWriter refuses seek() and truncate()
+
+
+def _valid_name(name: str) -> bool:
+    pure = PurePosixPath(name)
+    return bool(name) and not pure.is_absolute() and str(pure) == name and ".." not in pure.parts
+
+
+def _step_of(name: str) -> int | None:
+    match = _STEP_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+class CheckpointWriter:
+    """One save in progress, in a staging directory of the root (from ``store.begin``).
+
+    ``state`` is "open", then "committed" or "aborted".
+    """
+
+    def __init__(self, store: CheckpointStore, step: int, path: Path) -> None:
+        self.step = step
+        self.path = path
+        self.state = "open"
+        self._store = store
+        self._files: dict[str, dict[str, Any]] = {}
+        self._dirs: set[Path] = set()  # subdirectories made here, fsynced before the manifest
+        self._started = time.monotonic()
+
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator[BinaryIO]:
+        """A new file ``name`` (may contain "/"), hashed as written and fsynced on close.
+
+        An exception inside the block abandons the whole save (the staging directory is
+        removed): half a checkpoint is never worth keeping, and a full disk needs the space.
+        """
+        self._require_open()
+        if not _valid_name(name) or name == MANIFEST:
+            raise UserError(
+                f"checkpoint file name {name!r} is not allowed; use a relative path such as "
+                f"'model/weights.safetensors' (no '..', no leading '/', not {MANIFEST!r})"
+            )
+        if name in self._files:
+            raise UserError(f"checkpoint file {name!r} was already written in step {self.step}")
+        target = self.path / name
+        for parent in reversed(PurePosixPath(name).parents[:-1]):  # "a", then "a/b"
+            if not (self.path / parent).is_dir():
+                (self.path / parent).mkdir()
+                self._dirs.add(self.path / parent)
+        try:
+            raw = _HashingFile(target)
+            buffered = io.BufferedWriter(raw, buffer_size=_BUFFER)
+            try:
+                yield buffered
+                buffered.flush()
+                # The manifest written later must never describe bytes still only in the
+                # page cache: after a power cut that would be a "committed" file of zeros.
+                os.fsync(raw.fileno())
+            finally:
+                with contextlib.suppress(OSError):  # after a failed flush, close fails too
+                    buffered.close()
+        except BaseException as exc:
+            self._store.abort(self)
+            if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+                raise UserError(
+                    f"could not write checkpoint file {target}: {exc.strerror}; the save of "
+                    f"step {self.step} was abandoned and earlier checkpoints are intact. "
+                    "Free disk space (or raise the file-size limit) and retry."
+                ) from exc
+            raise
+        self._files[name] = {"size": raw.size, "hash": f"{ALGORITHM}:{raw.hasher.hexdigest()}"}
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write a whole file at once (for example ``safetensors.torch.save(tensors)``)."""
+        with self.open(name) as f:
+            f.write(data)
+
+    def write_json(self, name: str, obj: Any) -> None:
+        """Write ``obj`` as key-sorted JSON (trainer state, data-loader position, ...)."""
+        self.write_bytes(name, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+    def _require_open(self) -> None:
+        if self.state != "open":
+            raise UserError(f"the save of step {self.step} was already {self.state}")
+
+
+class CheckpointStore:
+    """The checkpoints of one run under ``root``: commit, verify, quarantine, retention.
+
+    The newest ``keep_last`` are always kept; 1 is allowed here but unsafe (if the only
+    recent checkpoint fails verification there is nothing to fall back to), so the spec
+    layer asks for 2 or more. ``keep_every`` also keeps multiples of that step;
+    ``keep_best=("loss", "min")`` keeps the best by a committed metric. ``on_event`` gets
+    ``(kind, fields)`` for checkpoint_commit, checkpoint_quarantine, checkpoint_delete and
+    checkpoint_staging_removed, for the run's events.jsonl; it should not raise.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        keep_last: int = 2,
+        keep_every: int | None = None,
+        keep_best: tuple[str, str] | None = None,
+        on_event: EventSink | None = None,
+    ) -> None:
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise ValueError(f"keep_last must be an integer >= 1 (2 is safe), got {keep_last!r}")
+        if keep_every is not None and (not isinstance(keep_every, int) or keep_every < 1):
+            raise ValueError(f"keep_every must be None or an integer >= 1, got {keep_every!r}")
+        if keep_best is not None and (len(keep_best) != 2 or keep_best[1] not in ("min", "max")):
+            raise ValueError(f"keep_best must be (metric, 'min' | 'max'), got {keep_best!r}")
+        self.root = Path(root)
+        self.keep_last = keep_last
+        self.keep_every = keep_every
+        self.keep_best = keep_best
+        self._on_event = on_event
+        self._active: set[Path] = set()  # staging dirs of this store's open writers
+
+    def begin(self, step: int) -> CheckpointWriter:
+        """Start the save of ``step`` in a fresh staging directory."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise UserError(f"checkpoint step must be an integer >= 0, got {step!r}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f".staging-step-{step}-{os.getpid()}-{secrets.token_hex(4)}"
+        path.mkdir()
+        self._active.add(path)
+        return CheckpointWriter(self, step, path)
+
+    def commit(
+        self,
+        writer: CheckpointWriter,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> CheckpointInfo:
+        """Make the save durable and visible as ``step-<N>``, point LATEST at it, prune.
+
+        Bad ``metrics``/``meta`` (not strict JSON: NaN, objects) or a file put in the
+        staging directory around the writer raise :class:`UserError` and leave the writer
+        open (fix and commit again, or abort); a failure while committing abandons it.
+        """
+        if writer._store is not self:
+            raise UserError(f"the save of step {writer.step} was begun by another store")
+        writer._require_open()
+        stray = sorted(set(self._walk_files(writer.path)) - set(writer._files))
+        if stray:
+            raise UserError(
+                f"files {stray} were put in {writer.path} without writer.open(), so they "
+                "have no hash; write them with writer.open() or writer.write_bytes()"
+            )
+        manifest = {
+            "kind": KIND,
+            "schema": SCHEMA,
+            "step": writer.step,
+            "created_at": now_iso(),
+            "algorithm": ALGORITHM,
+            "files": writer._files,
+            "total_bytes": sum(f["size"] for f in writer._files.values()),
+            "metrics": {str(k): float(v) for k, v in (metrics or {}).items()},
+            "meta": dict(meta or {}),
+        }
+        try:  # strict JSON, so that any tool can read a manifest
+            text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"checkpoint metrics/meta of step {writer.step}: {exc}") from exc
+        final = self.root / f"step-{writer.step}"
+        try:
+            # Subdirectories deepest first, so every name a manifest lists is durable
+            # before the manifest is: a manifest that survives a power cut never lists a
+            # file that did not.
+            for d in sorted(writer._dirs, key=lambda p: len(p.parts), reverse=True):
+                fsync_dir(d)
+            write_atomic(writer.path / MANIFEST, text)  # last file; fsyncs the staging dir
+            if final.exists():
+                self._set_aside(final)
+            os.rename(writer.path, final)  # the commit point: the whole checkpoint appears
+        except BaseException:
+            self.abort(writer)
+            raise
+        writer.state = "committed"
+        self._active.discard(writer.path)
+        # The rename is made durable before LATEST names it, or a power cut could leave
+        # LATEST pointing at a directory that never reached the disk.
+        fsync_dir(self.root)
+        write_atomic(self.root / LATEST, f"{final.name}\n")
+        info = self._load(final)[0]
+        assert info is not None, f"{final} was committed but its manifest does not load"
+        seconds = round(time.monotonic() - writer._started, 6)  # begin to commit: the stall
+        fields = {"step": info.step, "path": str(final), "total_bytes": info.total_bytes}
+        self._emit("checkpoint_commit", {**fields, "files": len(info.files), "seconds": seconds})
+        # Last: a crash before or during it leaves extra checkpoints, never too few.
+        self.apply_retention()
+        return info
+
+    def abort(self, writer: CheckpointWriter) -> None:
+        """Abandon a save and remove its staging directory; aborting twice is harmless."""
+        if writer.state == "committed":
+            raise UserError(f"the save of step {writer.step} is committed; it cannot be aborted")
+        writer.state = "aborted"
+        self._active.discard(writer.path)
+        shutil.rmtree(writer.path, ignore_errors=True)
+
+    def _set_aside(self, final: Path) -> None:
+        # A re-save of a step (a resume that repeats it). A directory cannot be replaced by
+        # one rename, so step-<N> is briefly absent; if LATEST names it, point LATEST at
+        # the newest older checkpoint first, so a crash then still finds a whole one.
+        if self._latest_name() == final.name:
+            older = [i for i in self.list() if i.step < (_step_of(final.name) or 0)]
+            if older:
+                write_atomic(self.root / LATEST, f"{older[-1].path.name}\n")
+            else:
+                self._remove_latest()
+        self.quarantine(final, "replaced by a new save of the same step")
+
+    def list(self) -> list[CheckpointInfo]:
+        """Committed checkpoints (manifest parses), oldest step first. Hashes nothing."""
+        infos = []
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                if _step_of(entry.name) is not None and (info := self._load(entry)[0]):
+                    infos.append(info)
+        return sorted(infos, key=lambda i: i.step)
+
+    def get(self, step: int) -> CheckpointInfo | None:
+        """The committed checkpoint of ``step``, or None."""
+        return self._load(self.root / f"step-{step}")[0]
+
+    def latest(self) -> CheckpointInfo | None:
+        """The LATEST target if its manifest parses, else the highest committed step."""
+        name = self._latest_name()
+        info = self._load(self.root / name)[0] if name else None
+        infos = [] if info else self.list()
+        return info or (infos[-1] if infos else None)
+
+    def verify(self, step: int | None = None) -> VerifyResult:
+        """Re-read and re-hash every file of ``step`` (None: the LATEST target, else newest).
+
+        Missing, resized, changed and unexpected files are problems. An unexpected file
+        (say a planted ``evil.pkl``) is never loaded by acceptrun, but it means the
+        directory is not what was committed.
+        """
+        name = self._latest_name()
+        if step is not None:
+            path = self.root / f"step-{step}"
+        elif name and (self.root / name).is_dir():
+            path = self.root / name
+        elif infos := self.list():
+            path = infos[-1].path
+        else:
+            return VerifyResult(False, None, self.root, [f"{self.root}: no checkpoint"], 0, 0)
+        return self._verify_dir(path)[0]
+
+    def latest_verified(self, *, quarantine: bool = True) -> CheckpointInfo | None:
+        """The newest checkpoint that verifies: the one to resume from, or None.
+
+        Tries the LATEST target, then older ones. With ``quarantine`` each one that fails
+        is moved to ``quarantine/`` (a checkpoint_quarantine event) and LATEST is repointed
+        at the good one (removed if none); without it nothing on disk changes.
+        """
+        name = self._latest_name()
+        candidates = [self.root / name] if name and (self.root / name).is_dir() else []
+        limit = _step_of(name) if candidates and name else None
+        candidates += [i.path for i in reversed(self.list()) if limit is None or i.step < limit]
+        moved = False
+        for path in candidates:
+            result, info = self._verify_dir(path)
+            if info is not None and result.ok:
+                if moved:
+                    write_atomic(self.root / LATEST, f"{path.name}\n")
+                return info
+            if quarantine:
+                self.quarantine(path, "failed verification: " + "; ".join(result.problems))
+                moved = True
+        if moved:
+            self._remove_latest()
+        return None
+
+    def quarantine(self, path: Path, reason: str) -> Path:
+        """Move a checkpoint directory to ``quarantine/<name>-<UTC stamp>/`` with REASON.txt.
+
+        Never a delete: a bad checkpoint is evidence, and a "bad" verdict can be wrong (a
+        mount that was briefly unreadable).
+        """
+        path = Path(path)
+        if path.parent.resolve() != self.root.resolve() or not path.is_dir():
+            raise UserError(f"{path} is not a checkpoint directory of {self.root}")
+        qdir = self.root / QUARANTINE
+        qdir.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest, n = qdir / f"{path.name}-{stamp}", 1
+        while dest.exists():
+            n += 1
+            dest = qdir / f"{path.name}-{stamp}-{n}"
+        os.rename(path, dest)
+        fsync_dir(qdir)
+        fsync_dir(self.root)
+        write_atomic(dest / "REASON.txt", f"{reason}\nquarantined_at: {now_iso()}\nfrom: {path}\n")
+        fields = {"step": _step_of(path.name), "path": str(path), "to": str(dest)}
+        self._emit("checkpoint_quarantine", {**fields, "reason": reason})
+        return dest
+
+    def apply_retention(self) -> builtins.list[int]:
+        """Delete the committed checkpoints no rule keeps; returns the steps deleted.
+
+        Kept: the newest ``keep_last``, multiples of ``keep_every``, the best by
+        ``keep_best`` (checkpoints without that metric are not candidates), the LATEST
+        target and anything newer. Directories without a valid manifest are not touched.
+        A delete that fails is reported (checkpoint_delete with "error") and skipped: a
+        failed purge must never fail the save that triggered it.
+        """
+        infos = self.list()
+        steps = [i.step for i in infos]
+        keep = set(steps[-self.keep_last :])
+        reason = f"retention: not among the newest {self.keep_last}"
+        if self.keep_every:
+            keep |= {s for s in steps if s % self.keep_every == 0}
+            reason += f", not a multiple of {self.keep_every}"
+        if self.keep_best:
+            metric, mode = self.keep_best
+            sign = 1.0 if mode == "min" else -1.0
+            scored = [(sign * i.metrics[metric], -i.step) for i in infos if metric in i.metrics]
+            scored = [s for s in scored if math.isfinite(s[0])]
+            if scored:
+                keep.add(-min(scored)[1])  # on a tie, the newer checkpoint
+            reason += f", not the best {metric}"
+        pinned = _step_of(self._latest_name() or "")
+        if pinned is not None:  # the resume point, and whatever a resume may still reach
+            keep |= {s for s in steps if s >= pinned}
+        deleted = []
+        for info in (i for i in infos if i.step not in keep):
+            # Rename first: a crash mid-rmtree then leaves a ".deleting-" directory, never
+            # a step-<N> whose manifest survives while its files are half gone.
+            tomb = self.root / f".deleting-{info.path.name}-{os.getpid()}-{secrets.token_hex(4)}"
+            fields: dict[str, Any] = {"step": info.step, "reason": reason}
+            try:
+                os.rename(info.path, tomb)
+                fsync_dir(self.root)
+                shutil.rmtree(tomb)
+                deleted.append(info.step)
+            except OSError as exc:
+                fields["error"] = str(exc)
+            self._emit("checkpoint_delete", fields)
+        return deleted
+
+    def remove_stale_staging(self) -> builtins.list[Path]:
+        """Remove what killed writers left: staging and ``.deleting-`` dirs, temp LATESTs.
+
+        A leftover is stale when the pid in its name is not alive, or is this process's
+        own pid with no open writer of this store (containers reuse pids on restart). Call
+        it once when a writer attaches to a root. A reaped pid is dead; a zombie is not.
+        """
+        removed: builtins.list[Path] = []
+        for entry in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            match = _LEFTOVER.fullmatch(entry.name)
+            if not match or entry in self._active:
+                continue
+            pid = int(match.group(1))
+            if pid != os.getpid() and _pid_alive(pid):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+            self._emit("checkpoint_staging_removed", {"path": str(entry), "pid": pid})
+        return removed
+
+    def _emit(self, kind: str, fields: dict[str, Any]) -> None:
+        if self._on_event is not None:
+            self._on_event(kind, fields)
+
+    def _latest_name(self) -> str | None:
+        try:
+            name = (self.root / LATEST).read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+            return None
+        return name if _STEP_DIR.fullmatch(name) else None
+
+    def _remove_latest(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / LATEST).unlink()
+            fsync_dir(self.root)
+
+    @staticmethod
+    def _walk_files(path: Path) -> Iterator[str]:
+        """Relative names of every non-directory entry under ``path`` but the manifest."""
+        for dirpath, dirnames, filenames in os.walk(path):
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            for n in filenames + links:
+                rel = Path(dirpath, n).relative_to(path).as_posix()
+                if rel != MANIFEST:
+                    yield rel
+
+    def _load(self, path: Path) -> tuple[CheckpointInfo | None, str | None]:
+        """Parse and check ``path/MANIFEST.json``: (info, None), or (None, the problem)."""
+        where = f"{path.name}/{MANIFEST}"
+        try:
+            doc = json.loads((path / MANIFEST).read_bytes())
+        except (FileNotFoundError, NotADirectoryError):
+            return None, f"{where}: missing (the save never finished, or it was removed)"
+        except OSError as exc:
+            return None, f"{where}: unreadable ({exc.strerror})"
+        except ValueError as exc:
+            return None, f"{where}: not valid JSON ({exc})"
+        if not isinstance(doc, dict) or doc.get("kind") != KIND:
+            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+            return None, f"{where}: not a checkpoint manifest (kind {kind!r}, expected {KIND!r})"
+        if missing := [k for k in _REQUIRED if k not in doc]:
+            return None, f"{where}: missing keys {missing}"
+        if doc["schema"] != SCHEMA:
+            return None, f"{where}: schema {doc['schema']!r} is not supported (expected {SCHEMA})"
+        if type(doc["step"]) is not int or _step_of(path.name) not in (None, doc["step"]):
+            return None, f"{where}: step {doc['step']!r} does not match the directory name"
+        files, metrics, meta = doc["files"], doc["metrics"], doc["meta"]
+        if not (isinstance(files, dict) and isinstance(metrics, dict) and isinstance(meta, dict)):
+            return None, f"{where}: 'files', 'metrics' and 'meta' must be objects"
+        for rel, entry in files.items():  # a name like "../x" would make verify read outside
+            if not (
+                _valid_name(rel) and isinstance(entry, dict) and type(entry.get("size")) is int
+            ):
+                return None, f"{where}: bad entry for file {rel!r}"
+        created, total = str(doc["created_at"]), doc["total_bytes"]
+        return CheckpointInfo(doc["step"], path, created, files, total, metrics, meta), None
+
+    def _verify_dir(self, path: Path) -> tuple[VerifyResult, CheckpointInfo | None]:
+        started, step = time.monotonic(), _step_of(path.name)
+        if not path.is_dir():
+            gone = f"{path.name}: no such checkpoint directory in {self.root}"
+            return VerifyResult(False, step, path, [gone], 0.0, 0), None
+        info, problem = self._load(path)
+        problems = [problem] if problem else []
+        checked = 0
+        listed = info.files if info else {}
+        for rel, entry in sorted(listed.items()):
+            where = f"{path.name}/{rel}"
+            try:
+                st = os.lstat(path / rel)
+            except (FileNotFoundError, NotADirectoryError):
+                problems.append(f"{where}: missing")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                problems.append(f"{where}: not a regular file")
+                continue
+            if st.st_size != entry["size"]:
+                problems.append(
+                    f"{where}: wrong size ({st.st_size} bytes, manifest {entry['size']})"
+                )
+                continue
+            try:  # each hash names its algorithm, so older manifests stay checkable
+                digest, size = hash_file(path / rel, split_hash(str(entry.get("hash")))[0])
+            except (OSError, ValueError) as exc:
+                problems.append(f"{where}: could not hash ({exc})")
+                continue
+            checked += size
+            if digest != entry["hash"]:
+                problems.append(f"{where}: wrong hash ({digest}, manifest {entry['hash']})")
+        if info is not None:  # without a manifest every file is "unexpected": say it once
+            for rel in sorted(set(self._walk_files(path)) - set(listed)):
+                problems.append(f"{path.name}/{rel}: unexpected file, not in the manifest")
+        seconds = time.monotonic() - started
+        return VerifyResult(not problems, step, path, problems, seconds, checked), info
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True

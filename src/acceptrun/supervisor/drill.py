@@ -1,0 +1,134 @@
+"""The restore drill: prove that the latest checkpoint restores, in a fresh process.
+
+``acceptrun ckpt drill RUN`` starts the run's own command again, in a new process, with
+``ACCEPTRUN_RESUME_FROM`` set to the newest checkpoint that verifies and
+``ACCEPTRUN_DRILL=restore``. The workload builds its model as it always does; the client
+API restores the checkpoint in ``run.restore(...)``, lets ``run.steps()`` run exactly
+one step, records a ``drill`` event with what it saw, and exits without saving or
+logging anything into the run. ``--cpu`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``)
+to prove the checkpoint restores on another kind of machine.
+
+The drill's result is an event in the run's events.jsonl, which the verdict reads.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.client import (
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_DIR,
+    ENV_DRILL,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    ENV_RUN_ID,
+    ENV_SPEC,
+)
+from acceptrun.errors import UserError
+from acceptrun.spec import load_spec
+from acceptrun.supervisor.process import ChildProcess
+from acceptrun.workspace import RunRecord, now_iso, user_at_host
+
+__all__ = ["DrillResult", "restore_drill"]
+
+TAIL_BYTES = 2000  # of stderr kept as evidence when a drill fails
+
+
+@dataclass(frozen=True, slots=True)
+class DrillResult:
+    ok: bool
+    step: int | None
+    evidence: str
+    seconds: float
+    log_dir: Path
+
+
+def restore_drill(
+    record: RunRecord, *, cpu: bool = False, timeout: float = 600.0, echo: bool = False
+) -> DrillResult:
+    """Restore the newest verified checkpoint of ``record`` in a fresh process; record the result."""
+    spec = load_spec(record.spec_path)
+    ckpt_dir = (
+        Path(spec.resolve_path(spec.checkpoint.dir))
+        if spec.checkpoint.dir
+        else record.checkpoints_dir
+    )
+    store = CheckpointStore(ckpt_dir)
+    info = store.latest_verified(quarantine=False)
+    if info is None:
+        raise UserError(
+            f"run {record.run_id} has no checkpoint that verifies in {ckpt_dir}; "
+            "a restore drill needs one (see `acceptrun ckpt ls`)"
+        )
+    drills = record.path / "drills"
+    n = 1 + sum(1 for _ in drills.iterdir()) if drills.is_dir() else 1
+    log_dir = drills / str(n)
+    log_dir.mkdir(parents=True)
+    env = dict(os.environ)
+    env.update(spec.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(
+        {
+            ENV_RUN_DIR: str(record.path),
+            ENV_RUN_ID: record.run_id,
+            ENV_ATTEMPT: "0",  # not an attempt of the run
+            ENV_RESUME_FROM: str(info.path),
+            ENV_CHECKPOINT_DIR: str(ckpt_dir),
+            ENV_SPEC: str(record.spec_path),
+            ENV_DRILL: "restore",
+        }
+    )
+    if cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    record.event(
+        "drill_start", sync=True, drill="restore", step=info.step, cpu=cpu, by=user_at_host()
+    )
+    before = sum(1 for _ in record.events("drill"))
+    child = ChildProcess(
+        spec.command,
+        cwd=spec.workdir_path,
+        env=env,
+        stdout_path=log_dir / "stdout.log",
+        stderr_path=log_dir / "stderr.log",
+        echo=echo,
+    )
+    t0 = time.monotonic()
+    child.start()
+    rc = child.wait(timeout)
+    if rc is None:
+        child.signal_group(9)
+        rc = child.wait(10)
+    child.finish()
+    seconds = time.monotonic() - t0
+    reported = list(record.events("drill"))[before:]
+    if reported:
+        last = reported[-1]
+        ok = bool(last.get("ok")) and rc == 0
+        evidence = (
+            f"{last.get('evidence')}{' with GPUs hidden' if cpu else ''}; {seconds:.1f}s in all"
+        )
+        if not ok and rc != 0:
+            evidence += f"; exit {rc}"
+        result = DrillResult(ok, info.step, evidence, seconds, log_dir)
+    else:
+        tail = (log_dir / "stderr.log").read_bytes()[-TAIL_BYTES:].decode(errors="replace").strip()
+        last_line = tail.splitlines()[-1] if tail else "no output"
+        why = "timed out" if seconds >= timeout else f"exited {rc}"
+        evidence = (
+            f"the workload {why} without reporting a drill ({last_line}); it must call "
+            "run.restore(...) and loop with run.steps(...)"
+        )
+        result = DrillResult(False, info.step, evidence, seconds, log_dir)
+        record.event(
+            "drill", sync=True, drill="restore", ok=False, step=info.step, evidence=evidence
+        )
+    record.write_json(
+        f"drills/{n}/result.json",
+        {"drill": "restore", "ok": result.ok, "step": info.step, "checkpoint": str(info.path),
+         "cpu": cpu, "evidence": result.evidence, "seconds": round(seconds, 3), "at": now_iso()},
+    )  # fmt: skip
+    return result

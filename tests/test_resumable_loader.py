@@ -1,0 +1,245 @@
+"""Data order that resumes exactly: sampler, consumer-side counting, bit-exact training."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, Dataset
+
+from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
+from acceptrun.checkpoint.state import load_into, stage, write_staged
+
+
+@pytest.fixture(autouse=True)
+def no_cuda_garbage_for_workers() -> None:
+    """Collect garbage before tests that fork DataLoader workers.
+
+    A forked worker that frees an inherited CUDA tensor (garbage left by a GPU test in
+    this process) aborts with "CUDA error: initialization error"; collecting first
+    leaves it nothing to free.
+    """
+    gc.collect()
+
+
+class Indexed(Dataset[dict[str, torch.Tensor]]):
+    """Sample ``i`` is a function of ``i`` alone (no randomness in workers)."""
+
+    def __init__(self, n: int, dim: int = 4) -> None:
+        self.n, self.dim = n, dim
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(index)
+        x = torch.randn(self.dim, generator=g)
+        return {"index": torch.tensor(index), "x": x, "y": x.sum(0, keepdim=True)}
+
+
+class DirWriter:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator[BinaryIO]:
+        with open(self.path / name, "xb") as f:
+            yield f
+
+
+def make_loader(
+    n: int = 20, batch_size: int = 3, *, workers: int = 0, seed: int = 7, drop_last: bool = False
+) -> ResumableLoader:
+    data = Indexed(n)
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        sampler=ResumableSampler(data, seed=seed),
+        num_workers=workers,
+        drop_last=drop_last,
+        **({"prefetch_factor": 2} if workers else {}),
+    )
+    return ResumableLoader(loader)
+
+
+def take(batches: Iterator[Any], n: int) -> list[list[int]]:
+    return [b["index"].tolist() for b in itertools.islice(batches, n)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last", "drop-last"])
+def test_interrupted_run_serves_the_same_batches(workers: int, drop_last: bool) -> None:
+    per_epoch = len(make_loader(drop_last=drop_last))
+    total = int(per_epoch * 2.5)
+    straight = take(make_loader(workers=workers, drop_last=drop_last).infinite(), total)
+    assert len({tuple(b) for b in straight}) == total  # epochs differ in order
+
+    for stop in (3, per_epoch, per_epoch + 2):  # mid-epoch, at a boundary, in epoch 2
+        first = make_loader(workers=workers, drop_last=drop_last)
+        head = take(first.infinite(), stop)
+        state = first.state_dict()
+        del first
+        second = make_loader(workers=workers, drop_last=drop_last)  # a fresh DataLoader
+        second.load_state_dict(state)
+        assert head + take(second.infinite(), total - stop) == straight, stop
+
+
+def test_epoch_loops_resume_mid_epoch() -> None:
+    straight = make_loader()
+    epochs = [[b["index"].tolist() for b in straight] for _ in range(3)]
+    assert [len(e) for e in epochs] == [7, 7, 7] and straight.state_dict()["epoch"] == 3
+
+    first = make_loader()
+    for _ in first:
+        break  # a for loop left after one batch keeps the position
+    part = [b["index"].tolist() for b in itertools.islice(first, 2)]
+    assert part == epochs[0][1:3]
+    resumed = make_loader()
+    resumed.load_state_dict(first.state_dict())
+    assert resumed.state_dict() == {
+        "epoch": 0,
+        "batches_consumed": 3,
+        "sampler": {"seed": 7, "shuffle": True, "num_samples": 20},
+    }
+    assert [b["index"].tolist() for b in resumed] == epochs[0][3:]
+    assert [b["index"].tolist() for b in resumed] == epochs[1]
+
+
+def test_state_after_the_last_batch_points_at_the_next_epoch() -> None:
+    batches = make_loader()
+    stream = batches.infinite()
+    take(stream, len(batches))
+    assert batches.state_dict()["epoch"] == 1 and batches.state_dict()["batches_consumed"] == 0
+    take(stream, 1)  # state_dict() did not move the live position
+    assert batches.epoch == 1 and batches.batches_consumed == 1
+
+
+def test_consumed_counts_batches_handed_over_not_prefetched() -> None:
+    batches = make_loader(n=64, batch_size=2, workers=2)
+    stream = batches.infinite()
+    take(stream, 2)
+    # The workers have 2 * prefetch_factor batches in flight; only 2 were consumed.
+    assert batches.state_dict()["batches_consumed"] == 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterating_never_draws_from_the_global_rng(workers: int) -> None:
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    batches = make_loader(workers=workers)
+    stream = batches.infinite()
+    take(stream, len(batches) + 2)  # crosses an epoch: a second iterator is created
+    assert torch.equal(torch.get_rng_state(), before)
+
+    plain = DataLoader(Indexed(20), batch_size=3, num_workers=workers)
+    next(iter(plain))  # the control: a DataLoader without a generator does draw
+    assert not torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_given_generator_is_reseeded_per_epoch() -> None:
+    data = Indexed(10)
+    own = torch.Generator()
+    loader = DataLoader(data, batch_size=5, sampler=ResumableSampler(data), generator=own)
+    batches = ResumableLoader(loader)
+    assert loader.generator is own
+    take(iter(batches), 1)
+    after_epoch0 = own.get_state()
+    batches.load_state_dict({"epoch": 0, "batches_consumed": 0})
+    take(iter(batches), 1)
+    assert torch.equal(own.get_state(), after_epoch0)
+
+
+def test_sampler_order_is_seeded_per_epoch_and_resumable() -> None:
+    sampler = ResumableSampler(10, seed=3)
+    first = list(sampler)
+    assert sorted(first) == list(range(10)) and len(sampler) == 10
+    assert list(ResumableSampler(10, seed=3)) == first
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    sampler.set_epoch(1, start=4)
+    assert list(sampler) == sampler.order()[4:] and len(sampler) == 6
+    assert list(ResumableSampler(range(5), shuffle=False)) == [0, 1, 2, 3, 4]
+
+    other = ResumableSampler(10, seed=3)
+    other.load_state_dict(sampler.state_dict())
+    assert list(other) == list(sampler)
+    with pytest.raises(ValueError, match="seed=3"):
+        ResumableSampler(10, seed=4).load_state_dict(sampler.state_dict())
+
+
+def test_batch_sampler_form_and_len() -> None:
+    data = Indexed(20)
+    sampler = ResumableSampler(data, seed=1)
+    loader = DataLoader(data, batch_sampler=BatchSampler(sampler, batch_size=6, drop_last=False))
+    batches = ResumableLoader(loader)
+    assert len(batches) == len(loader) == 4
+    batches.load_state_dict({"epoch": 0, "batches_consumed": 2})
+    assert [b["index"].tolist() for b in batches] == [
+        sampler.order()[12:18],
+        sampler.order()[18:],
+    ]
+    assert len(make_loader(n=20, batch_size=3, drop_last=True)) == 6
+
+
+def test_rejects_loaders_it_cannot_resume() -> None:
+    with pytest.raises(ValueError, match="ResumableSampler"):
+        ResumableLoader(DataLoader(Indexed(4), batch_size=2, shuffle=True))
+    batches = make_loader()
+    with pytest.raises(ValueError, match="not a position"):
+        batches.load_state_dict({"epoch": 0, "batches_consumed": 99})
+    with pytest.raises(ValueError, match="num_samples"):
+        batches.load_state_dict(make_loader(n=21).state_dict())
+
+
+# ---------------------------------------------------------------------------------------
+# the whole thing: dropout model, 2 workers, state through stage/load_into
+
+
+def build(init_seed: int, workers: int) -> dict[str, Any]:
+    torch.manual_seed(init_seed)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.25), nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
+    loader = make_loader(n=20, batch_size=4, workers=workers, seed=11)
+    return {"model": model, "optimizer": opt, "scheduler": sched, "loader": loader}
+
+
+def train(objs: dict[str, Any], stream: Iterator[Any], steps: int) -> None:
+    for _ in range(steps):
+        batch = next(stream)
+        loss = (objs["model"](batch["x"]) - batch["y"]).square().mean()
+        objs["optimizer"].zero_grad()
+        loss.backward()
+        objs["optimizer"].step()
+        objs["scheduler"].step()
+
+
+@pytest.mark.parametrize("k", [3, 5, 8])  # 5 batches per epoch: mid, boundary, epoch 2
+def test_bit_exact_training_resume_with_workers(tmp_path: Path, k: int) -> None:
+    total = 12
+    torch.manual_seed(0)
+    straight = build(init_seed=1, workers=2)
+    train(straight, straight["loader"].infinite(), total)
+
+    torch.manual_seed(0)
+    first = build(init_seed=1, workers=2)
+    train(first, first["loader"].infinite(), k)
+    write_staged(stage({**first, "extra": {"step": k}}), DirWriter(tmp_path / "ckpt"))
+    del first
+
+    torch.manual_seed(99)
+    resumed = build(init_seed=2, workers=2)
+    out = load_into(tmp_path / "ckpt", {**resumed, "extra": None})
+    train(resumed, resumed["loader"].infinite(), total - out["values"]["extra"]["step"])
+
+    for a, b in zip(straight["model"].parameters(), resumed["model"].parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert straight["loader"].state_dict() == resumed["loader"].state_dict()
