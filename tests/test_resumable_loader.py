@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -128,6 +129,21 @@ def test_consumed_counts_batches_handed_over_not_prefetched() -> None:
     take(stream, 2)
     # The workers have 2 * prefetch_factor batches in flight; only 2 were consumed.
     assert batches.state_dict()["batches_consumed"] == 2
+
+
+def test_dropping_an_iterator_stops_its_workers_at_once() -> None:
+    gc.disable()  # no cyclic collection to tidy up: refcounting alone must end them
+    try:
+        batches = make_loader(n=64, batch_size=2, workers=2)
+        stream = batches.infinite()
+        take(stream, 1)
+        assert len(multiprocessing.active_children()) == 2
+        del stream
+        assert multiprocessing.active_children() == []
+        take(iter(batches), 1)  # a for loop left early: its workers go with it
+        assert multiprocessing.active_children() == []
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -104,6 +104,7 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     checks: list[Check] = []
     checks += _setup_checks(record, spec, standalone)
     checks += _data_checks(record, spec, standalone)
+    checks += _checkpoint_checks(record, spec)
     checks += _operations_checks(record, spec, standalone)
     checks += _performance_checks(record, spec)
     checks += _result_checks(record, spec)
@@ -232,6 +233,47 @@ def _data_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Che
     ]
 
 
+def _checkpoint_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    """The last checkpoint verifies (re-read and hashed) and, with a mirror, is mirrored."""
+    from acceptrun.checkpoint.store import CheckpointStore
+
+    ck = spec.checkpoint
+    root = Path(spec.resolve_path(ck.dir)) if ck.dir else record.checkpoints_dir
+    configured = ck.every_steps is not None or ck.every is not None
+    store = CheckpointStore(root)
+    latest = store.latest()
+    if latest is None:
+        if not configured:
+            return []
+        return [
+            Check("data", "last checkpoint", NOT_RECORDED, True, f"no checkpoint committed in {root}",
+                  "call run.restore(...) once and run.maybe_checkpoint(step) every step")
+        ]  # fmt: skip
+    result = store.verify(latest.step)
+    mb = result.checked_bytes / 1e6
+    if result.ok:
+        out = [
+            Check(
+                "data",
+                "last checkpoint",
+                PASS,
+                configured,
+                f"step {latest.step} verified ({len(latest.files)} files, {mb:.1f} MB, {result.seconds:.2f}s)",
+            )
+        ]
+    else:
+        out = [Check("data", "last checkpoint", FAIL, configured, "; ".join(result.problems),
+                     "the run's newest checkpoint is damaged: `acceptrun ckpt verify` names the file")]  # fmt: skip
+    if ck.mirror:
+        states = (record.read_json("mirror.json") or {}).get("steps", {})
+        state = states.get(str(latest.step), {}).get("state", "not recorded")
+        ok = state == "ok"
+        out.append(Check("data", "mirror", PASS if ok else FAIL, True,
+                         f"step {latest.step} on {ck.mirror}: {state}",
+                         None if ok else "the mirror is behind: check its credentials and reachability"))  # fmt: skip
+    return out
+
+
 def _attempts(record: RunRecord) -> list[dict[str, Any]]:
     root = record.path / "attempts"
     if not root.is_dir():
@@ -300,6 +342,13 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
             fix,
         )
     )
+    resumes = [e for e in record.events("restored") if e.get("attempt", 0) >= 1]
+    if resumes:
+        text = "; ".join(
+            f"attempt {e['attempt']} from step {e['step']} ({e.get('seconds', 0):.2f}s)"
+            for e in resumes
+        )
+        out.append(Check("operations", "resumed", PASS, False, text))
     restarts = len(attempts) - 1
     within = restarts <= spec.limits.max_restarts
     out.append(

@@ -24,6 +24,7 @@ the dataset must derive its randomness from the sample index (for example
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Generator, Iterator, Sized
 from typing import Any
 
@@ -146,7 +147,10 @@ class ResumableLoader:
         self.epoch = 0
         self.batches_consumed = 0
         """Batches of ``epoch`` handed to the training loop."""
-        self._active: Generator[Any, None, None] | None = None
+        # A weak reference: a strong one would close a cycle (the generator's frame holds
+        # self), and an iterator the loop dropped would keep its worker processes alive
+        # until the cyclic GC ran, possibly inside a freshly forked worker.
+        self._active: weakref.ref[Generator[Any, None, None]] | None = None
 
     def __len__(self) -> int:
         """Batches in a whole epoch (also while a resumed epoch is part done)."""
@@ -156,8 +160,9 @@ class ResumableLoader:
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch. A new iterator ends the previous one."""
         self._close_active()
-        self._active = self._epoch()
-        return self._active
+        epoch = self._epoch()
+        self._active = weakref.ref(epoch)
+        return epoch
 
     def infinite(self) -> Iterator[Any]:
         """Batches forever, epoch after epoch (for loops counted in steps)."""
@@ -187,10 +192,11 @@ class ResumableLoader:
         return self.epoch, self.batches_consumed
 
     def _close_active(self) -> None:
-        if self._active is not None:
+        active = self._active() if self._active is not None else None
+        if active is not None:
             # Ends the DataLoader iterator it holds, which shuts its workers down.
-            self._active.close()
-            self._active = None
+            active.close()
+        self._active = None
 
     def state_dict(self) -> dict[str, Any]:
         epoch, consumed = self._position()

@@ -350,7 +350,11 @@ def stage(
     enc = _Encoder()
     entries: dict[str, Any] = {}
     for name, obj in objects.items():
-        if _is_stateful(obj):
+        if isinstance(obj, torch.Generator):
+            # A generator of the workload's own (batch sampling, augmentation): its state
+            # is a byte tensor, restored with set_state.
+            entry = {"kind": "generator", "state": enc.encode(obj.get_state(), name)}
+        elif _is_stateful(obj):
             sd = obj.state_dict()
             entry = {"kind": "state_dict", "state": enc.encode(sd, name)}
             # nn.Module's state_dict carries per-submodule versions that its
@@ -561,6 +565,16 @@ def load_into(
     for name, entry in saved.items():
         state = _decode(entry["state"], tensors, name)
         obj = objects.get(name)
+        if entry["kind"] == "generator" or isinstance(obj, torch.Generator):
+            if name in objects and not (
+                entry["kind"] == "generator" and isinstance(obj, torch.Generator)
+            ):
+                raise UserError(
+                    f"{name}: saved as {entry['kind']} but a {type(obj).__name__} was passed"
+                )
+            if name in objects:
+                loads.append((name, obj, state))
+            continue
         if name in objects and (entry["kind"] == "value") == _is_stateful(obj):
             saved_as = "a plain value" if entry["kind"] == "value" else "state_dict()"
             raise UserError(
@@ -580,7 +594,9 @@ def load_into(
 
     for name, obj, state in loads:
         try:
-            if isinstance(obj, torch.nn.Module):
+            if isinstance(obj, torch.Generator):
+                obj.set_state(state.cpu())
+            elif isinstance(obj, torch.nn.Module):
                 obj.load_state_dict(state, strict=strict)
             else:
                 obj.load_state_dict(state)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The embedded demo (`make demo`): an accepted run that survives a crash, bit for bit.
+#
+# 1. An uninterrupted reference: `python train.py` (a standalone run, recorded too).
+# 2. The demo run: `acceptrun run spec.toml`. train.py SIGKILLs itself at step 600
+#    (CHARLM_KILL_AT in the spec); the supervisor resumes from the newest verified
+#    checkpoint; the verdict must be ACCEPTED.
+# 3. The two final models must be bitwise equal.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+echo "== 1/2: uninterrupted reference run (python train.py, about 40 s) =="
+CHARLM_KILL_AT=-1 python train.py --out-dir out/uninterrupted | tail -n 1
+
+echo
+echo "== 2/2: the demo run, killed at step 600 and resumed (acceptrun run spec.toml) =="
+status=0
+acceptrun run spec.toml || status=$?
+
+ours=$(sha256sum out/model.safetensors | cut -d' ' -f1)
+reference=$(sha256sum out/uninterrupted/model.safetensors | cut -d' ' -f1)
+echo
+if [ "$ours" = "$reference" ]; then
+  echo "final model bitwise equal to the uninterrupted run (sha256 ${ours:0:16}...)"
+else
+  echo "final model DIFFERS from the uninterrupted run: $ours vs $reference" >&2
+  status=1
+fi
+exit "$status"
