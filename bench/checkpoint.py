@@ -59,10 +59,14 @@ def log(msg: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--mb", type=float, default=500.0, help="approximate state size in MB")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    p.add_argument(
+        "--dir", default=None, help="directory on the disk to measure (default: a temp dir)"
+    )
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="acceptrun-bench-"))
@@ -70,7 +74,10 @@ def main() -> None:
     model, opt = build(args.mb, args.device)
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     nbytes += sum(
-        v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v)
+        v.numel() * v.element_size()
+        for s in opt.state.values()
+        for v in s.values()
+        if torch.is_tensor(v)
     )
     log(f"state: {nbytes / 1e6:.0f} MB on {args.device}, disk {root}")
 

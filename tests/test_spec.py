@@ -266,3 +266,10 @@ def test_starter_spec_validates() -> None:
     spec = parse_spec(starter_spec(name="bert", command="python run_squad.py"))
     assert spec.name == "bert"
     assert spec.command[-1] == "python run_squad.py"
+
+
+def test_spec_reference_doc_is_in_sync() -> None:
+    from acceptrun.spec import reference_markdown
+
+    doc = Path(__file__).parent.parent / "docs" / "spec.md"
+    assert doc.read_text() == reference_markdown(), "regenerate: acceptrun spec docs > docs/spec.md"

@@ -72,6 +72,13 @@ def cmd_spec_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spec_docs(args: argparse.Namespace) -> int:
+    from acceptrun.spec import reference_markdown
+
+    print(reference_markdown(), end="")
+    return 0
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from acceptrun.durable import write_atomic
     from acceptrun.errors import UserError
@@ -280,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_spec_check)
     schema = spec_sub.add_parser("schema", help="print the JSON Schema of run specs (for editors)")
     schema.set_defaults(func=cmd_spec_schema)
+    docs = spec_sub.add_parser("docs", help="print the spec reference (Markdown)")
+    docs.set_defaults(func=cmd_spec_docs)
 
     init = sub.add_parser("init", help="write a commented starter spec")
     init.add_argument("file", nargs="?", default="acceptrun.toml")

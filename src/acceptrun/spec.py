@@ -729,6 +729,58 @@ def _to_plain(obj: Any) -> Any:
     return obj
 
 
+def reference_markdown() -> str:
+    """The spec reference of docs/spec.md, derived from the dataclasses (a test keeps it in sync)."""
+    lines = [
+        "# Run spec reference",
+        "",
+        "Generated from `src/acceptrun/spec.py` by `acceptrun spec docs`; a test keeps the two in",
+        'sync. Durations are seconds as a number, or strings such as `"90s"`, `"10m"`,',
+        '`"2h"`, `"1h30m"`. Relative paths are relative to the spec file.',
+        "",
+    ]
+
+    def table(cls: Any, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        lines.extend(["| key | type | default | meaning |", "|---|---|---|---|"])
+        nested = []
+        for name, f in _fields(cls).items():
+            tp = hints[name]
+            if dataclasses.is_dataclass(tp):
+                nested.append((name, tp))
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = (
+                    "-" if f.default is None else f"`{_to_plain(f.default)!r}`".replace("'", '"')
+                )
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f"`{_to_plain(f.default_factory())!r}`".replace("'", '"')
+            else:
+                default = "required"
+            kind = _type_name(tp).replace("|", "or")
+            lines.append(f"| `{prefix}{name}` | {kind} | {default} | {f.metadata['doc']} |")
+        for name, tp in nested:
+            lines.extend(["", f"## [{name}]", "", (tp.__doc__ or "").strip().splitlines()[0], ""])
+            table(tp, "")
+
+    lines.extend(["## Top level", ""])
+    table(RunSpec, "")
+    return "\n".join(lines) + "\n"
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp) if a is not type(None))
+    if tp is Duration:
+        return "duration"
+    if origin is list:
+        return f"list of {_type_name(get_args(tp)[0])}"
+    if origin is dict:
+        return f"table of {_type_name(get_args(tp)[1])}"
+    return {bool: "bool", int: "integer", float: "number", str: "string"}.get(tp, str(tp))
+
+
 def starter_spec(name: str = "my-run", command: str = "python train.py") -> str:
     """The commented starter spec that ``acceptrun init`` writes."""
     from importlib.resources import files
