@@ -147,9 +147,10 @@ class Mirror:
             self._cond.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the queue is drained; True when every enqueued step is ``ok``.
+        """Block until the queue is drained; True when every enqueued step is ``ok`` or ``skipped``.
 
-        A ``failed`` or ``skipped`` step makes it False. Without a running thread (before
+        A ``failed`` step makes it False; ``skipped`` (removed locally by retention before
+        it went up, superseded by a newer step) does not. Without a running thread (before
         :meth:`start`, after :meth:`close`) it does not wait for the queue.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
