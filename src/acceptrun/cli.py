@@ -37,11 +37,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     from acceptrun.launch import launch
     from acceptrun.verdict import format_verdict
 
-    result = launch(args.spec, workspace=args.workspace, echo=not args.quiet, say=_say)
+    result = launch(
+        args.spec, workspace=args.workspace, echo=not args.quiet, say=_say, inject=args.inject
+    )
     print()
     print(format_verdict(result.verdict, name=result.spec.name))
     print(f"record: {result.record.path}")
     return result.exit_code
+
+
+# ---- operations drill (acceptrun.supervisor.ops_drill) ----
+def cmd_drill(args: argparse.Namespace) -> int:
+    from acceptrun.supervisor.ops_drill import format_drill, run_ops_drill
+
+    report = run_ops_drill(
+        args.spec,
+        workspace=args.workspace,
+        tolerance=args.tolerance,
+        echo=args.verbose,
+        say=_say,
+    )
+    print()
+    print(format_drill(report))
+    return 0 if report.ok else 1
+
+
+# ---- end of operations drill ----
 
 
 def cmd_spec_check(args: argparse.Namespace) -> int:
@@ -256,6 +277,74 @@ def cmd_index_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stop(args: argparse.Namespace) -> int:
+    from acceptrun.lifecycle import ENDED, load_verdict, request_stop, wait_closed
+    from acceptrun.spec import load_spec
+    from acceptrun.verdict import format_verdict
+
+    record = _workspace(args).get_run(args.run)
+    pid = request_stop(record, args.action, reason=args.reason)
+    what = {
+        "stop": "the workload checkpoints at its next step boundary and exits "
+        "(SIGKILL after the grace period)",
+        "kill": "the workload is SIGKILLed now: no checkpoint, no restart",
+    }[args.action]
+    _say(f"{args.action} sent to run {record.run_id} (supervisor pid {pid}): {what}")
+    if not args.wait:
+        _say(f"follow it with `acceptrun logs -f {record.run_id}`")
+        return 0
+    # A stop may take the grace period, then the close re-verifies the last checkpoint.
+    timeout = args.timeout
+    if timeout is None:
+        timeout = load_spec(record.spec_path).limits.grace_period + 120.0
+    state = wait_closed(record, timeout)
+    if state is None:
+        _say(
+            f"run {record.run_id} is still running after {timeout:.0f} s; "
+            f"see `acceptrun show {record.run_id}`"
+        )
+        return 1
+    verdict = load_verdict(record)
+    if state.get("status") not in ENDED or verdict is None:
+        _say(
+            f"the supervisor of run {record.run_id} exited without closing it; "
+            f"`acceptrun resume {record.run_id}` continues it"
+        )
+        return 1
+    print(format_verdict(verdict, name=str(state.get("name", ""))))
+    print(f"record: {record.path}")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    return cmd_stop(args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from acceptrun.lifecycle import resume_run
+    from acceptrun.verdict import format_verdict
+
+    record = _workspace(args).get_run(args.run)
+    result = resume_run(
+        record, mirror=args.mirror, from_mirror=args.from_mirror, force=args.force,
+        from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet, say=_say,
+    )  # fmt: skip
+    print()
+    print(format_verdict(result.verdict, name=result.spec.name))
+    print(f"record: {record.path}")
+    return result.exit_code
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from acceptrun.lifecycle import show_logs
+
+    record = _workspace(args).get_run(args.run)
+    show_logs(
+        record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow, say=_say
+    )
+    return 0
+
+
 # ---- parser -------------------------------------------------------------------------------------
 
 
@@ -278,7 +367,31 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a spec: preflight, supervise, verdict")
     run.add_argument("spec", help="the run spec (TOML)")
     run.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
+    run.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="FAULT",
+        help="inject a fault for a drill: kill|term|hang|nan|oom|exit=N @step=N or @time=30s "
+        "(kill and term only), optionally :attempt=K; repeatable",
+    )
     run.set_defaults(func=cmd_run)
+
+    # ---- operations drill ----
+    drill = sub.add_parser(
+        "drill",
+        help="operations drill: run a spec clean, then killed and preempted; compare, time the recoveries",
+    )
+    drill.add_argument("spec", help="the run spec (TOML); its workload must use the client API")
+    drill.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="allowed relative difference of losses and metrics (default 0: bitwise equal)",
+    )
+    drill.add_argument("-v", "--verbose", action="store_true", help="echo the workload's output")
+    drill.set_defaults(func=cmd_drill)
+    # ---- end of operations drill ----
 
     spec = sub.add_parser("spec", help="check a spec, or print its JSON Schema")
     spec_sub = spec.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
@@ -354,6 +467,52 @@ def build_parser() -> argparse.ArgumentParser:
     cdrill.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
     cdrill.add_argument("-v", "--verbose", action="store_true", help="show the workload's output")
     cdrill.set_defaults(func=cmd_ckpt_drill)
+
+    for action, func, text in (
+        ("stop", cmd_stop, "stop a running run gracefully: checkpoint, then exit"),
+        ("kill", cmd_kill, "kill a running run's workload now: no checkpoint, no restart"),
+    ):
+        lc = sub.add_parser(action, help=text)
+        lc.add_argument("run", help="run id, unique prefix, or latest")
+        lc.add_argument("--reason", help="why, for the audit trail")
+        lc.add_argument("--wait", action="store_true", help="wait for the verdict")
+        lc.add_argument(
+            "--timeout",
+            type=float,
+            help="seconds to wait (default: grace period + 120); exit 1 after",
+        )
+        lc.set_defaults(func=func, action=action)
+
+    resume = sub.add_parser(
+        "resume", help="continue a stopped or failed run from its last checkpoint"
+    )
+    resume.add_argument("run", help="run id, unique prefix, or latest")
+    resume.add_argument(
+        "--mirror",
+        metavar="URL",
+        help="fetch the newest checkpoint from this mirror if none is here",
+    )
+    resume.add_argument(
+        "--from-mirror", action="store_true", help="the same, from the spec's checkpoint.mirror"
+    )
+    resume.add_argument(
+        "--from-scratch", action="store_true", help="start from step 0 when there is no checkpoint"
+    )
+    resume.add_argument("--force", action="store_true", help="resume even an ACCEPTED run")
+    resume.add_argument("--reason", help="why, for the audit trail")
+    resume.add_argument(
+        "-q", "--quiet", action="store_true", help="do not echo the workload's output"
+    )
+    resume.set_defaults(func=cmd_resume)
+
+    logs = sub.add_parser("logs", help="print a run's stdout and stderr; -f follows it")
+    logs.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing until the run ends"
+    )
+    logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
+    logs.add_argument("--stderr-only", action="store_true", help="only stderr")
+    logs.set_defaults(func=cmd_logs)
 
     index = sub.add_parser("index", help="maintain the workspace index")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -52,6 +53,10 @@ ENV_RESUME_FROM = "ACCEPTRUN_RESUME_FROM"
 ENV_CHECKPOINT_DIR = "ACCEPTRUN_CHECKPOINT_DIR"
 ENV_SPEC = "ACCEPTRUN_SPEC"
 ENV_DRILL = "ACCEPTRUN_DRILL"
+ENV_INJECT = "ACCEPTRUN_INJECT"
+ENV_HEARTBEAT_S = "ACCEPTRUN_HEARTBEAT_S"
+HEARTBEAT_S = 10.0  # seconds between heartbeats: what hang and data-stall detection read
+EXIT_DIVERGED = 3  # exit status after a "diverged" event (the event, not the code, decides)
 ENV_VARS = {
     ENV_RUN_DIR: "absolute path of the run record directory",
     ENV_RUN_ID: "the run id",
@@ -60,6 +65,8 @@ ENV_VARS = {
     ENV_CHECKPOINT_DIR: "directory where the workload's checkpoints go",
     ENV_SPEC: "path of the frozen spec (spec.toml in the run record)",
     ENV_DRILL: "set by `acceptrun ckpt drill`: restore, run one step, record the result, exit",
+    ENV_INJECT: "faults to inject for drills, e.g. kill@step=40 (acceptrun run --inject)",
+    ENV_HEARTBEAT_S: f"seconds between heartbeat events (default {HEARTBEAT_S:g})",
 }
 
 _active: Run | None = None
@@ -91,6 +98,10 @@ class Run:
         self._last_save_time = time.monotonic()
         self._restored: dict[str, Any] | None = None
         self._spec: Any = None
+        # What the loop is doing, for the heartbeat thread: (phase, step, since unix s).
+        self._phase: tuple[str, int | None, float] = ("startup", None, time.time())
+        self._faults: list[Any] = []
+        self._stacks_file: Any = None
 
     # ---- the training loop ----------------------------------------------------------------
 
@@ -115,8 +126,13 @@ class Run:
                     self._stop_at(step)
                 t0 = time.perf_counter()
                 self._data_wait = 0.0
+                self._phase = ("step", step, time.time())
                 yield step
+                if self._faults:
+                    self._fire_faults(step, "before_emit")
                 self._emit_step(step, time.perf_counter() - t0)
+                if self._faults:
+                    self._fire_faults(step, "after_step")
                 if self.drill:
                     self._finish_drill(step, time.perf_counter() - t0)
                 step += 1
@@ -147,10 +163,13 @@ class Run:
     def data_wait(self) -> Iterator[None]:
         """Time spent in this block counts as waiting for data (the data loader's stall)."""
         t0 = time.perf_counter()
+        outer = self._phase
+        self._phase = ("data_wait", outer[1], time.time())  # seen by the heartbeat thread
         try:
             yield
         finally:
             self._data_wait += time.perf_counter() - t0
+            self._phase = outer
 
     def log(self, step: int, **values: float) -> None:
         """Record values for ``step`` (loss, samples, tokens, lr, ...).
@@ -182,6 +201,27 @@ class Run:
         event.update(self._pending)
         self._pending = {}
         self.record.event("step", **event)
+        loss = event.get("loss")
+        if isinstance(loss, int | float) and self.supervised:
+            self._check_divergence(step, float(loss))
+
+    def _check_divergence(self, step: int, loss: float) -> None:
+        """NaN/inf, or above ``limits.max_loss``: record it and exit, with no checkpoint.
+
+        Saving here would make a diverged state the newest checkpoint, the one every
+        restart and rollback would then start from.
+        """
+        limit = self.spec.limits.max_loss
+        if math.isfinite(loss) and (limit is None or loss <= limit):
+            return
+        reason = f"loss {loss} at step {step}" + ("" if math.isfinite(loss) else " is not finite")
+        if math.isfinite(loss):
+            reason += f", above limits.max_loss = {limit:g}"
+        self.record.event(
+            "diverged", sync=True, attempt=self.attempt, step=step, loss=str(loss), reason=reason
+        )
+        self._in_steps = False
+        raise SystemExit(EXIT_DIVERGED)
 
     @property
     def stop_requested(self) -> bool:
@@ -319,6 +359,50 @@ class Run:
             store, mirror=mirror, meta=meta,
             on_event=self._event_sink,
         )  # fmt: skip
+
+    # ---- supervision aids -------------------------------------------------------------------
+
+    def _start_watch_aids(self) -> None:
+        """Heartbeats, stack dumps on SIGUSR2, and the faults a drill asked for."""
+        adir = self.record.attempt_dir(self.attempt)
+        adir.mkdir(parents=True, exist_ok=True)
+        if threading.current_thread() is threading.main_thread():
+            import faulthandler
+
+            # Before killing a hung attempt the supervisor sends SIGUSR2: every thread's
+            # Python stack lands in stacks.txt, written from C, even with the GIL held.
+            self._stacks_file = open(adir / "stacks.txt", "a")  # noqa: SIM115 - kept open for the handler
+            faulthandler.register(signal.SIGUSR2, file=self._stacks_file, all_threads=True)
+        interval = float(os.environ.get(ENV_HEARTBEAT_S) or HEARTBEAT_S)
+        threading.Thread(
+            target=self._heartbeat, args=(interval,), name="acceptrun-heartbeat", daemon=True
+        ).start()
+        if os.environ.get(ENV_INJECT):
+            from acceptrun import inject
+
+            self._faults = inject.faults_for_attempt(os.environ[ENV_INJECT], self.attempt)
+
+    def _heartbeat(self, interval: float) -> None:
+        # A thread of its own: it keeps beating while the main thread is inside a C call
+        # (a collective, a data-loader wait), which is how a hang is told from a crash.
+        while not self.finished:
+            time.sleep(interval)
+            phase, step, since = self._phase
+            try:
+                self.record.event(
+                    "heartbeat",
+                    attempt=self.attempt,
+                    phase=phase,
+                    step=step,
+                    phase_s=round(time.time() - since, 3),
+                )
+            except OSError:
+                return  # the record went away (disk full, unmounted): nothing to report to
+
+    def _fire_faults(self, step: int, phase: str) -> None:
+        from acceptrun import inject
+
+        inject.fire(self, step, phase)
 
     def _event_sink(self, kind: str, fields: dict[str, Any]) -> None:
         self.record.event(kind, attempt=self.attempt, **fields)
@@ -474,6 +558,8 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
         sys.excepthook = run._excepthook
     if threading.current_thread() is threading.main_thread() and run.supervised:
         signal.signal(signal.SIGTERM, run._on_stop_signal)
+    if run.supervised and not run.drill:
+        run._start_watch_aids()
     _active = run
     return run
 

@@ -8,19 +8,22 @@ close step decides the verdict from the record alone.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceptrun.client import ENV_INJECT
 from acceptrun.close import close_run
+from acceptrun.inject import parse_faults
 from acceptrun.preflight import check_static, run_preflight
 from acceptrun.spec import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
 from acceptrun.verdict import Verdict
-from acceptrun.workspace import RunRecord, find_workspace, now_iso
+from acceptrun.workspace import RunRecord, find_workspace, now_iso, user_at_host
 
 __all__ = ["LaunchResult", "launch"]
 
@@ -75,14 +78,24 @@ def launch(
     workspace: str | Path | None = None,
     echo: bool = True,
     say: Callable[[str], None] = lambda _m: None,
+    inject: Sequence[str] = (),
 ) -> LaunchResult:
     """Run a spec end to end and return its verdict.
 
-    Bad input (the spec, a missing command, data path or manifest) raises a
-    :class:`~acceptrun.errors.UserError` before any record is created.
+    ``inject`` holds faults to inject (``kill@step=40``, see :mod:`acceptrun.inject`);
+    they are recorded in run.json under ``"injected"`` and reach the workload as
+    ``$ACCEPTRUN_INJECT``. Bad input (the spec, a fault, a missing command, data path or
+    manifest) raises a :class:`~acceptrun.errors.UserError` before any record is created.
     """
     spec = load_spec(spec_path)
     check_static(spec)
+    # ---- injected faults (acceptrun.inject) ----
+    faults = [str(f) for f in parse_faults(inject)]
+    # The faults of this run only: one inherited from an outer run must not leak in.
+    base_env = {k: v for k, v in os.environ.items() if k != ENV_INJECT}
+    if faults:
+        base_env[ENV_INJECT] = ",".join(faults)
+    # ---- end of injected faults ----
     ws = find_workspace(workspace, create=True)
     record = ws.create_run(
         spec.name,
@@ -92,11 +105,16 @@ def launch(
             "status": "preflight",
             "spec_source": str(Path(spec_path).resolve()),
             "spec_hash": spec.hash,
+            "injected": faults,
+            # Known from the start, so `acceptrun stop` works during preflight too.
+            "supervisor": user_at_host(),
+            "supervisor_pid": os.getpid(),
         },
     )
     say(f"run {record.run_id}")
     say(f"record {record.path}")
     record.event("run_start", sync=True, spec_hash=spec.hash)
+    record.audit("run", spec=str(Path(spec_path).resolve()))
     try:
         with _stop_signals_raise():
             preflight = run_preflight(record, spec, say=say)
@@ -110,6 +128,6 @@ def launch(
         verdict = close_run(record, ws, spec, status="failed_preflight", say=say)
         return LaunchResult(record, spec, verdict, False, None)
     record.update_state(started_at=now_iso())
-    result = Supervisor(record, spec, echo=echo, say=say).run()
+    result = Supervisor(record, spec, echo=echo, say=say, base_env=base_env).run()
     verdict = close_run(record, ws, spec, say=say)
     return LaunchResult(record, spec, verdict, True, result)

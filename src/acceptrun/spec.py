@@ -205,6 +205,12 @@ class LimitsSpec:
     hang_window: Duration | None = doc(
         'Treat the run as hung after no step for this long, e.g. "20m".', None
     )
+    max_loss: float | None = doc(
+        "A logged loss above this (or NaN/inf, always) means the run diverged.", None
+    )
+    on_divergence: str = doc(
+        '"stop" the run, or "rollback" to the checkpoint before the newest one.', "stop"
+    )
 
     def __post_init__(self) -> None:
         for name in ("wall_time", "idle_window", "hang_window"):
@@ -216,6 +222,10 @@ class LimitsSpec:
                 'a positive duration such as "10m"',
             )
         _require(self.max_restarts >= 0, "limits.max_restarts", self.max_restarts, "0 or more")
+        _require(
+            self.on_divergence in ("stop", "rollback"),
+            "limits.on_divergence", self.on_divergence, '"stop" or "rollback"',
+        )  # fmt: skip
         _require(
             self.restart_backoff >= 0,
             "limits.restart_backoff",
@@ -365,6 +375,8 @@ class RunSpec:
             data["data"]["manifest"] = self.resolve_path(self.data.manifest)
         if self.checkpoint.dir:
             data["checkpoint"]["dir"] = self.resolve_path(self.checkpoint.dir)
+        if self.checkpoint.mirror:
+            data["checkpoint"]["mirror"] = self.resolve_path(self.checkpoint.mirror)
         header = (
             f"# Frozen by acceptrun from {self.source}; paths resolved, durations in seconds.\n"
         )

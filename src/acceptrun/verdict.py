@@ -330,6 +330,8 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
     last = attempts[-1]
     ok = last["outcome"] == "success"
     fix = None if ok else f"read attempts/{last['attempt']}/stderr.log"
+    if not ok and last.get("class"):
+        fix = _CLASS_FIX.get(last["class"], fix)
     if last["outcome"] == "wall_time":
         fix = "raise limits.wall_time, or make the run faster"
     out.append(
@@ -349,7 +351,17 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
             for e in resumes
         )
         out.append(Check("operations", "resumed", PASS, False, text))
-    restarts = len(attempts) - 1
+    failed = [a for a in attempts if a["outcome"] != "success"]
+    if failed:
+        lost = work_lost(attempts)
+        text = "; ".join(
+            f"attempt {a['attempt']}: {a.get('class', a['outcome'])} ({a.get('class_reason') or a['reason']})"
+            for a in failed
+        )
+        text += f"; lost {lost['steps_lost']} steps, {format_duration(lost['seconds_lost'])} ({lost['device_seconds_lost']:.0f} device-s)"
+        out.append(Check("operations", "failures", PASS, False, text))
+    # Restarts the supervisor chose; a resume (`acceptrun resume`) is a person's decision.
+    restarts = sum(1 for _ in record.events("restart"))
     within = restarts <= spec.limits.max_restarts
     out.append(
         Check(
@@ -385,6 +397,32 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
                 )
             )
     return out
+
+
+_CLASS_FIX = {
+    "user_error": "fix the error in stderr.log (import, syntax, missing file); it is never retried",
+    "cuda_oom": "lower the batch size, or use bf16 / activation checkpointing (acceptrun tune)",
+    "host_oom": "the host ran out of memory: fewer data-loader workers, smaller prefetch, a bigger machine",
+    "diverged": 'lower the learning rate, or set limits.on_divergence = "rollback"',
+    "hang": "read stacks.txt in the attempt's directory: where the workload was stuck",
+    "data_stall": "the data loader stopped delivering: check the data source and num_workers",
+    "distributed": "a collective or rendezvous failed: check every rank's log and the network",
+    "gpu_fault": "a GPU error (Xid, ECC, illegal address): check the GPU, or move to another machine",
+    "wall_time": "raise limits.wall_time, or make the run faster",
+}
+
+
+def work_lost(attempts: list[dict[str, Any]]) -> dict[str, float]:
+    """Steps, seconds and device-seconds lost over all attempts (from exit.json "work")."""
+    totals = {"steps_lost": 0.0, "seconds_lost": 0.0, "device_seconds_lost": 0.0}
+    for a in attempts:
+        work = a.get("work") or {}
+        for key in totals:
+            value = work.get(key)
+            if isinstance(value, int | float):
+                totals[key] += value
+    totals["steps_lost"] = int(totals["steps_lost"])
+    return totals
 
 
 def _performance_checks(record: RunRecord, spec: RunSpec) -> list[Check]:

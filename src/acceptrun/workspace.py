@@ -155,6 +155,10 @@ class RunRecord:
             if not kinds or ev.get("kind") in kinds:
                 yield ev
 
+    def audit(self, action: str, **fields: Any) -> dict[str, Any]:
+        """Record a lifecycle action (run, stop, kill, resume, drill): what, who, when."""
+        return self.event("audit", sync=True, action=action, by=user_at_host(), **fields)
+
     @property
     def state(self) -> dict[str, Any]:
         """The contents of run.json (status, times, verdict, attempts)."""

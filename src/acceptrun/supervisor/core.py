@@ -1,19 +1,33 @@
-"""The local supervisor: attempts of the workload, restarts, stop requests, wall time.
+"""The local supervisor: attempts, failure classes, restarts, stops, hangs, wall time.
 
-For each attempt it starts the workload as a :class:`ChildProcess` with the contract's
-environment variables, waits for it while watching for stop requests (SIGTERM, SIGINT,
-SIGUSR1 to the supervisor) and the wall-time limit, writes ``attempts/<n>/exit.json``,
-and restarts a failed attempt with exponential backoff until ``limits.max_restarts``.
+For each attempt it picks the newest checkpoint that verifies, starts the workload as a
+:class:`ChildProcess` with the contract's environment variables, and watches it
+(:class:`~acceptrun.supervisor.watch.AttemptWatch`): stop requests (SIGTERM, SIGINT,
+SIGUSR1, SIGHUP to the supervisor, or ``acceptrun stop|kill``), the wall-time limit, no
+progress for ``limits.hang_window`` (a hang or a data stall), and time-based injected
+faults. When it ends, :func:`~acceptrun.supervisor.classify.classify` names the failure
+class from the exit status, the stderr tail and the events; ``attempts/<n>/exit.json``
+holds the class, its evidence, the decision taken and the work lost.
+
+Policy: transient classes restart from the newest verified checkpoint with exponential
+backoff up to ``limits.max_restarts`` (OOMs once); user errors never restart; a
+divergence stops the run, or with ``limits.on_divergence = "rollback"`` quarantines the
+newest checkpoint and restarts from the one before.
 
 A stop request becomes SIGTERM to the workload's process group ("checkpoint now, then
 exit"); after ``limits.grace_period`` the group is SIGKILLed. A second Ctrl-C kills at
-once.
+once. A hung workload cannot checkpoint: its stacks are collected (SIGUSR2 to the
+client's faulthandler, or py-spy) and the group is SIGKILLed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import types
@@ -26,13 +40,23 @@ from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.client import (
     ENV_ATTEMPT,
     ENV_CHECKPOINT_DIR,
+    ENV_INJECT,
     ENV_RESUME_FROM,
     ENV_RUN_DIR,
     ENV_RUN_ID,
     ENV_SPEC,
 )
 from acceptrun.spec import RunSpec, format_duration
+from acceptrun.supervisor.classify import (
+    AttemptFacts,
+    Classification,
+    classify,
+    oom_kill_count,
+    retry_allowed,
+    stderr_tail,
+)
 from acceptrun.supervisor.process import ChildProcess
+from acceptrun.supervisor.watch import AttemptWatch
 from acceptrun.workspace import RunRecord, now_iso, user_at_host
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
@@ -54,9 +78,16 @@ class AttemptResult:
     ended_at: str
     duration_s: float
     reason: str
+    failure: Classification | None = None
+    work: dict[str, Any] = field(default_factory=dict)
+    decision: str | None = None
+
+    @property
+    def failure_class(self) -> str:
+        return self.failure.name if self.failure else self.outcome
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "attempt": self.attempt,
             "outcome": self.outcome,
             "returncode": self.returncode,
@@ -65,7 +96,14 @@ class AttemptResult:
             "ended_at": self.ended_at,
             "duration_s": round(self.duration_s, 3),
             "reason": self.reason,
+            "work": self.work,
+            "decision": self.decision,
         }
+        if self.failure is not None:
+            out["class"] = self.failure.name
+            out["class_reason"] = self.failure.reason
+            out["evidence"] = self.failure.evidence
+        return out
 
 
 @dataclass(slots=True)
@@ -95,12 +133,14 @@ class Supervisor:
         echo: bool = True,
         say: Callable[[str], None] = lambda _msg: None,
         base_env: Mapping[str, str] | None = None,
+        first_attempt: int = 1,
     ) -> None:
         self.record = record
         self.spec = spec
         self.echo = echo
         self.say = say
         self.base_env = dict(os.environ if base_env is None else base_env)
+        self.first_attempt = first_attempt  # > 1 when `acceptrun resume` continues a run
         self._stop_reason: str | None = None
         self._kill_now = False
         self._wake = threading.Event()
@@ -116,6 +156,18 @@ class Supervisor:
         self._wake.set()
 
     def _on_signal(self, signum: int, frame: types.FrameType | None) -> None:
+        # `acceptrun stop|kill RUN` writes control.json, then signals: it says who asked.
+        control = None
+        try:
+            control = self.record.read_json("control.json")
+        except Exception:  # a damaged control file must not crash the signal handler
+            control = None
+        if isinstance(control, dict) and control.get("action") in ("stop", "kill"):
+            self.request_stop(f"acceptrun {control['action']} by {control.get('by', '?')}")
+            if control["action"] == "kill":
+                self._kill_now = True
+            self._wake.set()
+            return
         self.request_stop(f"signal {signal.Signals(signum).name} to the supervisor")
 
     # ---- the attempts loop --------------------------------------------------------------------
@@ -131,10 +183,12 @@ class Supervisor:
                 for s in STOP_SIGNALS
                 if signal.getsignal(s) is not signal.SIG_IGN
             }
+        # A stop or kill request was for an earlier supervisor of this run, not this one.
+        self.record.file("control.json").unlink(missing_ok=True)
         start = time.monotonic()
         limits = self.spec.limits
         try:
-            attempt = 0
+            attempt = self.first_attempt - 1
             while True:
                 attempt += 1
                 deadline = None if limits.wall_time is None else start + limits.wall_time
@@ -147,9 +201,16 @@ class Supervisor:
                     # The stop came as the attempt ended on its own: honour it, no restart.
                     result.stop_reason = f"stopped on request ({self._stop_reason})"
                     break
-                restarts = attempt - 1
+                why_not = self._why_not_retry(res, result.attempts)
+                if why_not is not None:
+                    result.stop_reason = why_not
+                    self._decide(res, "stop", why_not)
+                    self.record.event("give_up", sync=True, attempt=attempt, reason=why_not)
+                    break
+                restarts = attempt - self.first_attempt  # this supervisor's, not a resumed run's
                 if restarts >= limits.max_restarts:
                     result.stop_reason = f"gave up after {attempt} attempt(s): limits.max_restarts = {limits.max_restarts}"
+                    self._decide(res, "stop", result.stop_reason)
                     self.record.event(
                         "give_up", sync=True, attempt=attempt, reason=result.stop_reason
                     )
@@ -158,7 +219,11 @@ class Supervisor:
                 if deadline is not None and time.monotonic() + delay >= deadline:
                     result.stop_reason = "wall time would pass during the restart backoff"
                     break
-                self.say(f"attempt {attempt} {res.reason}; restarting in {format_duration(delay)}")
+                why = f"{res.failure_class} is retried from the newest verified checkpoint"
+                self._decide(res, "restart", f"{why}, in {format_duration(delay)}")
+                self.say(
+                    f"attempt {attempt} {res.reason} ({res.failure_class}); restarting in {format_duration(delay)}"
+                )
                 self.record.event(
                     "restart", sync=True, attempt=attempt + 1, after=res.outcome, backoff_s=delay
                 )
@@ -171,6 +236,39 @@ class Supervisor:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return result
+
+    def _why_not_retry(self, res: AttemptResult, attempts: list[AttemptResult]) -> str | None:
+        """None when the failure is worth a restart; else the reason to stop (for the report)."""
+        failure = res.failure
+        if failure is None:
+            return None
+        if failure.name == "diverged":
+            if self.spec.limits.on_divergence != "rollback":
+                return f'diverged ({failure.reason}); not retried: limits.on_divergence = "stop"'
+            return self._rollback(res)
+        if not failure.retry:
+            return f"{failure.name} ({failure.reason}); not retried: it would fail the same way"
+        same = sum(1 for a in attempts[:-1] if a.failure_class == failure.name)
+        if not retry_allowed(failure.name, same):
+            return f"{failure.name} again after {same} retry; not retried: it recurs from the same checkpoint"
+        return None
+
+    def _rollback(self, res: AttemptResult) -> str | None:
+        """Quarantine the newest checkpoint so the restart resumes from the one before."""
+        store = CheckpointStore(
+            self.checkpoint_dir, on_event=lambda k, f: self._event(k, res.attempt, f)
+        )
+        latest = store.latest()
+        if latest is None or len(store.list()) < 2:
+            return "diverged, and there is no earlier checkpoint to roll back to"
+        store.quarantine(latest.path, f"rollback after divergence in attempt {res.attempt}")
+        self.record.event("rollback", sync=True, attempt=res.attempt, quarantined_step=latest.step)
+        return None
+
+    def _decide(self, res: AttemptResult, action: str, why: str) -> None:
+        res.decision = f"{action}: {why}"
+        self.record.write_json(f"attempts/{res.attempt}/exit.json", res.to_dict())
+        self.record.event("decision", sync=True, attempt=res.attempt, action=action, why=why)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -211,10 +309,11 @@ class Supervisor:
         adir = self.record.attempt_dir(attempt)
         adir.mkdir(parents=True, exist_ok=True)
         resume_from, resume_step = self._resume_point(attempt)
+        env = self._env(attempt, resume_from)
         child = ChildProcess(
             self.spec.command,
             cwd=self.spec.workdir_path,
-            env=self._env(attempt, resume_from),
+            env=env,
             stdout_path=adir / "stdout.log",
             stderr_path=adir / "stderr.log",
             echo=self.echo,
@@ -225,6 +324,8 @@ class Supervisor:
             supervisor=user_at_host(),
             supervisor_pid=os.getpid(),
         )
+        offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
+        oom_before = oom_kill_count()
         try:
             child.start()
         except OSError as exc:
@@ -243,21 +344,48 @@ class Supervisor:
         )
         resumed = "" if resume_step is None else f", resuming after step {resume_step}"
         self.say(f"attempt {attempt} started (pid {child.pid}{resumed})")
+        watch = AttemptWatch(
+            self.record.events_path,
+            attempt,
+            (adir / "stdout.log", adir / "stderr.log"),
+            child.pid,
+            offset=offset,
+        )
+        faults = _time_faults(env, attempt)
+        hang_window = self.spec.limits.hang_window
         stop_sent_at: float | None = None
         cause: str | None = None
+        stall_evidence: str | None = None
         returncode: int | None = None
         while returncode is None:
             returncode = child.wait(POLL_S)
+            watch.poll()
             if returncode is not None:
                 break
             now = time.monotonic()
             if cause is None and self._stop_reason is not None:
-                cause = "stopped"
+                cause = "user"
             if cause is None and deadline is not None and now >= deadline:
                 cause = "wall_time"
                 self._stop_reason = (
                     f"wall time {format_duration(self.spec.limits.wall_time)} reached"
                 )
+            for fault in [f for f in faults if child.duration >= f.after_s]:
+                faults.remove(fault)
+                sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
+                self.record.event(
+                    "fault_injected",
+                    sync=True,
+                    attempt=attempt,
+                    action=fault.action,
+                    after_s=fault.after_s,
+                )
+                child.signal_group(sig)  # an outside event, not a stop request
+            if cause is None and hang_window is not None and (stall := watch.stalled(hang_window)):
+                cause = stall.kind
+                stall_evidence = stall.evidence
+                self._stop_hung(child, adir, attempt, stall.kind, stall.evidence)
+                stop_sent_at = float("inf")  # killed: wait for the exit only
             if cause is not None and stop_sent_at is None:
                 stop_sent_at = now
                 self.record.event(
@@ -267,9 +395,8 @@ class Supervisor:
                     signal="SIGTERM",
                     reason=self._stop_reason,
                 )
-                self.say(
-                    f"{self._stop_reason}: asking the workload to stop (grace {format_duration(self.spec.limits.grace_period)})"
-                )
+                grace = format_duration(self.spec.limits.grace_period)
+                self.say(f"{self._stop_reason}: asking the workload to stop (grace {grace})")
                 child.signal_group(signal.SIGTERM)
             if stop_sent_at is not None and (
                 self._kill_now or now - stop_sent_at >= self.spec.limits.grace_period
@@ -283,23 +410,133 @@ class Supervisor:
                 )
                 child.signal_group(signal.SIGKILL)
                 self._kill_now = False
-                stop_sent_at = float("inf")  # killed: wait for the exit only
+                stop_sent_at = float("inf")
         child.finish()
-        res = self._classify(attempt, child, returncode, cause)
+        watch.poll()
+        oom_after = oom_kill_count()
+        res = self._result(attempt, child, returncode, cause)
+        facts = AttemptFacts(
+            returncode=returncode if returncode >= 0 else None,
+            signal=res.signal,
+            stop_cause=cause,
+            stderr_tail=stderr_tail(adir / "stderr.log"),
+            events=watch.events,
+            oom_kills=None if oom_before is None or oom_after is None else oom_after - oom_before,
+        )
+        res.failure = classify(facts)
+        if stall_evidence is not None:  # what the watch saw comes first
+            res.failure = dataclasses.replace(
+                res.failure, evidence=[stall_evidence, *res.failure.evidence]
+            )
+        res.work = self._work(watch, child, resume_step, res)
         self._record_exit(adir, res)
         return res
 
-    def _classify(
+    def _stop_hung(
+        self, child: ChildProcess, adir: Path, attempt: int, kind: str, evidence: str
+    ) -> None:
+        """Collect the stacks of a workload that makes no progress, then SIGKILL it.
+
+        A hung main thread never runs a Python signal handler, so a graceful stop would
+        only burn the grace period; the stacks say where it was stuck.
+        """
+        self.record.event(
+            "hang_detected", sync=True, attempt=attempt, stall=kind, evidence=evidence
+        )
+        self.say(
+            f"attempt {attempt}: {kind.replace('_', ' ')} ({evidence}); collecting stacks, then killing it"
+        )
+        stacks = adir / "stacks.txt"
+        before = stacks.stat().st_size if stacks.exists() else 0
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGUSR2)  # the client's faulthandler writes stacks.txt
+        deadline = time.monotonic() + 2.0
+        while (
+            time.monotonic() < deadline
+            and (stacks.stat().st_size if stacks.exists() else 0) == before
+        ):
+            time.sleep(0.05)
+        py_spy = shutil.which("py-spy")
+        if (stacks.stat().st_size if stacks.exists() else 0) == before and py_spy:
+            try:
+                dump = subprocess.run(
+                    [py_spy, "dump", "--pid", str(child.pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=20,
+                    check=False,
+                )
+                with open(stacks, "a") as f:
+                    f.write(dump.stdout or dump.stderr)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        got = stacks.exists() and stacks.stat().st_size > before
+        self.record.event("stacks", sync=True, attempt=attempt, path=str(stacks) if got else None)
+        child.signal_group(signal.SIGKILL)
+
+    def _work(
+        self, watch: AttemptWatch, child: ChildProcess, resume_step: int | None, res: AttemptResult
+    ) -> dict[str, Any]:
+        """Work done and lost by an attempt: what the cost ledger and the report count.
+
+        Lost = the steps after the newest checkpoint at the time it ended (a restart redoes
+        them) and the wall time since that checkpoint's step; device-seconds are that
+        time the run's GPUs (or one CPU device) sat on work thrown away.
+        """
+        store = CheckpointStore(self.checkpoint_dir)
+        latest = store.latest()
+        kept = latest.step if latest is not None else None
+        last = watch.last_step
+        step_times = {e.get("step"): e.get("t") for e in watch.events if e.get("kind") == "step"}
+        ended = time.time()
+        work: dict[str, Any] = {
+            "resumed_from": resume_step,
+            "steps_done": watch.steps,
+            "first_step": watch.first_step,
+            "last_step": last,
+            "checkpoint_after": kept,
+            "startup_s": None,
+        }
+        first_t = next((e.get("t") for e in watch.events if e.get("kind") == "step"), None)
+        if first_t is not None:
+            work["startup_s"] = round(first_t - child.started_at, 3)
+        lost_steps, lost_s = 0, 0.0
+        if res.outcome != "success" and last is not None:
+            if kept is None or kept < (watch.first_step or 0):
+                lost_steps = watch.steps
+                lost_s = ended - child.started_at
+            else:
+                lost_steps = max(0, last - kept)
+                t_kept = step_times.get(kept)
+                lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
+        elif res.outcome != "success":
+            lost_s = ended - child.started_at  # died before its first step: all of it
+        devices = max(self.spec.resources.gpus, 1)
+        work.update(
+            steps_lost=lost_steps,
+            seconds_lost=round(lost_s, 3),
+            device_seconds_lost=round(lost_s * devices, 3),
+        )
+        return work
+
+    def _result(
         self, attempt: int, child: ChildProcess, rc: int, cause: str | None
     ) -> AttemptResult:
+        """How the attempt ended mechanically (the failure class comes from classify())."""
         sig = _signal_name(-rc) if rc < 0 else None
+        hang = format_duration(self.spec.limits.hang_window)
         if cause == "wall_time":
-            outcome, reason = (
-                "wall_time",
-                f"stopped at the wall-time limit ({format_duration(self.spec.limits.wall_time)})",
+            outcome = "wall_time"
+            reason = (
+                f"stopped at the wall-time limit ({format_duration(self.spec.limits.wall_time)})"
             )
-        elif cause == "stopped":
+        elif cause == "user":
             outcome, reason = "stopped", f"stopped on request ({self._stop_reason})"
+        elif cause in ("hang", "data_stall"):
+            outcome, reason = (
+                cause,
+                f"killed after no progress for {hang} ({cause.replace('_', ' ')})",
+            )
         elif rc == 0:
             outcome, reason = "success", "exited 0"
         elif sig is not None:
@@ -320,6 +557,16 @@ class Supervisor:
     def _record_exit(self, adir: Any, res: AttemptResult) -> None:
         self.record.write_json(f"attempts/{res.attempt}/exit.json", res.to_dict())
         self.record.event("attempt_exit", sync=True, **res.to_dict())
+
+
+def _time_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
+    """Injected faults with a time (``kill@time=30s``): fired by the supervisor itself."""
+    text = env.get(ENV_INJECT)
+    if not text:
+        return []
+    from acceptrun import inject
+
+    return inject.time_faults(inject.parse_faults(text), attempt)
 
 
 def _signal_name(signum: int) -> str:

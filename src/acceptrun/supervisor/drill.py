@@ -84,6 +84,7 @@ def restore_drill(
     )
     if cpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
+    record.audit("drill", drill="restore", step=info.step, cpu=cpu)
     record.event(
         "drill_start", sync=True, drill="restore", step=info.step, cpu=cpu, by=user_at_host()
     )

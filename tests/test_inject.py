@@ -1,0 +1,210 @@
+"""Injected faults: the syntax, and each action done for real in a supervised run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from acceptrun.errors import UserError
+from acceptrun.inject import Fault, faults_for_attempt, parse_faults, time_faults
+from acceptrun.launch import LaunchResult, launch
+from acceptrun.workspace import RunRecord
+from conftest import PYTHON, Project
+
+# A client workload; CKPT=1 checkpoints a tiny torch model after steps 2 and 5. The saves
+# block (steps take microseconds here): a kill at step 4 then always finds step 2 saved.
+WORKLOAD = """
+import os
+import acceptrun
+
+run = acceptrun.init()
+start = 0
+if os.environ.get("CKPT"):
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    start = run.restore(model=model)
+for step in run.steps(start, 8):
+    run.log(step, loss=1.0 / (step + 1))
+    if os.environ.get("CKPT") and step % 3 == 2:
+        run.checkpoint(step, block=True)
+"""
+
+SLEEP_IN_ATTEMPT_1 = (
+    "import os, time; time.sleep(30 if os.environ['ACCEPTRUN_ATTEMPT'] == '1' else 0)"
+)
+
+
+# ---- syntax -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("kill@step=40", [Fault("kill", 40, None, 1, None)], id="kill-step"),
+        pytest.param("term@time=30s", [Fault("term", None, 30.0, 1, None)], id="term-time"),
+        pytest.param("kill@time=1.5", [Fault("kill", None, 1.5, 1, None)], id="bare-seconds"),
+        pytest.param("exit=7@step=3:attempt=2", [Fault("exit", 3, None, 2, 7)], id="exit-code"),
+        pytest.param(
+            " nan@step=0 , oom@step=5,,hang@step=9:attempt=3 ",
+            [
+                Fault("nan", 0, None, 1, None),
+                Fault("oom", 5, None, 1, None),
+                Fault("hang", 9, None, 3, None),
+            ],
+            id="comma-list",
+        ),
+        pytest.param(["kill@step=1", "term@step=2,kill@time=1m"], None, id="list"),
+    ],
+)
+def test_parse_faults_accepts(text: Any, expected: list[Fault] | None) -> None:
+    faults = parse_faults(text)
+    if expected is not None:
+        assert faults == expected
+    else:
+        assert [f.action for f in faults] == ["kill", "term", "kill"]
+        assert faults[2].after_s == 60.0
+    # The canonical text form (what run.json and $ACCEPTRUN_INJECT hold) reads back the same.
+    assert parse_faults([str(f) for f in faults]) == faults
+
+
+@pytest.mark.parametrize(
+    ("item", "why"),
+    [
+        pytest.param("explode@step=3", "unknown action 'explode'", id="action"),
+        pytest.param("kill", "not a fault", id="no-trigger"),
+        pytest.param("kill@step=x", "step=x is not a step number", id="step"),
+        pytest.param("kill@step=-1", "step=-1 is not a step number", id="negative-step"),
+        pytest.param("kill@time=soon", "time=soon is not a duration", id="time"),
+        pytest.param("kill@when=3", "when= is not a trigger", id="trigger"),
+        pytest.param("nan@time=5s", "nan cannot be timed", id="untimeable"),
+        pytest.param("exit@step=3", "exit needs a status", id="exit-no-code"),
+        pytest.param("exit=300@step=3", "exit needs a status", id="exit-range"),
+        pytest.param("kill=3@step=3", "only exit takes a value", id="value"),
+        pytest.param("kill@step=3:attempt=0", "attempt=0 is not an attempt", id="attempt"),
+        pytest.param("kill@step=3:rank=1", "rank= is not an option", id="option"),
+    ],
+)
+def test_parse_faults_rejects_naming_the_item(item: str, why: str) -> None:
+    with pytest.raises(UserError) as info:
+        parse_faults(f"kill@step=1,{item}")
+    message = str(info.value)
+    assert f"fault {item!r}" in message and why in message
+    assert "ACTION@step=N or ACTION@time=DURATION" in message  # the accepted forms
+
+
+def test_attempt_selection() -> None:
+    text = "kill@step=4,term@time=2s,term@time=1s,nan@step=6:attempt=2,kill@time=3s:attempt=2"
+    assert faults_for_attempt(text, 1) == [Fault("kill", 4, None, 1, None)]
+    assert faults_for_attempt(text, 2) == [Fault("nan", 6, None, 2, None)]
+    assert faults_for_attempt(text, 3) == []
+    timed = time_faults(parse_faults(text), 1)
+    assert [f.after_s for f in timed] == [1.0, 2.0]  # soonest first
+    assert time_faults(parse_faults(text), 2) == [Fault("kill", None, 3.0, 2, None)]
+
+
+def test_launch_rejects_a_bad_fault_before_any_record(project: Project) -> None:
+    spec = project.spec(WORKLOAD)
+    with pytest.raises(UserError, match="fault 'kill@step=later'"):
+        launch(spec, workspace=project.workspace, echo=False, inject=["kill@step=later"])
+    assert project.run_ids() == []
+
+
+# ---- each action, for real --------------------------------------------------------------------
+
+
+def run_with(project: Project, fault: str, *, ckpt: bool = False, limits: str = "") -> LaunchResult:
+    env = 'env = { CKPT = "1" }\n' if ckpt else ""
+    extra = f'{env}[limits]\nrestart_backoff = 0\ngrace_period = "1s"\n{limits}'
+    spec = project.spec(WORKLOAD, extra=extra)
+    return launch(spec, workspace=project.workspace, echo=False, inject=[fault])
+
+
+def exits(record: RunRecord) -> list[dict[str, Any]]:
+    return list(record.events("attempt_exit"))
+
+
+def injected(record: RunRecord) -> list[dict[str, Any]]:
+    return [
+        {k: e[k] for k in ("action", "step", "attempt")} for e in record.events("fault_injected")
+    ]
+
+
+def test_kill_then_resume_and_the_fault_does_not_fire_again(project: Project) -> None:
+    result = run_with(project, "kill@step=4", ckpt=True, limits="max_restarts = 1\n")
+    record = result.record
+    assert record.state["injected"] == ["kill@step=4:attempt=1"]
+    first, second = exits(record)
+    assert first["signal"] == "SIGKILL" and second["outcome"] == "success"
+    assert [s["resume_step"] for s in record.events("attempt_start")] == [None, 2]
+    # Attempt 2 went through step 4 again, and nothing fired there.
+    assert injected(record) == [{"action": "kill", "step": 4, "attempt": 1}]
+    assert {e["step"] for e in record.events("step") if e["attempt"] == 2} == set(range(3, 8))
+
+
+def test_term_checkpoints_the_step_and_loses_none(project: Project) -> None:
+    result = run_with(project, "term@step=3", ckpt=True, limits="max_restarts = 1\n")
+    record = result.record
+    first, second = exits(record)
+    assert first["returncode"] == 143 and second["outcome"] == "success"
+    (stopped,) = record.events("stopped")
+    assert stopped["checkpoint"] == 3  # the step the fault fired in, saved before exiting
+    assert [s["resume_step"] for s in record.events("attempt_start")] == [None, 3]
+    assert injected(record) == [{"action": "term", "step": 3, "attempt": 1}]
+
+
+def test_nan_diverges(project: Project) -> None:
+    record = run_with(project, "nan@step=2", limits="max_restarts = 0\n").record
+    (diverged,) = record.events("diverged")
+    assert diverged["step"] == 2 and "not finite" in diverged["reason"]
+    step2 = [e for e in record.events("step") if e["step"] == 2]
+    assert math.isnan(step2[0]["loss"])  # a real NaN in the logged loss
+    (only,) = exits(record)
+    assert only["returncode"] == 3  # client.EXIT_DIVERGED
+    assert injected(record) == [{"action": "nan", "step": 2, "attempt": 1}]
+
+
+def test_oom_raises_a_real_memory_error(project: Project) -> None:
+    record = run_with(project, "oom@step=1", limits="max_restarts = 0\n").record
+    (only,) = exits(record)
+    assert only["returncode"] == 1
+    stderr = (record.attempt_dir(1) / "stderr.log").read_text()
+    assert "MemoryError" in stderr and "_exhaust_memory" in stderr
+    assert max(e["step"] for e in record.events("step")) == 1
+
+
+def test_exit_code(project: Project) -> None:
+    record = run_with(project, "exit=7@step=5", limits="max_restarts = 0\n").record
+    (only,) = exits(record)
+    assert only["returncode"] == 7
+    (fault,) = record.events("fault_injected")
+    assert fault["code"] == 7
+    assert not list(record.events("workload_end"))  # os._exit: no exit handlers ran
+
+
+def test_hang_stays_alive_until_the_wall_time_kill(project: Project) -> None:
+    limits = 'max_restarts = 0\nwall_time = "3s"\n'
+    record = run_with(project, "hang@step=1", limits=limits).record
+    (fault,) = record.events("fault_injected")
+    (only,) = exits(record)
+    # Alive for seconds after the fault, deaf to SIGTERM (it is not between steps), killed.
+    assert only["outcome"] == "wall_time" and only["signal"] == "SIGKILL"
+    (kill,) = record.events("kill_sent")
+    assert kill["t"] - fault["t"] > 1.0
+    assert max(e["step"] for e in record.events("step")) == 1
+
+
+def test_time_fault_kills_a_black_box_command(project: Project) -> None:
+    """@time faults are the supervisor's: they work on a command that knows nothing of acceptrun."""
+    spec = project.spec(
+        command=[PYTHON, "-c", SLEEP_IN_ATTEMPT_1],
+        extra="[limits]\nmax_restarts = 1\nrestart_backoff = 0\n",
+    )
+    result = launch(spec, workspace=project.workspace, echo=False, inject=["kill@time=0.5s"])
+    first, second = exits(result.record)
+    assert first["signal"] == "SIGKILL" and first["duration_s"] < 10
+    (fault,) = result.record.events("fault_injected")
+    assert fault["action"] == "kill" and fault["attempt"] == 1
+    assert second["outcome"] == "success"  # not fired again in attempt 2
