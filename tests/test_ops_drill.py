@@ -90,6 +90,10 @@ def test_drill_passes_on_a_deterministic_workload(project: Project) -> None:
     # The drills the spec requires are found: the drill run is accepted once they are in.
     assert json.loads(drilled.file("verdict.json").read_text())["accepted"]
     assert drilled.state["verdict"] == "accepted"
+    # A later run of the same spec counts the drill run's proof.
+    proc = project.cli("run", "-q", "spec.toml", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"passed in drill run {drilled.run_id} of the same spec" in proc.stdout
 
 
 def test_drill_fails_on_a_resume_that_forgets_the_optimizer(project: Project) -> None:

@@ -2,20 +2,20 @@
 # The embedded demo (`make demo`): an accepted run that survives a crash, bit for bit.
 #
 # 1. An uninterrupted reference: `python train.py` (a standalone run, recorded too).
-# 2. The demo run: `acceptrun run spec.toml`. train.py SIGKILLs itself at step 600
-#    (CHARLM_KILL_AT in the spec); the supervisor resumes from the newest verified
-#    checkpoint; the verdict must be ACCEPTED.
+# 2. The demo run: `acceptrun run --inject kill@step=600 spec.toml`: the first attempt
+#    is SIGKILLed at step 600 (a real signal, sent by the client API); the supervisor
+#    resumes from the newest verified checkpoint; the verdict must be ACCEPTED.
 # 3. The two final models must be bitwise equal.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 echo "== 1/2: uninterrupted reference run (python train.py, about 40 s) =="
-CHARLM_KILL_AT=-1 python train.py --out-dir out/uninterrupted | tail -n 1
+python train.py --out-dir out/uninterrupted | tail -n 1
 
 echo
-echo "== 2/2: the demo run, killed at step 600 and resumed (acceptrun run spec.toml) =="
+echo "== 2/2: the demo run, SIGKILLed at step 600 and resumed (acceptrun run --inject kill@step=600 spec.toml) =="
 status=0
-acceptrun run spec.toml || status=$?
+acceptrun run --inject kill@step=600 spec.toml || status=$?
 
 ours=$(sha256sum out/model.safetensors | cut -d' ' -f1)
 reference=$(sha256sum out/uninterrupted/model.safetensors | cut -d' ' -f1)

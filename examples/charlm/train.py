@@ -19,7 +19,6 @@ import json
 import math
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
@@ -50,12 +49,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm; 0 = off")
     p.add_argument("--eval-interval", type=int, default=200, help="steps between evaluations")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument(
-        "--kill-at",
-        type=int,
-        default=int(os.environ.get("CHARLM_KILL_AT", "-1")),
-        help="SIGKILL this process at this step of the first attempt (the demo's crash)",
-    )
     return p.parse_args()
 
 
@@ -179,11 +172,6 @@ def main() -> None:
         # sync point that stalls the queue; a large model would log every N steps.
         run.log(step, loss=loss.item(), lr=lr, samples=x.shape[0], tokens=x.numel())
         run.maybe_checkpoint(step)  # every checkpoint.every_steps of the spec; async
-        if step == args.kill_at and run.attempt == 1:
-            # The demo's crash: SIGKILL, no warning, no cleanup. The supervisor restarts
-            # the run from its newest verified checkpoint.
-            print(f"step {step}: killing this process (SIGKILL) to show the resume", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
         if (step + 1) % args.eval_interval == 0 and step + 1 < args.steps:
             val_loss, val_acc = evaluate(model, val)
             run.log(step, val_loss=val_loss, val_accuracy=val_acc)
@@ -203,7 +191,7 @@ def main() -> None:
     # and no output path in it.
     out_path = Path(args.out_dir) / "model.safetensors"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    config = {k: v for k, v in vars(args).items() if k not in ("out_dir", "kill_at")}
+    config = {k: v for k, v in vars(args).items() if k != "out_dir"}
     metadata = {"charlm": json.dumps({"vocab": chars, "config": config}, sort_keys=True)}
     save_file(model.state_dict(), str(out_path), metadata=metadata)
     run.output("model", out_path)

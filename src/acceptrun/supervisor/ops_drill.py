@@ -70,6 +70,8 @@ class Restart:
     """The first step the next attempt logged (resume_step + 1 when resumed)."""
     stopped_checkpoint: int | None
     """For a graceful stop: the step its "stopped" event says was checkpointed."""
+    detect_s: float | None
+    """The fault (the child's death) to the attempt's recorded exit: noticing it, the logs."""
     gap_s: float | None
     """Supervisor time: the attempt's exit to the next attempt's start (backoff included)."""
     backoff_s: float | None
@@ -181,6 +183,7 @@ def measure_restarts(record: RunRecord, startup_s: float) -> list[Restart]:
                 lost_steps=None if last is None else last - (-1 if resume is None else resume),
                 first_step=next_steps[0]["step"] if next_steps else None,
                 stopped_checkpoint=None if stopped is None else stopped.get("checkpoint"),
+                detect_s=None if fault is None else _round(exits[attempt]["t"] - fault["t"]),
                 gap_s=_round(starts[nxt]["t"] - exits[attempt]["t"]),
                 backoff_s=None if restart is None else restart.get("backoff_s"),
                 restore_s=None if restored is None else restored.get("seconds"),
