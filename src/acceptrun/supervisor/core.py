@@ -61,7 +61,7 @@ from acceptrun.workspace import RunRecord, now_iso, user_at_host
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
 
-POLL_S = 0.1  # seconds between checks of the child; ~0.1% of a core while waiting
+POLL_S = 0.25  # seconds between checks (stop requests, limits, hangs); a child's exit wakes it at once
 MAX_BACKOFF_S = 300.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 

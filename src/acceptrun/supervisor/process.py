@@ -49,6 +49,7 @@ class ChildProcess:
         self.started_at = 0.0  # time.time() at start
         self.started_mono = 0.0  # time.monotonic() at start
         self._threads: list[threading.Thread] = []
+        self._exited = threading.Event()
 
     @property
     def pid(self) -> int:
@@ -69,6 +70,11 @@ class ChildProcess:
             start_new_session=True,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
+        # One thread blocks in waitpid: the supervisor then sleeps on an Event that wakes
+        # at once when the child exits. Popen.wait(timeout) instead polls up to 20 times a
+        # second, which is most of an idle supervisor's CPU.
+        waiter = threading.Thread(target=self._wait_exit, name="acceptrun-waitpid", daemon=True)
+        waiter.start()
         for pipe, path, term in (
             (self.proc.stdout, self.stdout_path, sys.stdout),
             (self.proc.stderr, self.stderr_path, sys.stderr),
@@ -97,6 +103,11 @@ class ChildProcess:
                         out.flush()
         pipe.close()
 
+    def _wait_exit(self) -> None:
+        assert self.proc is not None
+        self.proc.wait()
+        self._exited.set()
+
     def poll(self) -> int | None:
         assert self.proc is not None, "child not started"
         return self.proc.poll()
@@ -104,10 +115,9 @@ class ChildProcess:
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait up to ``timeout`` seconds; the return code, or None if still running."""
         assert self.proc is not None, "child not started"
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        if self._exited.wait(timeout):
+            return self.proc.returncode
+        return None
 
     def signal_group(self, sig: int) -> bool:
         """Send ``sig`` to the child's whole process group; False if it is already gone."""
