@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.spec import RunSpec, load_spec
-from acceptrun.verdict import Verdict, compute_verdict, run_timeline, work_lost
+from acceptrun.verdict import Verdict, compute_verdict, read_attempts, run_timeline, work_lost
 from acceptrun.workspace import RunRecord, Workspace, now_iso
 
 __all__ = ["close_run", "close_standalone", "run_cleanup"]
@@ -100,14 +100,9 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
     duration = None
     if tl["launch"] is not None and tl["end"] is not None:
         duration = round(tl["end"] - tl["launch"], 3)
-    attempts = []
-    for exit_json in sorted((record.path / "attempts").glob("*/exit.json")):
-        data = record.read_json(str(exit_json.relative_to(record.path)))
-        if isinstance(data, dict):
-            attempts.append(data)
     record.update_state(
         status=status,
-        work=work_lost(attempts),
+        work=work_lost(read_attempts(record)),
         verdict="accepted" if verdict.accepted else "rejected",
         ended_at=now_iso(),
         duration_s=duration,

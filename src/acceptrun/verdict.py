@@ -274,7 +274,7 @@ def _checkpoint_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     return out
 
 
-def _attempts(record: RunRecord) -> list[dict[str, Any]]:
+def read_attempts(record: RunRecord) -> list[dict[str, Any]]:
     root = record.path / "attempts"
     if not root.is_dir():
         return []
@@ -314,7 +314,7 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
                 )
             )
         return out
-    attempts = _attempts(record)
+    attempts = read_attempts(record)
     if not attempts:
         out.append(
             Check(

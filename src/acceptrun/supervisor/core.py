@@ -61,7 +61,9 @@ from acceptrun.workspace import RunRecord, now_iso, user_at_host
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
 
-POLL_S = 0.25  # seconds between checks (stop requests, limits, hangs); a child's exit wakes it at once
+POLL_S = (
+    0.25  # seconds between checks (stop requests, limits, hangs); a child's exit wakes it at once
+)
 MAX_BACKOFF_S = 300.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
@@ -293,17 +295,10 @@ class Supervisor:
         self.record.event(kind, sync=True, attempt=attempt, **fields)
 
     def _env(self, attempt: int, resume_from: str = "") -> dict[str, str]:
-        env = dict(self.base_env)
-        env.update(self.spec.env)
-        # Python buffers stdout into a pipe in 8 KiB blocks; unbuffered keeps logs live.
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env[ENV_RUN_DIR] = str(self.record.path)
-        env[ENV_RUN_ID] = self.record.run_id
-        env[ENV_ATTEMPT] = str(attempt)
-        env[ENV_RESUME_FROM] = resume_from
-        env[ENV_CHECKPOINT_DIR] = str(self.checkpoint_dir)
-        env[ENV_SPEC] = str(self.record.spec_path)
-        return env
+        return contract_env(
+            self.base_env, self.spec, self.record, attempt=attempt, resume_from=resume_from,
+            checkpoint_dir=self.checkpoint_dir,
+        )  # fmt: skip
 
     def _run_attempt(self, attempt: int, deadline: float | None) -> AttemptResult:
         adir = self.record.attempt_dir(attempt)
@@ -557,6 +552,29 @@ class Supervisor:
     def _record_exit(self, adir: Any, res: AttemptResult) -> None:
         self.record.write_json(f"attempts/{res.attempt}/exit.json", res.to_dict())
         self.record.event("attempt_exit", sync=True, **res.to_dict())
+
+
+def contract_env(
+    base: Mapping[str, str],
+    spec: RunSpec,
+    record: RunRecord,
+    *,
+    attempt: int,
+    resume_from: str,
+    checkpoint_dir: Path,
+) -> dict[str, str]:
+    """The workload's environment: ``base``, the spec's ``env``, then the contract's variables."""
+    env = dict(base)
+    env.update(spec.env)
+    # Python buffers stdout into a pipe in 8 KiB blocks; unbuffered keeps logs live.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env[ENV_RUN_DIR] = str(record.path)
+    env[ENV_RUN_ID] = record.run_id
+    env[ENV_ATTEMPT] = str(attempt)
+    env[ENV_RESUME_FROM] = resume_from
+    env[ENV_CHECKPOINT_DIR] = str(checkpoint_dir)
+    env[ENV_SPEC] = str(record.spec_path)
+    return env
 
 
 def _time_faults(env: Mapping[str, str], attempt: int) -> list[Any]:

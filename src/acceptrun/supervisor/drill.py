@@ -19,17 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.client import (
-    ENV_ATTEMPT,
-    ENV_CHECKPOINT_DIR,
-    ENV_DRILL,
-    ENV_RESUME_FROM,
-    ENV_RUN_DIR,
-    ENV_RUN_ID,
-    ENV_SPEC,
-)
+from acceptrun.client import ENV_DRILL
 from acceptrun.errors import UserError
 from acceptrun.spec import load_spec
+from acceptrun.supervisor.core import contract_env
 from acceptrun.supervisor.process import ChildProcess
 from acceptrun.workspace import RunRecord, now_iso, user_at_host
 
@@ -68,20 +61,11 @@ def restore_drill(
     n = 1 + sum(1 for _ in drills.iterdir()) if drills.is_dir() else 1
     log_dir = drills / str(n)
     log_dir.mkdir(parents=True)
-    env = dict(os.environ)
-    env.update(spec.env)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.update(
-        {
-            ENV_RUN_DIR: str(record.path),
-            ENV_RUN_ID: record.run_id,
-            ENV_ATTEMPT: "0",  # not an attempt of the run
-            ENV_RESUME_FROM: str(info.path),
-            ENV_CHECKPOINT_DIR: str(ckpt_dir),
-            ENV_SPEC: str(record.spec_path),
-            ENV_DRILL: "restore",
-        }
+    # Attempt 0: not an attempt of the run.
+    env = contract_env(
+        os.environ, spec, record, attempt=0, resume_from=str(info.path), checkpoint_dir=ckpt_dir
     )
+    env[ENV_DRILL] = "restore"
     if cpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
     record.audit("drill", drill="restore", step=info.step, cpu=cpu)
