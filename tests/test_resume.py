@@ -39,6 +39,7 @@ WORKLOAD = textwrap.dedent(
     workers = int(os.environ.get("WORKERS", "0"))
     total = int(os.environ.get("TOTAL", "24"))
     kill_at = {int(s) for s in os.environ.get("KILL_AT", "").split(",") if s}
+    eager = bool(os.environ.get("EAGER_WORKERS"))  # workers forked before run.steps()
     attempt = int(os.environ["ACCEPTRUN_ATTEMPT"])
 
     g = torch.Generator().manual_seed(1)
@@ -52,6 +53,16 @@ WORKLOAD = textwrap.dedent(
     run = acceptrun.init()
     start = run.restore(model=model, optimizer=opt, scheduler=sched, loader=loader)
     stream = loader.infinite()
+    if eager:
+        plain = DataLoader(data, batch_size=16, num_workers=workers, persistent_workers=True)
+        first = iter(plain)  # forks the workers here, before run.steps()
+
+        def forever(it):
+            while True:
+                yield from it
+                it = iter(plain)
+
+        stream = forever(first)
     for step in run.steps(start, total):
         with run.data_wait():
             x, y = next(stream)
@@ -118,10 +129,14 @@ def test_killed_and_resumed_run_is_bitwise_equal(tmp_path: Path, workers: str) -
     assert [r["attempt"] for r in restored] == [2, 3, 4]
 
 
-def test_graceful_stop_loses_no_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"], ids=["no-workers", "2-workers"])
+def test_graceful_stop_loses_no_step(tmp_path: Path, workers: str) -> None:
+    """With data-loader workers too: they must not die of the stop and crash the loop."""
     job = make_job(tmp_path, "stop", every=1000, restarts=0)
     ws = tmp_path / "ws"
-    env = {**os.environ, "TOTAL": "100000"}
+    env = {**os.environ, "TOTAL": "100000", "WORKERS": workers}
+    if workers != "0":
+        env["EAGER_WORKERS"] = "1"
     proc = subprocess.Popen(
         [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
         cwd=job, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -144,6 +159,9 @@ def test_graceful_stop_loses_no_step(tmp_path: Path) -> None:
     store = CheckpointStore(events.parent / "checkpoints")
     assert store.latest().step == last_step
     assert store.verify().ok
+    (exit_json,) = (events.parent / "attempts").glob("*/exit.json")
+    assert json.loads(exit_json.read_text())["outcome"] == "stopped"
+    assert "DataLoader worker" not in (exit_json.parent / "stderr.log").read_text()
 
 
 def test_restart_skips_a_corrupted_checkpoint(tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ class Run:
         self.resume_from: str | None = os.environ.get(ENV_RESUME_FROM) or None
         self.checkpoint_dir = Path(os.environ.get(ENV_CHECKPOINT_DIR) or record.checkpoints_dir)
         self.finished = False
+        self._pid = os.getpid()  # a forked child (a data-loader worker) has another
         self._stop_requested = False
         self._in_steps = False
         self._pending: dict[str, Any] = {}
@@ -499,6 +500,11 @@ class Run:
     # ---- signals ------------------------------------------------------------------------------
 
     def _on_stop_signal(self, signum: int, frame: types.FrameType | None) -> None:
+        if os.getpid() != self._pid:
+            # A forked data-loader worker inherited this handler. The main process owns
+            # the stop (checkpoint, then exit); a worker that died here would instead
+            # crash the loop with "DataLoader worker killed". It ends with its parent.
+            return
         if not self._in_steps:
             # Not in a loop we control: behave as if we had never installed a handler.
             signal.signal(signum, signal.SIG_DFL)

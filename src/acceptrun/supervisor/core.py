@@ -375,7 +375,7 @@ class Supervisor:
                     action=fault.action,
                     after_s=fault.after_s,
                 )
-                child.signal_group(sig)  # an outside event, not a stop request
+                self._signal_stop(child, sig)  # an outside event, not a stop request
             if cause is None and hang_window is not None and (stall := watch.stalled(hang_window)):
                 cause = stall.kind
                 stall_evidence = stall.evidence
@@ -392,7 +392,7 @@ class Supervisor:
                 )
                 grace = format_duration(self.spec.limits.grace_period)
                 self.say(f"{self._stop_reason}: asking the workload to stop (grace {grace})")
-                child.signal_group(signal.SIGTERM)
+                self._signal_stop(child, signal.SIGTERM)
             if stop_sent_at is not None and (
                 self._kill_now or now - stop_sent_at >= self.spec.limits.grace_period
             ):
@@ -426,6 +426,19 @@ class Supervisor:
         res.work = self._work(watch, child, resume_step, res)
         self._record_exit(adir, res)
         return res
+
+    def _signal_stop(self, child: ChildProcess, sig: int) -> None:
+        """SIGTERM (or an injected fault) to the process that owns the graceful stop.
+
+        That is the command's own process (a torchrun agent forwards it to its ranks):
+        data-loader workers that got it too would die and crash the training loop before
+        it can checkpoint. A string command runs under /bin/sh, which would not pass it
+        on, so there the whole group gets it.
+        """
+        if sig == signal.SIGKILL or self.spec.shell:
+            child.signal_group(sig)
+        else:
+            child.signal_leader(sig)
 
     def _stop_hung(
         self, child: ChildProcess, adir: Path, attempt: int, kind: str, evidence: str

@@ -128,6 +128,17 @@ class ChildProcess:
             return False
         return True
 
+    def signal_leader(self, sig: int) -> bool:
+        """Send ``sig`` to the process started, not its children; False if it is gone."""
+        assert self.proc is not None, "child not started"
+        if self._exited.is_set():
+            return False
+        try:
+            os.kill(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
     def finish(self) -> None:
         """After the child exits: kill what it left in its group, then drain the pipes.
 
