@@ -248,7 +248,7 @@ def verify(
 def format_verify(result: VerifyResult, *, manifest_path: str | Path | None = None) -> str:
     """Multi-line text for a terminal: a headline, one line per difference, and the fix.
 
-    ``manifest_path`` fills in the refresh command; without it a placeholder is shown.
+    ``manifest_path`` fills in the refresh command; without it the command says ``<manifest>``.
     """
     if result.ok:
         return f"data {result.source} matches its manifest: {result.summary()}"
