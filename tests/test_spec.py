@@ -11,14 +11,13 @@ from acceptrun.errors import SpecError
 from acceptrun.spec import (
     Condition,
     format_duration,
-    json_schema,
     load_spec,
     match_pattern,
     parse_condition,
     parse_duration,
     parse_spec,
-    starter_spec,
 )
+from acceptrun.specdoc import json_schema, starter_spec
 
 MINIMAL = 'name = "job"\ncommand = ["python", "train.py"]\n'
 
@@ -269,7 +268,7 @@ def test_starter_spec_validates() -> None:
 
 
 def test_spec_reference_doc_is_in_sync() -> None:
-    from acceptrun.spec import reference_markdown
+    from acceptrun.specdoc import reference_markdown
 
     doc = Path(__file__).parent.parent / "docs" / "spec.md"
     assert doc.read_text() == reference_markdown(), "regenerate: acceptrun spec docs > docs/spec.md"

@@ -87,14 +87,14 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
 
 
 def cmd_spec_schema(args: argparse.Namespace) -> int:
-    from acceptrun.spec import json_schema
+    from acceptrun.specdoc import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0
 
 
 def cmd_spec_docs(args: argparse.Namespace) -> int:
-    from acceptrun.spec import reference_markdown
+    from acceptrun.specdoc import reference_markdown
 
     print(reference_markdown(), end="")
     return 0
@@ -103,7 +103,8 @@ def cmd_spec_docs(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from acceptrun.durable import write_atomic
     from acceptrun.errors import UserError
-    from acceptrun.spec import parse_spec, starter_spec
+    from acceptrun.spec import parse_spec
+    from acceptrun.specdoc import starter_spec
 
     path = Path(args.file)
     if path.exists() and not args.force:
