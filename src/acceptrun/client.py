@@ -397,8 +397,8 @@ class Run:
                     step=step,
                     phase_s=round(time.time() - since, 3),
                 )
-            except OSError:
-                return  # the record went away (disk full, unmounted): nothing to report to
+            except Exception:  # the record went away, or the interpreter is shutting down
+                return
 
     def _fire_faults(self, step: int, phase: str) -> None:
         from acceptrun import inject
