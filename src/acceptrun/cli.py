@@ -346,6 +346,109 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    from acceptrun.gc import GcOptions, apply_plan, format_gc, parse_age, plan_gc
+    from acceptrun.workspace import RunRecord
+
+    older_than = parse_age(args.older_than) if args.older_than is not None else None
+    ws = _workspace(args)
+    options = GcOptions(
+        older_than=older_than,
+        keep_rejected=args.keep_rejected,
+        include_quarantine=args.include_quarantine,
+    )
+    plans = plan_gc(ws, options)
+    if args.apply:
+        for plan in plans:
+            if plan.delete and not plan.skipped:
+                apply_plan(RunRecord(ws.runs_dir / plan.run_id), plan)
+    print(format_gc(plans, applied=args.apply))
+    return 0
+
+
+# ---- cost (acceptrun.cost) ----
+def cmd_prices(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import format_prices, load_catalog
+    from acceptrun.workspace import find_workspace
+
+    root = None
+    try:
+        root = find_workspace(args.workspace).root
+    except AcceptrunError:  # no workspace: the packaged catalog alone
+        root = None
+    print(format_prices(load_catalog(root)))
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_summary, parse_since, select_ledgers, summarize
+
+    ws = _workspace(args)
+    ledgers, live = select_ledgers(
+        ws, load_catalog(ws.root), since=parse_since(args.since) if args.since else None,
+        spec=args.spec, provider=args.provider, gpu=args.gpu,
+    )  # fmt: skip
+    summary = summarize(ledgers)
+    if args.json:
+        print(json.dumps({**summary, "live": live}, indent=2))
+    else:
+        print(format_summary(summary, live=live))
+    return 0
+
+
+def cmd_cost_add(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.ledger import add_costs, build_ledger
+
+    ws = _workspace(args)
+    record = ws.get_run(args.run)
+    add_costs(
+        record, human_minutes=args.human_minutes, rate_per_hour=args.rate,
+        switching_usd=args.switching_usd, note=args.note,
+    )  # fmt: skip
+    ledger = build_ledger(record, load_catalog(ws.root))
+    t = ledger["totals"]
+    print(
+        f"{record.run_id}: people ${t['human_usd']:,.2f}, switching ${t['switching_usd']:,.2f}, "
+        f"total ${ledger['total_usd']:,.2f}"
+    )
+    return 0
+
+
+def cmd_cost_show(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_ledger, ledger_for
+
+    ws = _workspace(args)
+    ledger = ledger_for(ws.get_run(args.run), load_catalog(ws.root))
+    print(json.dumps(ledger, indent=2) if args.json else format_ledger(ledger))
+    return 0
+
+
+def cmd_cost_whatif(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_projection, ledger_for, project
+    from acceptrun.errors import UserError
+
+    ws = _workspace(args)
+    record = ws.get_run(args.run)
+    provider, sep, instance = args.on.partition(":")
+    if not sep or not provider or not instance:
+        raise UserError(
+            f"--on: {args.on!r} is not PROVIDER:INSTANCE; e.g. --on lambda:gpu_1x_h100_sxm5 "
+            "(`acceptrun prices` lists them)"
+        )
+    catalog = load_catalog(ws.root)
+    target = catalog.lookup(provider, instance)
+    projection = project(ledger_for(record, catalog), target)
+    print(json.dumps(projection, indent=2) if args.json else format_projection(projection))
+    return 0
+
+
+# ---- end of cost ----
+
+
 # ---- parser -------------------------------------------------------------------------------------
 
 
@@ -515,10 +618,66 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--stderr-only", action="store_true", help="only stderr")
     logs.set_defaults(func=cmd_logs)
 
+    gc = sub.add_parser(
+        "gc", help="free checkpoint space across runs by retention and age (dry run by default)"
+    )
+    gc.add_argument("--apply", action="store_true", help="delete; without it nothing changes")
+    gc.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        help="runs ended before this (e.g. 30d) lose all checkpoints but an accepted "
+        "run's newest verified one",
+    )
+    gc.add_argument(
+        "--keep-rejected",
+        action="store_true",
+        help="old runs that were not accepted keep what retention keeps",
+    )
+    gc.add_argument(
+        "--include-quarantine",
+        action="store_true",
+        help="also delete quarantined checkpoints (kept by default as evidence)",
+    )
+    gc.set_defaults(func=cmd_gc)
+
     index = sub.add_parser("index", help="maintain the workspace index")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
     rebuild = index_sub.add_parser("rebuild", help="recreate index.sqlite from the run directories")
     rebuild.set_defaults(func=cmd_index_rebuild)
+
+    # ---- cost ----
+    prices = sub.add_parser("prices", help="the price catalog: instances, prices, billing rules")
+    prices.set_defaults(func=cmd_prices)
+
+    cost = sub.add_parser(
+        "cost", help="what runs cost: totals, split, cost per accepted run; show, add, whatif"
+    )
+    cost.add_argument("--since", metavar="DATE", help="runs created on or after DATE (2026-11-01)")
+    cost.add_argument("--spec", metavar="NAME", help="runs of the spec with this name")
+    cost.add_argument("--provider", metavar="P", help="runs priced on this provider")
+    cost.add_argument("--gpu", metavar="G", help="runs on this GPU model (e.g. H100)")
+    cost.add_argument("--json", action="store_true")
+    cost.set_defaults(func=cmd_cost)
+    cost_sub = cost.add_subparsers(dest="cost_command", metavar="ACTION")
+    cadd = cost_sub.add_parser("add", help="add people's time or a switching cost to a run")
+    cadd.add_argument("run", help="run id, unique prefix, or latest")
+    cadd.add_argument("--human-minutes", type=float, metavar="MIN", help="minutes people spent")
+    cadd.add_argument("--rate", type=float, metavar="USD", help="their rate in USD per hour")
+    cadd.add_argument("--switching-usd", type=float, metavar="USD", help="a one-off cost in USD")
+    cadd.add_argument("--note", help="what it was for")
+    cadd.set_defaults(func=cmd_cost_add)
+    cshow = cost_sub.add_parser("show", help="one run's cost ledger")
+    cshow.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    cshow.add_argument("--json", action="store_true")
+    cshow.set_defaults(func=cmd_cost_show)
+    cwhat = cost_sub.add_parser(
+        "whatif", help="project a run's cost on another instance (same wall time)"
+    )
+    cwhat.add_argument("run", help="run id, unique prefix, or latest")
+    cwhat.add_argument("--on", required=True, metavar="PROVIDER:INSTANCE")
+    cwhat.add_argument("--json", action="store_true")
+    cwhat.set_defaults(func=cmd_cost_whatif)
+    # ---- end of cost ----
     return p
 
 

@@ -93,7 +93,18 @@ def close_standalone(record: RunRecord, *, status: str) -> Verdict:
     return _finalize(record, workspace, load_spec(record.spec_path), "finished")
 
 
+def _ledger(record: RunRecord) -> None:
+    """Write ledger.json; a ledger that cannot be built is an event, never a lost verdict."""
+    from acceptrun.cost.ledger import build_ledger
+
+    try:
+        build_ledger(record)
+    except Exception as exc:  # recorded: the verdict's cost lines then say "not recorded"
+        record.event("ledger_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
+
+
 def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: str) -> Verdict:
+    _ledger(record)  # the verdict's cost lines read it
     verdict = compute_verdict(record, spec)
     record.write_json("verdict.json", verdict.to_dict())
     tl = run_timeline(record)
@@ -109,5 +120,6 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
         steps=tl["steps"],
     )
     record.event("verdict", sync=True, verdict="accepted" if verdict.accepted else "rejected")
+    _ledger(record)  # again, now that it can say whether the run was accepted
     workspace.index_run(record)
     return verdict

@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from acceptrun.client import ENV_INJECT
 from acceptrun.close import close_run
+from acceptrun.cost.catalog import check_budget, load_catalog, price_for
 from acceptrun.inject import parse_faults
 from acceptrun.preflight import check_static, run_preflight
 from acceptrun.spec import RunSpec, load_spec
@@ -97,6 +99,10 @@ def launch(
         base_env[ENV_INJECT] = ",".join(faults)
     # ---- end of injected faults ----
     ws = find_workspace(workspace, create=True)
+    # Unknown provider/instance, or a budget below one billing increment: bad input.
+    price = price_for(spec.cost, load_catalog(ws.root))
+    check_budget(price, spec.limits.budget_usd)
+    billing_start = time.time()  # the launch: what an on-demand bill counts from
     record = ws.create_run(
         spec.name,
         spec_text=spec.to_toml(),
@@ -128,6 +134,14 @@ def launch(
         verdict = close_run(record, ws, spec, status="failed_preflight", say=say)
         return LaunchResult(record, spec, verdict, False, None)
     record.update_state(started_at=now_iso())
-    result = Supervisor(record, spec, echo=echo, say=say, base_env=base_env).run()
+    result = Supervisor(
+        record,
+        spec,
+        echo=echo,
+        say=say,
+        base_env=base_env,
+        price=price,
+        billing_start=billing_start,
+    ).run()
     verdict = close_run(record, ws, spec, say=say)
     return LaunchResult(record, spec, verdict, True, result)

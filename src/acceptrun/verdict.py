@@ -108,6 +108,7 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     checks += _operations_checks(record, spec, standalone)
     checks += _performance_checks(record, spec)
     checks += _result_checks(record, spec)
+    checks += _cost_checks(record, spec)
     return Verdict(record.run_id, checks, now_iso())
 
 
@@ -594,6 +595,38 @@ def _verify_output(name: str, ev: dict[str, Any], *, required: bool = True) -> C
     return Check(
         "results", f"output {name}", PASS, required, f"{path} ({_size(size)}, {digest[:25]}...)"
     )
+
+
+def _cost_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    """Budget respected (when the spec has one) and where the money went, from ledger.json."""
+    ledger = record.read_json("ledger.json")
+    budget = spec.limits.budget_usd
+    if not isinstance(ledger, dict) or not ledger.get("priced"):
+        if budget is None:
+            return []
+        return [Check("operations", "budget", NOT_RECORDED, True, "no priced ledger.json", "set cost.price_per_hour or cost.provider/instance")]  # fmt: skip
+    compute = ledger.get("compute", {})
+    usd = float(compute.get("usd", 0.0))
+    label = (ledger.get("price") or {}).get("label", "?")
+    out = []
+    if budget is not None:
+        ok = usd <= budget + 1e-9
+        out.append(Check("operations", "budget", PASS if ok else FAIL, True, f"{usd:.2f} of {budget:.2f} USD ({label})", None if ok else "raise limits.budget_usd, or find the waste in `acceptrun cost show`"))  # fmt: skip
+    split = compute.get("split_usd", {})
+    parts = ", ".join(
+        f"{k.replace('_', ' ')} {v:.2f}" for k, v in split.items() if isinstance(v, int | float)
+    )
+    total = float(ledger.get("total_usd", usd))
+    text = (
+        f"{total:.2f} USD in all; compute {usd:.2f} ({parts})"
+        if parts
+        else f"{total:.2f} USD in all"
+    )
+    left = (ledger.get("storage") or {}).get("left_behind_monthly_usd")
+    if isinstance(left, int | float) and left > 0:
+        text += f"; left behind costs {left:.2f} USD/month"
+    out.append(Check("operations", "cost", PASS, False, f"{text} ({label})"))
+    return out
 
 
 def _size(n: float) -> str:

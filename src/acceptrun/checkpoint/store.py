@@ -424,6 +424,25 @@ class CheckpointStore:
         self._emit("checkpoint_quarantine", {**fields, "reason": reason})
         return dest
 
+    def retained_steps(self, infos: builtins.list[CheckpointInfo] | None = None) -> set[int]:
+        """The steps retention keeps, computed without deleting anything (``acceptrun gc``)."""
+        infos = self.list() if infos is None else infos
+        steps = [i.step for i in infos]
+        keep = set(steps[-self.keep_last :])
+        if self.keep_every:
+            keep |= {s for s in steps if s % self.keep_every == 0}
+        if self.keep_best:
+            metric, mode = self.keep_best
+            sign = 1.0 if mode == "min" else -1.0
+            scored = [(sign * i.metrics[metric], -i.step) for i in infos if metric in i.metrics]
+            scored = [s for s in scored if math.isfinite(s[0])]
+            if scored:
+                keep.add(-min(scored)[1])  # on a tie, the newer checkpoint
+        pinned = _step_of(self._latest_name() or "")
+        if pinned is not None:  # the resume point, and whatever a resume may still reach
+            keep |= {s for s in steps if s >= pinned}
+        return keep
+
     def apply_retention(self) -> builtins.list[int]:
         """Delete the committed checkpoints no rule keeps; returns the steps deleted.
 
@@ -434,23 +453,12 @@ class CheckpointStore:
         failed purge must never fail the save that triggered it.
         """
         infos = self.list()
-        steps = [i.step for i in infos]
-        keep = set(steps[-self.keep_last :])
+        keep = self.retained_steps(infos)
         reason = f"retention: not among the newest {self.keep_last}"
         if self.keep_every:
-            keep |= {s for s in steps if s % self.keep_every == 0}
             reason += f", not a multiple of {self.keep_every}"
         if self.keep_best:
-            metric, mode = self.keep_best
-            sign = 1.0 if mode == "min" else -1.0
-            scored = [(sign * i.metrics[metric], -i.step) for i in infos if metric in i.metrics]
-            scored = [s for s in scored if math.isfinite(s[0])]
-            if scored:
-                keep.add(-min(scored)[1])  # on a tie, the newer checkpoint
-            reason += f", not the best {metric}"
-        pinned = _step_of(self._latest_name() or "")
-        if pinned is not None:  # the resume point, and whatever a resume may still reach
-            keep |= {s for s in steps if s >= pinned}
+            reason += f", not the best {self.keep_best[0]}"
         deleted = []
         for info in (i for i in infos if i.step not in keep):
             # Rename first: a crash mid-rmtree then leaves a ".deleting-" directory, never

@@ -136,6 +136,8 @@ class Supervisor:
         say: Callable[[str], None] = lambda _msg: None,
         base_env: Mapping[str, str] | None = None,
         first_attempt: int = 1,
+        price: Any = None,
+        billing_start: float | None = None,
     ) -> None:
         self.record = record
         self.spec = spec
@@ -143,6 +145,10 @@ class Supervisor:
         self.say = say
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.first_attempt = first_attempt  # > 1 when `acceptrun resume` continues a run
+        # The budget: a cost.catalog.Price and when billing started (unix s, the launch).
+        self.price = price
+        self.billing_start = time.time() if billing_start is None else billing_start
+        self._budget_warned = False
         self._stop_reason: str | None = None
         self._kill_now = False
         self._wake = threading.Event()
@@ -194,9 +200,15 @@ class Supervisor:
             while True:
                 attempt += 1
                 deadline = None if limits.wall_time is None else start + limits.wall_time
+                if attempt > self.first_attempt and self._budget_exhausted(attempt):
+                    result.stop_reason = f"not restarted: {self._stop_reason}"
+                    self.record.event(
+                        "give_up", sync=True, attempt=attempt - 1, reason=result.stop_reason
+                    )
+                    break
                 res = self._run_attempt(attempt, deadline)
                 result.attempts.append(res)
-                if res.outcome in ("success", "stopped", "wall_time", "not_started"):
+                if res.outcome in ("success", "stopped", "wall_time", "budget", "not_started"):
                     result.stop_reason = res.reason
                     break
                 if self._stop_reason is not None:
@@ -360,6 +372,8 @@ class Supervisor:
             now = time.monotonic()
             if cause is None and self._stop_reason is not None:
                 cause = "user"
+            if cause is None and self._budget_exhausted(attempt):
+                cause = "budget"
             if cause is None and deadline is not None and now >= deadline:
                 cause = "wall_time"
                 self._stop_reason = (
@@ -426,6 +440,53 @@ class Supervisor:
         res.work = self._work(watch, child, resume_step, res)
         self._record_exit(adir, res)
         return res
+
+    def spend(self, at: float | None = None) -> float | None:
+        """Compute spend so far in USD, as the provider bills it (None without a price)."""
+        if self.price is None:
+            return None
+        from acceptrun.cost.billing import billed_seconds, compute_cost
+
+        end = time.time() if at is None else at
+        return compute_cost(billed_seconds(self.billing_start, end, self.price), self.price)
+
+    def _budget_exhausted(self, attempt: int) -> bool:
+        """Warn at 80% of limits.budget_usd; True when the stop must start now.
+
+        The stop starts when the bill at the end of the grace period (plus one poll)
+        would pass the budget, so the checkpoint-then-exit still fits inside it.
+        """
+        budget = self.spec.limits.budget_usd
+        if budget is None or self.price is None:
+            return False
+        spent = self.spend()
+        assert spent is not None
+        ahead = self.spend(time.time() + self.spec.limits.grace_period + POLL_S)
+        stopping = ahead is not None and ahead > budget
+        # The warning also comes first when a stop starts below 80% (a long grace period).
+        if not self._budget_warned and (spent >= 0.8 * budget or stopping):
+            self._budget_warned = True
+            self.record.event(
+                "budget_warning",
+                sync=True,
+                attempt=attempt,
+                spent_usd=round(spent, 4),
+                budget_usd=budget,
+            )
+            self.say(f"budget: {spent:.2f} of {budget:.2f} USD spent (80%)")
+        if stopping:
+            self._stop_reason = (
+                f"budget {budget:g} USD would be passed ({spent:.2f} USD spent, {self.price.label})"
+            )
+            self.record.event(
+                "budget_stop",
+                sync=True,
+                attempt=attempt,
+                spent_usd=round(spent, 4),
+                budget_usd=budget,
+            )
+            return True
+        return False
 
     def _signal_stop(self, child: ChildProcess, sig: int) -> None:
         """SIGTERM (or an injected fault) to the process that owns the graceful stop.
@@ -540,6 +601,8 @@ class Supervisor:
             )
         elif cause == "user":
             outcome, reason = "stopped", f"stopped on request ({self._stop_reason})"
+        elif cause == "budget":
+            outcome, reason = "budget", f"stopped before the budget ran out ({self._stop_reason})"
         elif cause in ("hang", "data_stall"):
             outcome, reason = (
                 cause,

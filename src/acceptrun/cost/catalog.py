@@ -1,0 +1,324 @@
+"""The price catalog: what an instance costs and how its provider bills it.
+
+The packaged ``prices.toml`` holds list prices with their source and the date they were
+read; a workspace's own ``prices.toml`` (same format) overrides or adds entries by
+(provider, instance). A spec names its machine with ``cost.provider``/``cost.instance``
+or gives ``cost.price_per_hour`` directly::
+
+    catalog = load_catalog(workspace_root)
+    price = price_for(spec.cost, catalog)          # Price | None
+    check_budget(price, spec.limits.budget_usd)    # UserError before launch if hopeless
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, replace
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from acceptrun.errors import UserError
+from acceptrun.spec import CostSpec
+
+__all__ = [
+    "BILLING_MODES",
+    "START_RULES",
+    "Catalog",
+    "Price",
+    "check_budget",
+    "format_prices",
+    "load_catalog",
+    "price_for",
+]
+
+# billing mode -> (increment in seconds, minimum billed in seconds when anything ran)
+BILLING_MODES: dict[str, tuple[float, float]] = {
+    "per_minute": (60.0, 0.0),
+    "per_second": (1.0, 60.0),
+    "weekly": (604800.0, 0.0),
+}
+START_RULES = ("health_check", "launch")
+PRICES_FILE = "prices.toml"
+
+
+@dataclass(frozen=True)
+class Price:
+    """One instance's price and billing rules, e.g. ``lambda:gpu_1x_h100_sxm5`` at 3.78 USD/h."""
+
+    provider: str
+    instance: str
+    gpus: int
+    gpu: str | None
+    price_per_hour: float  # USD per hour, whole instance
+    increment_s: float  # billed time is rounded up to this many seconds
+    minimum_s: float  # at least this many seconds are billed when anything ran
+    start_rule: str  # "health_check" or "launch": when billing starts
+    storage_per_gib_month: float  # USD per GiB-month of filesystem; 0 when none
+    source: str
+    date: str
+
+    def __post_init__(self) -> None:
+        numbers = {
+            "gpus": self.gpus,
+            "price_per_hour": self.price_per_hour,
+            "minimum_s": self.minimum_s,
+            "storage_per_gib_month": self.storage_per_gib_month,
+        }
+        for name, value in numbers.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: {value!r} is not valid; expected 0 or more")
+        if not (math.isfinite(self.increment_s) and self.increment_s > 0):
+            raise ValueError(f"increment_s: {self.increment_s!r} is not valid; expected > 0 s")
+        if self.start_rule not in START_RULES:
+            raise ValueError(
+                f"start_rule: {self.start_rule!r} is not valid; expected {' or '.join(START_RULES)}"
+            )
+
+    @property
+    def label(self) -> str:
+        """``"lambda:gpu_1x_h100_sxm5"``."""
+        return f"{self.provider}:{self.instance}"
+
+    @property
+    def billing(self) -> str:
+        """The billing rule in words, e.g. ``"per minute, from health check"``."""
+        names = {v: k for k, v in BILLING_MODES.items()}
+        mode = names.get((self.increment_s, self.minimum_s))
+        words = {
+            "per_minute": "per minute",
+            "per_second": "per second, min 60 s",
+            "weekly": "weekly",
+        }.get(mode or "", f"per {self.increment_s:g} s, min {self.minimum_s:g} s")
+        start = "health check" if self.start_rule == "health_check" else "launch"
+        return f"{words}, from {start}"
+
+
+class Catalog:
+    """Prices by (provider, instance); ``lookup`` explains a miss."""
+
+    def __init__(self, entries: list[Price]) -> None:
+        self.entries = list(entries)
+        self._by_key = {(p.provider, p.instance): p for p in self.entries}
+
+    def providers(self) -> list[str]:
+        """Provider names, sorted."""
+        return sorted({p.provider for p in self.entries})
+
+    def lookup(self, provider: str, instance: str) -> Price:
+        """The entry for ``provider``/``instance``; a UserError names the near matches."""
+        found = self._by_key.get((provider, instance))
+        if found is not None:
+            return found
+        providers = self.providers()
+        if provider not in providers:
+            raise UserError(
+                f"cost.provider: unknown provider {provider!r}{_near(provider, providers)}; "
+                "`acceptrun prices` lists the catalog"
+            )
+        instances = sorted(p.instance for p in self.entries if p.provider == provider)
+        raise UserError(
+            f"cost.instance: unknown {provider} instance {instance!r}"
+            f"{_near(instance, instances)}; `acceptrun prices` lists the catalog, and a "
+            f"workspace {PRICES_FILE} can add one"
+        )
+
+
+def _near(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+    return f" (known: {', '.join(known)})"
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    # name: (TOML type, required)
+    "provider": (str, True),
+    "instance": (str, True),
+    "gpus": (int, True),
+    "gpu": (str, False),
+    "price_per_hour": ((int, float), True),
+    "billing": (str, True),
+    "start_rule": (str, True),
+    "storage_per_gib_month": ((int, float), False),
+    "minimum_s": ((int, float), False),
+    "source": (str, True),
+    "date": (str, True),
+}
+
+
+def load_catalog(workspace_root: Path | None = None) -> Catalog:
+    """The packaged catalog, then ``<workspace_root>/prices.toml`` over it when present."""
+    packaged = files("acceptrun.cost").joinpath(PRICES_FILE)
+    by_key: dict[tuple[str, str], Price] = {}
+    sources: list[tuple[str, str]] = [
+        (f"acceptrun/cost/{PRICES_FILE}", packaged.read_text("utf-8"))
+    ]
+    if workspace_root is not None:
+        override = Path(workspace_root) / PRICES_FILE
+        if override.is_file():
+            try:
+                sources.append((str(override), override.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"{override}: cannot be read ({exc})") from None
+    for name, text in sources:
+        for price in _parse(text, name):
+            by_key[(price.provider, price.instance)] = price
+    return Catalog(list(by_key.values()))
+
+
+def _parse(text: str, source: str) -> list[Price]:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{source}: not valid TOML ({exc})") from None
+    unknown = [k for k in raw if k != "price"]
+    entries = raw.get("price", [])
+    if unknown or not isinstance(entries, list):
+        raise UserError(
+            f"{source}: expected only [[price]] tables, found {', '.join(unknown) or 'price'}; "
+            f"one [[price]] table per instance, fields as in the packaged acceptrun/cost/{PRICES_FILE}"
+        )
+    return [_entry(item, f"{source}: price[{i}]") for i, item in enumerate(entries)]
+
+
+def _entry(item: Any, where: str) -> Price:
+    if not isinstance(item, dict):
+        raise UserError(f"{where}: expected a table ([[price]])")
+    if isinstance(item.get("provider"), str) and isinstance(item.get("instance"), str):
+        where = f"{where} ({item['provider']}:{item['instance']})"
+    for key in item:
+        if key not in _FIELDS:
+            raise UserError(f"{where}: unknown field {key!r}{_near(key, list(_FIELDS))}")
+    for key, (tp, required) in _FIELDS.items():
+        if key not in item:
+            if required:
+                raise UserError(f"{where}: missing field {key!r}")
+            continue
+        value = item[key]
+        if isinstance(value, bool) or not isinstance(value, tp):
+            kind = (
+                "a number"
+                if tp == (int, float)
+                else ("a whole number" if tp is int else "a string")
+            )
+            raise UserError(f"{where}: field {key!r} is {value!r}; expected {kind}")
+    billing = item["billing"]
+    if billing not in BILLING_MODES:
+        raise UserError(
+            f"{where}: field 'billing' is {billing!r}; expected one of {', '.join(BILLING_MODES)}"
+        )
+    increment_s, minimum_s = BILLING_MODES[billing]
+    # A provider whose minimum differs from its mode's (AWS Windows: none; some: 10 min).
+    minimum_s = float(item.get("minimum_s", minimum_s))
+    try:
+        return Price(
+            provider=item["provider"],
+            instance=item["instance"],
+            gpus=item["gpus"],
+            gpu=item.get("gpu"),
+            price_per_hour=float(item["price_per_hour"]),
+            increment_s=increment_s,
+            minimum_s=minimum_s,
+            start_rule=item["start_rule"],
+            storage_per_gib_month=float(item.get("storage_per_gib_month", 0.0)),
+            source=item["source"],
+            date=item["date"],
+        )
+    except ValueError as exc:
+        raise UserError(f"{where}: field {exc}") from None
+
+
+# ---- specs and budgets -----------------------------------------------------------------------
+
+
+def price_for(spec_cost: CostSpec, catalog: Catalog) -> Price | None:
+    """The price a spec's ``[cost]`` section means; None when it names none.
+
+    provider + instance -> the catalog entry (``price_per_hour`` in the spec overrides its
+    price, the billing rules stay); ``price_per_hour`` alone -> a per-minute price billed
+    from launch, the conservative reading for an unknown provider.
+    """
+    provider, instance, per_hour = spec_cost.provider, spec_cost.instance, spec_cost.price_per_hour
+    if provider is not None and instance is not None:
+        price = catalog.lookup(provider, instance)
+        if per_hour is not None:
+            price = replace(price, price_per_hour=per_hour, source="spec", date="")
+        return price
+    if per_hour is not None:
+        increment_s, minimum_s = BILLING_MODES["per_minute"]
+        return Price(
+            provider=provider or "custom",
+            instance=instance or "custom",
+            gpus=0,
+            gpu=None,
+            price_per_hour=per_hour,
+            increment_s=increment_s,
+            minimum_s=minimum_s,
+            start_rule="launch",
+            storage_per_gib_month=0.0,
+            source="spec",
+            date="",
+        )
+    if provider is not None or instance is not None:
+        given, missing = (
+            ("provider", "instance") if provider is not None else ("instance", "provider")
+        )
+        raise UserError(
+            f"cost.{missing}: missing; cost.{given} is set, so set cost.{missing} too "
+            '(e.g. provider = "lambda", instance = "gpu_1x_a10") or set cost.price_per_hour'
+        )
+    return None
+
+
+def check_budget(price: Price | None, budget_usd: float | None) -> None:
+    """Refuse a budget that cannot pay for anything, before the machine is started."""
+    if budget_usd is None:
+        return
+    if price is None:
+        raise UserError(
+            f"limits.budget_usd = {budget_usd:g} USD is set but the run has no price; "
+            "set cost.price_per_hour or cost.provider/instance (see `acceptrun prices`)"
+        )
+    first_s = max(price.increment_s, price.minimum_s)  # seconds billed as soon as it starts
+    first_usd = price.price_per_hour * first_s / 3600.0
+    if budget_usd < first_usd:
+        raise UserError(
+            f"limits.budget_usd = {budget_usd:g} USD is below one billing increment of "
+            f"{price.label} ({first_s:g} s at {price.price_per_hour:g} USD/h = "
+            f"{first_usd:.4g} USD); raise it to at least {first_usd:.4g} USD"
+        )
+
+
+def format_prices(catalog: Catalog) -> str:
+    """An aligned table of the catalog for ``acceptrun prices``."""
+    header = (
+        "provider",
+        "instance",
+        "GPUs",
+        "USD/h",
+        "billing",
+        "storage USD/GiB-month",
+        "source date",
+    )
+    rows = [header]
+    for p in sorted(catalog.entries, key=lambda p: (p.provider, p.instance)):
+        gpus = f"{p.gpus}x {p.gpu}" if p.gpu else (str(p.gpus) if p.gpus else "-")
+        storage = f"{p.storage_per_gib_month:.2f}" if p.storage_per_gib_month else "-"
+        rows.append(
+            (p.provider, p.instance, gpus, f"{p.price_per_hour:.2f}", p.billing, storage, p.date)
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    right = {3, 5}  # numbers align right
+    lines = [
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,512 @@
+"""The cost ledger of one run: what it cost, and where the money went.
+
+Built from the run record alone (frozen spec, events.jsonl, run.json, cost.jsonl) and
+written to ``ledger.json``, so it can be rebuilt at any time with the same answer.
+
+Billed compute runs from ``run_start`` (or an ``acceptrun resume``) to the last
+``attempt_exit`` (or the ``verdict`` event when no attempt ran). A resume starts a new
+billing segment: the time between segments is not billed (the machine may have been
+released). Each segment is rounded up to the price's increments on its own.
+
+The billed seconds are split four ways, and the parts always sum to the billed total:
+
+- productive: step time of steps that were kept (not redone by a later attempt), less
+  the checkpoint stall inside them;
+- wasted: work lost and redone after a failure (the attempts' ``work.seconds_lost``),
+  a failed attempt's time before its first step, and the whole of a run that failed
+  its preflight (its rounding included);
+- idle: launch and preflight, each attempt's start-up before its first step (restore
+  included), the restart backoff between attempts, the tail after the last step, and the
+  rounding up to billing increments;
+- checkpoint_stall: the training loop blocked on checkpoint staging (``stall_s``).
+
+Storage counts checkpoints (``total_bytes`` from commit to delete, or to the end) and
+outputs (size from registration to the end) in GiB-hours, at the price's storage rate,
+and what the run leaves on disk with its monthly cost. People's time and switching
+costs come from ``cost.jsonl`` (see :func:`add_costs`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage_cost, storage_cost
+from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
+from acceptrun.durable import append_jsonl, read_jsonl
+from acceptrun.errors import UserError
+from acceptrun.spec import RunSpec, load_spec
+from acceptrun.workspace import RunRecord, now_iso, user_at_host
+
+__all__ = [
+    "LEDGER_FILE",
+    "SCHEMA",
+    "add_costs",
+    "build_ledger",
+    "ledger_inputs",
+    "price_of_run",
+]
+
+SCHEMA = 1
+LEDGER_FILE = "ledger.json"
+COST_FILE = "cost.jsonl"
+GIB = float(1 << 30)
+
+# Detail keys of the split; the first word is the part they belong to.
+DETAIL_KEYS = (
+    "wasted.lost_work",
+    "wasted.failed_startup",
+    "wasted.failed_preflight",
+    "idle.startup",
+    "idle.backoff",
+    "idle.after_last_step",
+    "idle.rounding",
+)
+PARTS = ("productive", "wasted", "idle", "checkpoint_stall")
+
+
+def price_of_run(
+    record: RunRecord, catalog: Catalog | None = None
+) -> tuple[Price | None, str | None, RunSpec]:
+    """The run's price from its frozen ``[cost]``: (price or None, why not priced, spec)."""
+    spec = load_spec(record.spec_path)
+    try:
+        cat = catalog if catalog is not None else load_catalog(record.path.parent.parent)
+        price = price_for(spec.cost, cat)
+    except UserError as exc:  # a catalog entry gone since: the ledger says so, no crash
+        return None, str(exc), spec
+    if price is None:
+        return None, "the spec has no [cost] (set cost.price_per_hour or provider/instance)", spec
+    return price, None, spec
+
+
+def ledger_inputs(record: RunRecord) -> dict[str, list[int]]:
+    """Size and mtime (ns) of the files a ledger is built from: a changed one makes it stale."""
+    found = {}
+    for name in ("run.json", "spec.toml", "events.jsonl", COST_FILE):
+        try:
+            st = (record.path / name).stat()
+        except FileNotFoundError:
+            continue
+        found[name] = [st.st_size, st.st_mtime_ns]
+    return found
+
+
+def _price_dict(price: Price) -> dict[str, Any]:
+    return {
+        "label": price.label,
+        "provider": price.provider,
+        "instance": price.instance,
+        "gpus": price.gpus,
+        "gpu": price.gpu,
+        "price_per_hour": price.price_per_hour,
+        "increment_s": price.increment_s,
+        "minimum_s": price.minimum_s,
+        "storage_per_gib_month": price.storage_per_gib_month,
+        "source": price.source,
+        "date": price.date,
+    }
+
+
+# ---- people and switching (cost.jsonl) --------------------------------------------------------
+
+
+def _positive(name: str, value: float, example: str) -> float:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"{name} must be a positive number, got {value!r}; e.g. {example}")
+    return float(value)
+
+
+def add_costs(
+    record: RunRecord,
+    *,
+    human_minutes: float | None = None,
+    rate_per_hour: float | None = None,
+    switching_usd: float | None = None,
+    note: str | None = None,
+) -> list[dict[str, Any]]:
+    """Append people's time and/or a switching cost to the run's ``cost.jsonl``.
+
+    Everything is checked before anything is written, so a rejected call leaves the
+    file as it was. Example: ``add_costs(rec, human_minutes=30, rate_per_hour=120)``.
+    """
+    if human_minutes is None and switching_usd is None:
+        raise UserError("nothing to add; give --human-minutes 30 --rate 120, or --switching-usd 40")
+    if (human_minutes is None) != (rate_per_hour is None):
+        raise UserError(
+            "--human-minutes and --rate (USD per hour) go together, "
+            "e.g. --human-minutes 30 --rate 120"
+        )
+    entries: list[dict[str, Any]] = []
+    stamp = {"note": note or "", "by": user_at_host(), "t": round(time.time(), 6)}
+    if human_minutes is not None and rate_per_hour is not None:
+        entries.append({
+            "kind": "human",
+            "minutes": _positive("--human-minutes", human_minutes, "--human-minutes 30"),
+            "rate_per_hour": _positive("--rate (USD per hour)", rate_per_hour, "--rate 120"),
+            **stamp,
+        })  # fmt: skip
+    if switching_usd is not None:
+        entries.append({
+            "kind": "switching",
+            "usd": _positive("--switching-usd", switching_usd, "--switching-usd 40"),
+            **stamp,
+        })  # fmt: skip
+    for entry in entries:
+        append_jsonl(record.file(COST_FILE), entry, sync=True)
+    return entries
+
+
+# ---- the timeline -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Attempt:
+    attempt: int
+    start: float
+    end: float | None = None
+    outcome: str = "running"
+    klass: str | None = None
+    seconds_lost: float = 0.0
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Segment:
+    start: float
+    end: float | None = None
+    attempts: list[_Attempt] = field(default_factory=list)
+
+
+def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
+    """Billing segments: run_start or a resume opens one; its last exit or verdict ends it."""
+    segments: list[_Segment] = []
+    current: _Segment | None = None
+    last_t: float | None = None
+    by_number: dict[int, _Attempt] = {}
+    for ev in events:
+        t = ev.get("t")
+        if not isinstance(t, int | float):
+            continue
+        kind = ev.get("kind")
+        opens = kind == "run_start" or (kind == "audit" and ev.get("action") == "resume")
+        if opens or current is None:
+            if current is not None:
+                current.end = current.end if current.end is not None else last_t
+                segments.append(current)
+            current = _Segment(start=float(t))
+        if kind == "attempt_start":
+            a = _Attempt(int(ev.get("attempt", 0)), float(t))
+            by_number[a.attempt] = a
+            current.attempts.append(a)
+        elif kind == "attempt_exit":
+            a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
+            if a is not None:
+                a.end = float(t)
+                a.outcome = str(ev.get("outcome", "failed"))
+                a.klass = ev.get("class")
+                lost = (ev.get("work") or {}).get("seconds_lost")
+                a.seconds_lost = float(lost) if isinstance(lost, int | float) else 0.0
+            current.end = float(t)
+        elif kind == "verdict":
+            if not current.attempts:  # no attempt ran (failed preflight, stopped before launch)
+                current.end = float(t)
+        elif kind == "step":
+            a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
+            if a is not None:
+                a.steps.append(ev)
+        last_t = float(t)
+    if current is not None:
+        current.end = current.end if current.end is not None else last_t
+        segments.append(current)
+    return segments
+
+
+def _split_attempt(
+    a: _Attempt, redone: set[tuple[int, int]], stalls: list[tuple[float, float]]
+) -> dict[str, float]:
+    """One attempt's wall time, partitioned (seconds): see the module docstring."""
+    end = a.end if a.end is not None else (a.steps[-1]["t"] if a.steps else a.start)
+    dur = max(0.0, end - a.start)
+    out = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
+    failed = a.outcome not in ("success", "running")
+    first_t = min((float(s["t"]) for s in a.steps), default=None)
+    if first_t is None:
+        out["wasted.failed_startup" if failed else "idle.startup"] = dur
+        return out
+    first_t = min(max(first_t, a.start), end)
+    if failed:
+        out["wasted.failed_startup"] = first_t - a.start
+        lost_from = max(first_t, end - min(max(a.seconds_lost, 0.0), dur))
+        out["wasted.lost_work"] = end - lost_from
+    else:
+        out["idle.startup"] = first_t - a.start
+        lost_from = end
+    # Steps between the first one and the lost window: kept, unless a later attempt redid them.
+    stall = sum(s for t, s in stalls if first_t <= t <= lost_from)
+    kept = redone_s = 0.0
+    for s in a.steps:
+        st = s.get("step_time")
+        if not isinstance(st, int | float) or not first_t <= s["t"] <= lost_from:
+            continue
+        if (a.attempt, int(s.get("step", -1))) in redone:
+            redone_s += st
+        else:
+            kept += st
+    window = lost_from - first_t
+    stall = min(stall, window)
+    redone_s = min(redone_s, window - stall)
+    productive = min(max(kept - stall, 0.0), window - stall - redone_s)
+    out["checkpoint_stall"] = stall
+    out["wasted.lost_work"] += redone_s
+    out["productive"] = productive
+    out["idle.after_last_step"] = window - stall - redone_s - productive
+    return out
+
+
+def _redone_steps(segments: list[_Segment]) -> set[tuple[int, int]]:
+    """(attempt, step) of steps a later attempt logged again: that work was thrown away."""
+    latest: dict[int, int] = {}
+    for seg in segments:
+        for a in seg.attempts:
+            for s in a.steps:
+                step = int(s.get("step", -1))
+                latest[step] = max(latest.get(step, a.attempt), a.attempt)
+    return {
+        (a.attempt, int(s.get("step", -1)))
+        for seg in segments
+        for a in seg.attempts
+        for s in a.steps
+        if latest.get(int(s.get("step", -1)), a.attempt) > a.attempt
+    }
+
+
+# ---- storage ----------------------------------------------------------------------------------
+
+
+def _dir_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += (Path(dirpath) / name).lstat().st_size
+            except OSError:  # removed while walking
+                continue
+    return total
+
+
+def _storage(
+    record: RunRecord,
+    spec: RunSpec,
+    events: list[dict[str, Any]],
+    end: float,
+    rate: float,
+) -> dict[str, Any]:
+    open_ckpts: dict[int, dict[str, Any]] = {}
+    ckpts: list[dict[str, Any]] = []
+    outputs: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        kind, t = ev.get("kind"), ev.get("t")
+        if not isinstance(t, int | float):
+            continue
+        if kind == "checkpoint_commit" and isinstance(ev.get("step"), int):
+            item = {"step": ev["step"], "bytes": int(ev.get("total_bytes") or 0), "from": t}
+            open_ckpts[ev["step"]] = item
+            ckpts.append(item)
+        elif kind == "checkpoint_delete" and not ev.get("error"):
+            item = open_ckpts.pop(ev.get("step"), None)  # type: ignore[arg-type]
+            if item is not None:
+                item["to"] = t
+        elif kind == "output":
+            outputs[str(ev.get("name"))] = {
+                "name": str(ev.get("name")),
+                "path": str(ev.get("path")),
+                "bytes": int(ev.get("size") or 0),
+                "from": t,
+            }
+
+    def priced(items: list[dict[str, Any]]) -> dict[str, Any]:
+        gib_h = usd = 0.0
+        for item in items:
+            seconds = max(0.0, float(item.pop("to", end)) - float(item.pop("from")))
+            item["seconds"] = round(seconds, 3)
+            gib_h += item["bytes"] / GIB * seconds / 3600.0
+            usd += storage_cost(item["bytes"], seconds, rate) if rate else 0.0
+        return {"gib_hours": round(gib_h, 9), "usd": round(usd, 6), "items": items}
+
+    ckpt_root = Path(spec.resolve_path(spec.checkpoint.dir)) if spec.checkpoint.dir else None
+    ckpt_root = ckpt_root or record.checkpoints_dir
+    left_ckpt = _dir_bytes(ckpt_root) if ckpt_root.is_dir() else 0
+    left_out = 0
+    for o in outputs.values():
+        p = Path(o["path"])
+        if p.is_file():
+            left_out += p.stat().st_size
+    c, o = priced(ckpts), priced(list(outputs.values()))
+    left = left_ckpt + left_out
+    return {
+        "rate_per_gib_month": rate,
+        "checkpoints": c,
+        "outputs": o,
+        "usd": round(c["usd"] + o["usd"], 6),
+        "left_behind": {
+            "checkpoint_dir": str(ckpt_root),
+            "checkpoint_bytes": left_ckpt,
+            "output_bytes": left_out,
+            "bytes": left,
+            "monthly_usd": round(monthly_storage_cost(left, rate), 6) if rate else 0.0,
+        },
+    }
+
+
+# ---- the ledger -------------------------------------------------------------------------------
+
+
+def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str, Any]:
+    """Build the run's cost ledger from its record and write it to ``ledger.json``.
+
+    Example: ``build_ledger(ws.get_run("latest"))["total_usd"]``.
+    """
+    state = record.state
+    inputs = ledger_inputs(record)  # before reading: a write during the build makes it stale
+    price, unpriced_why, spec = price_of_run(record, catalog)
+    events = list(record.events())
+    segments = _segments(events)
+    redone = _redone_steps(segments)
+    stalls = [
+        (float(e["t"]), float(e.get("stall_s") or 0.0))
+        for e in events
+        if e.get("kind") == "checkpoint_stage"
+    ]
+    failed_preflight = state.get("status") == "failed_preflight"
+
+    detail = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
+    attempts: list[dict[str, Any]] = []
+    seg_rows: list[dict[str, Any]] = []
+    wall = billed = 0.0
+    for seg in segments:
+        seg_end = seg.end if seg.end is not None else seg.start
+        seg_wall = max(0.0, seg_end - seg.start)
+        seg_billed = billed_seconds(seg.start, seg_end, price) if price else seg_wall
+        seg_rows.append(
+            {
+                "start": seg.start,
+                "end": seg_end,
+                "wall_s": round(seg_wall, 3),
+                "billed_s": round(seg_billed, 3),
+            }
+        )
+        wall += seg_wall
+        billed += seg_billed
+        if failed_preflight and not seg.attempts:
+            detail["wasted.failed_preflight"] += seg_wall
+            continue
+        cursor, first = seg.start, True
+        for a in seg.attempts:
+            gap = max(0.0, a.start - cursor)
+            detail["idle.startup" if first else "idle.backoff"] += gap
+            first = False
+            part = _split_attempt(a, redone, stalls)
+            for k, v in part.items():
+                detail[k] += v
+            a_end = a.end if a.end is not None else a.start + sum(part.values())
+            cursor = max(cursor, a_end)
+            a_s = sum(part.values())
+            attempts.append(
+                {
+                    "attempt": a.attempt,
+                    "outcome": a.outcome,
+                    "class": a.klass,
+                    "billed_s": round(a_s, 3),
+                    "usd": round(compute_cost(a_s, price), 6) if price else 0.0,
+                    "split_s": {p: round(v, 3) for p, v in _parts(part).items()},
+                }
+            )
+        tail = max(0.0, seg_end - cursor)
+        detail["idle.startup" if first else "idle.after_last_step"] += tail
+    # Whatever the attempts and gaps leave of the billed total (the rounding up to billing
+    # increments, and clock jitter between events) is idle, so the parts sum exactly.
+    accounted = sum(v for k, v in detail.items() if k != "idle.rounding")
+    detail["idle.rounding"] = billed - accounted
+    if failed_preflight:  # nothing of a run that never launched was of use, rounding included
+        detail["wasted.failed_preflight"] += detail["idle.rounding"]
+        detail["idle.rounding"] = 0.0
+    detail = {k: round(v, 6) for k, v in detail.items()}
+    split_s = _parts(detail)
+    split_s["idle"] = round(billed - split_s["productive"] - split_s["wasted"]
+                            - split_s["checkpoint_stall"], 6)  # fmt: skip
+
+    compute_usd = compute_cost(billed, price) if price else 0.0
+    per_s = compute_usd / billed if billed > 0 else 0.0
+    rate = price.storage_per_gib_month if price else 0.0
+    end = max((s["end"] for s in seg_rows), default=0.0)
+    storage = _storage(record, spec, events, end, rate)
+    human, switching = _people(record)
+    human_usd = sum(h["usd"] for h in human)
+    switching_usd = sum(s["usd"] for s in switching)
+    gpus = max(spec.resources.gpus, 1)
+    verdict = state.get("verdict")
+    totals = {
+        "compute_usd": round(compute_usd, 6),
+        "storage_usd": storage["usd"],
+        "human_usd": round(human_usd, 6),
+        "switching_usd": round(switching_usd, 6),
+    }
+    ledger: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run_id": record.run_id,
+        "name": state.get("name"),
+        "status": state.get("status"),
+        "created_at": state.get("created_at"),
+        "built_at": now_iso(),
+        "inputs": inputs,
+        "price": _price_dict(price) if price else None,
+        "priced": price is not None,
+        "unpriced_reason": unpriced_why,
+        "gpus": gpus,
+        "segments": seg_rows,
+        "wall_s": round(wall, 6),
+        "billed_s": round(billed, 6),
+        "device_seconds": round(billed * gpus, 3),
+        "compute": {
+            "usd": round(compute_usd, 6),
+            "split_s": split_s,
+            "split_usd": {k: round(v * per_s, 6) for k, v in split_s.items()},
+            "detail_s": detail,
+            "attempts": attempts,
+            "note": "billed_s is rounded up to billing increments per segment; the "
+            "rounding is counted as idle (detail idle.rounding)",
+        },
+        "storage": storage,
+        "human": human,
+        "switching": switching,
+        "totals": totals,
+        "total_usd": round(sum(totals.values()), 6),
+        "accepted": None if verdict is None else verdict == "accepted",
+    }
+    record.write_json(LEDGER_FILE, ledger)
+    return ledger
+
+
+def _parts(detail: dict[str, float]) -> dict[str, float]:
+    """Detail keys folded into the four parts of the split."""
+    parts = dict.fromkeys(PARTS, 0.0)
+    for key, value in detail.items():
+        parts[key.split(".")[0]] += value
+    return parts
+
+
+def _people(record: RunRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    human, switching = [], []
+    for entry in read_jsonl(record.file(COST_FILE)):
+        if entry.get("kind") == "human":
+            minutes = float(entry.get("minutes") or 0.0)
+            rate = float(entry.get("rate_per_hour") or 0.0)
+            human.append({**entry, "usd": round(minutes / 60.0 * rate, 6)})
+        elif entry.get("kind") == "switching":
+            switching.append({**entry, "usd": float(entry.get("usd") or 0.0)})
+    return human, switching

@@ -1,0 +1,357 @@
+"""Cost over many runs, one run's ledger as a table, and what-if projections.
+
+The headline figure is **cost per accepted run**: everything the selected runs cost
+(compute, storage, people, switching), divided by the runs that were accepted. Ledgers
+are read from each record's ``ledger.json`` and rebuilt when missing or stale (an input
+file changed, or the catalog now prices the run differently).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from acceptrun.cost.billing import billed_seconds, compute_cost, storage_cost
+from acceptrun.cost.catalog import Catalog, Price
+from acceptrun.cost.ledger import (
+    LEDGER_FILE,
+    PARTS,
+    SCHEMA,
+    build_ledger,
+    ledger_inputs,
+    price_of_run,
+)
+from acceptrun.errors import RecordError, UserError
+from acceptrun.spec import format_duration
+from acceptrun.workspace import RunRecord, Workspace
+
+__all__ = [
+    "format_ledger",
+    "format_projection",
+    "format_summary",
+    "ledger_for",
+    "parse_since",
+    "project",
+    "select_ledgers",
+    "summarize",
+    "where_the_money_went",
+]
+
+# Runs still in these states have no final cost yet; totals leave them out.
+LIVE = ("created", "preflight", "running", "closing")
+
+# Plain words for each non-productive detail of the split (see acceptrun.cost.ledger).
+PHRASES = {
+    "wasted.lost_work": "redone work after failures",
+    "wasted.failed_startup": "failed attempts' start-up before their first step",
+    "wasted.failed_preflight": "runs that failed preflight",
+    "idle.startup": "idle before the first step (launch, preflight, start-up, restore)",
+    "idle.backoff": "idle in restart backoff between attempts",
+    "idle.after_last_step": "idle after the last step",
+    "idle.rounding": "rounding up to billing increments",
+    "checkpoint_stall": "the training loop blocked on checkpoint staging",
+}
+
+
+def ledger_for(record: RunRecord, catalog: Catalog | None = None) -> dict[str, Any]:
+    """The run's ledger: ``ledger.json`` when current, else built (and written) now."""
+    found = None
+    with contextlib.suppress(ValueError, OSError):
+        found = record.read_json(LEDGER_FILE)
+    if (
+        isinstance(found, dict)
+        and found.get("schema") == SCHEMA
+        and found.get("inputs") == ledger_inputs(record)
+    ):
+        price = price_of_run(record, catalog)[0]
+        if _price_key(None if price is None else _price_fields(price)) == _price_key(
+            found.get("price")
+        ):
+            return found
+    return build_ledger(record, catalog)
+
+
+def _price_fields(price: Price) -> dict[str, Any]:
+    return {
+        "label": price.label,
+        "price_per_hour": price.price_per_hour,
+        "increment_s": price.increment_s,
+        "minimum_s": price.minimum_s,
+        "storage_per_gib_month": price.storage_per_gib_month,
+    }
+
+
+def _price_key(price: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What of a price changes a ledger's figures (a stored ledger is stale without it)."""
+    if price is None:
+        return None
+    names = ("label", "price_per_hour", "increment_s", "minimum_s", "storage_per_gib_month")
+    return tuple(price.get(k) for k in names)
+
+
+def parse_since(text: str) -> datetime:
+    """``--since 2026-11-01`` (or a full ISO time) as an aware UTC datetime."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(
+            f"--since: {text!r} is not a date; give one like --since 2026-11-01 "
+            "or --since 2026-11-01T09:30"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def select_ledgers(
+    ws: Workspace,
+    catalog: Catalog | None = None,
+    *,
+    since: datetime | None = None,
+    spec: str | None = None,
+    provider: str | None = None,
+    gpu: str | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Ledgers of the workspace's ended runs that match; and the ids of live runs left out."""
+    chosen, live = [], []
+    for run_id in ws.run_ids():
+        record = RunRecord(ws.runs_dir / run_id)
+        try:
+            state = record.state
+        except (RecordError, ValueError):
+            continue  # a damaged record has no cost to count; `acceptrun ls` shows it
+        if spec is not None and state.get("name") != spec:
+            continue
+        if since is not None:
+            created = str(state.get("created_at", ""))
+            try:
+                if parse_since(created) < since:
+                    continue
+            except UserError:
+                continue
+        if state.get("status") in LIVE:
+            live.append(run_id)
+            continue
+        ledger = ledger_for(record, catalog)
+        price = ledger.get("price") or {}
+        if provider is not None and price.get("provider") != provider:
+            continue
+        if gpu is not None and gpu.lower() not in str(price.get("gpu") or "").lower():
+            continue
+        chosen.append(ledger)
+    return chosen, live
+
+
+def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over ledgers: money by kind, the compute split, runs and accepted runs."""
+    keys = ("compute_usd", "storage_usd", "human_usd", "switching_usd")
+    totals = dict.fromkeys(keys, 0.0)
+    split_usd = dict.fromkeys(PARTS, 0.0)
+    split_s = dict.fromkeys(PARTS, 0.0)
+    detail_usd: dict[str, float] = {}
+    detail_s: dict[str, float] = {}
+    runs = accepted = unpriced = 0
+    billed = device = left_bytes = left_monthly = 0.0
+    for ledger in ledgers:
+        runs += 1
+        accepted += ledger.get("accepted") is True
+        unpriced += not ledger.get("priced")
+        for k in keys:
+            totals[k] += ledger["totals"][k]
+        comp = ledger["compute"]
+        per_s = comp["usd"] / ledger["billed_s"] if ledger["billed_s"] else 0.0
+        for k in PARTS:
+            split_usd[k] += comp["split_usd"][k]
+            split_s[k] += comp["split_s"][k]
+        for k, v in comp["detail_s"].items():
+            detail_s[k] = detail_s.get(k, 0.0) + v
+            detail_usd[k] = detail_usd.get(k, 0.0) + v * per_s
+        billed += ledger["billed_s"]
+        device += ledger["device_seconds"]
+        left_bytes += ledger["storage"]["left_behind"]["bytes"]
+        left_monthly += ledger["storage"]["left_behind"]["monthly_usd"]
+    total = sum(totals.values())
+    return {
+        "runs": runs,
+        "accepted": accepted,
+        "unpriced": unpriced,
+        "totals": totals,
+        "total_usd": total,
+        "cost_per_accepted_run": total / accepted if accepted else None,
+        "billed_s": billed,
+        "device_seconds": device,
+        "split_usd": split_usd,
+        "split_s": split_s,
+        "detail_usd": detail_usd,
+        "detail_s": detail_s,
+        "left_behind_bytes": left_bytes,
+        "left_behind_monthly_usd": left_monthly,
+    }
+
+
+def where_the_money_went(summary: dict[str, Any]) -> str:
+    """One line: the largest non-productive share of compute, in plain words.
+
+    Shares are of compute spend in USD; when nothing is priced, of billed time.
+    """
+    use_usd = summary["totals"]["compute_usd"] > 0
+    detail = summary["detail_usd"] if use_usd else summary["detail_s"]
+    whole = summary["totals"]["compute_usd"] if use_usd else summary["billed_s"]
+    of = "spend" if use_usd else "billed time"
+    if whole <= 0:
+        return "nothing was billed yet"
+    productive = detail.get("productive", 0.0) / whole
+    others = {k: v for k, v in detail.items() if k != "productive" and v > 0}
+    if not others:
+        return f"{productive:.0%} of {of} was productive steps"
+    key = max(others, key=lambda k: others[k])
+    share = others[key] / whole
+    return f"{share:.0%} of {of} was {PHRASES.get(key, key)}; {productive:.0%} was productive steps"
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
+    """``acceptrun cost``: totals, the split, cost per accepted run, where the money went."""
+    runs, accepted = summary["runs"], summary["accepted"]
+    if runs == 0:
+        return "no ended runs match; start one with `acceptrun run SPEC`"
+    t = summary["totals"]
+    per = summary["cost_per_accepted_run"]
+    lines = [
+        f"{runs} run{'s' if runs != 1 else ''}, {accepted} accepted",
+        f"  compute     {_usd(t['compute_usd']):>12}   billed {format_duration(summary['billed_s'])}, "
+        f"{summary['device_seconds'] / 3600:.2f} device-hours",
+        f"  storage     {_usd(t['storage_usd']):>12}   left behind {_bytes(summary['left_behind_bytes'])} "
+        f"({_usd(summary['left_behind_monthly_usd'])}/month)",
+        f"  people      {_usd(t['human_usd']):>12}",
+        f"  switching   {_usd(t['switching_usd']):>12}",
+        f"  total       {_usd(summary['total_usd']):>12}",
+        "  cost per accepted run: " + (_usd(per) if per is not None else "no accepted run yet"),
+    ]
+    use_usd = t["compute_usd"] > 0
+    split = summary["split_usd"] if use_usd else summary["split_s"]
+    whole = sum(split.values())
+    if whole > 0:
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / whole:.0%}" for k, v in split.items())
+        lines.append(f"  compute split: {parts}")
+    lines.append(f"  where the money went: {where_the_money_went(summary)}")
+    if summary["unpriced"]:
+        lines.append(
+            f"  {summary['unpriced']} run(s) have no price (no [cost] in their spec): "
+            "counted in time, at $0"
+        )
+    live = list(live)
+    if live:
+        lines.append(f"  {len(live)} run(s) still running, not counted: {', '.join(live[:3])}")
+    return "\n".join(lines)
+
+
+def format_ledger(ledger: dict[str, Any]) -> str:
+    """``acceptrun cost show RUN``: one run's ledger as a small table."""
+    verdict = {True: "accepted", False: "rejected", None: "no verdict"}[ledger.get("accepted")]
+    price = ledger.get("price")
+    head = f"run {ledger['run_id']} ({verdict})"
+    if price:
+        head += (
+            f"  price {price['label']} {_usd(price['price_per_hour'])}/h, "
+            f"increments of {price['increment_s']:g} s (source: {price['source'] or '-'})"
+        )
+    else:
+        head += f"  not priced: {ledger.get('unpriced_reason')}"
+    comp = ledger["compute"]
+    lines = [
+        head,
+        f"billed {ledger['billed_s']:.0f} s (wall {ledger['wall_s']:.1f} s, "
+        f"{len(ledger['segments'])} segment(s)), {ledger['device_seconds']:.0f} device-seconds",
+        f"  {'':<18} {'seconds':>10} {'USD':>12}",
+    ]
+    for k in PARTS:
+        lines.append(
+            f"  {k.replace('_', ' '):<18} {comp['split_s'][k]:>10.1f} {comp['split_usd'][k]:>12.2f}"
+        )
+    lines.append(f"  {'compute':<18} {ledger['billed_s']:>10.1f} {comp['usd']:>12.2f}")
+    rounding = comp["detail_s"].get("idle.rounding", 0.0)
+    lines.append(f"  (idle includes {rounding:.1f} s of rounding up to billing increments)")
+    for a in comp["attempts"]:
+        s = a["split_s"]
+        lines.append(
+            f"  attempt {a['attempt']:<3} {a['outcome']:<10} {a['billed_s']:>8.1f} s "
+            f"{_usd(a['usd']):>10}  productive {s['productive']:.1f}, wasted {s['wasted']:.1f}, "
+            f"idle {s['idle']:.1f}, stall {s['checkpoint_stall']:.2f}"
+        )
+    st = ledger["storage"]
+    left = st["left_behind"]
+    lines.append(
+        f"  storage: checkpoints {st['checkpoints']['gib_hours']:.3g} GiB-h, outputs "
+        f"{st['outputs']['gib_hours']:.3g} GiB-h, {_usd(st['usd'])}; left behind "
+        f"{_bytes(left['bytes'])} ({_usd(left['monthly_usd'])}/month)"
+    )
+    for h in ledger["human"]:
+        note = f" ({h['note']})" if h.get("note") else ""
+        lines.append(
+            f"  people: {h['minutes']:g} min at {_usd(h['rate_per_hour'])}/h = {_usd(h['usd'])}{note}"
+        )
+    for s in ledger["switching"]:
+        note = f" ({s['note']})" if s.get("note") else ""
+        lines.append(f"  switching: {_usd(s['usd'])}{note}")
+    lines.append(f"  total {_usd(ledger['total_usd'])}")
+    return "\n".join(lines)
+
+
+def project(ledger: dict[str, Any], target: Price) -> dict[str, Any]:
+    """The run on ``target``: the same measured wall time per segment, the target's price
+    and billing rounding; storage at the target's rate; people and switching unchanged."""
+    billed = sum(billed_seconds(s["start"], s["end"], target) for s in ledger["segments"])
+    compute = compute_cost(billed, target)
+    storage = sum(
+        storage_cost(item["bytes"], item["seconds"], target.storage_per_gib_month)
+        for kind in ("checkpoints", "outputs")
+        for item in ledger["storage"][kind]["items"]
+    )
+    t = ledger["totals"]
+    total = compute + storage + t["human_usd"] + t["switching_usd"]
+    return {
+        "projection": True,
+        "rule": "same measured wall time per billing segment, at the target's price and "
+        "billing rounding; the work is not rescaled to the target's GPUs",
+        "run_id": ledger["run_id"],
+        "target": target.label,
+        "target_gpus": target.gpus,
+        "run_gpus": ledger["gpus"],
+        "billed_s": billed,
+        "compute_usd": compute,
+        "storage_usd": storage,
+        "total_usd": total,
+        "actual_total_usd": ledger["total_usd"],
+        "actual_price": (ledger.get("price") or {}).get("label"),
+    }
+
+
+def format_projection(p: dict[str, Any]) -> str:
+    """``acceptrun cost whatif``: clearly a projection, with its rule."""
+    actual = p["actual_price"] or "no price"
+    lines = [
+        f"PROJECTION (not a measurement): run {p['run_id']} on {p['target']}",
+        f"  rule: {p['rule']}",
+        f"  billed      {p['billed_s']:.0f} s",
+        f"  compute     {_usd(p['compute_usd']):>12}",
+        f"  storage     {_usd(p['storage_usd']):>12}",
+        f"  total       {_usd(p['total_usd']):>12}   (measured on {actual}: {_usd(p['actual_total_usd'])})",
+    ]
+    if p["target_gpus"] and p["target_gpus"] != p["run_gpus"]:
+        lines.append(
+            f"  note: the run used {p['run_gpus']} GPU(s), {p['target']} has {p['target_gpus']}; "
+            "a different GPU count changes the wall time, which this projection keeps"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""Budgets on real runs: warning at 80%, a graceful stop (checkpoint first) before the
+budget is passed, bad budgets refused before launch, and the verdict's cost lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from acceptrun.errors import UserError
+from acceptrun.launch import launch
+
+WORKLOAD = """
+import time, torch, acceptrun
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+run = acceptrun.init()
+start = run.restore(model=model, optimizer=opt)
+for step in run.steps(start, 100000):
+    loss = model(torch.ones(2, 4)).square().mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    time.sleep(0.02)
+    run.log(step, loss=loss.item())
+    run.maybe_checkpoint(step)
+"""
+
+# A price list of the workspace: 3600 USD/h billed per second, so 1 USD a second.
+PRICES = """
+[[price]]
+provider = "testcloud"
+instance = "fast"
+gpus = 0
+price_per_hour = 3600.0
+billing = "per_second"
+minimum_s = 1
+start_rule = "launch"
+storage_per_gib_month = 0.0
+source = "a test price list"
+date = "2026-11-30"
+"""
+
+
+def make(
+    tmp_path: Path, limits: str, cost: str = 'provider = "testcloud"\ninstance = "fast"'
+) -> tuple[Path, Path]:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(textwrap.dedent(WORKLOAD))
+    (job / "spec.toml").write_text(
+        f'name = "budget"\ncommand = ["{sys.executable}", "train.py"]\n'
+        f"[checkpoint]\nevery_steps = 1000000\n[cost]\n{cost}\n[limits]\n{limits}\n"
+    )
+    ws = tmp_path / "ws" / ".acceptrun"
+    ws.mkdir(parents=True)
+    (ws / "prices.toml").write_text(PRICES)
+    return job / "spec.toml", ws
+
+
+def test_budget_stop_checkpoints_first_and_is_a_limit(tmp_path: Path) -> None:
+    spec, ws = make(tmp_path, 'budget_usd = 8.0\ngrace_period = "2s"\nmax_restarts = 3')
+    result = launch(spec, workspace=ws, echo=False)
+    record = result.record
+    (warning,) = list(record.events("budget_warning"))  # before the stop, always
+    (stop,) = list(record.events("budget_stop"))
+    assert warning["t"] <= stop["t"] and stop["spent_usd"] < 8.0
+    (stopped,) = list(record.events("stopped"))  # the client checkpointed, then exited
+    assert stopped["checkpoint"] is not None
+    (attempt,) = [json.loads(p.read_text()) for p in (record.path / "attempts").glob("*/exit.json")]
+    assert attempt["outcome"] == "budget" and attempt["class"] == "budget"
+    assert not list(record.events("restart"))  # a limit, not a failure: no restart
+    ledger = json.loads((record.path / "ledger.json").read_text())
+    assert ledger["compute"]["usd"] <= 8.0
+    verdict = {
+        c["name"]: c for c in json.loads((record.path / "verdict.json").read_text())["checks"]
+    }
+    assert verdict["budget"]["status"] == "pass"  # respected
+    assert verdict["exit"]["status"] == "fail"  # but the run did not finish
+    assert "USD in all" in verdict["cost"]["evidence"]
+
+
+def test_budget_below_one_increment_is_refused_before_launch(tmp_path: Path) -> None:
+    spec, ws = make(tmp_path, "budget_usd = 0.5", cost="price_per_hour = 3600.0")
+    with pytest.raises(UserError, match="budget"):
+        launch(spec, workspace=ws, echo=False)
+    assert not list((ws / "runs").iterdir())
+
+
+def test_unknown_instance_lists_near_matches(tmp_path: Path) -> None:
+    spec, ws = make(tmp_path, "", cost='provider = "lambda"\ninstance = "gpu_1x_h100_sxn5"')
+    with pytest.raises(UserError, match="gpu_1x_h100_sxm5"):
+        launch(spec, workspace=ws, echo=False)

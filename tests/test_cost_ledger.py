@@ -1,0 +1,209 @@
+"""The cost ledger over real runs: the split of billed time, storage, people, totals.
+
+Runs are priced at 3600 USD per hour (1 USD per second, billed per minute), so the
+figures read as seconds and the rounding up to a minute is plain to see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.cli import main
+from acceptrun.cost.ledger import PARTS, build_ledger
+from acceptrun.launch import LaunchResult, launch
+from acceptrun.workspace import RunRecord
+from conftest import PYTHON, toml_str
+
+# Steps of ~50 ms; a blocking checkpoint after steps 2 and 5; an output at the end.
+WORKLOAD = """
+import time
+import torch
+import acceptrun
+
+torch.manual_seed(0)
+model = torch.nn.Linear(64, 64)
+run = acceptrun.init()
+start = run.restore(model=model)
+for step in run.steps(start, 8):
+    time.sleep(0.05)
+    run.log(step, loss=1.0 / (step + 1))
+    if step % 3 == 2:
+        run.checkpoint(step, block=True)
+open("model.bin", "wb").write(b"w" * 4096)
+run.output("model", "model.bin")
+"""
+
+PRICE = "[cost]\nprice_per_hour = 3600\n"
+
+
+def _launch(root: Path, ws: Path, name: str, extra: str, inject: list[str]) -> LaunchResult:
+    job = root / name
+    job.mkdir()
+    (job / "work.py").write_text(WORKLOAD)
+    (job / "spec.toml").write_text(
+        f'name = {toml_str(name)}\ncommand = [{toml_str(PYTHON)}, "work.py"]\n'
+        f'[limits]\nmax_restarts = 1\nrestart_backoff = 0\ngrace_period = "2s"\n{extra}'
+    )
+    saved = dict(os.environ)
+    try:
+        return launch(job / "spec.toml", workspace=ws, echo=False, inject=inject)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Three runs in one workspace: killed and resumed, clean, failed preflight."""
+    root = tmp_path_factory.mktemp("cost")
+    ws = root / ".acceptrun"
+    killed = _launch(root, ws, "killed", PRICE, ["kill@step=4"])
+    clean = _launch(root, ws, "clean", PRICE, [])
+    failed = _launch(root, ws, "pf", PRICE + '[expect]\npython = "<3.0"\n', [])
+    return {"ws": ws, "killed": killed, "clean": clean, "failed": failed}
+
+
+def cli(ws: Path, *args: str) -> int:
+    return main(["--workspace", str(ws), *args])
+
+
+def _sums_to_billed(ledger: dict[str, Any]) -> None:
+    split = ledger["compute"]["split_s"]
+    assert set(split) == set(PARTS)
+    assert sum(split.values()) == pytest.approx(ledger["billed_s"], abs=1e-5)
+    assert all(v >= 0 for v in split.values()), split
+    assert sum(ledger["compute"]["split_usd"].values()) == pytest.approx(
+        ledger["compute"]["usd"], abs=1e-4
+    )
+
+
+def test_killed_run_splits_billed_time_into_productive_waste_idle_stall(
+    runs: dict[str, Any],
+) -> None:
+    result = runs["killed"]
+    assert result.exit_code == 0, result.verdict
+    ledger = build_ledger(result.record)
+    assert ledger["priced"] and ledger["price"]["price_per_hour"] == 3600
+    # Per-minute rounding: a run of a few seconds is billed a whole minute, 1 USD a second.
+    assert ledger["wall_s"] < 60 and ledger["billed_s"] == 60
+    assert ledger["compute"]["usd"] == pytest.approx(60.0)
+    assert ledger["compute"]["detail_s"]["idle.rounding"] == pytest.approx(
+        60 - ledger["wall_s"], abs=0.01
+    )
+    _sums_to_billed(ledger)
+    split = ledger["compute"]["split_s"]
+    assert split["productive"] > 0.2  # 8 kept steps of ~50 ms, less the first of each attempt
+    assert split["wasted"] > 0  # steps 3 and 4 were redone after the kill
+    assert split["checkpoint_stall"] > 0
+    first, second = ledger["compute"]["attempts"]
+    assert first["outcome"] == "signaled" and first["split_s"]["wasted"] > 0
+    assert second["outcome"] == "success" and second["split_s"]["wasted"] == 0
+    assert ledger["device_seconds"] == ledger["billed_s"]  # a CPU run counts one device
+    assert ledger["accepted"] is True
+    assert json.loads((result.record.path / "ledger.json").read_text()) == ledger
+
+
+def test_storage_counts_checkpoints_and_what_is_left_behind(runs: dict[str, Any]) -> None:
+    record: RunRecord = runs["killed"].record
+    storage = build_ledger(record)["storage"]
+    assert storage["checkpoints"]["gib_hours"] > 0
+    assert {i["step"] for i in storage["checkpoints"]["items"]} >= {2, 5}
+    on_disk = sum(p.stat().st_size for p in record.checkpoints_dir.rglob("*") if p.is_file())
+    left = storage["left_behind"]
+    assert left["checkpoint_bytes"] == on_disk > 0
+    assert left["output_bytes"] == 4096
+    assert left["bytes"] == on_disk + 4096
+    assert storage["outputs"]["items"][0]["bytes"] == 4096
+
+
+def test_failed_preflight_is_all_waste(runs: dict[str, Any]) -> None:
+    result = runs["failed"]
+    assert result.exit_code == 2
+    ledger = build_ledger(result.record)
+    assert ledger["status"] == "failed_preflight" and ledger["accepted"] is False
+    split = ledger["compute"]["split_s"]
+    assert split["wasted"] == pytest.approx(ledger["billed_s"]) and ledger["billed_s"] == 60
+    assert split["productive"] == split["idle"] == split["checkpoint_stall"] == 0
+    assert ledger["compute"]["attempts"] == []
+
+
+def test_unpriced_run_keeps_the_seconds_at_zero_usd(runs: dict[str, Any], tmp_path: Path) -> None:
+    result = _launch(tmp_path, tmp_path / ".acceptrun", "free", "", [])
+    ledger = build_ledger(result.record)
+    assert not ledger["priced"] and "no [cost]" in ledger["unpriced_reason"]
+    assert ledger["total_usd"] == 0 and ledger["billed_s"] == ledger["wall_s"] > 0
+    _sums_to_billed(ledger)
+
+
+def test_cost_add_show_summary_and_whatif(
+    runs: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws, record = runs["ws"], runs["clean"].record
+    assert cli(ws, "cost", "add", record.run_id, "--human-minutes", "30", "--rate", "120",
+               "--note", "reviewed the loss curve") == 0  # fmt: skip
+    assert cli(ws, "cost", "add", record.run_id, "--switching-usd", "5") == 0
+    ledger = json.loads((record.path / "ledger.json").read_text())
+    assert ledger["totals"]["human_usd"] == 60 and ledger["totals"]["switching_usd"] == 5
+    assert ledger["total_usd"] == pytest.approx(60 + 60 + 5 + ledger["totals"]["storage_usd"])
+    capsys.readouterr()
+
+    assert cli(ws, "cost", "show", record.run_id) == 0
+    shown = capsys.readouterr().out
+    assert "productive" in shown and "30 min at $120.00/h = $60.00" in shown
+
+    assert cli(ws, "cost", "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["runs"] == 3 and summary["accepted"] == 2
+    assert summary["cost_per_accepted_run"] == pytest.approx(summary["total_usd"] / 2)
+    assert cli(ws, "cost") == 0
+    text = capsys.readouterr().out
+    assert "3 runs, 2 accepted" in text
+    assert f"cost per accepted run: ${summary['total_usd'] / 2:,.2f}" in text
+    assert "where the money went: " in text and "% of spend was " in text
+    assert cli(ws, "cost", "--spec", "pf") == 0
+    assert "no accepted run yet" in capsys.readouterr().out
+
+    assert cli(ws, "cost", "whatif", record.run_id, "--on", "lambda:gpu_1x_h100_sxm5") == 0
+    projected = capsys.readouterr().out
+    assert projected.startswith("PROJECTION (not a measurement)")
+    assert "same measured wall time" in projected
+    # The same few seconds, billed one minute at 3.78 USD/h: 0.06 USD of compute.
+    assert "compute            $0.06" in projected
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["cost", "show", "nope"], "no run 'nope'", id="unknown-run"),
+        pytest.param(
+            ["cost", "add", "RUN", "--human-minutes", "-5", "--rate", "100"],
+            "--human-minutes must be a positive number",
+            id="negative-minutes",
+        ),
+        pytest.param(["cost", "add", "RUN", "--human-minutes", "5"], "go together", id="no-rate"),
+        pytest.param(["cost", "add", "RUN"], "nothing to add", id="nothing"),
+        pytest.param(
+            ["cost", "whatif", "RUN", "--on", "lambda:gpu_1x_h100_sxm"],
+            "gpu_1x_h100_sxm5",
+            id="unknown-instance-near-match",
+        ),
+        pytest.param(
+            ["cost", "whatif", "RUN", "--on", "h100"], "not PROVIDER:INSTANCE", id="no-colon"
+        ),
+        pytest.param(["cost", "--since", "yesterday"], "not a date", id="bad-since"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(
+    runs: dict[str, Any], capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    costs = runs["clean"].record.path / "cost.jsonl"
+    before = costs.read_bytes() if costs.exists() else b""
+    args = [runs["clean"].record.run_id if a == "RUN" else a for a in args]
+    assert cli(runs["ws"], *args) == 2
+    assert message in capsys.readouterr().err
+    assert (costs.read_bytes() if costs.exists() else b"") == before  # nothing half-written
