@@ -173,7 +173,7 @@ def test_cost_add_show_summary_and_whatif(
     assert projected.startswith("PROJECTION (not a measurement)")
     assert "same measured wall time" in projected
     # The same few seconds, billed one minute at 3.78 USD/h: 0.06 USD of compute.
-    assert "compute            $0.06" in projected
+    assert "compute          $0.0630" in projected
 
 
 @pytest.mark.parametrize(

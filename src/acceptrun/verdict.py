@@ -611,22 +611,27 @@ def _cost_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     out = []
     if budget is not None:
         ok = usd <= budget + 1e-9
-        out.append(Check("operations", "budget", PASS if ok else FAIL, True, f"{usd:.2f} of {budget:.2f} USD ({label})", None if ok else "raise limits.budget_usd, or find the waste in `acceptrun cost show`"))  # fmt: skip
-    split = compute.get("split_usd", {})
+        out.append(Check("operations", "budget", PASS if ok else FAIL, True, f"{_usd(usd)} of {_usd(budget)} USD ({label})", None if ok else "raise limits.budget_usd, or find the waste in `acceptrun cost show`"))  # fmt: skip
+    split = compute.get("split_s", {})
+    billed = sum(v for v in split.values() if isinstance(v, int | float))
     parts = ", ".join(
-        f"{k.replace('_', ' ')} {v:.2f}" for k, v in split.items() if isinstance(v, int | float)
+        f"{k.replace('_', ' ')} {100 * v / billed:.0f}%"
+        for k, v in sorted(split.items(), key=lambda kv: -kv[1])
+        if isinstance(v, int | float) and billed > 0
     )
     total = float(ledger.get("total_usd", usd))
-    text = (
-        f"{total:.2f} USD in all; compute {usd:.2f} ({parts})"
-        if parts
-        else f"{total:.2f} USD in all"
-    )
+    text = f"{_usd(total)} USD in all; compute {_usd(usd)} USD, billed {format_duration(billed)}"
+    text += f" ({parts})" if parts else ""
     left = (ledger.get("storage") or {}).get("left_behind_monthly_usd")
     if isinstance(left, int | float) and left > 0:
-        text += f"; left behind costs {left:.2f} USD/month"
+        text += f"; left behind costs {_usd(left)} USD/month"
     out.append(Check("operations", "cost", PASS, False, f"{text} ({label})"))
     return out
+
+
+def _usd(x: float) -> str:
+    """Dollars with cents, or four decimals under a dollar (a CPU minute costs 0.0083)."""
+    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.4f}"
 
 
 def _size(n: float) -> str:

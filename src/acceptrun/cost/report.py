@@ -210,7 +210,8 @@ def where_the_money_went(summary: dict[str, Any]) -> str:
 
 
 def _usd(x: float) -> str:
-    return f"${x:,.2f}"
+    """Cents, or four decimals under a dollar: a CPU minute at 0.50 USD/h is $0.0083."""
+    return f"${x:,.2f}" if abs(x) >= 1 or x == 0 else f"${x:.4f}"
 
 
 def _bytes(n: float) -> str:
