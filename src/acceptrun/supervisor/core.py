@@ -473,7 +473,7 @@ class Supervisor:
                 spent_usd=round(spent, 4),
                 budget_usd=budget,
             )
-            self.say(f"budget: {spent:.2f} of {budget:.2f} USD spent (80%)")
+            self.say(f"budget: {spent:.2f} of {budget:.2f} USD spent ({100 * spent / budget:.0f}%)")
         if stopping:
             self._stop_reason = (
                 f"budget {budget:g} USD would be passed ({spent:.2f} USD spent, {self.price.label})"
