@@ -14,8 +14,9 @@ backoff up to ``limits.max_restarts`` (OOMs once); user errors never restart; a
 divergence stops the run, or with ``limits.on_divergence = "rollback"`` quarantines the
 newest checkpoint and restarts from the one before.
 
-A stop request becomes SIGTERM to the workload's process group ("checkpoint now, then
-exit"); after ``limits.grace_period`` the group is SIGKILLed. A second Ctrl-C kills at
+A stop request becomes SIGTERM to the command's process ("checkpoint now, then exit";
+the whole group for a string command); after ``limits.grace_period`` the group is
+SIGKILLed. A second Ctrl-C kills at
 once. A hung workload cannot checkpoint: its stacks are collected (SIGUSR2 to the
 client's faulthandler, or py-spy) and the group is SIGKILLed.
 """
