@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 
 from acceptrun.checkpoint.store import LATEST, QUARANTINE, CheckpointStore
-from acceptrun.cost.billing import monthly_storage_cost
+from acceptrun.cost.billing import format_bytes, format_usd, monthly_storage_cost
 from acceptrun.cost.catalog import load_catalog, price_for
 from acceptrun.durable import fsync_dir, write_atomic
 from acceptrun.errors import AcceptrunError, UserError
@@ -341,20 +341,6 @@ def _monthly_usd(nbytes: int, price_per_gib_month: float | None) -> float | None
     return monthly_storage_cost(nbytes, price_per_gib_month)
 
 
-def _usd(value: float) -> str:
-    return "<0.01" if 0 < value < 0.005 else f"{value:.2f}"
-
-
-def human_bytes(n: int) -> str:
-    """``1536`` -> ``"1.5 KiB"`` (binary units: storage is priced per GiB)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 def format_gc(plans: Iterable[RunPlan], *, applied: bool) -> str:
     """The table: one row per run that changes (or was skipped), then the total."""
     plans = list(plans)
@@ -375,14 +361,14 @@ def format_gc(plans: Iterable[RunPlan], *, applied: bool) -> str:
         total_bytes += nbytes
         if usd is not None:
             total_usd, priced = total_usd + usd, True
-        cost = _usd(usd) if usd is not None else "-"
+        cost = format_usd(usd) if usd is not None else "-"
         counts = f"{p.kept}/{p.total}"
         lines.append(
-            f"{p.run_id:<40} {state:<22} {counts:>11} {human_bytes(nbytes):>12} {cost:>15}"
+            f"{p.run_id:<40} {state:<22} {counts:>11} {format_bytes(nbytes):>12} {cost:>15}"
         )
-    cost = _usd(total_usd) if priced else "-"
-    lines.append(f"{'TOTAL':<40} {'':<22} {'':>11} {human_bytes(total_bytes):>12} {cost:>15}")
-    lines.insert(0, f"{head} {human_bytes(total_bytes)} in {len(plans)} runs checked")
+    cost = format_usd(total_usd) if priced else "-"
+    lines.append(f"{'TOTAL':<40} {'':<22} {'':>11} {format_bytes(total_bytes):>12} {cost:>15}")
+    lines.insert(0, f"{head} {format_bytes(total_bytes)} in {len(plans)} runs checked")
     for p in plans:
         if p.skipped:
             lines.append(f"skipped {p.run_id}: {p.skipped}")

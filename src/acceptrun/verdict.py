@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun.cost.billing import format_usd
 from acceptrun.hashing import hash_file
 from acceptrun.spec import RunSpec, format_duration, load_spec, parse_condition
 from acceptrun.workspace import RunRecord, now_iso
@@ -611,7 +612,7 @@ def _cost_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     out = []
     if budget is not None:
         ok = usd <= budget + 1e-9
-        out.append(Check("operations", "budget", PASS if ok else FAIL, True, f"{_usd(usd)} of {_usd(budget)} USD ({label})", None if ok else "raise limits.budget_usd, or find the waste in `acceptrun cost show`"))  # fmt: skip
+        out.append(Check("operations", "budget", PASS if ok else FAIL, True, f"{format_usd(usd)} of {format_usd(budget)} USD ({label})", None if ok else "raise limits.budget_usd, or find the waste in `acceptrun cost show`"))  # fmt: skip
     split = compute.get("split_s", {})
     billed = sum(v for v in split.values() if isinstance(v, int | float))
     parts = ", ".join(
@@ -620,18 +621,13 @@ def _cost_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
         if isinstance(v, int | float) and billed > 0
     )
     total = float(ledger.get("total_usd", usd))
-    text = f"{_usd(total)} USD in all; compute {_usd(usd)} USD, billed {format_duration(billed)}"
+    text = f"{format_usd(total)} USD in all; compute {format_usd(usd)} USD, billed {format_duration(billed)}"
     text += f" ({parts})" if parts else ""
     left = (ledger.get("storage") or {}).get("left_behind_monthly_usd")
     if isinstance(left, int | float) and left > 0:
-        text += f"; left behind costs {_usd(left)} USD/month"
+        text += f"; left behind costs {format_usd(left)} USD/month"
     out.append(Check("operations", "cost", PASS, False, f"{text} ({label})"))
     return out
-
-
-def _usd(x: float) -> str:
-    """Dollars with cents, or four decimals under a dollar (a CPU minute costs 0.0083)."""
-    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.4f}"
 
 
 def _size(n: float) -> str:

@@ -13,7 +13,13 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from acceptrun.cost.billing import billed_seconds, compute_cost, storage_cost
+from acceptrun.cost.billing import (
+    billed_seconds,
+    compute_cost,
+    format_bytes,
+    format_usd,
+    storage_cost,
+)
 from acceptrun.cost.catalog import Catalog, Price
 from acceptrun.cost.ledger import (
     LEDGER_FILE,
@@ -210,16 +216,7 @@ def where_the_money_went(summary: dict[str, Any]) -> str:
 
 
 def _usd(x: float) -> str:
-    """Cents, or four decimals under a dollar: a CPU minute at 0.50 USD/h is $0.0083."""
-    return f"${x:,.2f}" if abs(x) >= 1 or x == 0 else f"${x:.4f}"
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    return f"${format_usd(x)}"
 
 
 def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
@@ -233,7 +230,7 @@ def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
         f"{runs} run{'s' if runs != 1 else ''}, {accepted} accepted",
         f"  compute     {_usd(t['compute_usd']):>12}   billed {format_duration(summary['billed_s'])}, "
         f"{summary['device_seconds'] / 3600:.2f} device-hours",
-        f"  storage     {_usd(t['storage_usd']):>12}   left behind {_bytes(summary['left_behind_bytes'])} "
+        f"  storage     {_usd(t['storage_usd']):>12}   left behind {format_bytes(summary['left_behind_bytes'])} "
         f"({_usd(summary['left_behind_monthly_usd'])}/month)",
         f"  people      {_usd(t['human_usd']):>12}",
         f"  switching   {_usd(t['switching_usd']):>12}",
@@ -296,7 +293,7 @@ def format_ledger(ledger: dict[str, Any]) -> str:
     lines.append(
         f"  storage: checkpoints {st['checkpoints']['gib_hours']:.3g} GiB-h, outputs "
         f"{st['outputs']['gib_hours']:.3g} GiB-h, {_usd(st['usd'])}; left behind "
-        f"{_bytes(left['bytes'])} ({_usd(left['monthly_usd'])}/month)"
+        f"{format_bytes(left['bytes'])} ({_usd(left['monthly_usd'])}/month)"
     )
     for h in ledger["human"]:
         note = f" ({h['note']})" if h.get("note") else ""
