@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo drill test check fmt clean gpu-check
+.PHONY: demo drill test check fmt clean gpu-check system-deps
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,20 @@ demo: $(STAMP)
 drill: $(STAMP)
 	cd examples/charlm && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" acceptrun drill spec.toml
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q
+
+# Debian packages the suite uses for real: headless Chromium and its driver (the HTML
+# report is opened in a browser), Slurm and munge (a single-node cluster on localhost).
+SYSTEM_PACKAGES := chromium chromium-driver slurm-wlm munge
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null \
+	    || { echo "could not install $$missing: install them with apt-get (root) and run make test again"; exit 1; }; \
+	fi
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples bench

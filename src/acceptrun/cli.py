@@ -8,6 +8,7 @@ Imports stay lazy so ``acceptrun --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import traceback
@@ -18,6 +19,10 @@ from typing import Any
 from acceptrun.errors import AcceptrunError
 
 __all__ = ["main"]
+
+# Command groups defined beside their code: each module has ``register(sub)``, which adds
+# its subcommands to the top-level subparsers. Those modules keep their imports lazy too.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def _say(message: str) -> None:
@@ -678,6 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     cwhat.add_argument("--json", action="store_true")
     cwhat.set_defaults(func=cmd_cost_whatif)
     # ---- end of cost ----
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
     return p
 
 

@@ -43,6 +43,9 @@ __all__ = [
     "LimitsSpec",
     "ResourcesSpec",
     "RunSpec",
+    "SkypilotSpec",
+    "SlurmSpec",
+    "TelemetrySpec",
     "format_duration",
     "load_spec",
     "match_pattern",
@@ -82,9 +85,17 @@ class ResourcesSpec:
     memory_gb: float | None = doc(
         "Host memory the run needs in GiB (used by batch backends).", None
     )
+    processes: int = doc(
+        "Processes on each machine: one per GPU, or CPU processes (gloo); more than 1 "
+        "launches the command through torchrun.",
+        1,
+    )
+    nodes: int = doc("Machines the run spans (batch backends: Slurm, SkyPilot).", 1)
 
     def __post_init__(self) -> None:
         _require(self.gpus >= 0, "resources.gpus", self.gpus, "a count of 0 or more")
+        _require(self.processes >= 1, "resources.processes", self.processes, "1 or more")
+        _require(self.nodes >= 1, "resources.nodes", self.nodes, "1 or more")
         _require(
             self.min_gpu_memory_gb >= 0,
             "resources.min_gpu_memory_gb",
@@ -246,6 +257,95 @@ class LimitsSpec:
             )  # fmt: skip
 
 
+THROUGHPUT_UNITS = ("samples/s", "tokens/s", "steps/s")
+IDLE_ACTIONS = ("stop", "event")
+
+
+@dataclass(kw_only=True)
+class TelemetrySpec:
+    """Host and GPU sampling, idle detection, MFU and live exports."""
+
+    interval: Duration = doc(
+        "Seconds between host and GPU samples taken by the supervisor.", Duration(2.0)
+    )
+    gpu: bool = doc("Sample GPUs through NVML when the machine has them.", True)
+    idle_threshold: float = doc(
+        "Activity below which the run counts as idle: GPU utilization in %, or without a "
+        "GPU the CPU use of the workload's processes in % of one core.",
+        5.0,
+    )
+    idle_action: str = doc(
+        'What limits.idle_window triggers: "stop" (graceful, checkpoint first) or "event".',
+        "stop",
+    )
+    prometheus_port: int | None = doc(
+        "Serve Prometheus metrics on 127.0.0.1 at this port during the run; 0 picks a free port.",
+        None,
+    )
+    flops_per_sample: float | None = doc(
+        "Training FLOPs per sample (forward and backward), for MFU.", None
+    )
+    flops_per_token: float | None = doc("Training FLOPs per token, for MFU.", None)
+    peak_tflops: float | None = doc(
+        "Peak dense TFLOP/s of one device for MFU; default: the table of known GPUs.", None
+    )
+
+    def __post_init__(self) -> None:
+        _require(self.interval > 0, "telemetry.interval", self.interval, "a positive duration")
+        _require(
+            0 <= self.idle_threshold <= 100 * 1024,
+            "telemetry.idle_threshold", self.idle_threshold, "a percentage, 0 or more",
+        )  # fmt: skip
+        _require(
+            self.idle_action in IDLE_ACTIONS,
+            "telemetry.idle_action", self.idle_action, '"stop" or "event"',
+        )  # fmt: skip
+        _require(
+            self.prometheus_port is None or 0 <= self.prometheus_port <= 65535,
+            "telemetry.prometheus_port", self.prometheus_port, "a TCP port, 0 to 65535",
+        )  # fmt: skip
+        for name in ("flops_per_sample", "flops_per_token", "peak_tflops"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"telemetry.{name}", value, "a positive number")
+
+
+@dataclass(kw_only=True)
+class SlurmSpec:
+    """Options of the Slurm backend (`acceptrun submit --backend slurm`)."""
+
+    partition: str | None = doc("Partition (sbatch --partition).", None)
+    account: str | None = doc("Account (sbatch --account).", None)
+    qos: str | None = doc("Quality of service (sbatch --qos).", None)
+    signal_grace: Duration = doc(
+        "Slurm sends USR1 this long before the time limit: checkpoint, exit, requeue.",
+        Duration(120.0),
+    )
+    extra_args: list[str] = doc('More sbatch options, e.g. ["--constraint=h100"].', factory=list)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.signal_grace > 0, "slurm.signal_grace", self.signal_grace, "a positive duration"
+        )
+
+
+@dataclass(kw_only=True)
+class SkypilotSpec:
+    """Options of the SkyPilot export (`acceptrun export skypilot`)."""
+
+    cloud: str | None = doc('Cloud to launch on, e.g. "lambda", "aws"; default: any.', None)
+    region: str | None = doc("Region, e.g. us-east-1; default: any.", None)
+    accelerators: str | None = doc(
+        'SkyPilot accelerators, e.g. "H100:8"; default: from resources.gpu_types and gpus.', None
+    )
+    use_spot: bool = doc(
+        "Use spot (preemptible) capacity; recovery resumes from the mirror.", False
+    )
+    image_id: str | None = doc(
+        "Machine or Docker image, e.g. docker:nvcr.io/nvidia/pytorch:24.05-py3.", None
+    )
+    disk_size: int | None = doc("Disk size in GB.", None)
+
+
 @dataclass(kw_only=True)
 class CostSpec:
     """What the machine costs, for the ledger and the budget."""
@@ -272,8 +372,50 @@ class AcceptanceSpec:
     )
     outputs: list[str] = doc('Outputs the run must register, e.g. ["model"].', factory=list)
     drills: list[str] = doc(f"Drills that must pass: {', '.join(KNOWN_DRILLS)}.", factory=list)
+    throughput: list[float] = doc(
+        "Acceptable median throughput [min, max] in throughput_unit, e.g. [900, 1200].",
+        factory=list,
+    )
+    throughput_unit: str = doc(
+        f"Unit of the throughput range: {', '.join(THROUGHPUT_UNITS)}.", "samples/s"
+    )
+    max_data_wait: float | None = doc(
+        "Largest share of step time spent waiting for data, 0 to 1.", 0.25
+    )
+    max_idle: float | None = doc(
+        "Largest share of the attempts' time the GPU (or process) was idle, 0 to 1.", 0.25
+    )
+    max_first_step: Duration | None = doc(
+        'Longest acceptable time from launch to the first step, e.g. "10m".', None
+    )
+    tolerances: dict[str, float] = doc(
+        'Absolute tolerance per metric (and "loss" for the loss curve) when `acceptrun diff` '
+        "compares two runs; unnamed ones must match exactly.",
+        factory=dict,
+    )
 
     def __post_init__(self) -> None:
+        if self.throughput:
+            rng = self.throughput
+            _require(
+                len(rng) == 2 and 0 <= rng[0] <= rng[1], "acceptance.throughput", rng,
+                "two numbers [min, max] with min <= max",
+            )  # fmt: skip
+        _require(
+            self.throughput_unit in THROUGHPUT_UNITS,
+            "acceptance.throughput_unit", self.throughput_unit, " or ".join(THROUGHPUT_UNITS),
+        )  # fmt: skip
+        for name in ("max_data_wait", "max_idle"):
+            value = getattr(self, name)
+            _require(
+                value is None or 0 <= value <= 1, f"acceptance.{name}", value, "a share from 0 to 1"
+            )
+        _require(
+            self.max_first_step is None or self.max_first_step > 0,
+            "acceptance.max_first_step", self.max_first_step, "a positive duration",
+        )  # fmt: skip
+        for name, tol in self.tolerances.items():
+            _require(tol >= 0, f"acceptance.tolerances.{_key(name)}", tol, "0 or more")
         for name, text in self.metrics.items():
             try:
                 parse_condition(text)
@@ -323,6 +465,11 @@ class RunSpec:
         "What the run must show to be accepted.", factory=AcceptanceSpec
     )
     cleanup: CleanupSpec = doc("Clean-up after the run.", factory=CleanupSpec)
+    telemetry: TelemetrySpec = doc(
+        "Host and GPU sampling, idle detection, MFU, Prometheus.", factory=TelemetrySpec
+    )
+    slurm: SlurmSpec = doc("Options of the Slurm backend.", factory=SlurmSpec)
+    skypilot: SkypilotSpec = doc("Options of the SkyPilot export.", factory=SkypilotSpec)
 
     # Set by load_spec, not by the user: where the spec came from.
     source: str = field(default="<memory>", metadata={"internal": True}, compare=False)
