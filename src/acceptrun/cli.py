@@ -22,7 +22,7 @@ __all__ = ["main"]
 
 # Command groups defined beside their code: each module has ``register(sub)``, which adds
 # its subcommands to the top-level subparsers. Those modules keep their imports lazy too.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("acceptrun.telemetry.cli",)
 
 
 def _say(message: str) -> None:
@@ -198,14 +198,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from acceptrun.report import format_show
+    from acceptrun.report.terminal import show_dict
 
     record = _workspace(args).get_run(args.run)
     if args.json:
-        print(
-            json.dumps(
-                {"state": record.state, "verdict": record.read_json("verdict.json")}, indent=2
-            )
-        )
+        print(json.dumps(show_dict(record), indent=2))
     else:
         print(format_show(record))
     return 0

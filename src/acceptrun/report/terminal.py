@@ -1,15 +1,34 @@
-"""``acceptrun show RUN``: a run at a glance in the terminal, read from its record."""
+"""``acceptrun show RUN``: a run at a glance in the terminal, read from its record.
+
+Besides the run's state, steps, metrics, attempts and verdict, it shows what the time
+went to (from :func:`acceptrun.telemetry.summary.summarize`): the breakdown with a bar
+per part, step-time percentiles and drift, throughput and MFU, GPU and host peaks, and
+the hints.
+"""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
+from acceptrun.cost.billing import format_bytes
+from acceptrun.durable import read_jsonl
 from acceptrun.spec import format_duration
+from acceptrun.telemetry.summary import Summary, summarize
 from acceptrun.verdict import Check, Verdict, format_verdict
 from acceptrun.workspace import RunRecord
 
-__all__ = ["format_show"]
+__all__ = ["format_show", "format_telemetry", "show_dict"]
+
+BAR_WIDTH = 24  # characters of the longest bar in the time breakdown
+PART_NAMES = {
+    "compute": "compute",
+    "data_wait": "data wait",
+    "checkpoint_stall": "checkpoint stall",
+    "before_first_step": "before first step",
+    "restarts": "restarts",
+    "other": "other",
+}
 
 
 def format_show(record: RunRecord) -> str:
@@ -58,6 +77,7 @@ def format_show(record: RunRecord) -> str:
                 lines.append(
                     f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
                 )
+    lines += format_telemetry(summarize(record.path), _gpu_absent(record))
     data = record.read_json("verdict.json")
     if isinstance(data, dict):
         checks = [Check(**c) for c in data.get("checks", [])]
@@ -69,3 +89,101 @@ def format_show(record: RunRecord) -> str:
             "verdict  not decided yet (the run is still going, or it was interrupted before closing)",
         ]
     return "\n".join(lines)
+
+
+def show_dict(record: RunRecord) -> dict[str, Any]:
+    """What ``show --json`` prints: run.json, the verdict and the telemetry summary."""
+    return {
+        "state": record.state,
+        "verdict": record.read_json("verdict.json"),
+        "summary": summarize(record.path).to_dict(),
+    }
+
+
+def _gpu_absent(record: RunRecord) -> str | None:
+    """Why the samplers saw no GPU (the first gpu_absent line), or None."""
+    for sample in read_jsonl(record.telemetry_path):
+        if sample.get("kind") == "gpu_absent":
+            return str(sample.get("reason") or "no NVIDIA GPU")
+    return None
+
+
+def _bar(share: float) -> str:
+    filled = round(max(0.0, min(share, 1.0)) * BAR_WIDTH)
+    return "\u2588" * filled + "\u00b7" * (BAR_WIDTH - filled)
+
+
+def _rate(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:,.1f}k"
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def format_telemetry(s: Summary, gpu_absent: str | None = None) -> list[str]:
+    """The telemetry lines of ``show``: time, steps, speed, GPU, host, hints."""
+    lines: list[str] = []
+    if s.wall_s:
+        first = (
+            ""
+            if s.first_step_s is None
+            else f", first step after {format_duration(s.first_step_s)}"
+        )
+        lines.append(f"time     {format_duration(s.wall_s)} wall{first}")
+        for part, name in PART_NAMES.items():
+            seconds = s.breakdown.get(part, 0.0)
+            share = seconds / s.wall_s
+            lines.append(
+                f"         {name:<18} {format_duration(seconds):>7} {100 * share:5.1f}%  {_bar(share)}"
+            )
+    if s.step_time:
+        st = s.step_time
+        text = (
+            f"p50 {st['p50'] * 1000:.1f} ms, p90 {st['p90'] * 1000:.1f} ms, "
+            f"p99 {st['p99'] * 1000:.1f} ms over {st['n']:.0f} steady steps"
+        )
+        if s.drift:
+            text += f"; drift {100 * s.drift['change']:+.0f}% (first -> last quarter)"
+        lines.append(f"step     {text}")
+    if s.throughput:
+        speed = ", ".join(f"{_rate(v)} {unit}" for unit, v in s.throughput.items())
+        mfu = (
+            f"; MFU {100 * s.mfu:.1f}%"
+            if s.mfu is not None
+            else "; MFU - (set telemetry.flops_per_sample or flops_per_token)"
+        )
+        lines.append(f"speed    {speed}{mfu}")
+    for g in s.gpus:
+        parts = [f"util {g['util_mean']:.0f}% mean" if g.get("util_mean") is not None else "util -"]
+        if g.get("mem_peak") is not None:
+            total = f" of {format_bytes(g['mem_total'])}" if g.get("mem_total") else ""
+            parts.append(f"memory peak {format_bytes(g['mem_peak'])}{total}")
+        if g.get("power_capped_share") is not None:
+            parts.append(f"power-capped {100 * g['power_capped_share']:.0f}%")
+        if g.get("throttled_share") is not None:
+            parts.append(f"throttled {100 * g['throttled_share']:.0f}%")
+        if g.get("temp_max") is not None:
+            parts.append(f"max {g['temp_max']:.0f} \u00b0C")
+        if g.get("ecc_uncorrected"):
+            parts.append(f"{g['ecc_uncorrected']:.0f} uncorrected ECC errors")
+        lines.append(f"gpu {g['index']:<4} {g.get('name') or '?'}: {', '.join(parts)}")
+    if not s.gpus and (gpu_absent is not None or s.host is not None):
+        lines.append(f"gpu      no GPU ({gpu_absent})" if gpu_absent else "gpu      no GPU samples")
+    if s.host:
+        h, parts = s.host, []
+        if h.get("cpu_mean") is not None:
+            parts.append(f"machine CPU {h['cpu_mean']:.0f}% mean")
+        if h.get("proc_cpu_mean") is not None:
+            parts.append(f"workload {h['proc_cpu_mean'] / 100:.2f} cores mean")
+        if h.get("proc_rss_peak") is not None:
+            parts.append(f"workload memory peak {format_bytes(h['proc_rss_peak'])}")
+        if h.get("mem_peak") is not None:
+            total = f" of {format_bytes(h['mem_total'])}" if h.get("mem_total") else ""
+            parts.append(f"machine memory peak {format_bytes(h['mem_peak'])}{total}")
+        if h.get("free_min") is not None:
+            parts.append(f"free disk min {format_bytes(h['free_min'])}")
+        lines.append(f"host     {', '.join(parts) or 'no figures'}")
+    if s.idle_share is not None:
+        lines.append(f"idle     {100 * s.idle_share:.0f}% of the samples")
+    for i, hint in enumerate(s.hints):
+        lines.append(f"{'hints' if i == 0 else '':<8} - {hint}")
+    return lines

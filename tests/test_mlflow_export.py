@@ -1,0 +1,110 @@
+"""export_run into a real local MLflow store, read back with MLflow's own client."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from acceptrun.durable import append_jsonl
+from acceptrun.errors import UserError
+from acceptrun.launch import launch
+from acceptrun.telemetry.mlflow_export import default_tracking_uri, export_run
+from acceptrun.workspace import Workspace
+from conftest import Project
+
+mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """One SQLite store for the module: creating its tables takes MLflow ~5 s here."""
+    root = tmp_path_factory.mktemp("mlflow")
+    return f"sqlite:///{root / 'mlflow.db'}", root
+
+
+@pytest.mark.slow
+def test_a_real_run_exports_params_metrics_tags_and_artifacts(
+    project: Project, store: tuple[str, Path]
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    spec = project.spec(
+        """
+        import time, acceptrun
+        run = acceptrun.init()
+        for step in run.steps(12):
+            with run.data_wait():
+                time.sleep(0.01)
+            run.log(step, loss=1.0 / (step + 1), samples=8)
+        run.metric("eval/accuracy", 0.93)
+        """,
+        name="mlf",
+        extra='[acceptance]\nmetrics = { "eval/accuracy" = ">= 0.9" }\nmax_data_wait = 1.0\n',
+    )
+    result = launch(spec, workspace=project.workspace, echo=False)
+    assert result.verdict.accepted
+    uri, root = store
+    run_id = export_run(result.record.path, tracking_uri=uri, experiment="exp-a")
+
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    assert client.get_experiment(run.info.experiment_id).name == "exp-a"
+    assert run.info.status == "FINISHED" and run.info.run_name == result.record.run_id
+    tags = run.data.tags
+    assert tags["acceptrun.run_id"] == result.record.run_id
+    assert tags["acceptrun.verdict"] == "accepted" and tags["acceptrun.status"] == "finished"
+    assert "data wait is" in tags["acceptrun.hints"]
+    params = run.data.params
+    assert params["name"] == "mlf" and params["limits.max_restarts"] == "3"
+    assert params["provenance.torch"].startswith("2.") and params["provenance.gpu"] == "none"
+    history = client.get_metric_history(run_id, "loss")
+    assert [m.step for m in sorted(history, key=lambda m: m.step)] == list(range(12))
+    assert sorted(history, key=lambda m: m.step)[3].value == pytest.approx(0.25)
+    assert len(client.get_metric_history(run_id, "data_wait")) == 12
+    assert run.data.metrics["eval/accuracy"] == pytest.approx(0.93)
+    assert run.data.metrics["summary/throughput_samples_per_s"] > 0
+    assert run.data.metrics["summary/data_wait_share"] > 0.2
+    assert "summary/breakdown_compute_s" in run.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert artifacts == {"spec.toml", "verdict.json", "provenance.json", "run.json"}
+    # Artifacts live beside the database, not in the current directory.
+    assert (root / "mlartifacts").is_dir()
+
+
+@pytest.mark.slow
+def test_ten_thousand_steps_export_in_seconds(tmp_path: Path, store: tuple[str, Path]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    record = Workspace.create(tmp_path / ".acceptrun").create_run(
+        "big", spec_text='name = "big"\ncommand = ["true"]\n', state={"status": "running"}
+    )
+    append_jsonl(record.events_path, {"t": 1000.0, "kind": "run_start"})
+    with open(record.events_path, "a") as f:
+        for i in range(10_000):
+            f.write(
+                f'{{"t":{1001 + i * 0.1},"kind":"step","attempt":1,"step":{i},'
+                f'"step_time":0.1,"loss":{1 / (i + 1)},"samples":32}}\n'
+            )
+    t0 = time.perf_counter()
+    run_id = export_run(record.path, tracking_uri=store[0])
+    seconds = time.perf_counter() - t0
+    assert seconds < 60, seconds  # ~4 s here; per-value logging would take minutes
+    client = MlflowClient(tracking_uri=store[0])
+    assert client.get_experiment(client.get_run(run_id).info.experiment_id).name == "big"
+    assert len(client.get_metric_history(run_id, "loss")) == 10_000
+    assert client.get_run(run_id).info.status == "RUNNING"  # still live: not terminated
+
+
+def test_the_default_store_is_a_database_in_the_workspace(tmp_path: Path) -> None:
+    run_dir = tmp_path / ".acceptrun" / "runs" / "20261130-000000-x-0000"
+    assert default_tracking_uri(run_dir) == f"sqlite:///{tmp_path / '.acceptrun' / 'mlflow.db'}"
+
+
+def test_a_file_store_uri_is_refused_with_the_fix(tmp_path: Path) -> None:
+    record = Workspace.create(tmp_path / ".acceptrun").create_run(
+        "f", spec_text='name = "f"\ncommand = ["true"]\n', state={"status": "finished"}
+    )
+    with pytest.raises(UserError, match="sqlite:///"):
+        export_run(record.path, tracking_uri=(tmp_path / "mlruns").as_uri())
