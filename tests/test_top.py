@@ -18,7 +18,7 @@ import os, time, acceptrun
 run = acceptrun.init()
 for step in run.steps(100000):
     time.sleep(0.02)
-    run.log(step, loss=1.0, samples=8, total_steps=100000)
+    run.log(step, loss=1.0, samples=8)  # steps(100000) puts the total in each step event
     if os.path.exists("stop-now"):
         break
 """

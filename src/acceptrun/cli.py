@@ -22,7 +22,10 @@ __all__ = ["main"]
 
 # Command groups defined beside their code: each module has ``register(sub)``, which adds
 # its subcommands to the top-level subparsers. Those modules keep their imports lazy too.
-COMMAND_MODULES: tuple[str, ...] = ("acceptrun.telemetry.cli",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "acceptrun.telemetry.cli",
+    "acceptrun.distributed_cli",
+)
 
 
 def _say(message: str) -> None:
@@ -43,8 +46,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from acceptrun.verdict import format_verdict
 
     result = launch(
-        args.spec, workspace=args.workspace, echo=not args.quiet, say=_say, inject=args.inject
-    )
+        args.spec, workspace=args.workspace, echo=not args.quiet, say=_say, inject=args.inject,
+        run_id=args.run_id, prometheus_port=args.prometheus_port,
+    )  # fmt: skip
     print()
     print(format_verdict(result.verdict, name=result.spec.name))
     print(f"record: {result.record.path}")
@@ -480,6 +484,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FAULT",
         help="inject a fault for a drill: kill|term|hang|nan|oom|exit=N @step=N or @time=30s "
         "(kill and term only), optionally :attempt=K; repeatable",
+    )
+    run.add_argument("--run-id", help="id of the new record, chosen in advance by a queue or a batch job")
+    run.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics during the run (0: a free "
+        "port); overrides telemetry.prometheus_port",
     )
     run.set_defaults(func=cmd_run)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from acceptrun.client import ENV_INJECT
 from acceptrun.close import close_run
 from acceptrun.cost.catalog import check_budget, load_catalog, price_for
+from acceptrun.errors import UserError
 from acceptrun.inject import parse_faults
 from acceptrun.preflight import check_static, run_preflight
 from acceptrun.spec import RunSpec, load_spec
@@ -81,16 +83,24 @@ def launch(
     echo: bool = True,
     say: Callable[[str], None] = lambda _m: None,
     inject: Sequence[str] = (),
+    run_id: str | None = None,
+    prometheus_port: int | None = None,
 ) -> LaunchResult:
     """Run a spec end to end and return its verdict.
 
     ``inject`` holds faults to inject (``kill@step=40``, see :mod:`acceptrun.inject`);
     they are recorded in run.json under ``"injected"`` and reach the workload as
-    ``$ACCEPTRUN_INJECT``. Bad input (the spec, a fault, a missing command, data path or
-    manifest) raises a :class:`~acceptrun.errors.UserError` before any record is created.
+    ``$ACCEPTRUN_INJECT``. ``run_id`` names the new record (the local queue picks it
+    before the launch); it must not exist yet. Bad input (the spec, a fault, a missing
+    command, data path or manifest, a taken run id) raises a
+    :class:`~acceptrun.errors.UserError` before any record is created.
     """
     spec = load_spec(spec_path)
     check_static(spec)
+    if prometheus_port is not None and not 0 <= prometheus_port <= 65535:
+        raise UserError(
+            f"--prometheus-port {prometheus_port} is not a TCP port; use 0 to 65535 (0: a free one)"
+        )
     # ---- injected faults (acceptrun.inject) ----
     faults = [str(f) for f in parse_faults(inject)]
     # The faults of this run only: one inherited from an outer run must not leak in.
@@ -99,6 +109,13 @@ def launch(
         base_env[ENV_INJECT] = ",".join(faults)
     # ---- end of injected faults ----
     ws = find_workspace(workspace, create=True)
+    if run_id is not None and (
+        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) or (ws.runs_dir / run_id).exists()
+    ):
+        raise UserError(
+            f"--run-id {run_id!r} is taken or not a run id (letters, digits, '.', '_', '-'); "
+            "leave it out and acceptrun picks a new one"
+        )
     # Unknown provider/instance, or a budget below one billing increment: bad input.
     price = price_for(spec.cost, load_catalog(ws.root))
     check_budget(price, spec.limits.budget_usd)
@@ -116,6 +133,7 @@ def launch(
             "supervisor": user_at_host(),
             "supervisor_pid": os.getpid(),
         },
+        run_id=run_id,
     )
     say(f"run {record.run_id}")
     say(f"record {record.path}")
@@ -142,6 +160,7 @@ def launch(
         base_env=base_env,
         price=price,
         billing_start=billing_start,
+        prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
     ).run()
     verdict = close_run(record, ws, spec, say=say)
     return LaunchResult(record, spec, verdict, True, result)

@@ -16,8 +16,9 @@ The billed seconds are split four ways, and the parts always sum to the billed t
   a failed attempt's time before its first step, and the whole of a run that failed
   its preflight (its rounding included);
 - idle: launch and preflight, each attempt's start-up before its first step (restore
-  included), the restart backoff between attempts, the tail after the last step, and the
-  rounding up to billing increments;
+  included), the restart backoff between attempts, the tail after the last step, the
+  idle stretch that ended an attempt stopped for idleness (``limits.idle_window``), and
+  the rounding up to billing increments;
 - checkpoint_stall: the training loop blocked on checkpoint staging (``stall_s``).
 
 Storage counts checkpoints (``total_bytes`` from commit to delete, or to the end) and
@@ -64,6 +65,7 @@ DETAIL_KEYS = (
     "idle.startup",
     "idle.backoff",
     "idle.after_last_step",
+    "idle.idle_stop",
     "idle.rounding",
 )
 PARTS = ("productive", "wasted", "idle", "checkpoint_stall")
@@ -172,6 +174,7 @@ class _Attempt:
     outcome: str = "running"
     klass: str | None = None
     seconds_lost: float = 0.0
+    idle_since: float | None = None  # start of the idle stretch that stopped the attempt
     steps: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -219,6 +222,11 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
             a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
             if a is not None:
                 a.steps.append(ev)
+        elif kind == "idle_stop" or (kind == "idle" and isinstance(ev.get("since"), int | float)):
+            a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
+            since = ev.get("since")
+            if a is not None and isinstance(since, int | float):
+                a.idle_since = float(since) if a.idle_since is None else a.idle_since
         last_t = float(t)
     if current is not None:
         current.end = current.end if current.end is not None else last_t
@@ -231,9 +239,15 @@ def _split_attempt(
 ) -> dict[str, float]:
     """One attempt's wall time, partitioned (seconds): see the module docstring."""
     end = a.end if a.end is not None else (a.steps[-1]["t"] if a.steps else a.start)
-    dur = max(0.0, end - a.start)
     out = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
-    failed = a.outcome not in ("success", "running")
+    if a.outcome == "idle" and a.idle_since is not None:
+        # Stopped for idleness: the idle stretch is idle time; what came before is split
+        # as for any stopped attempt (a step that straddles it is not counted as kept).
+        idle_from = min(max(a.idle_since, a.start), end)
+        out["idle.idle_stop"] = end - idle_from
+        end = idle_from
+    dur = max(0.0, end - a.start)
+    failed = a.outcome not in ("success", "running", "idle")
     first_t = min((float(s["t"]) for s in a.steps), default=None)
     if first_t is None:
         out["wasted.failed_startup" if failed else "idle.startup"] = dur

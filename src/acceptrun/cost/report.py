@@ -56,6 +56,7 @@ PHRASES = {
     "idle.startup": "idle before the first step (launch, preflight, start-up, restore)",
     "idle.backoff": "idle in restart backoff between attempts",
     "idle.after_last_step": "idle after the last step",
+    "idle.idle_stop": "idle until the idle limit stopped the run (limits.idle_window)",
     "idle.rounding": "rounding up to billing increments",
     "checkpoint_stall": "the training loop blocked on checkpoint staging",
 }

@@ -47,6 +47,7 @@ from acceptrun.client import (
     ENV_RUN_ID,
     ENV_SPEC,
 )
+from acceptrun.errors import SpecError
 from acceptrun.spec import RunSpec, format_duration
 from acceptrun.supervisor.classify import (
     AttemptFacts,
@@ -139,6 +140,7 @@ class Supervisor:
         first_attempt: int = 1,
         price: Any = None,
         billing_start: float | None = None,
+        prometheus_port: int | None = None,
     ) -> None:
         self.record = record
         self.spec = spec
@@ -153,6 +155,14 @@ class Supervisor:
         self._stop_reason: str | None = None
         self._kill_now = False
         self._wake = threading.Event()
+        # ---- telemetry (acceptrun.telemetry): samplers, idle stop, Prometheus ----
+        from acceptrun.telemetry.sampler import RunTelemetry
+
+        self.telemetry = RunTelemetry(
+            record, spec, say=say, prometheus_port=prometheus_port, spend=self.spend
+        )
+        self._idle: dict[str, Any] | None = None  # the idle event that stopped the attempt
+        # ---- end of telemetry ----
 
     # ---- signals ------------------------------------------------------------------------------
 
@@ -196,6 +206,7 @@ class Supervisor:
         self.record.file("control.json").unlink(missing_ok=True)
         start = time.monotonic()
         limits = self.spec.limits
+        self.telemetry.open()  # the Prometheus endpoint, when asked for
         try:
             attempt = self.first_attempt - 1
             while True:
@@ -209,7 +220,9 @@ class Supervisor:
                     break
                 res = self._run_attempt(attempt, deadline)
                 result.attempts.append(res)
-                if res.outcome in ("success", "stopped", "wall_time", "budget", "not_started"):
+                if res.outcome in (
+                    "success", "stopped", "wall_time", "budget", "idle", "not_started"
+                ):  # fmt: skip
                     result.stop_reason = res.reason
                     break
                 if self._stop_reason is not None:
@@ -248,6 +261,7 @@ class Supervisor:
                     result.stop_reason = f"stopped during restart backoff ({self._stop_reason})"
                     break
         finally:
+            self.telemetry.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return result
@@ -313,13 +327,33 @@ class Supervisor:
             checkpoint_dir=self.checkpoint_dir,
         )  # fmt: skip
 
+    # ---- multi-process launch (acceptrun.distributed) ----
+    def _command(self, env: dict[str, str]) -> list[str]:
+        """The argv to start: the spec's command, or torchrun around it (processes > 1).
+
+        Adds torchrun's shutdown timeout (the grace period) and forwarded signals to
+        ``env``; raises SpecError for a command torchrun cannot start.
+        """
+        from acceptrun.distributed import launch_command
+
+        return launch_command(self.spec, env)
+
+    # ---- end of multi-process launch ----
+
     def _run_attempt(self, attempt: int, deadline: float | None) -> AttemptResult:
         adir = self.record.attempt_dir(attempt)
         adir.mkdir(parents=True, exist_ok=True)
         resume_from, resume_step = self._resume_point(attempt)
         env = self._env(attempt, resume_from)
+        try:
+            command = self._command(env)
+        except SpecError as exc:  # resources.processes > 1 with a command torchrun cannot run
+            stamp = now_iso()
+            res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0, str(exc))
+            self._record_exit(adir, res)
+            return res
         child = ChildProcess(
-            self.spec.command,
+            command,
             cwd=self.spec.workdir_path,
             env=env,
             stdout_path=adir / "stdout.log",
@@ -347,7 +381,7 @@ class Supervisor:
             sync=True,
             attempt=attempt,
             pid=child.pid,
-            command=self.spec.command,
+            command=child.argv,
             resume_step=resume_step,
         )
         resumed = "" if resume_step is None else f", resuming after step {resume_step}"
@@ -359,6 +393,7 @@ class Supervisor:
             child.pid,
             offset=offset,
         )
+        self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
         faults = _time_faults(env, attempt)
         hang_window = self.spec.limits.hang_window
         stop_sent_at: float | None = None
@@ -380,6 +415,12 @@ class Supervisor:
                 self._stop_reason = (
                     f"wall time {format_duration(self.spec.limits.wall_time)} reached"
                 )
+            # ---- idle stop (acceptrun.telemetry.idle): the same graceful stop path ----
+            if cause is None and (idle := self.telemetry.idle_stop()) is not None:
+                cause, self._stop_reason = "idle", idle
+                self._idle = self.telemetry.idle_event()
+                self.record.event("idle_stop", sync=True, **(self._idle or {}), reason=idle)
+            # ---- end of idle stop ----
             for fault in [f for f in faults if child.duration >= f.after_s]:
                 faults.remove(fault)
                 sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
@@ -422,6 +463,7 @@ class Supervisor:
                 self._kill_now = False
                 stop_sent_at = float("inf")
         child.finish()
+        self.telemetry.end()
         watch.poll()
         oom_after = oom_kill_count()
         res = self._result(attempt, child, returncode, cause)
@@ -432,6 +474,8 @@ class Supervisor:
             stderr_tail=stderr_tail(adir / "stderr.log"),
             events=watch.events,
             oom_kills=None if oom_before is None or oom_after is None else oom_after - oom_before,
+            # NVML Xid events the telemetry sampler saw during the attempt
+            xid_errors=[str(e.get("detail")) for e in watch.events if e.get("kind") == "xid"],
         )
         res.failure = classify(facts)
         if stall_evidence is not None:  # what the watch saw comes first
@@ -581,6 +625,9 @@ class Supervisor:
                 lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
         elif res.outcome != "success":
             lost_s = ended - child.started_at  # died before its first step: all of it
+        if res.outcome == "idle" and self._idle is not None:
+            # The idle streak at the end is idle time (the ledger's), not work thrown away.
+            lost_s = max(0.0, lost_s - (ended - float(self._idle["since"])))
         devices = max(self.spec.resources.gpus, 1)
         work.update(
             steps_lost=lost_steps,
@@ -604,6 +651,8 @@ class Supervisor:
             outcome, reason = "stopped", f"stopped on request ({self._stop_reason})"
         elif cause == "budget":
             outcome, reason = "budget", f"stopped before the budget ran out ({self._stop_reason})"
+        elif cause == "idle":  # e.g. "stopped: idle for 2m00s (process CPU 0.3% < 5%)"
+            outcome, reason = "idle", f"stopped: {self._stop_reason}"
         elif cause in ("hang", "data_stall"):
             outcome, reason = (
                 cause,

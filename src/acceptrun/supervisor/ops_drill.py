@@ -477,13 +477,22 @@ def _judge_kill(r: Restart | None, k1: int, same: str, equal: bool, tail: str) -
     if r is None:
         return {**base, "ok": False, "evidence": f"the kill at step {k1} never fired{tail}"}
     resumed = r.resume_step is not None and r.first_step == r.resume_step + 1
-    ok = equal and resumed and "SIGKILL" in r.exit and r.lost_steps is not None
+    # One process dies of the SIGKILL itself; under torchrun a rank does, and the agent
+    # exits 1 after it: the injected kill event says which fault ended the attempt.
+    killed = "SIGKILL" in r.exit or (r.fault == "kill" and r.exit != "exited 0")
+    ok = equal and resumed and killed and r.lost_steps is not None
     where = (
         f"resumed from step {r.resume_step}"
         if r.resume_step is not None
         else "started over from step 0 (no checkpoint was found)"
     )
-    how = "killed" if "SIGKILL" in r.exit else f"meant to be killed, but the attempt {r.exit},"
+    how = (
+        "killed"
+        if "SIGKILL" in r.exit
+        else f"a rank killed (the attempt {r.exit})"
+        if killed
+        else f"meant to be killed, but the attempt {r.exit},"
+    )
     evidence = (
         f"{how} at step {r.last_step}, {where} in {_took(r)} "
         f"({r.lost_steps} steps redone); {same}{tail}"

@@ -146,8 +146,41 @@ class ChildProcess:
         (and keep holding the pipes open, so the logs would never close).
         """
         self.signal_group(signal.SIGKILL)
+        self.kill_strays()
         for t in self._threads:
             t.join(timeout=5)
+
+    def kill_strays(self) -> list[int]:
+        """SIGKILL the attempt's processes that left its process group; their pids.
+
+        torchrun starts each rank in a session of its own, and any program may call
+        setsid(): such a process escapes the group kill and, once its parent is gone,
+        belongs to init. Every process the workload started carries the attempt's
+        ``ACCEPTRUN_RUN_ID`` and ``ACCEPTRUN_ATTEMPT`` in its environment, which is how
+        they are found (a program that clears its environment is not).
+        """
+        run_id = self.env.get("ACCEPTRUN_RUN_ID")
+        attempt = self.env.get("ACCEPTRUN_ATTEMPT")
+        if not run_id or not attempt:
+            return []
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency
+            return []
+        killed: list[int] = []
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            try:
+                env = proc.environ()
+            except (psutil.Error, OSError):
+                continue  # gone, a zombie, or another user's
+            if env.get("ACCEPTRUN_RUN_ID") == run_id and env.get("ACCEPTRUN_ATTEMPT") == attempt:
+                with contextlib.suppress(psutil.Error, OSError):
+                    proc.kill()
+                    killed.append(proc.pid)
+        return killed
 
     @property
     def duration(self) -> float:

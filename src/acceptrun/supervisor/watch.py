@@ -53,6 +53,10 @@ class AttemptWatch:
     last_loss: Any = None
     last_checkpoint: int | None = None
     last_checkpoint_t: float | None = None
+    # For the live telemetry (Prometheus): the newest step event and attempt totals (s).
+    last_step_event: dict[str, Any] | None = None
+    step_time_total: float = 0.0
+    data_wait_total: float = 0.0
     _progress_t: float = field(default_factory=time.monotonic)
     _phase: tuple[str, float] = ("startup", 0.0)
     _log_size: int = -1
@@ -99,6 +103,11 @@ class AttemptWatch:
                 self.last_step = step
             self.last_loss = ev.get("loss", self.last_loss)
             self._progress_t = time.monotonic()
+            self.last_step_event = ev
+            if isinstance(ev.get("step_time"), int | float):
+                self.step_time_total += ev["step_time"]
+                wait = ev.get("data_wait")
+                self.data_wait_total += wait if isinstance(wait, int | float) else 0.0
         elif kind == "heartbeat":
             phase = str(ev.get("phase"))
             self._phase = (phase, float(ev.get("phase_s") or 0.0))

@@ -44,7 +44,7 @@ METRICS_PER_BATCH = 1000  # MLflow's limit on metrics per log_batch call
 PARAMS_PER_BATCH = 100  # MLflow's limit on params per log_batch call
 PARAM_MAX_CHARS = 6000  # MLflow's limit on a param value
 ARTIFACTS = ("spec.toml", "verdict.json", "provenance.json", "run.json")
-NOT_METRICS = frozenset({"t", "kind", "attempt", "step"})
+NOT_METRICS = frozenset({"t", "kind", "attempt", "step", "total_steps"})
 LIVE_STATES = ("created", "preflight", "running", "closing")
 STOPPED_OUTCOMES = ("stopped", "wall_time", "budget")  # attempt outcomes that were asked for
 

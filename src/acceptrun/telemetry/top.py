@@ -6,8 +6,8 @@ its process is alive: the recorded supervisor for a supervised run, the workload
 the run's files (the last steps, the last samples), so a refresh costs the same on
 hour 1 and hour 100 of a run.
 
-The step total and ETA are known when the loop logs it: ``run.log(step,
-total_steps=N)``. Cost so far is the billed compute from launch to now at the run's
+The step total and ETA come from the step events of a ``run.steps(total)`` loop (the
+client writes ``total_steps`` in each), or from ``run.log(step, total_steps=N)``. Cost so far is the billed compute from launch to now at the run's
 price (:mod:`acceptrun.cost`), or ``-`` when the spec names no price.
 """
 

@@ -1,0 +1,162 @@
+"""The Prometheus endpoint: a real run serves /metrics on a free port while it runs (scraped
+over HTTP and parsed with prometheus_client's parser), announces it, and frees it at the end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from acceptrun.telemetry.prometheus import MetricsServer
+from acceptrun.telemetry.sampler import LiveState
+
+# Runs until the test has scraped (it creates "done"), so the run is as short as can be.
+LOOP = """
+import os, time, acceptrun
+run = acceptrun.init()
+for step in run.steps(100000):
+    if os.path.exists("done"):
+        break
+    with run.data_wait():
+        time.sleep(0.005)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.02:
+        pass
+    run.log(step, loss=1.0 / (step + 1), samples=16, tokens=2048)
+"""
+
+
+def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def value(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+    ((_, v),) = metrics[name]
+    return v
+
+
+def _events(run_dir: Path) -> list[dict]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+@pytest.mark.slow
+def test_a_running_run_serves_metrics_on_a_free_port(tmp_path: Path) -> None:
+    (tmp_path / "work.py").write_text(textwrap.dedent(LOOP))
+    (tmp_path / "spec.toml").write_text(
+        f'name = "prom"\ncommand = ["{sys.executable}", "work.py"]\n'
+        '[telemetry]\ninterval = "0.25s"\n'
+    )
+    ws = tmp_path / "ws"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q",
+         "--prometheus-port", "0", "spec.toml"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline:
+            runs = list((ws / "runs").glob("2*")) if (ws / "runs").is_dir() else []
+            found = [e for r in runs for e in _events(r) if e["kind"] == "prometheus"]
+            url = found[0]["url"] if found else None
+            time.sleep(0.1)
+        assert url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+        first = scrape(url)
+        while "acceptrun_step" not in first or "acceptrun_host_cpu_percent" not in first:
+            assert time.monotonic() < deadline, first.keys()
+            time.sleep(0.2)
+            first = scrape(url)
+        time.sleep(1.0)
+        second = scrape(url)
+        (tmp_path / "done").touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (out, err)
+    assert f"prometheus metrics at {url}" in err  # announced on the terminal, once
+    assert err.count("prometheus metrics at") == 1
+    assert value(second, "acceptrun_step") > value(first, "acceptrun_step") >= 0
+    ((labels, one),) = second["acceptrun_run_info"]
+    (run_dir,) = (ws / "runs").glob("2*")
+    assert one == 1 and labels == {"run_id": run_dir.name, "name": "prom"}
+    last_t = value(second, "acceptrun_last_step_timestamp_seconds")
+    assert abs(last_t - time.time()) < 60
+    assert value(second, "acceptrun_attempt") == 1 and value(second, "acceptrun_restarts") == 0
+    assert value(second, "acceptrun_process_rss_bytes") > 0
+    assert value(second, "acceptrun_process_count") >= 1
+    assert (
+        0
+        < value(second, "acceptrun_host_memory_used_bytes")
+        <= value(second, "acceptrun_host_memory_total_bytes")
+    )
+    assert "acceptrun_host_cpu_percent" in second and "acceptrun_idle_seconds" in second
+    assert 0 < value(second, "acceptrun_step_time_seconds") < 5
+    ratio = value(second, "acceptrun_tokens_per_second") / value(
+        second, "acceptrun_samples_per_second"
+    )
+    assert abs(ratio - 128) < 1e-6  # 2048 tokens / 16 samples, both over the same step
+    assert 0 < value(second, "acceptrun_data_wait_share") < 1
+    assert 0 < value(second, "acceptrun_loss") <= 1
+    assert not any(k.startswith("acceptrun_gpu_") for k in second)  # no GPU here
+    # Shut down with the run: the port no longer answers.
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_gpu_metrics_carry_the_gpu_label_and_unknown_values_are_left_out() -> None:
+    live = LiveState("20260101-000000-x-abcd", "x", attempt=2, restarts=1)
+    live.host = {"cpu_pct": 12.5, "proc_rss": 1000, "load1": None}
+    live.gpus = [
+        {"index": 0, "util_pct": 97.0, "mem_used": 5, "mem_total": 10, "power_w": 300.5,
+         "temp_c": 70, "sm_active_pct": None},
+        {"index": 1, "util_pct": 3.0, "mem_used": 1, "mem_total": 10, "power_w": None,
+         "temp_c": 40, "sm_active_pct": None},
+    ]  # fmt: skip
+    live.spend = lambda: 1.25
+    server = MetricsServer(live, 0)
+    url = server.start()
+    try:
+        metrics = scrape(url)
+    finally:
+        server.close()
+    assert sorted(metrics["acceptrun_gpu_utilization_percent"], key=lambda x: x[0]["gpu"]) == [
+        ({"gpu": "0"}, 97.0),
+        ({"gpu": "1"}, 3.0),
+    ]
+    assert metrics["acceptrun_gpu_power_watts"] == [({"gpu": "0"}, 300.5)]
+    assert "acceptrun_gpu_sm_active_percent" not in metrics
+    assert "acceptrun_host_load1" not in metrics and "acceptrun_step" not in metrics
+    assert value(metrics, "acceptrun_host_cpu_percent") == 12.5
+    assert value(metrics, "acceptrun_attempt") == 2 and value(metrics, "acceptrun_restarts") == 1
+    assert value(metrics, "acceptrun_cost_usd") == 1.25
+
+
+def test_a_bad_port_is_refused_before_launch(tmp_path: Path) -> None:
+    (tmp_path / "spec.toml").write_text(f'name = "p"\ncommand = ["{sys.executable}", "-V"]\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "acceptrun", "--workspace", str(tmp_path / "ws"), "run",
+         "--prometheus-port", "70000", "spec.toml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--prometheus-port 70000" in proc.stderr and "0 to 65535" in proc.stderr
+    assert not (tmp_path / "ws" / "runs").exists() or not list((tmp_path / "ws" / "runs").iterdir())
