@@ -485,7 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a fault for a drill: kill|term|hang|nan|oom|exit=N @step=N or @time=30s "
         "(kill and term only), optionally :attempt=K; repeatable",
     )
-    run.add_argument("--run-id", help="id of the new record, chosen in advance by a queue or a batch job")
+    run.add_argument(
+        "--run-id", help="id of the new record, chosen in advance by a queue or a batch job"
+    )
     run.add_argument(
         "--prometheus-port",
         type=int,

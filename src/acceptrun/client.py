@@ -21,6 +21,17 @@ Under ``acceptrun run`` the supervisor passes the run directory in the environme
 plain ``python train.py`` it creates a standalone run in the nearest workspace, so the
 same script is recorded either way. Nothing here imports torch until the first
 checkpoint is saved or restored.
+
+In a run of several processes (``resources.processes``, started through torchrun) every
+rank calls the same API. Rank 0 records the run: step, metric, output and lifecycle
+events, heartbeats. The other ranks write only what is theirs to tell (``diverged``,
+``stopped``, a failed save, an error at exit), with their ``rank``. A stop request is
+agreed by all ranks at each step boundary (one all_reduce of one number on a gloo group
+of acceptrun's own, ~0.15 ms), so they all checkpoint the same step and exit together.
+Checkpoints are gathered: rank 0 writes the replicated state (model, optimizer, ...),
+every rank writes its own (RNG states and what ``restore(per_rank=...)`` names, such as
+its data loader) into ``rank-<r>/`` of the same step directory, and rank 0 commits once
+all have written.
 """
 
 from __future__ import annotations
@@ -55,6 +66,8 @@ ENV_SPEC = "ACCEPTRUN_SPEC"
 ENV_DRILL = "ACCEPTRUN_DRILL"
 ENV_INJECT = "ACCEPTRUN_INJECT"
 ENV_HEARTBEAT_S = "ACCEPTRUN_HEARTBEAT_S"
+ENV_MAX_STEPS = "ACCEPTRUN_MAX_STEPS"
+ENV_INJECT_RANK = "ACCEPTRUN_INJECT_RANK"
 HEARTBEAT_S = 10.0  # seconds between heartbeats: what hang and data-stall detection read
 EXIT_DIVERGED = 3  # exit status after a "diverged" event (the event, not the code, decides)
 ENV_VARS = {
@@ -67,6 +80,8 @@ ENV_VARS = {
     ENV_DRILL: "set by `acceptrun ckpt drill`: restore, run one step, record the result, exit",
     ENV_INJECT: "faults to inject for drills, e.g. kill@step=40 (acceptrun run --inject)",
     ENV_HEARTBEAT_S: f"seconds between heartbeat events (default {HEARTBEAT_S:g})",
+    ENV_MAX_STEPS: "run.steps() yields at most this many steps (set by `acceptrun scaling`)",
+    ENV_INJECT_RANK: "the rank that fires injected step faults in a multi-process run (default 0)",
 }
 
 _active: Run | None = None
@@ -103,6 +118,18 @@ class Run:
         self._phase: tuple[str, int | None, float] = ("startup", None, time.time())
         self._faults: list[Any] = []
         self._stacks_file: Any = None
+        # Multi-process runs (torchrun): this process's rank, acceptrun's own collectives
+        # (created on first use), and the state each rank saves for itself.
+        from acceptrun.distributed import rank_info
+
+        self.ranks = rank_info()
+        self.rank = self.ranks.rank
+        self.world_size = self.ranks.world_size
+        self._group: Any = None  # distributed.RankGroup
+        self._per_rank: dict[str, Any] = {}
+        self._stop_signal = False  # this rank got SIGTERM; _stop_requested: all ranks agreed
+        self._stopping = False
+        self._total_steps: int | None = None  # the end of the current steps() loop
 
     # ---- the training loop ----------------------------------------------------------------
 
@@ -116,14 +143,18 @@ class Run:
         objects, and the process exits with status 143, as one killed by SIGTERM would.
         """
         start, total = (0, start_or_total) if total is None else (start_or_total, total)
+        cap = os.environ.get(ENV_MAX_STEPS)
+        if cap and not self.drill:  # a short measuring run (acceptrun scaling)
+            total = min(total, start + int(cap))
         if self.drill and start >= total > 0:
             # A drill of a finished run restores its final checkpoint: still run one step.
             start = total - 1
         self._in_steps = True
+        self._total_steps = total  # in each step event: `acceptrun top` shows step/total, ETA
         step = start
         try:
             while step < total:
-                if self._stop_requested:
+                if self._stop_agreed():
                     self._stop_at(step)
                 t0 = time.perf_counter()
                 self._data_wait = 0.0
@@ -137,14 +168,30 @@ class Run:
                 if self.drill:
                     self._finish_drill(step, time.perf_counter() - t0)
                 step += 1
+            if self.ranks.distributed and self._checkpointer is not None:
+                # The last save's collectives run on acceptrun's own process groups, which
+                # the script's destroy_process_group() after the loop would tear down.
+                self._checkpointer.wait()
         finally:
             self._in_steps = False
+
+    def _stop_agreed(self) -> bool:
+        """Whether to stop at this step boundary; in a multi-process run, every rank's answer.
+
+        Ranks get the SIGTERM (forwarded by torchrun's agent) at different steps; each
+        boundary they agree (a collective of one number) so that all stop at the same one.
+        """
+        if self.ranks.distributed and (group := self._rank_group()) is not None:
+            self._stop_requested = group.agree(self._stop_signal)
+        return self._stop_requested
 
     def _stop_at(self, step: int) -> None:
         """A stop request at a step boundary: checkpoint what is done, then exit 143."""
         self._in_steps = False
+        self._stopping = True
         saved = None
-        if self._objects and step > 0 and self._last_saved_step != step - 1:
+        registered = self._objects or self._per_rank
+        if registered and step > 0 and self._last_saved_step != step - 1:
             self.checkpoint(step - 1, block=True)
             saved = step - 1
         elif self._checkpointer is not None:
@@ -157,8 +204,30 @@ class Run:
             step=step,
             checkpoint=saved,
             reason="stop requested",
+            **self._rank_field(),
         )
+        if self._group is not None:
+            # Exit together: torchrun's agent takes a rank that exits first for a failure
+            # and would tear the others down in the middle of their exit.
+            self._group.barrier()
         raise SystemExit(143)
+
+    def _rank_field(self) -> dict[str, Any]:
+        """``{"rank": r}`` in a multi-process run; nothing otherwise (same events as before)."""
+        return {"rank": self.rank} if self.ranks.distributed else {}
+
+    def _rank_group(self) -> Any:
+        """acceptrun's collectives (distributed.RankGroup), once torch.distributed is up.
+
+        Created by every rank at the same point of the script (its first restore, step
+        boundary or checkpoint after init_process_group); None before that.
+        """
+        if self._group is None and self.ranks.distributed:
+            from acceptrun.distributed import RankGroup, torch_distributed_ready
+
+            if torch_distributed_ready():
+                self._group = RankGroup(self.ranks)
+        return self._group
 
     @contextlib.contextmanager
     def data_wait(self) -> Iterator[None]:
@@ -195,13 +264,16 @@ class Run:
         if self.drill:
             return  # a drill proves the restore; its step is not part of the run
         event: dict[str, Any] = {"attempt": self.attempt, "step": step}
+        if self._in_steps and self._total_steps is not None:
+            event["total_steps"] = self._total_steps
         if step_time is not None:
             event["step_time"] = round(step_time, 6)
         if self._data_wait:
             event["data_wait"] = round(self._data_wait, 6)
         event.update(self._pending)
         self._pending = {}
-        self.record.event("step", **event)
+        if self.rank == 0:  # one step event per step for the run, not one per rank
+            self.record.event("step", **event)
         loss = event.get("loss")
         if isinstance(loss, int | float) and self.supervised:
             self._check_divergence(step, float(loss))
@@ -219,8 +291,9 @@ class Run:
         if math.isfinite(loss):
             reason += f", above limits.max_loss = {limit:g}"
         self.record.event(
-            "diverged", sync=True, attempt=self.attempt, step=step, loss=str(loss), reason=reason
-        )
+            "diverged", sync=True, attempt=self.attempt, step=step, loss=str(loss), reason=reason,
+            **self._rank_field(),
+        )  # fmt: skip
         self._in_steps = False
         raise SystemExit(EXIT_DIVERGED)
 
@@ -253,7 +326,13 @@ class Run:
             on_event=self._lifecycle_event,
         )
 
-    def restore(self, *, map_location: str | None = None, **objects: Any) -> int:
+    def restore(
+        self,
+        *,
+        map_location: str | None = None,
+        per_rank: dict[str, Any] | None = None,
+        **objects: Any,
+    ) -> int:
         """Register what a checkpoint holds and restore it when resuming; returns the start step.
 
         ``objects`` are things with ``state_dict()``/``load_state_dict()`` (model,
@@ -264,15 +343,69 @@ class Run:
         ``map_location``, default CPU, then each object copies to its own device) and
         the step after the checkpoint's is returned.
 
+        In a multi-process run ``objects`` are the state every rank holds the same copy
+        of (a DDP model, its optimizer): rank 0 saves them and every rank loads them.
+        ``per_rank`` names the state that differs between ranks (its data loader or
+        sampler position, its own generators): each rank saves and loads its own. With
+        one process both are saved together, as before.
+
         >>> start = run.restore(model=model, optimizer=opt, scheduler=sched)
+        >>> start = run.restore(model=ddp.module, optimizer=opt, per_rank={"loader": loader})
         """
+        both = sorted(set(objects) & set(per_rank or {}))
+        if both:
+            raise ValueError(f"{both}: a name is either shared (keyword) or in per_rank, not both")
         self._objects = dict(objects)
+        self._per_rank = dict(per_rank or {})
+        if self.ranks.distributed:
+            self._rank_group()  # the collectives, while every rank is at the same point
         resume = self.resume_from
         if not resume:
             return 0
-        from acceptrun.checkpoint.state import load_into
+        from acceptrun.checkpoint.state import load_into, load_ranked
 
         store = self._store()
+        if self.ranks.distributed:
+            path = self._agreed_resume_path(store, resume)
+        else:
+            path = self._verified_resume_path(store, resume)
+        t0 = time.perf_counter()
+        if self.ranks.distributed:
+            loaded = load_ranked(
+                path, self._objects, self._per_rank, rank=self.rank,
+                world_size=self.world_size, device=map_location,
+            )  # fmt: skip
+        else:
+            loaded = load_into(path, {**self._objects, **self._per_rank}, device=map_location)
+        manifest = store.get(int(path.name.split("-", 1)[1]))
+        step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
+        self._restored = {"step": step, "path": str(path), "seconds": time.perf_counter() - t0}
+        self._last_saved_step = step
+        if not self.drill and self.rank == 0:
+            self.record.event(
+                "restored", sync=True, attempt=self.attempt, step=step, path=str(path),
+                seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
+            )  # fmt: skip
+        return step + 1
+
+    def _agreed_resume_path(self, store: Any, resume: str) -> Path:
+        """Rank 0 verifies the checkpoint (one re-read, not one per rank); all load it."""
+        group = self._rank_group()
+        if group is None:  # no torch.distributed: each rank verifies for itself
+            return self._verified_resume_path(store, resume)
+        chosen: tuple[str | None, str | None] = (None, None)
+        if self.rank == 0:
+            try:
+                chosen = (str(self._verified_resume_path(store, resume)), None)
+            except Exception as exc:  # every rank raises it, not only rank 0
+                chosen = (None, str(exc))
+        path, error = group.broadcast(chosen)
+        if error is not None or path is None:
+            raise RuntimeError(error or "rank 0 found no checkpoint to resume from")
+        return Path(path)
+
+    def _verified_resume_path(self, store: Any, resume: str) -> Path:
+        """``resume`` if it verifies, else the newest checkpoint that does."""
         path = Path(resume)
         step_dir = int(path.name.split("-", 1)[1]) if path.name.startswith("step-") else None
         result = (
@@ -286,18 +419,7 @@ class Run:
                     f"{store.root} verifies; see the quarantine/ folder there"
                 )
             path = info.path
-        t0 = time.perf_counter()
-        loaded = load_into(path, self._objects, device=map_location)
-        manifest = store.get(int(path.name.split("-", 1)[1]))
-        step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
-        self._restored = {"step": step, "path": str(path), "seconds": time.perf_counter() - t0}
-        self._last_saved_step = step
-        if not self.drill:
-            self.record.event(
-                "restored", sync=True, attempt=self.attempt, step=step, path=str(path),
-                seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
-            )  # fmt: skip
-        return step + 1
+        return path
 
     def checkpoint(
         self, step: int, *, block: bool = False, metrics: dict[str, float] | None = None
@@ -309,14 +431,26 @@ class Run:
         """
         if self.drill:
             return
-        if not self._objects:
+        if not self._objects and not self._per_rank:
             raise RuntimeError(
                 "nothing to checkpoint: call run.restore(model=..., optimizer=...) first"
+            )
+        if self.ranks.distributed and self._rank_group() is None:
+            raise RuntimeError(
+                f"this run has {self.world_size} processes: call "
+                "torch.distributed.init_process_group() before run.checkpoint(), so that "
+                "the ranks can agree on the commit"
             )
         if self._checkpointer is None:
             self._checkpointer = self._make_checkpointer()
         values = {k: float(v) for k, v in (metrics or self._last_values).items()}
-        self._checkpointer.save(step, self._objects, metrics=values, block=block)
+        if self.ranks.distributed:
+            self._checkpointer.save(
+                step, self._objects, per_rank=self._per_rank, metrics=values, block=block
+            )
+        else:
+            objects = {**self._objects, **self._per_rank}
+            self._checkpointer.save(step, objects, metrics=values, block=block)
         self._last_saved_step = step
         self._last_save_time = time.monotonic()
 
@@ -329,7 +463,10 @@ class Run:
         ck = self.spec.checkpoint
         due = self._stop_requested
         due = due or (ck.every_steps is not None and (step + 1) % ck.every_steps == 0)
-        due = due or (ck.every is not None and time.monotonic() - self._last_save_time >= ck.every)
+        timed = ck.every is not None and time.monotonic() - self._last_save_time >= ck.every
+        if ck.every is not None and (group := self._rank_group()) is not None:
+            timed = group.agree(timed)  # clocks differ: all ranks save, or none
+        due = due or timed
         if not due or self._last_saved_step == step:
             return False
         self.checkpoint(step, block=self._stop_requested)
@@ -340,9 +477,10 @@ class Run:
         from acceptrun.checkpoint.saver import Checkpointer
 
         store = self._store()
-        store.remove_stale_staging()
+        if self.rank == 0:  # rank 0 owns the root: the others write inside its saves
+            store.remove_stale_staging()
         mirror = None
-        if self.spec.checkpoint.mirror:
+        if self.spec.checkpoint.mirror and self.rank == 0:
             mirror = Mirror(
                 f"{self.spec.checkpoint.mirror.rstrip('/')}/{self.run_id}",
                 state_path=self.record.file("mirror.json"),
@@ -358,7 +496,7 @@ class Run:
         }
         return Checkpointer(
             store, mirror=mirror, meta=meta,
-            on_event=self._event_sink,
+            on_event=self._event_sink, ranks=self._group,
         )  # fmt: skip
 
     # ---- supervision aids -------------------------------------------------------------------
@@ -372,13 +510,18 @@ class Run:
 
             # Before killing a hung attempt the supervisor sends SIGUSR2: every thread's
             # Python stack lands in stacks.txt, written from C, even with the GIL held.
-            self._stacks_file = open(adir / "stacks.txt", "a")  # noqa: SIM115 - kept open for the handler
+            # One file per rank (torchrun forwards SIGUSR2 to all): interleaved dumps are unreadable.
+            name = "stacks.txt" if self.rank == 0 else f"stacks-rank{self.rank}.txt"
+            self._stacks_file = open(adir / name, "a")  # noqa: SIM115 - kept open for the handler
             faulthandler.register(signal.SIGUSR2, file=self._stacks_file, all_threads=True)
-        interval = float(os.environ.get(ENV_HEARTBEAT_S) or HEARTBEAT_S)
-        threading.Thread(
-            target=self._heartbeat, args=(interval,), name="acceptrun-heartbeat", daemon=True
-        ).start()
-        if os.environ.get(ENV_INJECT):
+        if self.rank == 0:
+            # Rank 0's heartbeats are enough: a rank stuck anywhere holds rank 0 in the
+            # step's next collective, where its phase says "step" (a hang).
+            interval = float(os.environ.get(ENV_HEARTBEAT_S) or HEARTBEAT_S)
+            threading.Thread(
+                target=self._heartbeat, args=(interval,), name="acceptrun-heartbeat", daemon=True
+            ).start()
+        if os.environ.get(ENV_INJECT) and self.rank == int(os.environ.get(ENV_INJECT_RANK) or 0):
             from acceptrun import inject
 
             self._faults = inject.faults_for_attempt(os.environ[ENV_INJECT], self.attempt)
@@ -406,7 +549,9 @@ class Run:
         inject.fire(self, step, phase)
 
     def _event_sink(self, kind: str, fields: dict[str, Any]) -> None:
-        self.record.event(kind, attempt=self.attempt, **fields)
+        if self.rank != 0 and not kind.endswith("_failed"):
+            return  # rank 0 records the run's checkpoints; a rank's own failure it tells
+        self.record.event(kind, attempt=self.attempt, **fields, **self._rank_field())
 
     def _lifecycle_event(self, kind: str, fields: dict[str, Any]) -> None:
         self.record.event(kind, sync=True, attempt=self.attempt, **fields)
@@ -434,7 +579,7 @@ class Run:
         """Record a final (or evaluation) metric; acceptance thresholds read the last value."""
         if not name:
             raise ValueError("metric name is empty; use a name such as 'eval/accuracy'")
-        if self.drill:
+        if self.drill or self.rank != 0:
             return
         fields: dict[str, Any] = {"attempt": self.attempt, "name": name, "value": _number(value)}
         if step is not None:
@@ -447,10 +592,11 @@ class Run:
         """Register a file as an output of the run, with its size and content hash.
 
         ``copy=True`` also copies it into the record's ``outputs/<name>/``; by default
-        the record keeps a reference (large models stay where they are).
+        the record keeps a reference (large models stay where they are). In a
+        multi-process run only rank 0 registers (the others return ``{}`` at once).
         """
         src = Path(path).resolve()
-        if self.drill:
+        if self.drill or self.rank != 0:
             return {}
         if not src.is_file():
             raise FileNotFoundError(
@@ -491,7 +637,11 @@ class Run:
                 status = f"error: {type(exc).__name__}: {exc}" if status == "ok" else status
         if self.drill:
             return
-        self.record.event("workload_end", sync=True, attempt=self.attempt, status=status)
+        if self.rank != 0 and not status.startswith("error"):
+            return  # rank 0 reports the end; another rank only its own error
+        self.record.event(
+            "workload_end", sync=True, attempt=self.attempt, status=status, **self._rank_field()
+        )
         if not self.supervised:
             from acceptrun.close import close_standalone
 
@@ -505,15 +655,23 @@ class Run:
             # the stop (checkpoint, then exit); a worker that died here would instead
             # crash the loop with "DataLoader worker killed". It ends with its parent.
             return
+        if self._stopping:
+            # Already checkpointing to exit. The signal comes again when a stop reaches
+            # the workload twice: torchrun's agent repeats it, and under Slurm both the
+            # job step and the supervisor send it. A second one must not kill the save.
+            return
         if not self._in_steps:
             # Not in a loop we control: behave as if we had never installed a handler.
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        self._stop_requested = True
-        self.record.event(
-            "stop_requested", attempt=self.attempt, signal=signal.Signals(signum).name
-        )
+        self._stop_signal = True
+        if not self.ranks.distributed:
+            self._stop_requested = True  # one process: no one to agree with
+        if self.rank == 0:
+            self.record.event(
+                "stop_requested", attempt=self.attempt, signal=signal.Signals(signum).name
+            )
 
     def _at_exit(self) -> None:
         if self.finished:
@@ -548,6 +706,13 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
     if _active is not None and not _active.finished:
         return _active
     run_dir = os.environ.get(ENV_RUN_DIR)
+    world = os.environ.get("WORLD_SIZE")
+    if not run_dir and world not in (None, "", "1"):
+        raise RuntimeError(
+            f"WORLD_SIZE={world}: a run of several processes is recorded by the supervisor; "
+            "start it with `acceptrun run spec.toml` and resources.processes in the spec, "
+            "not with torchrun directly"
+        )
     if run_dir:
         record = RunRecord(run_dir)
         if not record.exists("run.json"):
@@ -555,15 +720,22 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
         run = Run(record, attempt=int(os.environ.get(ENV_ATTEMPT, "1")), supervised=True)
     else:
         run = Run(_create_standalone(name, workspace), attempt=1, supervised=False)
-    run.record.event(
-        "workload_start", attempt=run.attempt, pid=os.getpid(), resume_from=run.resume_from
-    )
+    if run.rank == 0:
+        size: dict[str, Any] = {"world_size": run.world_size} if run.ranks.distributed else {}
+        run.record.event(
+            "workload_start", attempt=run.attempt, pid=os.getpid(), resume_from=run.resume_from,
+            **size,
+        )  # fmt: skip
     atexit.register(run._at_exit)
     previous = sys.excepthook
     if previous is sys.__excepthook__:
         sys.excepthook = run._excepthook
     if threading.current_thread() is threading.main_thread() and run.supervised:
         signal.signal(signal.SIGTERM, run._on_stop_signal)
+    if run.supervised and run.ranks.distributed:
+        from acceptrun.distributed import die_with_parent
+
+        die_with_parent()  # a rank must not outlive the torchrun agent the supervisor kills
     if run.supervised and not run.drill:
         run._start_watch_aids()
     _active = run

@@ -24,7 +24,7 @@ from typing import Any
 
 from acceptrun import data as datamod
 from acceptrun import provenance
-from acceptrun.errors import PreflightError
+from acceptrun.errors import PreflightError, SpecError
 from acceptrun.spec import RunSpec, match_pattern
 from acceptrun.workspace import RunRecord, now_iso
 
@@ -162,6 +162,13 @@ def check_static(spec: RunSpec) -> None:
                 f"command: {prog!r} was not found {where} (or is not executable); "
                 f"install it, or fix `command` in {spec.source}"
             )
+    if spec.resources.processes > 1:
+        from acceptrun.distributed import launch_command
+
+        try:  # a command torchrun cannot start is bad input, found before any record
+            launch_command(spec)
+        except SpecError as exc:
+            problems.extend(exc.problems)
     if spec.data.path and "://" not in spec.data.path:
         path = Path(spec.resolve_path(spec.data.path))
         if not path.exists():

@@ -6,6 +6,13 @@ thread then writes the safetensors and JSON files through the store (hashing as 
 writes), commits the manifest and LATEST, applies retention, and hands the checkpoint to
 the mirror. The next save, or the end of the run, waits for it; a failure is recorded as
 an event at once and raised on the next call, never swallowed.
+
+With ``ranks`` (a :class:`~acceptrun.distributed.RankGroup`, one process per rank) a save
+is gathered: rank 0 stages the replicated state (``objects``), every rank its own
+(``per_rank`` and its RNG states). In the background, rank 0 begins the save and tells
+the others its staging directory; each writes its own files under ``rank-<r>/``; an
+all_gather of the files written is the barrier after which rank 0 commits (MANIFEST,
+LATEST); a broadcast tells every rank the outcome, so a failure is raised on all of them.
 """
 
 from __future__ import annotations
@@ -13,11 +20,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from acceptrun.checkpoint.mirror import Mirror
-from acceptrun.checkpoint.state import Staged, StagingBuffers, stage, write_staged
-from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
+from acceptrun.checkpoint.state import (
+    BinarySink,
+    Staged,
+    StagingBuffers,
+    rank_dir,
+    stage,
+    write_staged,
+)
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
 from acceptrun.errors import AcceptrunError
 
 __all__ = ["CheckpointError", "Checkpointer"]
@@ -39,8 +55,10 @@ class Checkpointer:
         mirror: Mirror | None = None,
         on_event: EventSink | None = None,
         meta: Mapping[str, Any] | None = None,
+        ranks: Any = None,
     ) -> None:
         self.store = store
+        self.ranks = ranks  # distributed.RankGroup: a gathered save over all ranks
         self.mirror = mirror
         self.on_event = on_event or (lambda _kind, _fields: None)
         self.meta = dict(meta or {})
@@ -49,6 +67,7 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._error_step: int | None = None
+        self._own_buffers = StagingBuffers()  # this rank's own state, beside the shared one
 
     def save(
         self,
@@ -57,14 +76,18 @@ class Checkpointer:
         *,
         metrics: Mapping[str, float] | None = None,
         block: bool = False,
+        per_rank: Mapping[str, Any] | None = None,
     ) -> float:
         """Snapshot ``objects`` as the state after ``step``; returns the stall in seconds.
 
         Blocks the training loop for the previous save to finish (normally long done)
         plus the host copy of the state. ``block=True`` also waits for the commit (used
-        before exiting on a stop request).
+        before exiting on a stop request). With ``ranks``, every rank calls it at the
+        same step: ``objects`` are saved from rank 0, ``per_rank`` from each rank.
         """
         self.wait()
+        if self.ranks is not None:
+            return self._save_ranked(step, objects, per_rank or {}, dict(metrics or {}), block)
         t0 = time.perf_counter()
         staged = stage(objects, buffers=self._buffers)
         stall = time.perf_counter() - t0
@@ -100,6 +123,125 @@ class Checkpointer:
                 "checkpoint_failed", {"step": step, "error": f"{type(exc).__name__}: {exc}"}
             )
 
+    def _save_ranked(
+        self,
+        step: int,
+        objects: Mapping[str, Any],
+        per_rank: Mapping[str, Any],
+        metrics: dict[str, float],
+        block: bool,
+    ) -> float:
+        info = self.ranks.info
+        ranks = {"world_size": info.world_size, "rank": info.rank, "layout": "gathered"}
+        t0 = time.perf_counter()
+        shared = None
+        if info.rank == 0:  # replicated state: one copy is enough, rank 0's
+            shared = stage(objects, rng=False, buffers=self._buffers)
+            shared.meta["ranks"] = {**ranks, "rank": None}
+        try:
+            own = stage(per_rank, rng=True, buffers=self._own_buffers)
+        except BaseException:
+            if shared is not None:
+                shared.release()
+            raise
+        own.meta["ranks"] = ranks
+        stall = time.perf_counter() - t0
+        nbytes = own.nbytes + (shared.nbytes if shared is not None else 0)
+        self.on_event(
+            "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": nbytes}
+        )
+        self._thread = threading.Thread(
+            target=self._persist_ranked,
+            args=(step, shared, own, metrics),
+            name=f"acceptrun-save-{step}",
+            daemon=True,
+        )
+        self._thread.start()
+        if block:
+            self.wait()
+        return stall
+
+    def _persist_ranked(
+        self, step: int, shared: Staged | None, own: Staged, metrics: dict[str, float]
+    ) -> None:
+        """Every rank runs this in its saver thread; the collectives keep them in step.
+
+        Each collective is reached on every rank whatever failed before it, so a failure
+        on one rank becomes a failed save on all, never a rank waiting forever.
+        """
+        group, rank = self.ranks, self.ranks.info.rank
+        writer: CheckpointWriter | None = None
+        failure: str | None = None
+        try:
+            try:
+                if rank == 0:
+                    writer = self.store.begin(step)
+            except BaseException as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+            path = group.broadcast(
+                str(writer.path) if writer is not None else None, background=True
+            )
+            report: tuple[Any, Any, str | None] = ({}, [], failure)
+            if failure is None:
+                try:
+                    if path is None:
+                        raise RuntimeError("rank 0 could not begin the save")
+                    if writer is None:
+                        writer = self.store.join(step, Path(path))
+                    if shared is not None:
+                        write_staged(shared, writer)
+                    write_staged(own, _Prefixed(writer, rank_dir(rank) + "/"))
+                    files, dirs = writer.written()
+                    report = (files, dirs, None)
+                except BaseException as exc:
+                    report = ({}, [], f"{type(exc).__name__}: {exc}")
+            # The barrier: every rank has written and fsynced its files, or failed.
+            reports = group.all_gather(report, background=True)
+            outcome: tuple[bool, str] = (False, "")
+            if rank == 0:
+                outcome = (
+                    self._commit_ranked(writer, reports, metrics)
+                    if writer is not None
+                    else (False, f"rank 0: {failure}")
+                )
+            ok, detail = group.broadcast(outcome, background=True)
+        except BaseException as exc:  # a collective failed: a peer died
+            ok, detail = False, f"{type(exc).__name__}: {exc}"
+            if writer is not None and writer.owner and writer.state == "open":
+                self.store.abort(writer)
+        finally:
+            for staged in (shared, own):
+                if staged is not None:
+                    staged.release()  # no-op when written (write_staged released it)
+        if ok:
+            self.last_committed = self.store.get(step)
+            if self.mirror is not None and self.last_committed is not None:
+                self.mirror.enqueue(step, self.last_committed.path)
+            return
+        self._error, self._error_step = RuntimeError(detail), step
+        self.on_event("checkpoint_failed", {"step": step, "error": detail})
+
+    def _commit_ranked(
+        self,
+        writer: CheckpointWriter,
+        reports: list[tuple[Any, Any, str | None]],
+        metrics: dict[str, float],
+    ) -> tuple[bool, str]:
+        """Rank 0: adopt the other ranks' files and commit, or abort if any rank failed."""
+        errors = [f"rank {r}: {fail}" for r, (_, _, fail) in enumerate(reports) if fail]
+        try:
+            if errors:
+                raise RuntimeError("; ".join(errors))
+            for files, dirs, _ in reports[1:]:
+                writer.adopt(files, dirs)
+            meta = {**self.meta, "world_size": len(reports), "layout": "gathered"}
+            info = self.store.commit(writer, metrics=metrics, meta=meta)
+        except BaseException as exc:
+            if writer.state == "open":
+                self.store.abort(writer)
+            return False, str(exc) if errors else f"{type(exc).__name__}: {exc}"
+        return True, str(info.path)
+
     def wait(self) -> CheckpointInfo | None:
         """Wait for the save in flight; raise CheckpointError if it failed."""
         if self._thread is not None:
@@ -127,3 +269,14 @@ class Checkpointer:
                         {"status": {str(k): v for k, v in self.mirror.status().items()}},
                     )
                 self.mirror.close(timeout=5)
+
+
+class _Prefixed:
+    """A writer whose files go under ``prefix`` (a rank's own ``rank-<r>/``)."""
+
+    def __init__(self, writer: CheckpointWriter, prefix: str) -> None:
+        self.writer = writer
+        self.prefix = prefix
+
+    def open(self, name: str) -> AbstractContextManager[BinarySink]:
+        return self.writer.open(self.prefix + name)

@@ -51,6 +51,8 @@ __all__ = [
     "Staged",
     "StagingBuffers",
     "load_into",
+    "load_ranked",
+    "rank_dir",
     "stage",
     "write_staged",
 ]
@@ -531,12 +533,70 @@ def load_into(
 
     >>> out = load_into(ckpt_dir, {"model": model, "optimizer": opt, "extra": None})
     """
+    return _load(Path(path), objects, device=device, rng=rng, strict=strict, world_size=1)
+
+
+def rank_dir(rank: int) -> str:
+    """The directory of rank ``rank``'s own state inside a multi-process checkpoint."""
+    return f"rank-{rank}"
+
+
+def load_ranked(
+    path: str | Path,
+    shared: Mapping[str, Any],
+    own: Mapping[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    device: str | torch.device | None = None,
+    strict: bool = True,
+) -> dict[str, Any]:
+    """Restore a multi-process (gathered) checkpoint on rank ``rank`` of ``world_size``.
+
+    ``shared`` (model, optimizer: the same on every rank) loads from the step directory
+    itself, ``own`` and this rank's RNG states from its ``rank-<r>/``. The checkpoint
+    must have been saved by as many ranks: resharding is not supported.
+
+    >>> load_ranked(ckpt, {"model": m, "optimizer": opt}, {"loader": loader}, rank=1, world_size=2)
+    """
+    root = Path(path)
+    out = _load(root, shared, device=device, rng=False, strict=strict, world_size=world_size)
+    mine = _load(
+        root / rank_dir(rank), own, device=device, rng=True, strict=strict, world_size=world_size
+    )
+    return {
+        "values": {**out["values"], **mine["values"]},
+        "meta": out["meta"],
+        "notes": out["notes"] + mine["notes"],
+    }
+
+
+def _saved_world_size(meta: Mapping[str, Any]) -> int:
+    ranks = meta.get("ranks")
+    return int(ranks.get("world_size", 1)) if isinstance(ranks, dict) else 1
+
+
+def _load(
+    root: Path,
+    objects: Mapping[str, Any],
+    *,
+    device: str | torch.device | None,
+    rng: bool,
+    strict: bool,
+    world_size: int,
+) -> dict[str, Any]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     _check_names(objects)
-    root = Path(path)
     meta = _read_meta(root / STATE)
+    saved_world = _saved_world_size(meta)
+    if saved_world != world_size:
+        raise UserError(
+            f"{root}: saved by a run of {saved_world} process(es), loaded by one of "
+            f"{world_size}; resume it with resources.processes = {saved_world} (a "
+            "checkpoint cannot be resharded to another number of processes)"
+        )
     try:
         tensors = load_file(
             root / TENSORS, device=str(torch.device("cpu" if device is None else device))

@@ -11,7 +11,10 @@ A checkpoint exists only if ``step-<N>/MANIFEST.json`` parses. The manifest is w
 last and the directory appears under its final name by one rename, so a reader sees a
 whole checkpoint or none. Files are hashed as they are written, so a commit costs no
 re-read; :meth:`CheckpointStore.verify` re-reads and re-hashes. One process writes to a
-root at a time (the workload), any number read; a store is not thread-safe.
+root at a time (the workload), any number read; a store is not thread-safe. In a run of
+several processes rank 0 is that process: the other ranks write their own files into
+its staging directory (:meth:`CheckpointStore.join`), and rank 0 adopts their hashes
+(:meth:`CheckpointWriter.adopt`) and commits once all have written.
 
 >>> store = CheckpointStore("ckpt", keep_last=2)
 >>> w = store.begin(100)
@@ -142,10 +145,13 @@ class CheckpointWriter:
     ``state`` is "open", then "committed" or "aborted".
     """
 
-    def __init__(self, store: CheckpointStore, step: int, path: Path) -> None:
+    def __init__(
+        self, store: CheckpointStore, step: int, path: Path, *, owner: bool = True
+    ) -> None:
         self.step = step
         self.path = path
         self.state = "open"
+        self.owner = owner  # False: another process's save, joined to write some files
         self._store = store
         self._files: dict[str, dict[str, Any]] = {}
         self._dirs: set[Path] = set()  # subdirectories made here, fsynced before the manifest
@@ -203,6 +209,37 @@ class CheckpointWriter:
         """Write ``obj`` as key-sorted JSON (trainer state, data-loader position, ...)."""
         self.write_bytes(name, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
+    def written(self) -> tuple[dict[str, dict[str, Any]], builtins.list[str]]:
+        """The files written so far (name -> size and hash) and the directories made.
+
+        What a rank that joined a save reports to the owner, for :meth:`adopt`.
+        """
+        dirs = sorted(d.relative_to(self.path).as_posix() for d in self._dirs)
+        return {k: dict(v) for k, v in self._files.items()}, dirs
+
+    def adopt(self, files: Mapping[str, Mapping[str, Any]], dirs: builtins.list[str]) -> None:
+        """Count files another process wrote (and fsynced) into this save as its own.
+
+        ``files`` and ``dirs`` are that process's :meth:`written`; each file must exist
+        with the size reported, and no name may be written twice. The hashes are taken
+        as reported (they were computed while writing); ``verify`` re-checks them.
+        """
+        self._require_open()
+        for name, entry in files.items():
+            if not _valid_name(name) or name == MANIFEST or name in self._files:
+                raise UserError(f"checkpoint file {name!r} of step {self.step} cannot be adopted")
+            size = os.lstat(self.path / name).st_size
+            if size != entry.get("size"):
+                raise RecordError(
+                    f"{self.path / name}: {size} bytes, but its writer reported "
+                    f"{entry.get('size')}; the save of step {self.step} is abandoned"
+                )
+            self._files[name] = {"size": int(entry["size"]), "hash": str(entry["hash"])}
+        for d in dirs:
+            if not _valid_name(d):
+                raise UserError(f"checkpoint directory {d!r} cannot be adopted")
+            self._dirs.add(self.path / d)
+
     def _require_open(self) -> None:
         if self.state != "open":
             raise UserError(f"the save of step {self.step} was already {self.state}")
@@ -251,6 +288,24 @@ class CheckpointStore:
         self._active.add(path)
         return CheckpointWriter(self, step, path)
 
+    def join(self, step: int, path: str | Path) -> CheckpointWriter:
+        """A writer for one rank's files in a save another process began (its staging dir).
+
+        The joined writer cannot commit and its abort leaves the directory to the owner,
+        which commits or aborts the whole save.
+        """
+        path = Path(path)
+        match = _LEFTOVER.fullmatch(path.name)
+        if (
+            path.parent != self.root
+            or not match
+            or not path.name.startswith(f".staging-step-{step}-")
+        ):
+            raise UserError(f"{path} is not a staging directory of step {step} in {self.root}")
+        if not path.is_dir():
+            raise UserError(f"{path} does not exist: the save of step {step} was abandoned")
+        return CheckpointWriter(self, step, path, owner=False)
+
     def commit(
         self,
         writer: CheckpointWriter,
@@ -264,7 +319,7 @@ class CheckpointStore:
         staging directory around the writer raise :class:`UserError` and leave the writer
         open (fix and commit again, or abort); a failure while committing abandons it.
         """
-        if writer._store is not self:
+        if writer._store is not self or not writer.owner:
             raise UserError(f"the save of step {writer.step} was begun by another store")
         writer._require_open()
         stray = sorted(set(self._walk_files(writer.path)) - set(writer._files))
@@ -322,6 +377,8 @@ class CheckpointStore:
         if writer.state == "committed":
             raise UserError(f"the save of step {writer.step} is committed; it cannot be aborted")
         writer.state = "aborted"
+        if not writer.owner:
+            return  # the owner of the save removes it
         self._active.discard(writer.path)
         shutil.rmtree(writer.path, ignore_errors=True)
 
