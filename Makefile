@@ -38,13 +38,13 @@ system-deps:
 	fi
 
 check: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples bench
-	$(VENV)/bin/ruff format --check src tests examples bench
+	$(VENV)/bin/ruff check src tests examples bench tools
+	$(VENV)/bin/ruff format --check src tests examples bench tools
 	$(VENV)/bin/mypy
 
 fmt: $(STAMP)
-	$(VENV)/bin/ruff format src tests examples bench
-	$(VENV)/bin/ruff check --fix src tests examples bench
+	$(VENV)/bin/ruff format src tests examples bench tools
+	$(VENV)/bin/ruff check --fix src tests examples bench tools
 
 # Every GPU check of the project; figures go into the folder given as OUT.
 gpu-check:

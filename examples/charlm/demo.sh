@@ -6,6 +6,8 @@
 #    is SIGKILLed at step 600 (a real signal, sent by the client API); the supervisor
 #    resumes from the newest verified checkpoint; the verdict must be ACCEPTED.
 # 3. The two final models must be bitwise equal.
+# 4. The run's report: one HTML file (verdict, the five tests, charts, cost, lineage),
+#    written into the run record when the run closed; its path is printed last.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -26,4 +28,9 @@ else
   echo "final model DIFFERS from the uninterrupted run: $ours vs $reference" >&2
   status=1
 fi
+
+# The report was written when the run closed; `acceptrun report` writes it again (same file)
+# and prints its path. Open it in a browser: it needs no network.
+echo
+echo "report: $(acceptrun report latest)"
 exit "$status"

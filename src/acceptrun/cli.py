@@ -25,6 +25,7 @@ __all__ = ["main"]
 COMMAND_MODULES: tuple[str, ...] = (
     "acceptrun.telemetry.cli",
     "acceptrun.distributed_cli",
+    "acceptrun.report.cli",
 )
 
 

@@ -121,5 +121,16 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
     )
     record.event("verdict", sync=True, verdict="accepted" if verdict.accepted else "rejected")
     _ledger(record)  # again, now that it can say whether the run was accepted
+    _report(record)
     workspace.index_run(record)
     return verdict
+
+
+def _report(record: RunRecord) -> None:
+    """Write report.html; a report that cannot be built is an event, never a failed run."""
+    try:
+        from acceptrun.report.html import write_report
+
+        write_report(record)
+    except Exception as exc:  # recorded: `acceptrun report RUN` tries again later
+        record.event("report_failed", sync=True, error=f"{type(exc).__name__}: {exc}")

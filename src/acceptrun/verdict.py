@@ -5,8 +5,23 @@ can be recomputed at any time with the same answer. A check is ``pass``, ``fail`
 ``not_recorded``; the run is ACCEPTED only when every *required* check passes. A
 required check whose evidence is missing is never a pass.
 
-Checks are grouped by the acceptance tests of docs/architecture.md: setup, data,
-performance, operations, plus the results the spec asks for (metrics and outputs).
+Checks are grouped by the five acceptance tests of docs/architecture.md (``GROUPS``):
+setup, data (and checkpoints), performance (and observability), operations and exit,
+plus the results the spec asks for (metrics and outputs). Figures about time (first
+step, throughput, data wait, idle share) come from :func:`acceptrun.telemetry.summary.
+summarize`; what the record lacks is ``not_recorded``, never a pass.
+
+Some checks are required only where their evidence means something:
+
+- throughput, first step: only when the spec sets ``acceptance.throughput`` or
+  ``acceptance.max_first_step``;
+- data wait: when the loop timed its data waits (``run.data_wait()``), in a supervised run
+  with at least ``DATA_WAIT_MIN_STEP_S`` seconds of steps;
+- idle share: when it was measured on GPUs (a CPU process's share of one core is too
+  weak a signal to reject a run on; it is shown, for information);
+- telemetry present: for supervised runs that asked for GPUs;
+- portability (exit): informational, unless a finding is a blocker (the code that ran
+  cannot be rebuilt from the record: see :mod:`acceptrun.portability`).
 """
 
 from __future__ import annotations
@@ -17,13 +32,31 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
+from acceptrun.durable import read_jsonl
 from acceptrun.hashing import hash_file
 from acceptrun.spec import RunSpec, format_duration, load_spec, parse_condition
 from acceptrun.workspace import RunRecord, now_iso
 
-__all__ = ["Check", "Verdict", "compute_verdict", "format_verdict", "run_timeline"]
+__all__ = [
+    "GROUPS",
+    "Check",
+    "Verdict",
+    "compute_verdict",
+    "format_verdict",
+    "run_timeline",
+]
 
 PASS, FAIL, NOT_RECORDED = "pass", "fail", "not_recorded"
+
+# Check groups, in the order of the acceptance tests, with their titles.
+GROUPS: dict[str, str] = {
+    "setup": "1. launch and setup",
+    "data": "2. data and checkpoints",
+    "performance": "3. performance and observability",
+    "operations": "4. operations",
+    "exit": "5. exit",
+    "results": "results",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +135,33 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     spec = spec or load_spec(record.spec_path)
     state = record.state
     standalone = state.get("mode") == "standalone"
+    summary = _summary(record)
     checks: list[Check] = []
-    checks += _setup_checks(record, spec, standalone)
+    checks += _setup_checks(record, spec, standalone, summary)
     checks += _data_checks(record, spec, standalone)
     checks += _checkpoint_checks(record, spec)
     checks += _operations_checks(record, spec, standalone)
     checks += _performance_checks(record, spec)
+    checks += _observability_checks(record, spec, standalone, summary)
     checks += _result_checks(record, spec)
     checks += _cost_checks(record, spec)
+    checks += _exit_checks(record)
+    order = list(GROUPS)
+    checks.sort(key=lambda c: order.index(c.group) if c.group in order else len(order))
     return Verdict(record.run_id, checks, now_iso())
 
 
-def _setup_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Check]:
+def _summary(record: RunRecord) -> Any:
+    """The telemetry summary, or None: a verdict is never lost to a summary that failed."""
+    try:
+        from acceptrun.telemetry.summary import summarize
+
+        return summarize(record.path)
+    except Exception:  # the checks that need it say "not recorded"
+        return None
+
+
+def _setup_checks(record: RunRecord, spec: RunSpec, standalone: bool, summary: Any) -> list[Check]:
     out = []
     prov = record.read_json("provenance.json")
     if prov is None:
@@ -160,29 +208,32 @@ def _setup_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Ch
                 out.append(
                     Check("setup", c["name"], PASS if c["ok"] else FAIL, True, c["message"], fix)
                 )
-    tl = run_timeline(record)
-    if tl["first_step"] is not None and tl["launch"] is not None:
-        out.append(
-            Check(
-                "setup",
-                "first step",
-                PASS,
-                False,
-                f"{format_duration(tl['first_step'] - tl['launch'])} after launch",
-            )
-        )
-    else:
-        out.append(
-            Check(
-                "setup",
-                "first step",
-                NOT_RECORDED,
-                False,
-                "no step events",
-                "log steps with run.steps() / run.log()",
-            )
-        )
+    out.append(_first_step_check(record, spec, summary))
     return out
+
+
+def _first_step_check(record: RunRecord, spec: RunSpec, summary: Any) -> Check:
+    """Launch (run_start: preflight included) to the first step, against max_first_step."""
+    limit = spec.acceptance.max_first_step
+    seconds = getattr(summary, "first_step_s", None)
+    since = "launch"
+    if seconds is None:
+        tl = run_timeline(record)
+        if tl["first_step"] is not None and tl["launch"] is not None:
+            seconds, since = tl["first_step"] - tl["launch"], "the first attempt's start"
+    if seconds is None:
+        return Check("setup", "first step", NOT_RECORDED, limit is not None, "no step events",
+                     "log steps with run.steps() / run.log()")  # fmt: skip
+    evidence = f"{format_duration(seconds)} after {since}"
+    if limit is None:
+        return Check("setup", "first step", PASS, False, evidence)
+    ok = seconds <= limit
+    evidence += f", at most {format_duration(limit)}"
+    fix = None if ok else (
+        "find the slow part of the start in preflight.json and the report's time breakdown "
+        "(data verification, imports, restore), or raise acceptance.max_first_step"
+    )  # fmt: skip
+    return Check("setup", "first step", PASS if ok else FAIL, True, evidence, fix)
 
 
 _PREFLIGHT_FIX = {
@@ -377,7 +428,28 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
     )
     for drill in spec.acceptance.drills:
         out.append(_drill_check(record, drill))
+    out += _cleanup_checks(record, spec)
     return out
+
+
+def _cleanup_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    """Every [cleanup] command and removal ran and succeeded (cleanup events)."""
+    if not spec.cleanup.commands and not spec.cleanup.remove:
+        return []
+    events = list(record.events("cleanup"))
+    if not events:
+        return [Check("operations", "cleanup", NOT_RECORDED, True, "no clean-up ran (the run did not finish)",
+                      "run the [cleanup] commands by hand, then remove what [cleanup] remove names")]  # fmt: skip
+    failed = [e for e in events if not e.get("ok")]
+    if failed:
+        what = "; ".join(
+            f"{e.get('command') or e.get('remove')}: {e.get('detail')}" for e in failed
+        )
+        return [Check("operations", "cleanup", FAIL, True, f"{len(failed)} of {len(events)} failed: {what}",
+                      "fix the failing clean-up step and run it by hand; the run left things behind")]  # fmt: skip
+    removed = sum(len(e.get("removed") or []) for e in events)
+    return [Check("operations", "cleanup", PASS, True,
+                  f"{len(events)} step{'' if len(events) == 1 else 's'} done, {removed} path{'' if removed == 1 else 's'} removed")]  # fmt: skip
 
 
 _DRILL_FIX = {
@@ -391,8 +463,16 @@ def _drill_check(record: RunRecord, drill: str) -> Check:
     """A required drill: its result in this run, or (kill, preempt) in a drill of this spec.
 
     `acceptrun drill SPEC` proves the operations of a spec once, in runs of its own; every
-    later run of the same spec (same spec hash) counts that proof.
+    later run of the same spec (same spec hash) counts that proof. The restore drill
+    belongs to the data and checkpoints test, the others to operations.
     """
+    check = _drill_result(record, drill)
+    if drill == "restore":
+        return Check("data", check.name, check.status, check.required, check.evidence, check.fix)
+    return check
+
+
+def _drill_result(record: RunRecord, drill: str) -> Check:
     name = f"drill {drill}"
     own = [e for e in record.events("drill") if e.get("drill") == drill]
     if own:
@@ -458,6 +538,8 @@ _CLASS_FIX = {
     "distributed": "a collective or rendezvous failed: check every rank's log and the network",
     "gpu_fault": "a GPU error (Xid, ECC, illegal address): check the GPU, or move to another machine",
     "wall_time": "raise limits.wall_time, or make the run faster",
+    "idle": "the workload sat idle: see what it waited for in stderr.log and telemetry.jsonl, "
+    "or raise limits.idle_window / lower telemetry.idle_threshold",
 }
 
 
@@ -513,6 +595,162 @@ def _performance_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
         )
     )
     return [Check("performance", "runtime", PASS if ok else FAIL, True, evidence, fix)]
+
+
+def _observability_checks(
+    record: RunRecord, spec: RunSpec, standalone: bool, summary: Any
+) -> list[Check]:
+    """Throughput, data wait share, idle share and telemetry, from the telemetry summary."""
+    return [
+        *_throughput_check(spec, summary),
+        *_data_wait_check(record, spec, standalone, summary),
+        *_idle_check(spec, standalone, summary),
+        _telemetry_check(record, spec, standalone),
+    ]
+
+
+def _throughput_check(spec: RunSpec, summary: Any) -> list[Check]:
+    acc = spec.acceptance
+    unit = acc.throughput_unit
+    rates = getattr(summary, "throughput", None) or {}
+    value = rates.get(unit)
+    if not acc.throughput:
+        if value is None:
+            return []
+        return [Check("performance", "throughput", PASS, False,
+                      f"median {value:.4g} {unit} (no range in the spec)")]  # fmt: skip
+    lo, hi = acc.throughput
+    if value is None:
+        seen = ", ".join(f"{v:.4g} {u}" for u, v in sorted(rates.items())) or "no timed steps"
+        what = unit.split("/")[0]
+        return [Check("performance", "throughput", NOT_RECORDED, True,
+                      f"no {unit} recorded ({seen})",
+                      f"log {what} per step with run.log(step, {what}=...), or change acceptance.throughput_unit")]  # fmt: skip
+    ok = lo <= value <= hi
+    evidence = f"median {value:.4g} {unit}, expected {lo:g} to {hi:g}"
+    fix = None
+    if value < lo:
+        fix = ("find the bottleneck in the report's time breakdown and hints (data wait, "
+               "checkpoint stall, idle GPU), or lower acceptance.throughput if the range was wrong")  # fmt: skip
+    elif value > hi:
+        fix = ("faster than expected: check that each step does all its work (batch size, "
+               "sequence length), or raise acceptance.throughput")  # fmt: skip
+    return [Check("performance", "throughput", PASS if ok else FAIL, True, evidence, fix)]
+
+
+# Less step time than this (seconds, all steps together) is too little to judge a run's
+# data wait on: a smoke run's loader start-up (forking workers, the first epoch) dominates it.
+DATA_WAIT_MIN_STEP_S = 3.0
+
+
+def _data_wait_check(
+    record: RunRecord, spec: RunSpec, standalone: bool, summary: Any
+) -> list[Check]:
+    limit = spec.acceptance.max_data_wait
+    share = getattr(summary, "data_wait_share", None)
+    if limit is None:
+        return []
+    if share is None:
+        return [Check("performance", "data wait", NOT_RECORDED, False,
+                      "the loop never timed its data waits",
+                      "wrap the batch fetch in `with run.data_wait():`")]  # fmt: skip
+    step_s = sum(
+        float(ev["step_time"])
+        for ev in record.events("step")
+        if isinstance(ev.get("step_time"), int | float)
+    )
+    ok = share <= limit
+    evidence = f"{100 * share:.1f}% of step time waiting for data, at most {100 * limit:.0f}%"
+    judged = not standalone and step_s >= DATA_WAIT_MIN_STEP_S
+    if standalone:
+        evidence += " (a standalone run)"
+    elif not judged:
+        evidence += f" (only {step_s:.1f}s of steps: too little to judge)"
+    fix = None if ok else (
+        "the loop waits for data: more DataLoader workers, pin_memory and prefetch, "
+        "or faster storage; or raise acceptance.max_data_wait"
+    )  # fmt: skip
+    return [Check("performance", "data wait", PASS if ok else FAIL, judged, evidence, fix)]
+
+
+def _idle_check(spec: RunSpec, standalone: bool, summary: Any) -> list[Check]:
+    limit = spec.acceptance.max_idle
+    share = getattr(summary, "idle_share", None)
+    if limit is None or share is None:
+        return []
+    on_gpu = bool(getattr(summary, "gpus", None))
+    threshold = spec.telemetry.idle_threshold
+    source = f"GPU utilization below {threshold:g}%" if on_gpu else (
+        f"workload CPU below {threshold:g}% of one core"
+    )  # fmt: skip
+    ok = share <= limit
+    required = on_gpu and not standalone
+    evidence = f"{100 * share:.1f}% of samples idle ({source}), at most {100 * limit:.0f}%"
+    if not required:
+        evidence += "; a standalone run" if on_gpu else "; CPU only"
+    fix = None if ok else (
+        "the device sat idle: find the gaps in the report's GPU timeline (data, checkpoints, "
+        "a stuck rank); telemetry.idle_action = \"stop\" ends idle runs early"
+    )  # fmt: skip
+    return [Check("performance", "idle", PASS if ok else FAIL, required, evidence, fix)]
+
+
+def _telemetry_check(record: RunRecord, spec: RunSpec, standalone: bool) -> Check:
+    """Host and GPU samples exist (a GPU run must have GPU samples to explain itself)."""
+    required = not standalone and spec.resources.gpus > 0
+    counts: dict[str, int] = {}
+    absent: list[str] = []
+    errors: list[str] = []
+    if record.telemetry_path.exists():
+        for line in read_jsonl(record.telemetry_path):
+            kind = str(line.get("kind"))
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "gpu_absent":
+                absent.append(str(line.get("reason")))
+            elif kind == "sampler_error":
+                errors.append(f"{line.get('sampler')}: {line.get('error')}")
+    host, gpu = counts.get("host", 0), counts.get("gpu", 0)
+    if not host and not gpu:
+        return Check("performance", "telemetry", NOT_RECORDED, required,
+                     "no host or GPU samples in telemetry.jsonl",
+                     "run through `acceptrun run` (the supervisor samples the machine)")  # fmt: skip
+    parts = [f"{host} host samples"]
+    if gpu:
+        parts.append(f"{gpu} GPU samples")
+    elif absent:
+        parts.append(f"no GPU samples ({absent[-1]})")
+    if errors:
+        parts.append(f"sampler errors: {'; '.join(dict.fromkeys(errors))}")
+    evidence = ", ".join(parts)
+    if required and not gpu:
+        return Check("performance", "telemetry", FAIL, True, evidence,
+                     "GPU telemetry is missing: install nvidia-ml-py and check NVML (nvidia-smi) on the machine")  # fmt: skip
+    return Check("performance", "telemetry", PASS, required, evidence)
+
+
+def _exit_checks(record: RunRecord) -> list[Check]:
+    """Portability: informational, unless a finding blocks repeating the run elsewhere."""
+    from acceptrun.portability import check_run
+
+    try:
+        report = check_run(record)
+    except Exception as exc:  # a verdict is never lost to a portability check that failed
+        return [Check("exit", "portability", NOT_RECORDED, False, f"not checked: {type(exc).__name__}: {exc}")]  # fmt: skip
+    blockers, warnings = report.blockers, report.warnings
+    if blockers:
+        first = blockers[0]
+        text = "; ".join(f"{f.where}: {f.why}" for f in blockers)
+        return [Check("exit", "portability", FAIL, True, text, first.fix)]
+    notes = len(report.findings) - len(warnings)
+    evidence = "no blockers"
+    if warnings:
+        shown = "; ".join(f"{f.where} ({f.kind})" for f in warnings[:4])
+        more = f" and {len(warnings) - 4} more" if len(warnings) > 4 else ""
+        evidence += f"; {len(warnings)} warning{'s' if len(warnings) != 1 else ''}: {shown}{more}"
+    if notes:
+        evidence += f"; {notes} note{'s' if notes != 1 else ''}"
+    evidence += " (`acceptrun portability RUN`)"
+    return [Check("exit", "portability", PASS, True, evidence)]
 
 
 def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:

@@ -1,0 +1,144 @@
+"""Commands of the verdict's last mile: report, reproduce, diff, portability, howto.
+
+Registered through ``acceptrun.cli.COMMAND_MODULES``; imports stay inside the command
+functions so ``acceptrun --help`` loads none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _workspace(args: argparse.Namespace) -> Any:
+    from acceptrun.workspace import find_workspace
+
+    return find_workspace(args.workspace)
+
+
+def _say(message: str) -> None:
+    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from acceptrun.report.html import REPORT_FILE, render_html, report_data
+    from acceptrun.report.markdown import render_markdown
+
+    record = _workspace(args).get_run(args.run)
+    data = report_data(record)
+    if args.format == "json":
+        text = json.dumps(data, indent=2, default=str)
+    elif args.format == "md":
+        text = render_markdown(data)
+    else:
+        text = render_html(data)
+    if args.format != "html" and not args.output:
+        print(text)
+        return 0
+    from acceptrun.durable import write_atomic
+
+    target = Path(args.output) if args.output else record.file(REPORT_FILE)
+    write_atomic(target, text)
+    print(target.resolve())
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(target.resolve().as_uri())
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from acceptrun.reproduce import reproduce
+    from acceptrun.verdict import format_verdict
+
+    ws = _workspace(args)
+    record = ws.get_run(args.run)
+    result = reproduce(ws, record, worktree=args.worktree, echo=not args.quiet, say=_say)
+    print()
+    print(format_verdict(result.verdict, name=result.spec.name))
+    print(f"record: {result.record.path}")
+    print(f"compare: acceptrun diff {record.run_id} {result.record.run_id}")
+    code: int = result.exit_code
+    return code
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from acceptrun.diff import diff_runs, format_run_diff
+
+    ws = _workspace(args)
+    d = diff_runs(ws.get_run(args.run_a), ws.get_run(args.run_b))
+    print(json.dumps(d.to_dict(), indent=2, default=str) if args.json else format_run_diff(d))
+    return 0 if d.reproduced else 1
+
+
+def cmd_portability(args: argparse.Namespace) -> int:
+    from acceptrun.portability import check_run, check_spec_file, format_portability
+
+    target = Path(args.target)
+    if target.is_file():
+        report = check_spec_file(target)
+    else:
+        report = check_run(_workspace(args).get_run(args.target))
+    print(json.dumps(report.to_dict(), indent=2) if args.json else format_portability(report))
+    return 1 if report.blockers else 0
+
+
+def cmd_howto(args: argparse.Namespace) -> int:
+    from acceptrun.howto import format_howto
+
+    print(format_howto(_workspace(args).get_run(args.run)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    report = sub.add_parser(
+        "report", help="a run's report: verdict, five tests, charts, cost, lineage (HTML)"
+    )
+    report.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    report.add_argument(
+        "--format",
+        choices=("html", "md", "json"),
+        default="html",
+        help="html (default: written into the record as report.html), md or json (printed)",
+    )
+    report.add_argument("-o", "--output", metavar="FILE", help="write here instead")
+    report.add_argument("--open", action="store_true", help="open it in the browser")
+    report.set_defaults(func=cmd_report)
+
+    rep = sub.add_parser(
+        "reproduce", help="run a recorded run again: its frozen spec, at its commit, with its diff"
+    )
+    rep.add_argument("run", help="run id, unique prefix, or latest")
+    rep.add_argument(
+        "--worktree",
+        action="store_true",
+        help="always rebuild the code in a git worktree, even when the checkout matches",
+    )
+    rep.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
+    rep.set_defaults(func=cmd_reproduce)
+
+    diff = sub.add_parser(
+        "diff", help="did RUN_B reproduce RUN_A? data, metrics, loss curve, outputs, environment"
+    )
+    diff.add_argument("run_a", help="the original run")
+    diff.add_argument("run_b", help="the repeat")
+    diff.add_argument("--json", action="store_true")
+    diff.set_defaults(func=cmd_diff)
+
+    port = sub.add_parser(
+        "portability", help="what ties a spec or run to one provider or machine, and how to move it"
+    )
+    port.add_argument("target", help="a spec file, or a run id / prefix / latest")
+    port.add_argument("--json", action="store_true")
+    port.set_defaults(func=cmd_portability)
+
+    howto = sub.add_parser(
+        "howto", help="the commands to repeat a run on another machine, from its record"
+    )
+    howto.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    howto.set_defaults(func=cmd_howto)
