@@ -23,9 +23,11 @@ __all__ = ["main"]
 # Command groups defined beside their code: each module has ``register(sub)``, which adds
 # its subcommands to the top-level subparsers. Those modules keep their imports lazy too.
 COMMAND_MODULES: tuple[str, ...] = (
+    "acceptrun.queue.cli",
     "acceptrun.telemetry.cli",
     "acceptrun.distributed_cli",
     "acceptrun.report.cli",
+    "acceptrun.backends.cli",
 )
 
 

@@ -1,0 +1,208 @@
+"""The SkyPilot export: a run spec as a SkyPilot task YAML.
+
+::
+
+    text = task_yaml(load_spec("spec.toml"))       # or: acceptrun export skypilot spec.toml
+    sky launch -c train task.yaml                  # one cluster
+    sky jobs launch task.yaml                      # a managed job: recovered after preemption
+
+The task runs the supervisor on the cloud machine: ``setup`` installs acceptrun and the
+spec's pinned packages, ``run`` starts ``acceptrun run SPEC --run-id RUN``. A managed job
+restarts the ``run`` section after a preemption, on a new machine; with a
+``checkpoint.mirror`` bucket the workspace lives in that bucket (mounted
+``MOUNT_CACHED``), so the restarted section finds the record and runs ``acceptrun resume
+RUN --from-mirror`` from the newest mirrored checkpoint. Without a mirror a new machine
+starts from step 0 (the YAML says so in a comment).
+
+The YAML is written by hand (no YAML library needed); SkyPilot's own parser
+(``sky.Task.from_yaml``) checks it in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from acceptrun.errors import UserError
+from acceptrun.spec import RunSpec
+from acceptrun.workspace import new_run_id
+
+__all__ = ["MIRROR_MOUNT", "accelerators", "task_yaml"]
+
+MIRROR_MOUNT = "/acceptrun"  # the checkpoint mirror's bucket, mounted on every node
+DATA_MOUNT = "/data"  # a data URL, mounted read-only by the workload's choice
+SOURCE_MOUNT = "/opt/acceptrun-src"  # this checkout of acceptrun, uploaded at launch
+_BUCKET = re.compile(r"^(s3|gs|r2|cos|oci|az|https)://[^/]+")
+
+
+def accelerators(spec: RunSpec) -> str | None:
+    """``skypilot.accelerators``, else ``<first of resources.gpu_types>:<gpus>``, else None."""
+    if spec.skypilot.accelerators:
+        return spec.skypilot.accelerators
+    gpus = spec.resources.gpus
+    if gpus <= 0:
+        return None
+    if not spec.resources.gpu_types:
+        raise UserError(
+            f"resources.gpus = {gpus} but neither skypilot.accelerators nor "
+            'resources.gpu_types names a GPU model; add e.g. skypilot.accelerators = "H100:1"'
+        )
+    model = re.sub(r"\s+", "-", spec.resources.gpu_types[0].strip())
+    return f"{model}:{gpus}"
+
+
+def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | None = None) -> str:
+    """The SkyPilot task YAML for ``spec``; ``run_id`` fixes the run's id (new by default).
+
+    Raises :class:`UserError` for what the chosen cloud cannot do (spot or image ids on
+    Lambda) and for paths the task cannot reach.
+    """
+    sky = spec.skypilot
+    cloud = (sky.cloud or "").lower() or None
+    if cloud == "lambda" and sky.use_spot:
+        raise UserError(
+            "skypilot.use_spot = true, but Lambda Cloud has no spot instances (SkyPilot "
+            "refuses them); set use_spot = false or choose another cloud"
+        )
+    if cloud == "lambda" and sky.image_id and not sky.image_id.startswith("docker:"):
+        raise UserError(
+            f"skypilot.image_id = {sky.image_id!r}: Lambda Cloud does not take machine "
+            'images in SkyPilot; use a Docker image ("docker:nvcr.io/...") or none'
+        )
+    run_id = run_id or new_run_id(spec.name)
+    spec_file = Path(spec_file or spec.source).resolve()
+    base = Path(spec.base_dir).resolve()
+    notes: list[str] = []
+    lines = [
+        f"# SkyPilot task for acceptrun spec {spec.name!r}, run {run_id}.",
+        "# Written by `acceptrun export skypilot`; edit the spec and export again.",
+        f"name: {_q(_task_name(spec.name))}",
+        "",
+        "resources:",
+    ]
+    resources: list[tuple[str, object]] = [
+        ("cloud", cloud),
+        ("region", sky.region),
+        ("accelerators", accelerators(spec)),
+        ("use_spot", sky.use_spot),
+        ("image_id", sky.image_id),
+        ("disk_size", sky.disk_size),
+        ("cpus", f"{spec.resources.cpus}+" if spec.resources.cpus else None),
+        ("memory", f"{spec.resources.memory_gb:g}+" if spec.resources.memory_gb else None),
+    ]
+    lines += [f"  {k}: {_q(v)}" for k, v in resources if v is not None]
+    lines += ["", f"num_nodes: {spec.resources.nodes}", "", f"workdir: {_q(str(base))}"]
+
+    mounts: list[str] = []
+    data = spec.data.path
+    if data and "://" in data:
+        mounts.append(f"  {DATA_MOUNT}:\n    source: {_q(data)}\n    mode: MOUNT")
+    elif data:
+        local = Path(spec.resolve_path(data))
+        if local.is_relative_to(base):
+            notes.append(f"data {local} is inside the workdir: uploaded with it")
+        else:
+            # The same absolute path on the machine keeps the frozen spec's path valid.
+            mounts.append(f"  {_q(str(local))}: {_q(str(local))}")
+            notes.append(f"data {local} is uploaded from this machine at every launch")
+    mirror = spec.checkpoint.mirror
+    persistent = mirror is not None and _BUCKET.match(mirror) is not None
+    if persistent:
+        assert mirror is not None
+        mounts.append(f"  {MIRROR_MOUNT}:\n    source: {_q(mirror)}\n    mode: MOUNT_CACHED")
+    elif mirror:
+        notes.append(
+            f"checkpoint.mirror {mirror!r} is not a bucket URL: a new machine cannot see it"
+        )
+    if not persistent:
+        notes.append(
+            "no bucket in checkpoint.mirror: after a preemption the run starts from step 0"
+        )
+    source = _source_checkout()
+    if source is not None:
+        mounts.append(f"  {SOURCE_MOUNT}: {_q(str(source))}")
+    if mounts:
+        lines += ["", "file_mounts:", *mounts]
+
+    workspace = f"{MIRROR_MOUNT}/.acceptrun" if persistent else "~/.acceptrun"
+    try:
+        spec_rel = spec_file.relative_to(base).as_posix()
+    except ValueError:
+        raise UserError(
+            f"the spec {spec_file} is not inside its directory {base}; export it from there"
+        ) from None
+    lines += ["", "setup: |", *_indent(_setup(spec, source))]
+    lines += ["", "run: |", *_indent(_run(run_id, spec_rel, workspace, persistent))]
+    if notes:
+        lines += ["", *(f"# note: {n}" for n in notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _setup(spec: RunSpec, source: Path | None) -> list[str]:
+    urls = [u for u in (spec.data.path, spec.checkpoint.mirror) if u and "://" in u]
+    extras = ",".join(sorted({"s3"} if any(u.startswith("s3://") for u in urls) else set()))
+    target = SOURCE_MOUNT if source is not None else "acceptrun"
+    package = f"{target}[{extras}]" if extras else target
+    from acceptrun import __version__
+
+    if source is None:
+        package = f"{package}=={__version__}"
+    pins = [_pin(name, want) for name, want in sorted(spec.expect.packages.items())]
+    out = [
+        "set -e",
+        "# acceptrun itself, then the packages the spec pins (expect.packages).",
+        f"pip install {shlex.quote(package)}",
+    ]
+    if pins:
+        out.append("pip install " + " ".join(shlex.quote(p) for p in pins))
+    out.append("if [ -f requirements.txt ]; then pip install -r requirements.txt; fi")
+    return out
+
+
+def _run(run_id: str, spec_rel: str, workspace: str, persistent: bool) -> list[str]:
+    q = shlex.quote
+    ws = workspace if workspace.startswith("~") else q(workspace)
+    resume = 'resume "$RUN_ID" --force --from-scratch'
+    resume += " --from-mirror" if persistent else ""
+    return [
+        f"RUN_ID={q(run_id)}",
+        f"WS={ws}",
+        "# A managed job restarts this section after a preemption: continue the run.",
+        'if [ -f "$WS/runs/$RUN_ID/run.json" ]; then',
+        '  if python -c \'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("verdict") != "accepted")\' "$WS/runs/$RUN_ID/run.json"; then',
+        '    echo "acceptrun: run $RUN_ID was already accepted"; exit 0',
+        "  fi",
+        f'  acceptrun --workspace "$WS" {resume} --reason "skypilot restart"',
+        "else",
+        f'  acceptrun --workspace "$WS" run {q(spec_rel)} --run-id "$RUN_ID"',
+        "fi",
+    ]
+
+
+def _pin(name: str, want: str) -> str:
+    """``expect.packages`` patterns as pip requirements: ``2.3.*`` -> ``==2.3.*``."""
+    want = want.strip()
+    return f"{name}{want}" if want[:1] in "<>=!~" else f"{name}=={want}"
+
+
+def _source_checkout() -> Path | None:
+    """This acceptrun's source tree when it runs from a checkout (not from PyPI)."""
+    import acceptrun
+
+    root = Path(acceptrun.__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").exists() and (root / "src").is_dir() else None
+
+
+def _task_name(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "acceptrun"
+
+
+def _q(value: object) -> str:
+    """A YAML scalar: JSON's literals and double-quoted strings are valid YAML."""
+    return json.dumps(value)
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return [f"  {line}" if line else "" for line in lines]
