@@ -25,6 +25,7 @@ __all__ = ["main"]
 COMMAND_MODULES: tuple[str, ...] = (
     "acceptrun.queue.cli",
     "acceptrun.telemetry.cli",
+    "acceptrun.tune.cli",
     "acceptrun.distributed_cli",
     "acceptrun.report.cli",
     "acceptrun.backends.cli",

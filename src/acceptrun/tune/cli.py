@@ -1,0 +1,234 @@
+"""Commands of the training-efficiency playbook: ``acceptrun tune`` and ``acceptrun bench comm``.
+
+Registered through ``acceptrun.cli.COMMAND_MODULES``. Nothing here imports torch at
+import time: ``acceptrun --help`` stays light; the trials and the communication
+benchmark import it in their own processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from acceptrun.errors import UserError
+
+__all__ = ["parse_size", "register", "run_tune"]
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """``"2GiB"``, ``"1.5G"``, ``"500MB"``, ``"4096"`` -> bytes (K/M/G/T: powers of 1024)."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise UserError(f"{what}: {text!r} is not a size; write e.g. 512MiB, 2GiB or 1073741824")
+    scale = 1024 ** ("kmgt".index(m.group(2).lower()) + 1) if m.group(2) else 1
+    return int(float(m.group(1)) * scale)
+
+
+def _duration(text: str, what: str) -> float:
+    from acceptrun.spec import parse_duration
+
+    try:
+        return parse_duration(text, what)
+    except Exception:
+        raise UserError(f"{what}: {text!r} is not a duration; write e.g. 90s, 5m or 1h") from None
+
+
+def _say(message: str) -> None:
+    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+
+
+# ---- tune --------------------------------------------------------------------------------
+
+
+def run_tune(
+    options: Any, *, workspace: str | None, out: str | None, say: Any = None
+) -> tuple[Any, Any]:
+    """Run a sweep inside a new run record (mode "tune"); returns (report, record).
+
+    The record holds the provenance of the machine, ``tune.json`` (rewritten after every
+    trial, so an interrupted sweep keeps what it measured) and a ``trial`` event per trial.
+    """
+    from acceptrun import provenance
+    from acceptrun.spec import RunSpec
+    from acceptrun.tune.report import write_best
+    from acceptrun.tune.sweep import Tuner
+    from acceptrun.tune.target import load_target, target_name
+    from acceptrun.workspace import find_workspace, now_iso
+
+    target = load_target(options.target)
+    name = f"tune-{target_name(target)}"
+    command = [sys.executable, "-m", "acceptrun", *sys.argv[1:]]
+    spec = RunSpec(name=name, command=command, workdir=os.getcwd())
+    spec.source = "tune: " + " ".join(command)
+    ws = find_workspace(workspace, create=True)
+    record = ws.create_run(
+        name, spec_text=spec.to_toml(),
+        state={"mode": "tune", "status": "running", "started_at": now_iso(), "attempts": 0},
+    )  # fmt: skip
+    if say:
+        say(f"tune record {record.run_id}")
+    record.write_json("provenance.json", provenance.capture(diff_path=record.file("git.diff")))
+    started = time.time()
+
+    def on_trial(report: Any, trial: dict[str, Any]) -> None:
+        record.event("trial", id=trial["id"], axis=trial["axis"], label=trial["label"],
+                     ok=trial["ok"], samples_per_s=trial.get("samples_per_s"),
+                     numerics=trial.get("numerics"), error=trial.get("error"))  # fmt: skip
+        record.write_json("tune.json", report.to_dict())
+
+    tuner = Tuner(options, target, on_trial=on_trial, say=say)
+    status = "finished"
+    try:
+        report = tuner.run()
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        record.update_state(
+            status=status, ended_at=now_iso(), duration_s=round(time.time() - started, 3)
+        )
+    record.write_json("tune.json", report.to_dict())
+    if out and report.best is not None:
+        write_best(out, report)
+        record.event("output", name="best_config", path=str(Path(out).resolve()))
+    return report, record
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from acceptrun.tune.report import format_table
+    from acceptrun.tune.sweep import AXES, TuneOptions
+
+    axes = tuple(a.strip() for a in args.axes.split(",") if a.strip()) if args.axes else AXES
+    unknown = [a for a in axes if a not in AXES]
+    if unknown:
+        raise UserError(f"--axes: unknown {', '.join(unknown)}; choose from {','.join(AXES)}")
+    if args.check_steps > args.warmup + args.steps:
+        raise UserError(f"--check-steps {args.check_steps} is more than the {args.warmup + args.steps} "
+                        "steps a trial runs; lower it or raise --steps")  # fmt: skip
+    options = TuneOptions(
+        target=_absolute_target(args.target), device=args.device,
+        budget=_duration(args.budget, "--budget"), warmup=args.warmup, steps=args.steps,
+        check_steps=args.check_steps, tolerance=args.tolerance, axes=axes,
+        memory_limit=parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None,
+        max_batch=args.max_batch, batch_multiple=args.batch_multiple,
+        peak_tflops=args.peak_tflops, threads=args.threads, seed=args.seed,
+        confirm=not args.no_confirm,
+    )  # fmt: skip
+    report, record = run_tune(options, workspace=args.workspace, out=args.out, say=_say)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_table(report), end="")
+    info = sys.stderr if args.json else sys.stdout  # --json: stdout is one JSON document
+    if args.out and report.best is not None:
+        print(f"best configuration: {args.out}", file=info)
+    print(f"record: {record.path}", file=info)
+    base = report.trial(report.baseline)
+    return 0 if base is not None and base["ok"] else 1
+
+
+def _absolute_target(ref: str) -> str:
+    """A file target made absolute: trials run the same file whatever their directory."""
+    module, sep, attr = ref.rpartition(":")
+    if sep and (module.endswith(".py") or "/" in module):
+        return f"{Path(module).expanduser().resolve()}:{attr}"
+    return ref
+
+
+# ---- bench comm ----------------------------------------------------------------------------
+
+
+def cmd_bench_comm(args: argparse.Namespace) -> int:
+    from acceptrun.tune.comm import CommOptions, format_comm, run_comm
+
+    options = CommOptions(
+        backend=args.backend, procs=args.procs, iters=args.iters, warmup=args.warmup,
+        timeout=args.timeout, ddp_steps=args.ddp_steps,
+    )  # fmt: skip
+    if args.sizes:
+        options.sizes = [parse_size(s, "--sizes") for s in args.sizes.split(",")]
+    if args.buckets:
+        try:
+            options.buckets_mb = [float(b) for b in args.buckets.split(",")]
+        except ValueError:
+            raise UserError(
+                f"--buckets: {args.buckets!r} is not a list of MB, e.g. 1,5,25"
+            ) from None
+    result = run_comm(options, say=_say)
+    if args.out:
+        from acceptrun.durable import write_json_atomic
+
+        write_json_atomic(args.out, result)
+    print(
+        json.dumps(result, indent=2) if args.json else format_comm(result),
+        end="" if not args.json else "\n",
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``tune`` and ``bench comm`` to the top-level subparsers."""
+    from acceptrun.tune.sweep import AXES
+
+    tune = sub.add_parser(
+        "tune",
+        help="find a faster training configuration: precision, batch, compile, optimizer, ...",
+    )
+    tune.add_argument(
+        "target", help="MODULE:ATTR or FILE.py:ATTR of a tune target (see docs/tune.md)"
+    )
+    tune.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when present)")
+    tune.add_argument("--budget", default="5m", help="time for the whole sweep (default 5m)")
+    tune.add_argument("--steps", type=int, default=10, help="timed steps per trial (default 10)")
+    tune.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    tune.add_argument("--check-steps", type=int, default=3, metavar="K",
+                      help="numerics: compare the loss after K steps (default 3)")  # fmt: skip
+    tune.add_argument("--tolerance", type=float, default=0.05,
+                      help="numerics: relative loss difference allowed (default 0.05)")  # fmt: skip
+    tune.add_argument("--axes", help=f"comma-separated axes in order (default {','.join(AXES)})")
+    tune.add_argument("--memory-limit", metavar="SIZE",
+                      help="CPU: memory a trial may use beyond torch (RLIMIT_AS), e.g. 2GiB")  # fmt: skip
+    tune.add_argument(
+        "--max-batch", type=int, default=1024, help="largest batch searched (default 1024)"
+    )
+    tune.add_argument("--batch-multiple", type=int, default=1,
+                      help="batch sizes the search bisects to (8 suits tensor cores)")  # fmt: skip
+    tune.add_argument(
+        "--peak-tflops", type=float, help="peak TFLOP/s for MFU (default: known GPUs)"
+    )
+    tune.add_argument("--threads", type=int, help="torch threads per trial (CPU)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--no-confirm", action="store_true",
+                      help="do not time the default and the best again, back to back, at the end")  # fmt: skip
+    tune.add_argument("--out", metavar="FILE", help="write the best configuration (.toml or .json)")
+    tune.add_argument("--json", action="store_true", help="print tune.json instead of the table")
+    tune.set_defaults(func=cmd_tune)
+
+    bench = sub.add_parser("bench", help="benchmarks of the machine: communication")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="ACTION")
+    comm = bench_sub.add_parser(
+        "comm", help="all-reduce algbw/busbw by size, DDP bucket sweep, scaling 1..N processes"
+    )
+    comm.add_argument(
+        "--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo"
+    )
+    comm.add_argument("--procs", type=int, help="processes (default: GPUs for nccl, 2 for gloo)")
+    comm.add_argument("--sizes", help="message sizes, e.g. 4KiB,1MiB,64MiB")
+    comm.add_argument("--buckets", help="DDP bucket_cap_mb values, e.g. 1,5,25")
+    comm.add_argument("--iters", type=int, default=10, help="timed all-reduces per size")
+    comm.add_argument("--warmup", type=int, default=3, help="untimed all-reduces per size")
+    comm.add_argument("--ddp-steps", type=int, default=8, help="timed DDP steps per setting")
+    comm.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds for the whole benchmark"
+    )
+    comm.add_argument("--out", metavar="FILE", help="also write the figures as JSON")
+    comm.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    comm.set_defaults(func=cmd_bench_comm)

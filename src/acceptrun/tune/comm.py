@@ -1,0 +1,296 @@
+"""``acceptrun bench comm``: all-reduce bandwidth, a DDP bucket sweep, scaling 1..N processes.
+
+N worker processes (``python -m acceptrun.tune.comm``) join one torch.distributed group
+on 127.0.0.1 (gloo on CPUs, nccl on GPUs, one GPU per process) and measure:
+
+- all-reduce of float32 messages of each size: the median over ``iters`` of the slowest
+  rank's time t, then, with the definitions of nccl-tests (doc/PERFORMANCE.md in
+  github.com/NVIDIA/nccl-tests)::
+
+      algbw = S / t                       S: message size in bytes
+      busbw = algbw * 2 (n - 1) / n       what each link carries in a ring all-reduce,
+                                          comparable with the hardware's bandwidth
+
+- DDP training steps of a small MLP for each ``bucket_cap_mb`` (gradient buckets: small
+  ones start communication early, large ones make fewer calls);
+- the same DDP step on 1, 2, ..., N processes (subgroups of the world group), with the
+  scaling efficiency throughput(k) / (k * throughput(1)).
+
+Rank 0 writes the figures as JSON; the parent prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceptrun.errors import UserError
+
+__all__ = ["CommOptions", "busbw", "format_comm", "run_comm"]
+
+CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
+GPU_SIZES = [1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
+NCCL_TESTS = (
+    "nccl-tests doc/PERFORMANCE.md: algbw = size / time; busbw = algbw * 2(n-1)/n for all-reduce"
+)
+
+
+def busbw(algbw: float, n: int) -> float:
+    """Bus bandwidth of an all-reduce over ``n`` ranks (nccl-tests' definition).
+
+    >>> busbw(10.0, 2)
+    10.0
+    """
+    return algbw * 2 * (n - 1) / n
+
+
+@dataclass(kw_only=True)
+class CommOptions:
+    """What `acceptrun bench comm` measures."""
+
+    backend: str | None = None
+    """gloo or nccl; None: nccl when the machine has NVIDIA GPUs, else gloo."""
+    procs: int | None = None
+    """Processes; None: one per GPU for nccl, 2 for gloo."""
+    sizes: list[int] = field(default_factory=list)
+    """All-reduce message sizes in bytes; empty: a default per backend."""
+    buckets_mb: list[float] = field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0])
+    """DDP bucket_cap_mb values to sweep."""
+    iters: int = 10
+    """Timed all-reduces per size."""
+    warmup: int = 3
+    """Untimed all-reduces (and DDP steps) first."""
+    ddp_steps: int = 8
+    """Timed DDP steps per setting."""
+    timeout: float = 300.0
+    """Seconds for the whole benchmark; the workers are killed after it."""
+
+
+def _gpu_count() -> int:
+    from acceptrun.provenance import _gpus_part
+
+    part = _gpus_part()
+    return int(part.get("count", 0)) if not part.get("absent") else 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_comm(options: CommOptions, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Start the workers, wait for them, return rank 0's figures."""
+    gpus = _gpu_count()
+    backend = options.backend or ("nccl" if gpus else "gloo")
+    procs = options.procs or (max(gpus, 1) if backend == "nccl" else 2)
+    if procs < 1:
+        raise UserError(f"--procs is {procs}; use 1 or more")
+    if backend == "nccl" and procs > gpus:
+        raise UserError(
+            f"--backend nccl with --procs {procs}: this machine has {gpus} NVIDIA GPU(s) and "
+            "nccl needs one per process; lower --procs or use --backend gloo"
+        )
+    sizes = options.sizes or (GPU_SIZES if backend == "nccl" else CPU_SIZES)
+    job = {**asdict(options), "backend": backend, "procs": procs, "sizes": sizes}
+    workdir = Path(tempfile.mkdtemp(prefix="acceptrun-comm-"))
+    job_path, result_path = workdir / "job.json", workdir / "result.json"
+    job_path.write_text(json.dumps(job))
+    port = _free_port()
+    if say:
+        say(f"bench comm: {procs} processes, {backend}, {len(sizes)} sizes")
+    workers = []
+    deadline = time.monotonic() + options.timeout
+    for rank in range(procs):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(procs),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+        log = open(workdir / f"rank{rank}.log", "wb")  # noqa: SIM115 (closed below)
+        workers.append((subprocess.Popen(
+            [sys.executable, "-m", "acceptrun.tune.comm", str(job_path), str(result_path)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+        ), log))  # fmt: skip
+    failed = []
+    for rank, (proc, log) in enumerate(workers):
+        try:
+            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p, _ in workers:
+                p.kill()
+            code = proc.wait()
+            failed.append(f"rank {rank} timed out after {options.timeout:.0f} s")
+        log.close()
+        if code != 0 and not failed:
+            tail = (workdir / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
+            failed.append(f"rank {rank} exited {code}: {tail[-1] if tail else 'no output'}")
+    if failed or not result_path.exists():
+        raise UserError(
+            f"bench comm failed ({'; '.join(failed) or 'no result'}); logs in {workdir}"
+        )
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    return result
+
+
+def format_comm(result: dict[str, Any]) -> str:
+    """The three tables as plain text."""
+    n = result["procs"]
+    lines = [f"bench comm: {result['backend']}, {n} processes on {result['device']}"]
+    lines += [f"  note: {note}" for note in result.get("notes", [])]
+    lines.append(f"all-reduce (float32; {result['definition']})")
+    lines.append(f"  {'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}")
+    for row in result["allreduce"]:
+        lines.append(f"  {_size(row['bytes']):>10} {row['time_s'] * 1e6:>10.1f} "
+                     f"{row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f}")  # fmt: skip
+    lines.append(f"DDP bucket sweep ({result['model']})")
+    lines.append(f"  {'bucket MB':>10} {'step ms':>10} {'samples/s':>10}")
+    for row in result["buckets"]:
+        lines.append(
+            f"  {row['bucket_cap_mb']:>10g} {row['step_s'] * 1e3:>10.2f} {row['samples_per_s']:>10.1f}"
+        )
+    lines.append("scaling (DDP, bucket 25 MB)")
+    lines.append(f"  {'procs':>5} {'step ms':>10} {'samples/s':>10} {'efficiency':>10}")
+    for row in result["scaling"]:
+        lines.append(f"  {row['procs']:>5} {row['step_s'] * 1e3:>10.2f} {row['samples_per_s']:>10.1f} "
+                     f"{row['efficiency']:>10.1%}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+# ---- the worker --------------------------------------------------------------------------
+
+
+def _worker(job: dict[str, Any], result_path: str) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    nccl = job["backend"] == "nccl"
+    if nccl:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+        # Share the cores: N processes with all threads each would fight over them.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group(
+        job["backend"], rank=rank, world_size=world, timeout=timedelta(seconds=job["timeout"]),
+        device_id=device if nccl else None,
+    )  # fmt: skip
+
+    def sync() -> None:
+        if nccl:
+            torch.cuda.synchronize(device)
+
+    def slowest(times: list[float]) -> list[float]:
+        """Per-iteration max over ranks: a collective ends when its slowest rank does."""
+        t = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [float(x) for x in t.cpu()]
+
+    out: dict[str, Any] = {"backend": job["backend"], "procs": world, "definition": NCCL_TESTS,
+                           "device": torch.cuda.get_device_name(device) if nccl else "cpu",
+                           "notes": [], "allreduce": [], "buckets": [], "scaling": []}  # fmt: skip
+    if world == 1:
+        out["notes"].append(
+            "one process: an all-reduce crosses no device (busbw is 0 by definition); the "
+            "times are the collective's fixed cost and, for DDP, its bucketing overhead"
+        )
+    for size in job["sizes"]:
+        x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        for _ in range(job["warmup"]):
+            dist.all_reduce(x)
+        sync()
+        times = []
+        for _ in range(job["iters"]):
+            sync()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            sync()
+            times.append(time.perf_counter() - t0)
+        t = statistics.median(slowest(times))
+        alg = x.numel() * 4 / t
+        out["allreduce"].append({"bytes": x.numel() * 4, "time_s": t, "algbw_gbps": alg / 1e9,
+                                 "busbw_gbps": busbw(alg, world) / 1e9})  # fmt: skip
+        del x
+
+    width, depth, batch = (4096, 8, 64) if nccl else (512, 6, 32)
+    out["model"] = f"MLP {depth} x {width}, batch {batch} per process"
+
+    def ddp_step_time(bucket_mb: float, group: Any) -> float:
+        torch.manual_seed(0)
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        model = nn.Sequential(*layers).to(device)
+        ddp = DDP(
+            model, device_ids=[rank] if nccl else None, bucket_cap_mb=bucket_mb, process_group=group
+        )
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+        data = torch.randn(batch, width, device=device)
+        times = []
+        for i in range(job["warmup"] + job["ddp_steps"]):
+            sync()
+            t0 = time.perf_counter()
+            ddp(data).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync()
+            if i >= job["warmup"]:
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    for bucket in job["buckets_mb"]:
+        t = statistics.median(slowest([ddp_step_time(bucket, None)]))
+        out["buckets"].append(
+            {"bucket_cap_mb": bucket, "step_s": t, "samples_per_s": world * batch / t}
+        )
+    # Subgroups for 1..N processes; every rank must create every group, in the same order.
+    groups = [dist.new_group(list(range(k))) for k in range(1, world + 1)]
+    base = None
+    for k, group in zip(range(1, world + 1), groups, strict=True):
+        t = ddp_step_time(25.0, group) if rank < k else 0.0
+        t = max(slowest([t]))
+        total = k * batch / t
+        base = base or total
+        out["scaling"].append(
+            {"procs": k, "step_s": t, "samples_per_s": total, "efficiency": total / (k * base)}
+        )
+        dist.barrier()
+    if rank == 0:
+        from acceptrun.durable import write_json_atomic
+
+        write_json_atomic(result_path, out)
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m acceptrun.tune.comm JOB.json RESULT.json (RANK, WORLD_SIZE, "
+              "MASTER_ADDR, MASTER_PORT in the environment)", file=sys.stderr)  # fmt: skip
+        return 2
+    _worker(json.loads(Path(args[0]).read_text()), args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""acceptrun tune: the batch search, real memory limits, the sweep on the tiny target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from acceptrun.errors import UserError
+from acceptrun.tune import TuneConfig, load_target, read_best
+from acceptrun.tune.report import table_rows, write_best
+from acceptrun.tune.search import batch_candidates, find_max_batch
+from acceptrun.tune.sweep import TuneReport, peak_tflops_for, run_child
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = f"{ROOT / 'examples' / 'tune_tiny' / 'target.py'}:target"
+
+# 4 MiB of activations per sample, nothing else of note: the boundary under a cap is sharp.
+MEM_TARGET = """
+import os, signal
+import torch
+from acceptrun.tune.target import Built, TuneConfig, TuneTarget
+
+KILL_ABOVE = int(os.environ.get("MEM_TARGET_KILL_ABOVE", "0"))
+
+class Mem(TuneTarget):
+    name = "mem"
+
+    def default_config(self):
+        return TuneConfig(batch_size=1)
+
+    def build(self, config, device):
+        model = torch.nn.Linear(1024, 1)
+        opt = config.adamw(model.parameters(), lr=1e-3)
+
+        def make_batch(n):
+            if KILL_ABOVE and n > KILL_ABOVE:
+                os.kill(os.getpid(), signal.SIGKILL)  # a crash no Python code can catch
+            return torch.ones(n, 1024, 1024)
+
+        return Built(model, opt, make_batch, lambda m, x: m(x).mean())
+
+target = Mem()
+"""
+
+
+@pytest.mark.parametrize(
+    ("boundary", "start", "limit", "multiple", "expected", "capped"),
+    [
+        pytest.param(300, 8, 4096, 1, 300, False, id="bisect-to-exact"),
+        pytest.param(300, 8, 4096, 8, 296, False, id="multiple-of-8"),
+        pytest.param(10_000, 1, 512, 1, 512, True, id="capped"),
+        pytest.param(5, 8, 64, 1, 0, False, id="start-does-not-fit"),
+        pytest.param(8, 8, 64, 1, 8, False, id="only-start"),
+    ],
+)
+def test_find_max_batch(
+    boundary: int, start: int, limit: int, multiple: int, expected: int, capped: bool
+) -> None:
+    result = find_max_batch(lambda b: b <= boundary, start=start, limit=limit, multiple=multiple)
+    assert (result.max_batch, result.capped) == (expected, capped)
+    # doubling first, then never a probe above a failure or below a success
+    oks = [b for b, ok in result.probes if ok]
+    fails = [b for b, ok in result.probes if not ok]
+    assert all(b <= boundary for b in oks) and all(b > boundary for b in fails)
+    assert len(result.probes) <= 2 * 13
+
+
+def test_batch_candidates_spread_by_halvings() -> None:
+    assert batch_candidates(8, 300) == [300, 150, 75]
+    assert batch_candidates(32, 296, multiple=8) == [296, 144, 72]
+    assert batch_candidates(8, 8) == []
+
+
+def test_config_validation_round_trip_and_best_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"precision is 'fp8'.*fp32, tf32, bf16, fp16"):
+        TuneConfig(batch_size=4, precision="fp8")
+    with pytest.raises(UserError, match="batch_size is 0"):
+        TuneConfig(batch_size=0)
+    config = TuneConfig(batch_size=64, precision="bf16", compile="default", optimizer="fused",
+                        params={"seq": 384})  # fmt: skip
+    assert TuneConfig.from_dict(config.to_dict()) == config
+    assert config.label() == "bf16 b64 compile=default fused"
+    with pytest.raises(UserError, match="unknown keys"):
+        TuneConfig.from_dict({**config.to_dict(), "fp8": True})
+    trial = {"id": 0, "ok": True, "axis": "baseline", "label": config.label(), "config": config.to_dict(),
+             "samples_per_s": 100.0, "spread": 0.01, "peak_memory_bytes": 2**20, "mfu": None,
+             "gain": 1.0, "numerics": "ok"}  # fmt: skip
+    report = TuneReport(target="t:target", name="t", device={"device": "cpu"}, options={},
+                        trials=[trial], baseline=0, best=0)  # fmt: skip
+    for name in ("best.toml", "best.json"):
+        write_best(tmp_path / name, report)
+        assert read_best(str(tmp_path / name)) == config
+    assert table_rows(report)[0][:4] == ["0*", "baseline", config.label(), "100.0"]
+    assert peak_tflops_for("NVIDIA H200") == 989.4
+    assert peak_tflops_for("NVIDIA H100 NVL") == 835.0
+    assert peak_tflops_for("cpu") is None
+
+
+def test_load_target_names_the_problem(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"not MODULE:ATTR or FILE\.py:ATTR"):
+        load_target("examples/tune_tiny/target.py")
+    with pytest.raises(UserError, match="is not a file"):
+        load_target(f"{tmp_path}/missing.py:target")
+    (tmp_path / "bad.py").write_text("class NotATarget:\n    pass\nthing = NotATarget()\n")
+    with pytest.raises(UserError, match=r"has no default_config\(\), build\(\)"):
+        load_target(f"{tmp_path}/bad.py:thing")
+    with pytest.raises(UserError, match="has no attribute 'nope'"):
+        load_target(f"{tmp_path}/bad.py:nope")
+
+
+@pytest.mark.slow
+def test_oom_search_under_a_real_address_space_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mem_target.py").write_text(MEM_TARGET)
+    target = f"{tmp_path / 'mem_target.py'}:target"
+    cap = 64 << 20  # bytes beyond torch itself; a sample takes 4 MiB
+
+    def job(mode: str, batch: int, **extra: object) -> dict[str, object]:
+        return {"mode": mode, "target": target, "device": "cpu", "config": {"batch_size": batch},
+                "memory_limit": cap, "warmup": 1, "steps": 1, "check_steps": 1, **extra}  # fmt: skip
+
+    found = run_child(
+        job("search", 1, search={"start": 1, "limit": 256}), timeout=240, workdir=tmp_path
+    )
+    assert found["ok"], found
+    top = found["max_batch"]
+    assert 4 <= top < 16 and not found["capped"]
+    failed = [p for p in found["probes"] if not p[1]]
+    assert failed and all("allocate" in p[2] for p in failed)  # the allocator's real failure
+    # The boundary holds in a fresh process too: top fits, top + 1 does not.
+    assert run_child(job("trial", top), timeout=240, workdir=tmp_path)["ok"]
+    over = run_child(job("trial", top + 1), timeout=240, workdir=tmp_path)
+    assert not over["ok"] and over["oom"]
+    # A trial that dies for real (SIGKILL) is reported; the parent carries on.
+    monkeypatch.setenv("MEM_TARGET_KILL_ABOVE", "2")
+    dead = run_child(
+        job("search", 1, search={"start": 1, "limit": 8}), timeout=240, workdir=tmp_path
+    )
+    assert dead == {"ok": False, "oom": True, "error": dead["error"]}
+    assert "killed by SIGKILL" in dead["error"]
+
+
+@pytest.mark.slow
+def test_tune_sweep_on_the_tiny_target(tmp_path: Path) -> None:
+    out = tmp_path / "best.toml"
+    cmd = [sys.executable, "-m", "acceptrun", "--workspace", str(tmp_path / "ws"), "tune", TINY,
+           "--device", "cpu", "--axes", "precision,batch", "--warmup", "1", "--steps", "3",
+           "--check-steps", "2", "--max-batch", "16", "--memory-limit", "1GiB", "--threads", "1",
+           "--no-confirm", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    table = proc.stdout
+    for row in (
+        "baseline",
+        "fp32 b8",
+        "precision",
+        "bf16 b8",
+        "batch",
+        "fp32 b16",
+        "samples/s",
+        "numerics",
+    ):
+        assert row in table, table
+    assert "the largest batch that fits is 16 (capped by --max-batch)" in table
+    runs = list((tmp_path / "ws" / "runs").iterdir())
+    assert len(runs) == 1
+    record = runs[0]
+    state = json.loads((record / "run.json").read_text())
+    assert (state["mode"], state["status"]) == ("tune", "finished")
+    assert json.loads((record / "provenance.json").read_text())["torch"]["version"]
+    tune = json.loads((record / "tune.json").read_text())
+    assert [t["axis"] for t in tune["trials"]][:2] == ["baseline", "precision"]
+    assert all(t["ok"] for t in tune["trials"])
+    base = tune["trials"][0]
+    assert base["numerics"] == "ok" and base["gain"] == 1.0 and len(base["step_times_s"]) == 3
+    assert base["p25_s"] <= base["median_s"] <= base["p75_s"]
+    best = tune["trials"][tune["best"]]
+    assert read_best(str(out)) == TuneConfig.from_dict(best["config"])
+    assert tune["gain"] == pytest.approx(best["samples_per_s"] / base["samples_per_s"])
+    events = [json.loads(line) for line in (record / "events.jsonl").read_text().splitlines()]
+    assert [e["id"] for e in events if e["kind"] == "trial"] == list(range(len(tune["trials"])))
+
+
+def test_tune_refuses_bad_options(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "acceptrun", "tune", TINY, "--axes", "precision,warp"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--axes: unknown warp" in proc.stderr
+    assert not (tmp_path / ".acceptrun").exists()
+
+
+def test_tiny_target_describes_itself() -> None:
+    script = textwrap.dedent(f"""
+        from acceptrun.tune import load_target
+        t = load_target({TINY!r})
+        c = t.default_config()
+        print(t.name, c.label(), t.uses_sdpa, t.supports_checkpointing, int(t.flops_per_sample(c)))
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.split() == [
+        "tiny-encoder",
+        "fp32",
+        "b8",
+        "True",
+        "True",
+        str(2 * (6 * 12 * 64 * 64 * 64 + 12 * 64 * 64 * 64)),
+    ]
