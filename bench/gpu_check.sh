@@ -4,7 +4,8 @@
 # On a machine with an NVIDIA GPU and an image holding PyTorch (no venv needed: it runs
 # from the source tree with PYTHONPATH=src). Writes JSON figures and logs into <dir>.
 # Needs, beside torch: safetensors, xxhash, fsspec, packaging, psutil, nvidia-ml-py,
-# tomli-w (pip install them, or unpack wheels and put them on PYTHONPATH).
+# tomli-w, rich, prometheus-client, and transformers for the BERT part (pip install them,
+# or unpack wheels and put them on PYTHONPATH).
 set -uo pipefail
 out="${1:?usage: bench/gpu_check.sh OUTDIR}"
 mkdir -p "$out"
@@ -62,5 +63,13 @@ TOML
 (cd "$tmp" && "$py" -m acceptrun --workspace "$tmp/ws" run -q spec.toml) >"$out/gpu_run.txt" 2>&1 || status=1
 (cd "$tmp" && "$py" -m acceptrun --workspace "$tmp/ws" ckpt drill --cpu) >>"$out/gpu_run.txt" 2>&1 || status=1
 cat "$out/gpu_run.txt"
+
+step "telemetry: NVML samples, GPU idle stop, Prometheus"
+"$py" bench/gpu_check_telemetry.py "$out" | tee "$out/telemetry_check.txt" || status=1
+
+# Needs transformers in the image (carry its wheel where it is missing).
+step "BERT-large / SQuAD, tune, comm"
+bash bench/gpu_check_bert.sh "$out/bert" || status=1
+
 echo "gpu-check finished with status $status; figures in $out"
 exit "$status"

@@ -224,9 +224,10 @@ def test_scontrol_requeue_mid_run_resumes_from_the_checkpoint(
     record = RunRecord(ws.runs_dir / job.run_id)
     wait_event(record, "checkpoint_commit", step=9)
     scontrol(cluster, "requeue", job.job_id)  # SIGTERM to every process of the job
-    # A requeued job waits (cred_expire) before it may start again; no need here.
+    # The requeued job waits out the credential lifetime (cred_expire) before it starts
+    # again. Forcing StartTime=now instead races with the credential's revocation: a job
+    # started too early is killed by Slurm ("Job credential revoked") and never resumes.
     wait_state(ws, job.job_id, "PENDING")
-    scontrol(cluster, "update", f"JobId={job.job_id}", "StartTime=now")
     state = wait_closed(record, attempts=2)
     assert state["verdict"] == "accepted"
     first = record.read_json("attempts/1/exit.json")
@@ -259,7 +260,6 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(
     )
     assert signal.returncode == 0
     wait_state(ws, job.job_id, "PENDING")  # the batch script requeued its job
-    scontrol(cluster, "update", f"JobId={job.job_id}", "StartTime=now")
     state = wait_closed(record, attempts=2)
     assert state["verdict"] == "accepted"
     first = record.read_json("attempts/1/exit.json")

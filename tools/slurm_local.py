@@ -169,7 +169,7 @@ class LocalSlurm:
             "CredType=cred/munge",
             # cred_expire: also how long a requeued job waits before it may start again
             # (seconds; 120 by default, too long for tests).
-            f"AuthInfo=socket={self.munge_socket},cred_expire=10",
+            f"AuthInfo=socket={self.munge_socket},cred_expire=5",
             f"StateSaveLocation={r / 'state'}",
             f"SlurmdSpoolDir={r / 'spool'}",
             f"SlurmctldPidFile={self.run_dir / 'slurmctld.pid'}",
