@@ -108,7 +108,8 @@ def make_hints(summary: Summary, ev: Evidence) -> list[str]:
         plural = "s" if ev.restarts != 1 else ""
         hints.append(
             f"restarts cost {format_duration(cost)} ({ev.restarts} restart{plural}, "
-            f"{ev.steps_redone} steps redone): checkpoint more often to redo less "
+            f"{ev.steps_redone} step{'' if ev.steps_redone == 1 else 's'} redone): "
+            "checkpoint more often to redo less "
             "(checkpoint.every_steps)"
         )
     idle = summary.idle_share
