@@ -13,7 +13,7 @@ Prints one JSON line and one readable line:
   excluded) over the time its workload ran, in % of one core (target: well under 1%);
   supervisor_cpu_pct_total is the same over its whole life (imports, preflight, close).
 
-    python bench/overhead.py [--pairs 3] [--steps 600] [--interval 1]
+    python bench/overhead.py [--pairs 8] [--steps 1500] [--interval 1]   (about 2.5 min)
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def run_supervised(work: Path, steps: int, out: Path) -> tuple[list[float], floa
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pairs", type=int, default=3, help="bare/supervised pairs (at least 3)")
-    p.add_argument("--steps", type=int, default=500, help="steps per run")
+    p.add_argument("--pairs", type=int, default=8, help="bare/supervised pairs (at least 3)")
+    p.add_argument("--steps", type=int, default=1500, help="steps per run")
     p.add_argument("--interval", type=float, default=1.0, help="telemetry.interval, seconds")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="acceptrun-overhead-") as tmp:

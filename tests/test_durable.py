@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,47 @@ def test_damaged_json_names_the_file(tmp_path: Path) -> None:
     path.write_text("{broken")
     with pytest.raises(RecordError, match=r"run.json is not valid JSON"):
         read_json(path)
+
+
+def test_append_log_holds_deferred_records_and_keeps_the_order(tmp_path: Path) -> None:
+    from acceptrun.durable import AppendLog
+
+    path = tmp_path / "events.jsonl"
+    log = AppendLog(path)
+    for step in range(3):
+        log.append({"kind": "step", "step": step}, defer=True)
+    assert not path.exists() or path.read_text() == ""  # held, not yet written
+    log.append({"kind": "stopped"})  # any other record writes the held ones first
+    kinds = [(r["kind"], r.get("step")) for r in read_jsonl(path)]
+    assert kinds == [("step", 0), ("step", 1), ("step", 2), ("stopped", None)]
+    log.append({"kind": "step", "step": 3}, defer=True)
+    log.flush()
+    assert [r.get("step") for r in read_jsonl(path)][-1] == 3
+
+
+def test_append_log_writes_held_records_after_its_interval(tmp_path: Path) -> None:
+    from acceptrun.durable import AppendLog
+
+    path = tmp_path / "events.jsonl"
+    log = AppendLog(path)
+    log.append({"step": 0}, defer=True)
+    time.sleep(AppendLog.FLUSH_S + 0.05)
+    log.append({"step": 1}, defer=True)  # the oldest held record is due: both go out
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1]
+
+
+def test_a_forked_child_does_not_write_its_parents_held_records(tmp_path: Path) -> None:
+    from acceptrun.durable import AppendLog
+
+    path = tmp_path / "events.jsonl"
+    log = AppendLog(path)
+    log.append({"who": "parent", "step": 0}, defer=True)
+    pid = os.fork()
+    if pid == 0:  # the child: a data-loader worker, say
+        try:
+            log.append({"who": "child"})
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    log.close()
+    assert [r["who"] for r in read_jsonl(path)] == ["child", "parent"]

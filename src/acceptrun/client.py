@@ -273,7 +273,7 @@ class Run:
         event.update(self._pending)
         self._pending = {}
         if self.rank == 0:  # one step event per step for the run, not one per rank
-            self.record.event("step", **event)
+            self.record.event("step", defer=True, **event)  # written within 0.2 s
         loss = event.get("loss")
         if isinstance(loss, int | float) and self.supervised:
             self._check_divergence(step, float(loss))

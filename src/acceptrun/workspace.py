@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.durable import (
-    append_jsonl,
+    AppendLog,
     fsync_dir,
     read_json,
     read_jsonl,
@@ -102,6 +102,7 @@ class RunRecord:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._events: AppendLog | None = None  # opened by the first event written
         self.run_id = self.path.name
 
     # Layout (see docs/architecture.md, "The run record").
@@ -143,11 +144,25 @@ class RunRecord:
             return default
         return read_json(path)
 
-    def event(self, kind: str, *, sync: bool = False, **fields: Any) -> dict[str, Any]:
-        """Append one event (``{"t": unix seconds, "kind": kind, ...}``) to events.jsonl."""
+    def event(
+        self, kind: str, *, sync: bool = False, defer: bool = False, **fields: Any
+    ) -> dict[str, Any]:
+        """Append one event (``{"t": unix seconds, "kind": kind, ...}``) to events.jsonl.
+
+        ``defer=True`` (step events) may hold the line up to 0.2 s, to be written with the
+        next ones (see :class:`~acceptrun.durable.AppendLog`); any other event writes the
+        held lines first, so the file stays in order.
+        """
         record = {"t": round(time.time(), 6), "kind": kind, **fields}
-        append_jsonl(self.events_path, record, sync=sync)
+        if self._events is None:
+            self._events = AppendLog(self.events_path)
+        self._events.append(record, sync=sync, defer=defer)
         return record
+
+    def flush_events(self) -> None:
+        """Write the step events held by :meth:`event` now."""
+        if self._events is not None:
+            self._events.flush()
 
     def events(self, *kinds: str) -> Iterator[dict[str, Any]]:
         """Events in order, optionally only those of the given kinds."""
