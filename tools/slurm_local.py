@@ -76,9 +76,12 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 class LocalSlurm:
     """slurmctld, slurmd and munged for one node, all state under ``root``."""
 
-    def __init__(self, root: Path, cpus: int = 8) -> None:
+    def __init__(self, root: Path, cpus: int = 8, scheduler: str = "builtin") -> None:
+        if scheduler not in ("builtin", "backfill"):
+            raise ValueError(f"scheduler {scheduler!r}: use 'builtin' or 'backfill'")
         self.root = Path(root).resolve()
         self.cpus = cpus
+        self.scheduler = scheduler
         self.conf = self.root / "slurm.conf"
         self.log_dir = self.root / "log"
         self.run_dir = self.root / "run"
@@ -190,10 +193,12 @@ class LocalSlurm:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={self.log_dir / 'jobcomp.txt'}",
-            # Quick scheduling for tests: the builtin FIFO scheduler, run at every event
-            # and at least every second.
-            "SchedulerType=sched/builtin",
-            "SchedulerParameters=sched_interval=1,sched_min_interval=100000",
+            # Quick scheduling: the main scheduler runs at every event and at least every
+            # second; builtin is FIFO (tests), backfill is Slurm's default (benchmarks),
+            # its pass every second too.
+            f"SchedulerType=sched/{self.scheduler}",
+            "SchedulerParameters=sched_interval=1,sched_min_interval=100000"
+            + (",bf_interval=1,bf_resolution=1" if self.scheduler == "backfill" else ""),
             "MessageTimeout=10",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=30",
