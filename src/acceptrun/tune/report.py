@@ -94,7 +94,13 @@ def format_table(report: TuneReport, *, width: int = 160) -> str:
     if base is not None and not base["ok"]:
         console.print(f"the job's default failed: {base.get('error')}")
     elif best is not None and report.gain is not None:
-        how = "timed back to back" if report.confirm else "from the sweep"
+        how = (
+            "nothing beat it"
+            if report.best == report.baseline
+            else "timed back to back"
+            if report.confirm
+            else "from the sweep"
+        )
         console.print(
             f"best: {best['label']}: {best['samples_per_s']:,.1f} samples/s in the sweep; "
             f"{report.gain:.2f}x the job's default ({base['label'] if base else '-'}), {how}; "

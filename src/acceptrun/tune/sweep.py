@@ -137,6 +137,8 @@ class TuneReport:
     @property
     def gain(self) -> float | None:
         """Best over default; from the back-to-back pair when there is one (same machine load)."""
+        if self.best is not None and self.best == self.baseline:
+            return 1.0
         if self.confirm is not None:
             again, chosen = self.trials[self.confirm[0]], self.trials[self.confirm[1]]
             if again["ok"] and chosen["ok"]:
@@ -365,6 +367,15 @@ class Tuner:
             again = self.trial("confirm", default, force=True)
             chosen = self.trial("confirm", self._config(best), force=True)
             self.report.confirm = (again["id"], chosen["id"])
+            if again["ok"] and chosen["ok"] and chosen["samples_per_s"] <= again["samples_per_s"]:
+                # The sweep's winner did not beat the default side by side: its lead was
+                # the machine's noise. The default stays, and the report says why.
+                ratio = chosen["samples_per_s"] / again["samples_per_s"]
+                self.report.notes.append(
+                    f"best of the sweep, {best['label']}, ran {ratio:.2f}x the default when "
+                    "timed back to back: the job's default stays the best configuration"
+                )
+                self.report.best = base["id"]
         self.report.seconds = time.monotonic() - t0
         return self.report
 
