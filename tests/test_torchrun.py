@@ -249,6 +249,11 @@ def test_ddp_run_completes_and_a_killed_rank_resumes_bit_exact(project: Project)
     assert rank1["objects"]["loader"]["kind"] == "state_dict" and rank1["rng"] is not None
     rate, unit, counted = median_throughput(ref.path)  # what `acceptrun scaling` reports
     assert unit == "samples/s" and rate is not None and rate > 0 and counted == steps
+    # The restore drill starts the run as it ran, 2 ranks, and each restores its share.
+    proc = project.cli("ckpt", "drill", ref.run_id, timeout=240, check_rc=0)
+    drills = events(ref, "drill")
+    assert sorted(e["rank"] for e in drills) == [0, 1] and all(e["ok"] for e in drills)
+    assert "on 2 ranks" in proc.stdout + proc.stderr
 
     # Rank 1 dies by SIGKILL after step 17 (its last checkpoint: step 14); torchrun tears
     # the group down and the supervisor restarts both ranks from that checkpoint.

@@ -570,7 +570,10 @@ class Run:
             if restored
             else "nothing was restored: the workload never called run.restore() or had no checkpoint"
         )
-        self.record.event("drill", sync=True, drill=self.drill, ok=ok, step=step, evidence=evidence)
+        self.record.event(
+            "drill", sync=True, drill=self.drill, ok=ok, step=step, evidence=evidence,
+            **self._rank_field(),
+        )  # fmt: skip
         raise SystemExit(0 if ok else 1)
 
     # ---- results ------------------------------------------------------------------------------

@@ -73,8 +73,12 @@ def restore_drill(
         "drill_start", sync=True, drill="restore", step=info.step, cpu=cpu, by=user_at_host()
     )
     before = sum(1 for _ in record.events("drill"))
+    # The run's own launch: through torchrun with resources.processes > 1, since a
+    # checkpoint restores only with the number of processes that saved it.
+    from acceptrun.distributed import launch_command
+
     child = ChildProcess(
-        spec.command,
+        launch_command(spec, env),
         cwd=spec.workdir_path,
         env=env,
         stdout_path=log_dir / "stdout.log",
@@ -91,10 +95,13 @@ def restore_drill(
     seconds = time.monotonic() - t0
     reported = list(record.events("drill"))[before:]
     if reported:
-        last = reported[-1]
-        ok = bool(last.get("ok")) and rc == 0
+        # One drill event per rank in a multi-process run (rank 0's tells the story).
+        last = next((e for e in reported if e.get("rank", 0) == 0), reported[-1])
+        ok = all(bool(e.get("ok")) for e in reported) and rc == 0
+        ranks = f" on {len(reported)} ranks" if len(reported) > 1 else ""
         evidence = (
-            f"{last.get('evidence')}{' with GPUs hidden' if cpu else ''}; {seconds:.1f}s in all"
+            f"{last.get('evidence')}{ranks}{' with GPUs hidden' if cpu else ''}; "
+            f"{seconds:.1f}s in all"
         )
         if not ok and rc != 0:
             evidence += f"; exit {rc}"
