@@ -185,6 +185,12 @@ def test_tune_sweep_on_the_tiny_target(tmp_path: Path) -> None:
     assert tune["gain"] == pytest.approx(best["samples_per_s"] / base["samples_per_s"])
     events = [json.loads(line) for line in (record / "events.jsonl").read_text().splitlines()]
     assert [e["id"] for e in events if e["kind"] == "trial"] == list(range(len(tune["trials"])))
+    show = subprocess.run(
+        [sys.executable, "-m", "acceptrun", "--workspace", str(tmp_path / "ws"), "show", "latest"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert f"default  {base['label']}: " in show and "a tune record has no verdict" in show
+    assert f"{len(tune['trials'])} trials" in show and "verdict  not decided" not in show
 
 
 def test_tune_refuses_bad_options(tmp_path: Path) -> None:

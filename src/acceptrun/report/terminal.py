@@ -77,6 +77,8 @@ def format_show(record: RunRecord) -> str:
                 lines.append(
                     f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
                 )
+    if state.get("mode") == "tune":
+        return "\n".join(lines + _format_tune(record))
     lines += format_telemetry(summarize(record.path), _gpu_absent(record))
     data = record.read_json("verdict.json")
     if isinstance(data, dict):
@@ -89,6 +91,35 @@ def format_show(record: RunRecord) -> str:
             "verdict  not decided yet (the run is still going, or it was interrupted before closing)",
         ]
     return "\n".join(lines)
+
+
+def _format_tune(record: RunRecord) -> list[str]:
+    """A record of ``acceptrun tune``: its trials, the default, the best; no verdict."""
+    data = record.read_json("tune.json")
+    if not isinstance(data, dict):
+        return ["tune     no tune.json (the sweep was interrupted before its first trial)"]
+    trials = data.get("trials") or []
+
+    def trial(n: Any) -> dict[str, Any] | None:
+        return trials[n] if isinstance(n, int) and 0 <= n < len(trials) else None
+
+    def rate(t: dict[str, Any] | None) -> str:
+        if t is None or not t.get("ok"):
+            return "failed"
+        return f"{t['label']}: {t['samples_per_s']:,.1f} samples/s"
+
+    base, best, gain = trial(data.get("baseline")), trial(data.get("best")), data.get("gain")
+    ok = sum(1 for t in trials if t.get("ok"))
+    lines = [
+        f"tune     {data.get('target')} on {(data.get('device') or {}).get('name', '?')}: "
+        f"{len(trials)} trials ({ok} ran) in {format_duration(data.get('seconds'))}",
+        f"default  {rate(base)}",
+        f"best     {rate(best)}"
+        + (f", {gain:.2f}x the default" if isinstance(gain, int | float) else ""),
+    ]
+    lines += [f"note     {n}" for n in data.get("notes") or []]
+    lines.append(f"trials   {record.path / 'tune.json'} (a tune record has no verdict)")
+    return lines
 
 
 def show_dict(record: RunRecord) -> dict[str, Any]:
