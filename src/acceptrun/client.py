@@ -246,8 +246,9 @@ class Run:
 
         Inside :meth:`steps` the values join the step's event, written when the step
         ends. Outside it, each call writes a step event timed from the previous call.
-        Cost: one appended JSON line per step; on a GPU, the ``.item()`` that produces
-        a loss value is the expensive part (a device sync), not this call.
+        Cost: about 20 us per step; step events are held for at most 0.2 s and written
+        together (:class:`~acceptrun.durable.AppendLog`). On a GPU, the ``.item()`` that
+        produces a loss value is the expensive part (a device sync), not this call.
         """
         clean = {k: _number(v) for k, v in values.items()}
         if self._in_steps:
