@@ -28,6 +28,7 @@ This module imports no torch: the command line loads it to describe targets.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import importlib
 import importlib.util
@@ -173,8 +174,12 @@ class Built(NamedTuple):
     """``loss_fn(model, batch)`` -> a scalar loss tensor (the model may be compiled)."""
 
 
-class TuneTarget:
-    """Base class of tune targets; subclass it, or give any object with these members."""
+class TuneTarget(abc.ABC):
+    """Base class of tune targets; subclass it, or give any object with these members.
+
+    A subclass must define :meth:`default_config` and :meth:`build`; one that misses
+    either cannot be instantiated (Python names the missing method).
+    """
 
     name: str = "target"
     """Name of the workload, used in run ids and tables."""
@@ -183,13 +188,13 @@ class TuneTarget:
     supports_checkpointing: bool = False
     """True when build() honours ``config.activation_checkpointing``."""
 
+    @abc.abstractmethod
     def default_config(self) -> TuneConfig:
         """The job's configuration as it runs today: the baseline every gain is measured from."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def build(self, config: TuneConfig, device: Any) -> Built:
         """Model, optimizer, batch maker and loss function for ``config`` on ``device``."""
-        raise NotImplementedError
 
     def flops_per_sample(self, config: TuneConfig) -> float | None:
         """Training FLOPs (forward and backward) of one sample; None when unknown (no MFU)."""
