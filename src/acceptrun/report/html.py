@@ -402,30 +402,17 @@ def _charts(data: dict[str, Any]) -> list[str]:
     unit_name = _throughput_unit(data)
     thr = _by_attempt(steps, origin, "throughput", 1.0)
     st = _by_attempt(steps, origin, "step_time", 1000.0)
+
+    def timeline(series: list[Series], title: str, y_label: str, **kw: Any) -> str:
+        return line_chart(
+            series, title=title, x_label="time since launch", y_label=y_label,
+            marks=tmarks, x_format=_clock, y_min=0, **kw,
+        )  # fmt: skip
+
     if thr:
-        out.append(
-            line_chart(
-                [Series(unit_name, thr)],
-                title=f"Throughput ({unit_name})",
-                x_label="time since launch",
-                y_label=unit_name,
-                marks=tmarks,
-                x_format=_clock,
-                y_min=0,
-            )
-        )
+        out.append(timeline([Series(unit_name, thr)], f"Throughput ({unit_name})", unit_name))
     if st:
-        out.append(
-            line_chart(
-                [Series("step time", st, "#7c3aed")],
-                title="Step time (ms)",
-                x_label="time since launch",
-                y_label="ms per step",
-                marks=tmarks,
-                x_format=_clock,
-                y_min=0,
-            )
-        )
+        out.append(timeline([Series("step time", st, "#7c3aed")], "Step time (ms)", "ms per step"))
     if not thr and not st:
         out.append('<p class="note">No timed steps were recorded (run.steps() times them).</p>')
     gpu = tl.get("gpu", [])
@@ -433,140 +420,41 @@ def _charts(data: dict[str, Any]) -> list[str]:
         by_index: dict[Any, list[dict[str, Any]]] = {}
         for s in gpu:
             by_index.setdefault(s.get("index"), []).append(s)
-        util = [
-            Series(
-                f"GPU {i}",
-                [
-                    (float(s["t"]) - origin, float(s["util_pct"]))
-                    for s in ss
-                    if _finite(s.get("util_pct"))
-                ],
-            )
-            for i, ss in sorted(by_index.items(), key=lambda kv: str(kv[0]))
-        ]
-        mem = [
-            Series(
-                f"GPU {i}",
-                [
-                    (float(s["t"]) - origin, float(s["mem_used"]) / 2**30)
-                    for s in ss
-                    if _finite(s.get("mem_used"))
-                ],
-            )
-            for i, ss in sorted(by_index.items(), key=lambda kv: str(kv[0]))
-        ]
-        power = [
-            Series(
-                f"GPU {i}",
-                [
-                    (float(s["t"]) - origin, float(s["power_w"]))
-                    for s in ss
-                    if _finite(s.get("power_w"))
-                ],
-            )
-            for i, ss in sorted(by_index.items(), key=lambda kv: str(kv[0]))
-        ]
-        out.append(
-            line_chart(
-                util,
-                title="GPU utilization (%)",
-                x_label="time since launch",
-                y_label="%",
-                marks=tmarks,
-                x_format=_clock,
-                y_min=0,
-                y_max=100,
-            )
-        )
-        out.append(
-            line_chart(
-                mem,
-                title="GPU memory used (GiB)",
-                x_label="time since launch",
-                y_label="GiB",
-                marks=tmarks,
-                x_format=_clock,
-                y_min=0,
-            )
-        )
+        gpus = sorted(by_index.items(), key=lambda kv: str(kv[0]))
+
+        def per_gpu(key: str, scale: float = 1.0) -> list[Series]:
+            return [Series(f"GPU {i}", _points(ss, key, origin, scale)) for i, ss in gpus]
+
+        out.append(timeline(per_gpu("util_pct"), "GPU utilization (%)", "%", y_max=100))
+        out.append(timeline(per_gpu("mem_used", 2**-30), "GPU memory used (GiB)", "GiB"))
+        power = per_gpu("power_w")
         if any(s.points for s in power):
-            out.append(
-                line_chart(
-                    power,
-                    title="GPU power (W)",
-                    x_label="time since launch",
-                    y_label="W",
-                    marks=tmarks,
-                    x_format=_clock,
-                    y_min=0,
-                )
-            )
+            out.append(timeline(power, "GPU power (W)", "W"))
     else:
         why = data.get("gpu_absent") or "no GPU samples in telemetry.jsonl"
         out.append(f'<p class="note">No GPU timeline: {_e(why)}.</p>')
     host = tl.get("host", [])
     if host:
         cpu = [
-            Series(
-                "machine CPU %",
-                [
-                    (float(s["t"]) - origin, float(s["cpu_pct"]))
-                    for s in host
-                    if _finite(s.get("cpu_pct"))
-                ],
-            ),
-            Series(
-                "workload CPU % of one core",
-                [
-                    (float(s["t"]) - origin, float(s["proc_cpu_pct"]))
-                    for s in host
-                    if _finite(s.get("proc_cpu_pct"))
-                ],
-            ),
+            Series("machine CPU %", _points(host, "cpu_pct", origin)),
+            Series("workload CPU % of one core", _points(host, "proc_cpu_pct", origin)),
         ]
-        mem_series = [
-            Series(
-                "machine memory used",
-                [
-                    (float(s["t"]) - origin, float(s["mem_used"]) / 2**30)
-                    for s in host
-                    if _finite(s.get("mem_used"))
-                ],
-            ),
-            Series(
-                "workload RSS",
-                [
-                    (float(s["t"]) - origin, float(s["proc_rss"]) / 2**30)
-                    for s in host
-                    if _finite(s.get("proc_rss"))
-                ],
-            ),
+        memory = [
+            Series("machine memory used", _points(host, "mem_used", origin, 2**-30)),
+            Series("workload RSS", _points(host, "proc_rss", origin, 2**-30)),
         ]
-        out.append(
-            line_chart(
-                cpu,
-                title="Host CPU",
-                x_label="time since launch",
-                y_label="%",
-                marks=tmarks,
-                x_format=_clock,
-                y_min=0,
-            )
-        )
-        out.append(
-            line_chart(
-                mem_series,
-                title="Host memory (GiB)",
-                x_label="time since launch",
-                y_label="GiB",
-                marks=tmarks,
-                x_format=_clock,
-                y_min=0,
-            )
-        )
+        out.append(timeline(cpu, "Host CPU", "%"))
+        out.append(timeline(memory, "Host memory (GiB)", "GiB"))
     else:
         out.append('<p class="note">No host timeline: no host samples in telemetry.jsonl.</p>')
     return out
+
+
+def _points(
+    samples: list[dict[str, Any]], key: str, origin: float, scale: float = 1.0
+) -> list[tuple[float, float]]:
+    """(seconds since launch, value x scale) of the samples that have a finite ``key``."""
+    return [(float(s["t"]) - origin, float(s[key]) * scale) for s in samples if _finite(s.get(key))]
 
 
 def _by_attempt(
