@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from acceptrun.tune.sweep import peak_tflops_for, run_child  # noqa: E402
+from acceptrun.telemetry.peaks import peak_tflops  # noqa: E402
+from acceptrun.tune.sweep import run_child  # noqa: E402
 
 
 def main() -> int:
@@ -62,7 +63,7 @@ def main() -> int:
     ]
     compiles = args.compile.split(",")
     optimizers = args.optimizers.split(",")
-    peak = args.peak_tflops or peak_tflops_for(probe.get("name"))
+    peak = args.peak_tflops or peak_tflops(probe.get("name"))
     size = "tiny" if args.tiny else "large"
     status = 0
     for precision, batch, comp, opt in itertools.product(precisions, batches, compiles, optimizers):

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from acceptrun.errors import UserError
+from acceptrun.telemetry.peaks import peak_tflops
 from acceptrun.tune import TuneConfig, load_target, read_best
 from acceptrun.tune.report import table_rows, write_best
 from acceptrun.tune.search import batch_candidates, find_max_batch
-from acceptrun.tune.sweep import TuneReport, peak_tflops_for, run_child
+from acceptrun.tune.sweep import TuneReport, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = f"{ROOT / 'examples' / 'tune_tiny' / 'target.py'}:target"
@@ -96,9 +97,11 @@ def test_config_validation_round_trip_and_best_file(tmp_path: Path) -> None:
         write_best(tmp_path / name, report)
         assert read_best(str(tmp_path / name)) == config
     assert table_rows(report)[0][:4] == ["0*", "baseline", config.label(), "100.0"]
-    assert peak_tflops_for("NVIDIA H200") == 989.4
-    assert peak_tflops_for("NVIDIA H100 NVL") == 835.0
-    assert peak_tflops_for("cpu") is None
+    # tune's MFU uses the one table of peaks (telemetry/peaks.py, datasheet values)
+    assert peak_tflops("NVIDIA H200") == 989.5
+    assert peak_tflops("NVIDIA H100 NVL") == 835.5
+    assert peak_tflops("NVIDIA GH200 480GB") == 989.5
+    assert peak_tflops("cpu") is None
 
 
 def test_load_target_names_the_problem(tmp_path: Path) -> None:

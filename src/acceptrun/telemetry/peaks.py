@@ -33,6 +33,9 @@ PEAKS: tuple[GpuPeak, ...] = (
     # https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200: FP16/BF16 4.5 PFLOPS with
     # sparsity per GPU; dense is half)
     GpuPeak("B200", r"\bB200\b", 2250.0),
+    # https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (GH200: BF16 1,979
+    # TFLOPS with sparsity)
+    GpuPeak("GH200", r"\bGH200\b", 989.5),
     # https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: BF16 1,979 TFLOPS with
     # sparsity; H200 NVL: 1,671)
     GpuPeak("H200 NVL", r"\bH200\b.*\bNVL\b", 835.5),

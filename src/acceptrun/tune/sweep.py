@@ -35,41 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun.telemetry.peaks import peak_tflops
 from acceptrun.tune.search import batch_candidates
 from acceptrun.tune.target import TuneConfig, target_name
 
-__all__ = ["AXES", "TuneOptions", "TuneReport", "Tuner", "peak_tflops_for", "run_child"]
+__all__ = ["AXES", "TuneOptions", "TuneReport", "Tuner", "run_child"]
 
 AXES = ("precision", "batch", "optimizer", "attention", "checkpointing", "loader", "compile")
-
-# Dense bf16 peak TFLOP/s of one device (vendor data sheets, no sparsity): the one peak
-# MFU is measured against, whatever precision a trial uses, so MFU compares across trials.
-PEAK_BF16_TFLOPS = {
-    "H200": 989.4,
-    "H100 SXM": 989.4,
-    "H100 80GB HBM3": 989.4,
-    "H100 NVL": 835.0,
-    "H100 PCIe": 756.0,
-    "GH200": 989.4,
-    "B200": 2250.0,
-    "A100": 312.0,
-    "L40S": 362.1,
-    "L4": 121.0,
-    "A10G": 70.0,
-    "A10": 125.0,
-}
-
-
-def peak_tflops_for(device_name: str | None) -> float | None:
-    """The bf16 dense peak of a GPU from its name ("NVIDIA H200" -> 989.4), or None."""
-    if not device_name:
-        return None
-    for key in sorted(PEAK_BF16_TFLOPS, key=len, reverse=True):  # "H100 NVL" before "H100"
-        if key.lower() in device_name.lower():
-            return PEAK_BF16_TFLOPS[key]
-    if "h100" in device_name.lower():
-        return PEAK_BF16_TFLOPS["H100 SXM"]
-    return None
 
 
 @dataclass(kw_only=True)
@@ -282,7 +254,7 @@ class Tuner:
         return trial
 
     def _score(self, trial: dict[str, Any], config: TuneConfig) -> None:
-        peak = self.opt.peak_tflops or peak_tflops_for(self.report.device.get("name"))
+        peak = self.opt.peak_tflops or peak_tflops(self.report.device.get("name"))
         flops = trial.get("flops_per_sample")
         trial["mfu"] = flops * trial["samples_per_s"] / (peak * 1e12) if flops and peak else None
         base = self.report.trial(self.report.baseline)
