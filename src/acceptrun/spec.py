@@ -41,6 +41,7 @@ __all__ = [
     "DataSpec",
     "ExpectSpec",
     "LimitsSpec",
+    "ProgressSpec",
     "ResourcesSpec",
     "RunSpec",
     "SkypilotSpec",
@@ -157,8 +158,29 @@ class CheckpointSpec:
     keep_every: int | None = doc("Also keep every checkpoint whose step is a multiple of N.", None)
     keep_best: str | None = doc('Also keep the best by a metric, e.g. "eval/loss:min".', None)
     mirror: str | None = doc("Copy committed checkpoints to this path or fsspec URL.", None)
+    watch: list[str] = doc(
+        "The script's own checkpoints: files, directories or globs (relative to the workdir), "
+        'e.g. ["out/ckpt.pt"] or ["output/checkpoint-*"]; each complete one is captured.',
+        factory=list,
+    )
+    resume_args: list[str] = doc(
+        "Arguments added to the command when it resumes from a watched checkpoint; "
+        '"{checkpoint}" is the restored path, e.g. ["--resume_from_checkpoint", "{checkpoint}"].',
+        factory=list,
+    )
+    settle: Duration = doc(
+        "A watched checkpoint is complete once its size and mtime held this long and no "
+        "process of the attempt has it open for writing.",
+        Duration(2.0),
+    )
 
     def __post_init__(self) -> None:
+        _require(self.settle >= 0, "checkpoint.settle", self.settle, 'a duration such as "2s"')
+        _require(
+            not self.resume_args or bool(self.watch),
+            "checkpoint.resume_args", self.resume_args,
+            "resume arguments together with checkpoint.watch (the files they resume from)",
+        )  # fmt: skip
         _require(
             self.every_steps is None or self.every_steps > 0,
             "checkpoint.every_steps",
@@ -186,6 +208,43 @@ class CheckpointSpec:
             _require(
                 re.fullmatch(r"[^:]+:(min|max)", self.keep_best) is not None,
                 "checkpoint.keep_best", self.keep_best, '"<metric>:min" or "<metric>:max"',
+            )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class ProgressSpec:
+    """Step, loss and metrics read from what an unmodified script prints or writes."""
+
+    pattern: str | None = doc(
+        "Regular expression over output lines with named groups: step (required), loss and "
+        r'any metric, e.g. "iter (?P<step>\\d+): loss (?P<loss>[0-9.eE+-]+)".',
+        None,
+    )
+    stream: str = doc('Which output the pattern reads: "stdout", "stderr" or "both".', "both")
+    tensorboard: str | None = doc(
+        "Directory (relative to the workdir) where the script writes TensorBoard event files.",
+        None,
+    )
+    tags: dict[str, str] = doc(
+        'TensorBoard tag of each value, e.g. { loss = "train/loss" }; default: every scalar.',
+        factory=dict,
+    )
+
+    def __post_init__(self) -> None:
+        _require(
+            self.stream in ("stdout", "stderr", "both"), "progress.stream", self.stream,
+            '"stdout", "stderr" or "both"',
+        )  # fmt: skip
+        if self.pattern is not None:
+            try:
+                groups = re.compile(self.pattern).groupindex
+            except re.error as exc:
+                raise _Problem(
+                    "progress.pattern", self.pattern, f"a Python regular expression ({exc})"
+                ) from None
+            _require(
+                "step" in groups, "progress.pattern", self.pattern,
+                "a pattern with a named group (?P<step>\\d+)",
             )  # fmt: skip
 
 
@@ -465,6 +524,15 @@ class RunSpec:
         "What the run must show to be accepted.", factory=AcceptanceSpec
     )
     cleanup: CleanupSpec = doc("Clean-up after the run.", factory=CleanupSpec)
+    outputs: dict[str, str] = doc(
+        "Outputs the script writes, by name: a path or glob relative to the workdir, e.g. "
+        '{ model = "out/model.pt" }; each is checked and hashed at the end of every attempt.',
+        factory=dict,
+    )
+    progress: ProgressSpec = doc(
+        "Progress of a script without the client API: its log lines or TensorBoard files.",
+        factory=ProgressSpec,
+    )
     telemetry: TelemetrySpec = doc(
         "Host and GPU sampling, idle detection, MFU, Prometheus.", factory=TelemetrySpec
     )
