@@ -118,7 +118,7 @@ def test_reproduce_rebuilds_the_code_and_diff_says_bitwise(repo: dict[str, Any])
     first_line = diff.stdout.splitlines()[0]
     assert first_line == (
         f"{new_id} vs {original}: reproduced within tolerance, bitwise: "
-        "every output hash and the loss curve match exactly"
+        "1 metric, the loss at 30 steps and 1 output hash exactly equal"
     )
     assert "loss     30 common steps, largest difference 0" in diff.stdout
     assert "git.root:" in diff.stdout  # the environment changed: listed as context

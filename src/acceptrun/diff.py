@@ -12,8 +12,12 @@ Compared, from the two records alone:
 - outputs: each registered output's content hash.
 
 RUN_B *reproduced* RUN_A when the data is the same, every metric and the loss curve are
-within tolerance, and both registered the same outputs. It is *bitwise* when, besides,
-every output hash, every metric and the loss at every step are exactly equal.
+within tolerance, both registered the same outputs, and at least one thing about the
+result was compared (a metric, a loss step or an output hash both runs have): two runs
+with nothing in common reproduce nothing. It is *bitwise* when, besides, every output
+hash, every metric and the loss at every step are exactly equal, and at least one output
+hash or loss step was compared (equal metrics alone are not bytes). The conclusion names
+what was compared and what was not.
 
 >>> d = diff_runs(ws.get_run("a"), ws.get_run("b"))
 >>> d.reproduced, d.bitwise
@@ -46,32 +50,84 @@ class RunDiff:
     loss: dict[str, Any] | None
     outputs: list[dict[str, Any]]
     differences: list[str] = field(default_factory=list)
-    compared: int = 0
-    """How many things (metrics, loss curve, outputs, data) were compared at all."""
+    compared: dict[str, Any] = field(default_factory=dict)
+    """What was compared: ``data`` (bool), and the ``metrics``, ``loss_steps`` and
+    ``outputs`` both runs have."""
+
+    @property
+    def real_comparisons(self) -> int:
+        """Metrics, loss steps and output hashes both runs have: the result compared."""
+        return sum(int(self.compared.get(k, 0)) for k in ("metrics", "loss_steps", "outputs"))
 
     @property
     def reproduced(self) -> bool:
-        return self.compared > 0 and not self.differences
+        return self.real_comparisons > 0 and not self.differences
 
     @property
     def bitwise(self) -> bool:
         if not self.reproduced:
             return False
+        if not (self.compared.get("outputs") or self.compared.get("loss_steps")):
+            return False  # equal metrics alone say nothing about the bytes
         exact_metrics = all(m["exact"] for m in self.metrics)
         exact_loss = self.loss is None or self.loss["max_abs_diff"] == 0.0
         exact_outputs = all(o["same"] for o in self.outputs)
         return exact_metrics and exact_loss and exact_outputs
 
     @property
+    def what_was_compared(self) -> str:
+        """``"1 metric, the loss at 30 steps and 1 output hash"``."""
+        c = self.compared
+        parts = []
+        if c.get("metrics"):
+            parts.append(f"{c['metrics']} metric{'s' if c['metrics'] != 1 else ''}")
+        if c.get("loss_steps"):
+            parts.append(f"the loss at {c['loss_steps']} step{'s' if c['loss_steps'] != 1 else ''}")
+        if c.get("outputs"):
+            parts.append(f"{c['outputs']} output hash{'es' if c['outputs'] != 1 else ''}")
+        return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
+
+    @property
+    def not_compared(self) -> list[str]:
+        """What could not be compared, and why (neither run has it, or only one does)."""
+        out = []
+        if not self.compared.get("metrics"):
+            out.append(
+                "metrics ("
+                + ("no metric in common" if self.metrics else "neither run logged one")
+                + ")"
+            )
+        if not self.compared.get("loss_steps"):
+            out.append(
+                "loss curve ("
+                + ("no step logged by both runs" if self.loss else "neither run logged a loss")
+                + ")"
+            )
+        if not self.compared.get("outputs"):
+            out.append(
+                "output hashes ("
+                + ("no output in common" if self.outputs else "neither run registered an output")
+                + ")"
+            )
+        if not self.compared.get("data"):
+            out.append("data (neither run checked a data manifest)")
+        return out
+
+    @property
     def conclusion(self) -> str:
-        if self.compared == 0:
-            return "nothing to compare: neither run logged a loss, metrics or outputs"
+        if self.real_comparisons == 0:
+            n = len(self.differences)
+            tail = f"; {n} difference{'s' if n != 1 else ''}" if n else ""
+            return (
+                "nothing to compare: no metric, loss step or output hash is in both runs, "
+                f"so nothing was reproduced{tail}"
+            )
         if not self.reproduced:
             n = len(self.differences)
             return f"not reproduced: {n} difference{'s' if n != 1 else ''}"
         if self.bitwise:
-            return "reproduced within tolerance, bitwise: every output hash and the loss curve match exactly"
-        return "reproduced within tolerance"
+            return f"reproduced within tolerance, bitwise: {self.what_was_compared} exactly equal"
+        return f"reproduced within tolerance: compared {self.what_was_compared}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +137,8 @@ class RunDiff:
             "bitwise": self.bitwise,
             "conclusion": self.conclusion,
             "differences": self.differences,
+            "compared": dict(self.compared),
+            "not_compared": self.not_compared,
             "data": self.data,
             "metrics": self.metrics,
             "loss": self.loss,
@@ -139,7 +197,7 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     """Compare run ``b`` against run ``a`` (the original, whose tolerances apply)."""
     tolerances = _tolerances(a)
     differences: list[str] = []
-    compared = 0
+    compared: dict[str, Any] = {"data": False, "metrics": 0, "loss_steps": 0, "outputs": 0}
 
     prov_a, prov_b = a.read_json("provenance.json"), b.read_json("provenance.json")
     changes = (
@@ -151,7 +209,7 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     data_a, data_b = _data(a), _data(b)
     data: dict[str, Any] = {"a": data_a, "b": data_b, "same": True}
     if data_a or data_b:
-        compared += 1
+        compared["data"] = data_a is not None and data_b is not None
         root_a = (data_a or {}).get("manifest_root")
         root_b = (data_b or {}).get("manifest_root")
         if data_a is None or data_b is None:
@@ -171,7 +229,7 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     metrics: list[dict[str, Any]] = []
     ma, mb = _final_metrics(a), _final_metrics(b)
     for name in sorted(set(ma) | set(mb)):
-        compared += 1
+        compared["metrics"] += name in ma and name in mb
         va, vb = ma.get(name), mb.get(name)
         tol = float(tolerances.get(name, 0.0))
         row: dict[str, Any] = {"name": name, "a": va, "b": vb, "tolerance": tol, "diff": None}
@@ -197,8 +255,8 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     la, lb = loss_curve(a), loss_curve(b)
     loss: dict[str, Any] | None = None
     if la or lb:
-        compared += 1
         common = sorted(set(la) & set(lb))
+        compared["loss_steps"] = len(common)
         tol = float(tolerances.get("loss", 0.0))
         worst, at = 0.0, None
         for step in common:
@@ -234,8 +292,8 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     outputs: list[dict[str, Any]] = []
     oa, ob = _outputs(a), _outputs(b)
     for name in sorted(set(oa) | set(ob)):
-        compared += 1
         ha, hb = (oa.get(name) or {}).get("hash"), (ob.get(name) or {}).get("hash")
+        compared["outputs"] += ha is not None and hb is not None
         outputs.append({"name": name, "a": ha, "b": hb, "same": ha is not None and ha == hb})
         if ha is None or hb is None:
             differences.append(f"output {name}: only in run {a.run_id if ha else b.run_id}")
@@ -277,4 +335,6 @@ def format_run_diff(d: RunDiff) -> str:
             lines.append(f"    ... and {len(d.provenance) - PROVENANCE_LINES} more (--json)")
     else:
         lines.append("  environment: no differences")
+    for text in d.not_compared:
+        lines.append(f"  not compared: {text}")
     return "\n".join(lines)
