@@ -81,11 +81,18 @@ def cmd_drill(args: argparse.Namespace) -> int:
 def cmd_spec_check(args: argparse.Namespace) -> int:
     from acceptrun.preflight import check_static
     from acceptrun.spec import format_duration, load_spec
+    from acceptrun.usage import detect_usage, raise_errors, spec_findings
 
     spec = load_spec(args.file)
     check_static(spec)
+    usage = detect_usage(spec)
+    findings = spec_findings(spec, usage)
+    for f in findings:
+        if f.level == "warning":
+            _say(str(f))
+    raise_errors(spec, findings)  # exit 2, with every error and its fix
     lim = spec.limits
-    print(f"{args.file}: ok")
+    print(f"{args.file}: ok" + (f" ({len(findings)} warning(s))" if findings else ""))
     print(f"  name      {spec.name}")
     print(f"  command   {' '.join(spec.command) if not spec.shell else spec.command[2]}")
     print(f"  workdir   {spec.workdir_path}")
@@ -96,6 +103,12 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
         f"output {o}" for o in spec.acceptance.outputs
     ]
     print(f"  accepts   {', '.join(checks) or 'exit 0'}")
+    print(f"  uses      {usage.kind}: {usage.reason}")
+    declared = [f"{k} = {v}" for k, v in spec.outputs.items()]
+    print(f"  outputs   declared in [outputs]: {', '.join(declared) or 'none'}")
+    scripted = [o for o in spec.acceptance.outputs if o not in spec.outputs]
+    if scripted:
+        print(f"            the script must register: {', '.join(scripted)} (run.output(name, path))")
     return 0
 
 

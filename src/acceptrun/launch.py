@@ -26,6 +26,7 @@ from acceptrun.inject import parse_faults
 from acceptrun.preflight import check_static, run_preflight
 from acceptrun.spec import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
+from acceptrun.usage import detect_usage, raise_errors, spec_findings
 from acceptrun.verdict import Verdict
 from acceptrun.workspace import RunRecord, find_workspace, now_iso, user_at_host
 
@@ -97,6 +98,11 @@ def launch(
     """
     spec = load_spec(spec_path)
     check_static(spec)
+    # ---- keys that cannot take effect (acceptrun.usage): errors refuse, warnings record ----
+    usage = detect_usage(spec)
+    findings = spec_findings(spec, usage)
+    raise_errors(spec, findings)
+    # ---- end of usage ----
     if prometheus_port is not None and not 0 <= prometheus_port <= 65535:
         raise UserError(
             f"--prometheus-port {prometheus_port} is not a TCP port; use 0 to 65535 (0: a free one)"
@@ -108,7 +114,7 @@ def launch(
     if faults:
         base_env[ENV_INJECT] = ",".join(faults)
     # ---- end of injected faults ----
-    ws = find_workspace(workspace, create=True)
+    ws = find_workspace(workspace, create=True, anchor=Path(spec_path).resolve().parent)
     if run_id is not None and (
         not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) or (ws.runs_dir / run_id).exists()
     ):
@@ -139,6 +145,10 @@ def launch(
     say(f"record {record.path}")
     record.event("run_start", sync=True, spec_hash=spec.hash)
     record.audit("run", spec=str(Path(spec_path).resolve()))
+    record.event("usage", sync=True, **usage.to_dict())
+    for finding in findings:  # warnings only: errors were refused above
+        say(str(finding))
+        record.event("spec_warning", sync=True, **finding.to_dict())
     try:
         with _stop_signals_raise():
             preflight = run_preflight(record, spec, say=say)

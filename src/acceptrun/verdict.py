@@ -141,6 +141,7 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     checks += _data_checks(record, spec, standalone)
     checks += _checkpoint_checks(record, spec)
     checks += _operations_checks(record, spec, standalone)
+    checks += _fault_checks(record)
     checks += _performance_checks(record, spec)
     checks += _observability_checks(record, spec, standalone, summary)
     checks += _result_checks(record, spec)
@@ -430,6 +431,24 @@ def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> li
         out.append(_drill_check(record, drill))
     out += _cleanup_checks(record, spec)
     return out
+
+
+def _fault_checks(record: RunRecord) -> list[Check]:
+    """Every fault asked for with ``--inject`` happened: a drill whose fault never fired
+    proved nothing, and must not pass as one that did."""
+    from acceptrun.inject import unfired
+
+    requested = record.state.get("injected") or []
+    if not requested:
+        return []
+    missed = unfired(requested, list(record.events()))
+    if missed:
+        return [Check("operations", "injected faults", FAIL, True, "; ".join(missed),
+                      "inject at a step the run reaches (a step it logs with run.steps() or "
+                      "run.log(step, ...)), or at a time before the attempt ends")]  # fmt: skip
+    n = len(requested)
+    return [Check("operations", "injected faults", PASS, True,
+                  f"{n} fault{'' if n == 1 else 's'} fired as requested: {', '.join(requested)}")]  # fmt: skip
 
 
 def _cleanup_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
@@ -757,11 +776,17 @@ def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     out = []
     last_metric: dict[str, Any] = {}
     outputs: dict[str, dict[str, Any]] = {}
-    for ev in record.events("metric", "output"):
+    missing: dict[str, dict[str, Any]] = {}  # declared ([outputs]) and not found, newest last
+    for ev in record.events("metric", "output", "output_missing"):
+        name = str(ev.get("name"))
         if ev["kind"] == "metric":
-            last_metric[str(ev.get("name"))] = ev.get("value")
+            last_metric[name] = ev.get("value")
+        elif ev["kind"] == "output":
+            outputs[name] = ev
+            missing.pop(name, None)
         else:
-            outputs[str(ev.get("name"))] = ev
+            missing[name] = ev
+            outputs.pop(name, None)
     for name, text in spec.acceptance.metrics.items():
         cond = parse_condition(text)
         value = last_metric.get(name)
@@ -791,6 +816,13 @@ def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
         )
     for name in spec.acceptance.outputs:
         registered = outputs.get(name)
+        if registered is None and name in missing:
+            ev = missing[name]
+            out.append(Check("results", f"output {name}", FAIL, True,
+                             f"declared as {ev.get('pattern')!r} in [outputs], not found after "
+                             f"attempt {ev.get('attempt')}: {ev.get('reason')}",
+                             f"make the script write it, or fix [outputs] {name} in the spec"))  # fmt: skip
+            continue
         if registered is None:
             out.append(
                 Check(
@@ -799,7 +831,7 @@ def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
                     NOT_RECORDED,
                     True,
                     "never registered",
-                    f'register it with run.output("{name}", path)',
+                    f'register it with run.output("{name}", path), or declare it in [outputs]',
                 )
             )
             continue
@@ -807,6 +839,10 @@ def _result_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     extra = sorted(set(outputs) - set(spec.acceptance.outputs))
     for name in extra:
         out.append(_verify_output(name, outputs[name], required=False))
+    for name in sorted(set(missing) - set(spec.acceptance.outputs)):
+        ev = missing[name]
+        out.append(Check("results", f"output {name}", FAIL, False,
+                         f"declared in [outputs], not found: {ev.get('reason')}"))  # fmt: skip
     return out
 
 

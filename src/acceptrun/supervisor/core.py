@@ -47,7 +47,7 @@ from acceptrun.client import (
     ENV_RUN_ID,
     ENV_SPEC,
 )
-from acceptrun.errors import SpecError
+from acceptrun.errors import RecordError, SpecError
 from acceptrun.spec import RunSpec, format_duration
 from acceptrun.supervisor.classify import (
     AttemptFacts,
@@ -57,8 +57,11 @@ from acceptrun.supervisor.classify import (
     retry_allowed,
     stderr_tail,
 )
+from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
 from acceptrun.supervisor.process import ChildProcess
+from acceptrun.supervisor.progress import ProgressReader
 from acceptrun.supervisor.watch import AttemptWatch
+from acceptrun.usage import detect_usage
 from acceptrun.workspace import RunRecord, now_iso, user_at_host
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
@@ -68,6 +71,7 @@ POLL_S = (
 )
 MAX_BACKOFF_S = 300.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+STOP_CAUSES = ("user", "budget", "wall_time", "idle")  # stops the supervisor asked for
 
 
 @dataclass(slots=True)
@@ -163,6 +167,9 @@ class Supervisor:
         )
         self._idle: dict[str, Any] | None = None  # the idle event that stopped the attempt
         # ---- end of telemetry ----
+        # How the command uses acceptrun (acceptrun.usage): a black box's steps come from
+        # its logs or TensorBoard files (supervisor/progress.py), when the spec says how.
+        self.usage = detect_usage(spec)
 
     # ---- signals ------------------------------------------------------------------------------
 
@@ -318,6 +325,61 @@ class Supervisor:
         info = store.latest_verified()
         return ("", None) if info is None else (str(info.path), info.step)
 
+    # ---- watched checkpoints (supervisor/external.py) ----
+    def _restore_watched(self, attempt: int, resume_step: int | None) -> str | None:
+        """Put the resume checkpoint back where the script expects it, if it was captured.
+
+        Returns the restored file or directory ("{checkpoint}" in checkpoint.resume_args).
+        """
+        if resume_step is None or not self.spec.checkpoint.watch:
+            return None
+        info = CheckpointStore(self.checkpoint_dir).get(resume_step)
+        if info is None:
+            return None
+        t0 = time.monotonic()
+        path = restore_watched(info, self.spec.workdir_path)
+        if path is None:
+            return None  # a checkpoint of the client API: the script restores it itself
+        self.record.event(
+            "restored", sync=True, attempt=attempt, step=info.step, path=str(info.path),
+            seconds=round(time.monotonic() - t0, 6), source="watched", restored_to=str(path),
+        )  # fmt: skip
+        return str(path)
+
+    def _start_watcher(
+        self, attempt: int, pid: int, watch: AttemptWatch, resume_step: int | None
+    ) -> CheckpointWatcher | None:
+        """Capture the script's own checkpoints (checkpoint.watch) on a thread of its own."""
+        ck = self.spec.checkpoint
+        if not ck.watch:
+            return None
+        mirror = None
+        if ck.mirror:
+            from acceptrun.checkpoint.mirror import Mirror
+
+            mirror = Mirror(
+                f"{ck.mirror.rstrip('/')}/{self.record.run_id}",
+                state_path=self.record.file("mirror.json"),
+                on_event=lambda kind, fields: self._event(kind, attempt, fields),
+            )
+        prov = self.record.read_json("provenance.json") or {}
+        watcher = CheckpointWatcher(
+            self.spec, self.checkpoint_dir, attempt=attempt, pid=pid,
+            events=lambda: watch.events,
+            on_event=lambda kind, fields: self._event(kind, attempt, fields),
+            resume_step=resume_step, mirror=mirror,
+            meta={
+                "run_id": self.record.run_id,
+                "spec_hash": self.record.state.get("spec_hash") or self.spec.hash,
+                "provenance_hash": prov.get("hashes", {}).get("all"),
+            },
+            exclude=[self.checkpoint_dir, self.record.path],
+        )  # fmt: skip
+        watcher.start()
+        return watcher
+
+    # ---- end of watched checkpoints ----
+
     def _event(self, kind: str, attempt: int, fields: dict[str, Any]) -> None:
         self.record.event(kind, sync=True, attempt=attempt, **fields)
 
@@ -347,7 +409,14 @@ class Supervisor:
         env = self._env(attempt, resume_from)
         try:
             command = self._command(env)
-        except SpecError as exc:  # resources.processes > 1 with a command torchrun cannot run
+            # ---- watched checkpoints (supervisor/external.py): put back, resume args ----
+            restored = self._restore_watched(attempt, resume_step)
+            if restored is not None:
+                command = with_resume_args(command, self.spec, restored)
+            # ---- end of watched checkpoints ----
+        except (SpecError, RecordError, OSError) as exc:
+            # processes > 1 with a command torchrun cannot run, or a watched checkpoint
+            # that could not be put back where the script expects it
             stamp = now_iso()
             res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0, str(exc))
             self._record_exit(adir, res)
@@ -368,6 +437,7 @@ class Supervisor:
         )
         offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
         oom_before = oom_kill_count()
+        progress = self._progress_reader(attempt, adir)  # before the start: it marks what is old
         try:
             child.start()
         except OSError as exc:
@@ -383,8 +453,10 @@ class Supervisor:
             pid=child.pid,
             command=child.argv,
             resume_step=resume_step,
+            restored=restored,
         )
         resumed = "" if resume_step is None else f", resuming after step {resume_step}"
+        resumed += "" if restored is None else f" from {restored}"
         self.say(f"attempt {attempt} started (pid {child.pid}{resumed})")
         watch = AttemptWatch(
             self.record.events_path,
@@ -392,19 +464,26 @@ class Supervisor:
             (adir / "stdout.log", adir / "stderr.log"),
             child.pid,
             offset=offset,
+            steps_only=progress is not None,  # progress = step lines, not any output
         )
         self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
+        watcher = self._start_watcher(attempt, child.pid, watch, resume_step)  # its own thread
         faults = _time_faults(env, attempt)
         hang_window = self.spec.limits.hang_window
         stop_sent_at: float | None = None
         cause: str | None = None
         stall_evidence: str | None = None
         returncode: int | None = None
+        diverged_kill = False
         while returncode is None:
             returncode = child.wait(POLL_S)
+            if progress is not None and (div := progress.poll()) is not None:
+                diverged_kill = self._kill_diverged(child, attempt, div)
             watch.poll()
             if returncode is not None:
                 break
+            if diverged_kill:
+                continue  # killed: wait for the exit only
             now = time.monotonic()
             if cause is None and self._stop_reason is not None:
                 cause = "user"
@@ -464,7 +543,16 @@ class Supervisor:
                 stop_sent_at = float("inf")
         child.finish()
         self.telemetry.end()
+        if progress is not None:
+            progress.poll(final=True)  # the lines written just before the exit
         watch.poll()
+        if watcher is not None:
+            # The final pass trusts a file written just before the exit only when the
+            # workload exited by itself: a process killed mid-save leaves it torn.
+            clean = returncode == 0 or (returncode > 0 and cause in STOP_CAUSES)
+            why = f"attempt {attempt} ended (status {returncode}) before the file settled"
+            watcher.stop(final=clean, why_not=why)
+            watch.poll()  # its checkpoint_commit events, for the lost-work accounting
         oom_after = oom_kill_count()
         res = self._result(attempt, child, returncode, cause)
         facts = AttemptFacts(
@@ -483,8 +571,33 @@ class Supervisor:
                 res.failure, evidence=[stall_evidence, *res.failure.evidence]
             )
         res.work = self._work(watch, child, resume_step, res)
+        if self.spec.outputs:
+            from acceptrun.supervisor.outputs import check_declared_outputs
+
+            check_declared_outputs(
+                self.record, self.spec, attempt, step=watch.last_step, since=self.billing_start
+            )
         self._record_exit(adir, res)
         return res
+
+    def _progress_reader(self, attempt: int, adir: Path) -> ProgressReader | None:
+        """A reader of the attempt's step lines or TensorBoard files; None for a client script."""
+        prog = self.spec.progress
+        if self.usage.client or (prog.pattern is None and prog.tensorboard is None):
+            return None
+        reader = ProgressReader(
+            self.record, self.spec, attempt, adir / "stdout.log", adir / "stderr.log", say=self.say
+        )
+        return reader if reader.active else None
+
+    def _kill_diverged(self, child: ChildProcess, attempt: int, diverged: dict[str, Any]) -> bool:
+        """SIGKILL a black box whose logged loss diverged; asked to stop, it could checkpoint it."""
+        self.say(f"attempt {attempt}: {diverged.get('reason')}; killing it (diverged)")
+        self.record.event(
+            "kill_sent", sync=True, attempt=attempt, signal="SIGKILL", reason="diverged"
+        )
+        child.signal_group(signal.SIGKILL)
+        return True
 
     def spend(self, at: float | None = None) -> float | None:
         """Compute spend so far in USD, as the provider bills it (None without a price)."""

@@ -8,7 +8,11 @@ keeps this attempt's events for the classifier, and answers "how long since prog
   what the loop is doing meanwhile (``phase``: step, data_wait, ...), which tells a data
   stall (waiting for a batch) from a hang (stuck in a step, e.g. a collective);
 - in black-box mode (no client), progress is new output in the attempt's logs or CPU
-  time used by the process tree (sampled at most once a second).
+  time used by the process tree (sampled at most once a second);
+- a black box whose steps are read from its output or TensorBoard files
+  (``progress.pattern``/``progress.tensorboard``, ``steps_only``): progress is a step
+  event, as with the client; other output and CPU use are not progress (a loop that
+  spins without finishing a step is hung).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class AttemptWatch:
     offset: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
     client: bool = False  # a workload_start event arrived: the client API is in use
+    steps_only: bool = False  # steps come from the script's output (supervisor/progress.py)
     steps: int = 0
     first_step: int | None = None
     last_step: int | None = None
@@ -96,7 +101,8 @@ class AttemptWatch:
         if kind == "workload_start":
             self.client = True
         elif kind == "step":
-            self.steps += 1
+            span = ev.get("span")  # a log line every N steps stands for N of them
+            self.steps += span if isinstance(span, int) and span > 0 else 1
             step = ev.get("step")
             if isinstance(step, int):
                 self.first_step = step if self.first_step is None else self.first_step
@@ -118,12 +124,16 @@ class AttemptWatch:
     def stalled(self, window: float) -> Stall | None:
         """A :class:`Stall` when nothing progressed for ``window`` seconds, else None."""
         now = time.monotonic()
-        if not self.client:
+        if not self.client and not self.steps_only:
             self._black_box_progress(now)
         idle = now - self._progress_t
         if idle < window:
             return None
-        where = "no step" if self.client else "no output and no CPU use"
+        where = (
+            "no step"
+            if self.client
+            else "no step line" if self.steps_only else "no output and no CPU use"
+        )
         last = f"; last step {self.last_step}" if self.last_step is not None else "; no step yet"
         phase, phase_s = self._phase
         if self.client and phase == "data_wait":
