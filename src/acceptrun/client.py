@@ -48,7 +48,7 @@ import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from acceptrun.durable import write_atomic
 from acceptrun.hashing import hash_file
@@ -130,6 +130,7 @@ class Run:
         self._stop_signal = False  # this rank got SIGTERM; _stop_requested: all ranks agreed
         self._stopping = False
         self._total_steps: int | None = None  # the end of the current steps() loop
+        self._loop_stops = False  # handle_stops(): a framework's loop polls stop_requested
 
     # ---- the training loop ----------------------------------------------------------------
 
@@ -302,6 +303,30 @@ class Run:
     def stop_requested(self) -> bool:
         """True once the supervisor (or a preemption) asked the workload to stop."""
         return self._stop_requested
+
+    def handle_stops(self) -> None:
+        """Take SIGTERM as a stop request outside :meth:`steps` too, for a loop run elsewhere.
+
+        A framework's own loop (the Hugging Face Trainer, Lightning) calls this once, then
+        polls :attr:`stop_requested` at its step boundaries, saves, and calls
+        :meth:`exit_stopped`. Without it SIGTERM outside ``steps()`` keeps its default
+        effect (the process dies at once).
+        """
+        self._loop_stops = True
+
+    def exit_stopped(self, step: int, *, checkpoint: int | None) -> NoReturn:
+        """Record a graceful stop after ``step`` (``checkpoint``: the step saved) and exit 143.
+
+        For loops that poll :attr:`stop_requested` (see :meth:`handle_stops`); the state
+        must already be saved. Raises ``SystemExit(143)``, the status of a process ended
+        by SIGTERM, which the supervisor reads with the ``stopped`` event.
+        """
+        self._stopping = True
+        self.record.event(
+            "stopped", sync=True, attempt=self.attempt, step=step, checkpoint=checkpoint,
+            reason="stop requested", **self._rank_field(),
+        )  # fmt: skip
+        raise SystemExit(143)
 
     # ---- checkpoints ----------------------------------------------------------------------------
 
@@ -664,7 +689,7 @@ class Run:
             # the workload twice: torchrun's agent repeats it, and under Slurm both the
             # job step and the supervisor send it. A second one must not kill the save.
             return
-        if not self._in_steps:
+        if not (self._in_steps or self._loop_stops):
             # Not in a loop we control: behave as if we had never installed a handler.
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)

@@ -1,0 +1,219 @@
+"""What every framework integration shares: attach, capture, resume point, put back, stop.
+
+A framework (the Hugging Face Trainer, Accelerate, Lightning) owns the training loop and
+writes its own checkpoint files. :class:`FrameworkRun` is the bridge to acceptrun for
+such a loop, framework-neutral and without torch:
+
+* :meth:`FrameworkRun.attach` joins the run (``acceptrun.init()``; a standalone run
+  outside ``acceptrun run``) and takes SIGTERM as a stop request to poll
+  (:meth:`~acceptrun.client.Run.handle_stops`) instead of dying at once;
+* :meth:`FrameworkRun.capture` copies a file or directory the framework just wrote into
+  the run's :class:`~acceptrun.checkpoint.store.CheckpointStore` as one verified
+  checkpoint (hashed, manifest, retention by the spec's keep_*, mirrored when
+  ``checkpoint.mirror`` is set) and records the time it blocked training as the
+  checkpoint stall;
+* :meth:`FrameworkRun.resume_point` picks the checkpoint to resume from: the supervisor's
+  ``ACCEPTRUN_RESUME_FROM`` if it still verifies, else the newest that does (a corrupted
+  one is quarantined first); None on a fresh start;
+* :meth:`FrameworkRun.put_back` copies it back where the framework reads it, verified
+  and swapped in whole;
+* :meth:`FrameworkRun.exit_stopped` ends a graceful stop: ``stopped`` event, exit 143.
+
+>>> fr = FrameworkRun.attach()
+>>> info = fr.resume_point()                                   # None on a fresh start
+>>> if info: fr.put_back(info, {"ckpt": "out/checkpoint-40"})
+>>> fr.capture(50, {"ckpt": "out/checkpoint-50"})              # after the framework saved
+>>> if fr.stop_requested: fr.exit_stopped(50)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from acceptrun.checkpoint.files import CaptureStats, capture, put_back, sources_of
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
+from acceptrun.client import Run, init
+from acceptrun.errors import UserError
+
+__all__ = ["FrameworkRun"]
+
+# Whether Run.log fires injected step faults itself (outside run.steps()); if not, the
+# integration does, so that `--inject kill@step=N` works with a framework's loop.
+_LOG_FIRES_FAULTS = bool({"_fire_faults", "fire", "inject"} & set(Run.log.__code__.co_names))
+
+
+class FrameworkRun:
+    """One run driven by a framework's loop; checkpoints are the framework's own files."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.last_captured: int | None = None  # the step of the newest capture, or resume
+        self.captures: list[CaptureStats] = []  # what each capture copied, in order
+        self._store: CheckpointStore | None = None
+        self._mirror: Any = None  # checkpoint.mirror.Mirror, created with the store
+
+    @classmethod
+    def attach(cls, name: str | None = None) -> FrameworkRun:
+        """Join the current run (or create a standalone one) and own its graceful stops."""
+        run = init(name)
+        run.handle_stops()
+        return cls(run)
+
+    def log(self, step: int, **values: float) -> None:
+        """Write the step event of ``step`` (a step the framework just finished).
+
+        Injected step faults (``acceptrun run --inject kill@step=N``) fire after the event
+        is written, as they do inside ``run.steps()``: by ``run.log`` itself where the
+        client fires them there, else here.
+        """
+        self.run.log(step, **values)
+        if self.run._faults and not _LOG_FIRES_FAULTS:
+            from acceptrun import inject
+
+            inject.fire(self.run, step, "after_step")
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    @property
+    def store(self) -> CheckpointStore:
+        """The run's checkpoint store, with the spec's retention; stale staging removed once."""
+        if self._store is None:
+            store: CheckpointStore = self.run._store()
+            if self.run.rank == 0:
+                store.remove_stale_staging()
+            mirror_url = self.run.spec.checkpoint.mirror
+            if mirror_url and self.run.rank == 0:
+                from acceptrun.checkpoint.mirror import Mirror
+
+                self._mirror = Mirror(
+                    f"{mirror_url.rstrip('/')}/{self.run.run_id}",
+                    state_path=self.run.record.file("mirror.json"),
+                    on_event=self.run._event_sink,
+                )
+                self._mirror.start()
+            self._store = store
+        return self._store
+
+    def capture(
+        self,
+        step: int,
+        sources: Mapping[str, str | os.PathLike[str]],
+        *,
+        metrics: Mapping[str, float] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> CheckpointInfo:
+        """Copy ``sources`` (stored name -> file or directory) in as the checkpoint of ``step``.
+
+        Blocks the caller for the copy (it reads and hashes every byte once: about the
+        speed of a local file copy); that time is recorded as the checkpoint stall
+        (``checkpoint_stage`` event), the commit as ``checkpoint_commit``. A failure is
+        recorded (``checkpoint_failed``) and raised: the previous checkpoint is intact.
+        """
+        if self.run.drill:
+            raise UserError("a restore drill runs one step and saves nothing; skip the capture")
+        full_meta = {
+            "run_id": self.run.run_id,
+            "attempt": self.run.attempt,
+            "spec_hash": self.run.record.state.get("spec_hash"),
+            **dict(meta or {}),
+        }
+        clean = {k: float(v) for k, v in (metrics or {}).items() if _finite(v)}
+        try:
+            info, stats = capture(self.store, step, sources, metrics=clean, meta=full_meta)
+        except Exception as exc:
+            self.run._event_sink(
+                "checkpoint_failed", {"step": step, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            raise
+        self.run._event_sink(
+            "checkpoint_stage",
+            {"step": step, "stall_s": round(stats.seconds, 6), "bytes": stats.bytes,
+             "files": stats.files, "captured": True},
+        )  # fmt: skip
+        if self._mirror is not None:
+            self._mirror.enqueue(info.step, info.path)
+        self.captures.append(stats)
+        self.last_captured = step
+        return info
+
+    def resume_point(self) -> CheckpointInfo | None:
+        """The checkpoint to resume from, verified; None on a fresh start.
+
+        Under ``acceptrun run`` the supervisor names it (``ACCEPTRUN_RESUME_FROM``); if
+        it no longer verifies, the newest one that does is used and the bad ones are
+        quarantined. A later attempt without that variable still resumes from the
+        store's newest verified checkpoint. A checkpoint that holds no captured files
+        (saved by ``run.checkpoint()``) cannot be put back into a framework's directory
+        and raises :class:`UserError`.
+        """
+        run = self.run
+        if run.resume_from:
+            path = Path(run._verified_resume_path(self.store, run.resume_from))
+            info = self.store.get(int(path.name.split("-", 1)[1]))
+        elif run.attempt > 1 and not run.drill:
+            info = self.store.latest_verified()
+        else:
+            return None
+        if info is None:
+            return None
+        if not sources_of(info):
+            raise UserError(
+                f"checkpoint {info.path} was saved by run.checkpoint(), not captured from a "
+                "framework's files; resume it with run.restore(), or point checkpoint.dir "
+                "of this spec at a directory of its own"
+            )
+        return info
+
+    def put_back(
+        self, info: CheckpointInfo, targets: Mapping[str, str | os.PathLike[str]] | None = None
+    ) -> dict[str, Path]:
+        """Copy ``info``'s files back (to ``targets``: stored name -> path), verified.
+
+        Records a ``restored`` event with the seconds it took.
+        """
+        t0 = time.perf_counter()
+        placed = put_back(info, targets)
+        seconds = time.perf_counter() - t0
+        self.last_captured = info.step
+        if not self.run.drill and self.run.rank == 0:
+            self.run.record.event(
+                "restored", sync=True, attempt=self.run.attempt, step=info.step,
+                path=str(info.path), seconds=round(seconds, 4),
+                notes=[f"put back {name} -> {dest}" for name, dest in placed.items()],
+            )  # fmt: skip
+        return placed
+
+    # ---- stops and the end -------------------------------------------------------------------
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the supervisor (``acceptrun stop``, a preemption, a limit) asked to stop."""
+        return self.run.stop_requested
+
+    def exit_stopped(self, step: int) -> NoReturn:
+        """Record the stop after ``step`` with the newest capture as its checkpoint; exit 143."""
+        self.close()
+        self.run.exit_stopped(step, checkpoint=self.last_captured)
+
+    def close(self, mirror_timeout: float = 60.0) -> None:
+        """Give the mirror up to ``mirror_timeout`` seconds to catch up, then stop it."""
+        if self._mirror is None:
+            return
+        mirror, self._mirror = self._mirror, None
+        if not mirror.wait(mirror_timeout):
+            self.run._event_sink(
+                "mirror_behind", {"status": {str(k): v for k, v in mirror.status().items()}}
+            )
+        mirror.close(timeout=5)
+
+
+def _finite(value: Any) -> bool:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return number == number and abs(number) != float("inf")
