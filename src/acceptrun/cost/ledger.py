@@ -21,6 +21,13 @@ The billed seconds are split four ways, and the parts always sum to the billed t
   the rounding up to billing increments;
 - checkpoint_stall: the training loop blocked on checkpoint staging (``stall_s``).
 
+A black box without step events (the ``usage`` event says the command does not use the
+client) is split by its activity in telemetry.jsonl (:mod:`acceptrun.activity`): its
+active seconds are productive (lost work when the attempt failed), the start-up before
+its first active sample idle (wasted when it failed), the rest idle. A step event that
+stands for several steps (``span``, a log line every N steps) counts its step time
+``span`` times.
+
 Storage counts checkpoints (``total_bytes`` from commit to delete, or to the end) and
 outputs (size from registration to the end) in GiB-hours, at the price's storage rate,
 and what the run leaves on disk with its monthly cost. People's time and switching
@@ -176,6 +183,7 @@ class _Attempt:
     seconds_lost: float = 0.0
     idle_since: float | None = None  # start of the idle stretch that stopped the attempt
     steps: list[dict[str, Any]] = field(default_factory=list)
+    client: bool = False  # a workload_start event: the client API ran in this attempt
 
 
 @dataclass
@@ -218,10 +226,12 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
         elif kind == "verdict":
             if not current.attempts:  # no attempt ran (failed preflight, stopped before launch)
                 current.end = float(t)
-        elif kind == "step":
+        elif kind in ("step", "workload_start"):
             a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
-            if a is not None:
+            if a is not None and kind == "step":
                 a.steps.append(ev)
+            elif a is not None:
+                a.client = True
         elif kind == "idle_stop" or (kind == "idle" and isinstance(ev.get("since"), int | float)):
             a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
             since = ev.get("since")
@@ -235,7 +245,10 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
 
 
 def _split_attempt(
-    a: _Attempt, redone: set[tuple[int, int]], stalls: list[tuple[float, float]]
+    a: _Attempt,
+    redone: set[tuple[int, int]],
+    stalls: list[tuple[float, float]],
+    activity_of: Any = None,
 ) -> dict[str, float]:
     """One attempt's wall time, partitioned (seconds): see the module docstring."""
     end = a.end if a.end is not None else (a.steps[-1]["t"] if a.steps else a.start)
@@ -249,6 +262,20 @@ def _split_attempt(
     dur = max(0.0, end - a.start)
     failed = a.outcome not in ("success", "running", "idle")
     first_t = min((float(s["t"]) for s in a.steps), default=None)
+    act = None
+    if first_t is None and activity_of is not None and not a.client:
+        act = activity_of(a.start, end)  # a black box: timed by its samples
+    if first_t is None and act is not None and act.first_active is not None:
+        startup = min(max(0.0, act.first_active - a.start), dur)
+        active = min(act.active_s, dur - startup)
+        if failed:
+            out["wasted.failed_startup"] = startup
+            out["wasted.lost_work"] = dur - startup
+        else:
+            out["idle.startup"] = startup
+            out["productive"] = active
+            out["idle.after_last_step"] = dur - startup - active
+        return out
     if first_t is None:
         out["wasted.failed_startup" if failed else "idle.startup"] = dur
         return out
@@ -267,6 +294,8 @@ def _split_attempt(
         st = s.get("step_time")
         if not isinstance(st, int | float) or not first_t <= s["t"] <= lost_from:
             continue
+        span = s.get("span")
+        st *= span if isinstance(span, int) and span > 0 else 1
         if (a.attempt, int(s.get("step", -1))) in redone:
             redone_s += st
         else:
@@ -280,6 +309,18 @@ def _split_attempt(
     out["productive"] = productive
     out["idle.after_last_step"] = window - stall - redone_s - productive
     return out
+
+
+def _black_box_activity(record: RunRecord, spec: RunSpec, events: list[dict[str, Any]]) -> Any:
+    """For a black box: a function (start, end) -> its Activity from telemetry; else None."""
+    usage = next((e for e in events if e.get("kind") == "usage"), None)
+    if usage is None or usage.get("usage") == "client":
+        return None
+    from acceptrun.activity import activity
+
+    samples = list(read_jsonl(record.telemetry_path)) if record.telemetry_path.exists() else []
+    threshold = spec.telemetry.idle_threshold
+    return lambda start, end: activity(samples, start=start, end=end, threshold=threshold)
 
 
 def _redone_steps(segments: list[_Segment]) -> set[tuple[int, int]]:
@@ -397,6 +438,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         if e.get("kind") == "checkpoint_stage"
     ]
     failed_preflight = state.get("status") == "failed_preflight"
+    activity_of = _black_box_activity(record, spec, events)
 
     detail = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
     attempts: list[dict[str, Any]] = []
@@ -424,7 +466,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             gap = max(0.0, a.start - cursor)
             detail["idle.startup" if first else "idle.backoff"] += gap
             first = False
-            part = _split_attempt(a, redone, stalls)
+            part = _split_attempt(a, redone, stalls, activity_of)
             for k, v in part.items():
                 detail[k] += v
             a_end = a.end if a.end is not None else a.start + sum(part.values())

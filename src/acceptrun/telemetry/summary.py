@@ -18,6 +18,13 @@ parts that sum to it:
   the time a failed attempt ran after its last step (hang windows included);
 - ``other``: the rest (time between steps outside the loop body, closing).
 
+A step event read from a script's log (``source: "log"``) may stand for several steps
+(``span``, a line every N steps): its step time is per step, so it counts ``span`` times.
+A black box without step events (the ``usage`` event says the script does not use the
+client, and no progress source matched) is timed by its activity in telemetry.jsonl
+(:mod:`acceptrun.activity`): before its first active sample is "before first step", its
+active samples are compute, its inactive ones "other"; never all of it "before first step".
+
 >>> s = summarize(Path(".acceptrun/runs/20261130-015953-sumx-0b29"))
 >>> s.breakdown["data_wait"], s.step_time["p50"], s.hints
 """
@@ -110,6 +117,7 @@ class _Attempt:
     end: float | None = None
     outcome: str | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
+    client: bool = False  # a workload_start event: the client API ran in this attempt
 
 
 @dataclass
@@ -176,7 +184,21 @@ def _attempts(events: list[dict[str, Any]]) -> list[_Attempt]:
             a.end, a.outcome = t, str(ev.get("outcome"))
         elif kind == "step":
             a.steps.append(ev)
+        elif kind == "workload_start":
+            a.client = True
     return sorted(by_number.values(), key=lambda a: a.start)
+
+
+def _span(step: dict[str, Any]) -> int:
+    """Steps one event stands for: ``span`` of a log line every N steps, else 1."""
+    span = step.get("span")
+    return span if isinstance(span, int) and not isinstance(span, bool) and span > 0 else 1
+
+
+def _black_box(events: list[dict[str, Any]]) -> bool:
+    """True when the launch recorded a command that does not use the client API."""
+    usage = next((ev for ev in events if ev.get("kind") == "usage"), None)
+    return usage is not None and usage.get("usage") != "client"
 
 
 def _redone(attempts: list[_Attempt]) -> set[tuple[int, int]]:
@@ -383,9 +405,15 @@ class _Breakdown:
 
 
 def _breakdown(
-    events: list[dict[str, Any]], attempts: list[_Attempt], start: float, end: float
+    events: list[dict[str, Any]],
+    attempts: list[_Attempt],
+    start: float,
+    end: float,
+    samples: list[dict[str, Any]] | None = None,
+    threshold: float = 5.0,
 ) -> _Breakdown:
     parts = dict.fromkeys(BREAKDOWN_PARTS, 0.0)
+    black_box = samples is not None and _black_box(events)
     redone = _redone(attempts)
     restart_into = {ev.get("attempt") for ev in events if ev.get("kind") == "restart"}
     first_wait: float | None = None
@@ -398,6 +426,17 @@ def _breakdown(
             prev_end = prev.end if prev.end is not None else a.start
             gap = max(0.0, a.start - prev_end)
             parts["restarts" if a.number in restart_into else "other"] += gap
+        if not a.steps and black_box and not a.client:
+            from acceptrun.activity import activity
+
+            act = activity(samples or [], start=a.start, end=a_end, threshold=threshold)
+            if act is not None and act.first_active is not None:
+                wait = max(0.0, act.first_active - origin)
+                parts["before_first_step"] += wait
+                parts["restarts" if followed else "compute"] += act.active_s
+                if i == 0:
+                    first_wait = wait
+                continue
         if not a.steps:
             wait = max(0.0, a_end - origin)
             if followed:  # failed before its first step, then restarted: thrown away
@@ -413,7 +452,7 @@ def _breakdown(
         if i == 0:
             first_wait = wait
         for s in a.steps:
-            st = _num(s.get("step_time")) or 0.0
+            st = (_num(s.get("step_time")) or 0.0) * _span(s)
             if (a.number, int(s.get("step", -1))) in redone:
                 parts["restarts"] += st
                 continue
@@ -458,20 +497,20 @@ def summarize(run_dir: Path) -> Summary:
         max(0.0, float(steps[0]["t"]) - run_start) if steps and run_start is not None else None
     )
     attempts = _attempts(events)
+    tel = _section(rec.spec, "telemetry")
+    threshold = _num(tel.get("idle_threshold"))
+    threshold = 5.0 if threshold is None else threshold
     if start is not None and end is not None:
-        bd = _breakdown(events, attempts, start, end)
+        bd = _breakdown(events, attempts, start, end, rec.samples, threshold)
     else:
         bd = _Breakdown(dict.fromkeys(BREAKDOWN_PARTS, 0.0), 0, 0, None)
     steady = _steady(attempts)
     throughput = _throughput(steady)
     timed = [s for s in steps if (_num(s.get("step_time")) or 0) > 0]
-    total_step = sum(float(s["step_time"]) for s in timed)
+    total_step = sum(float(s["step_time"]) * _span(s) for s in timed)
     data_wait_share = None
     if total_step > 0 and any("data_wait" in s for s in timed):
         data_wait_share = sum(_num(s.get("data_wait")) or 0.0 for s in timed) / total_step
-    tel = _section(rec.spec, "telemetry")
-    threshold = _num(tel.get("idle_threshold"))
-    threshold = 5.0 if threshold is None else threshold
     idle_share, idle_source = _idle(rec.samples, threshold)
     gpu_name = _gpu_name(rec)
     summary = Summary(
