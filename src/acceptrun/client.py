@@ -110,9 +110,11 @@ class Run:
         self._objects: dict[str, Any] = {}
         self._checkpointer: Any = None  # checkpoint.saver.Checkpointer, created on first use
         self._last_values: dict[str, float] = {}
+        self._last_values_step: int | None = None  # the step _last_values were logged for
         self._last_saved_step: int | None = None
         self._last_save_time = time.monotonic()
         self._restored: dict[str, Any] | None = None
+        self._values: dict[str, Any] = {}  # plain values the last restore gave back
         self._spec: Any = None
         # What the loop is doing, for the heartbeat thread: (phase, step, since unix s).
         self._phase: tuple[str, int | None, float] = ("startup", None, time.time())
@@ -160,12 +162,16 @@ class Run:
                 t0 = time.perf_counter()
                 self._data_wait = 0.0
                 self._phase = ("step", step, time.time())
-                yield step
-                if self._faults:
-                    self._fire_faults(step, "before_emit")
-                self._emit_step(step, time.perf_counter() - t0)
-                if self._faults:
-                    self._fire_faults(step, "after_step")
+                try:
+                    yield step
+                except GeneratorExit:
+                    # `break` (or `return`) in the loop body: the step is done, keep its
+                    # event. An exception in the body also closes this generator; that
+                    # step did not complete and is not recorded.
+                    if _closed_by_break():
+                        self._emit_step(step, time.perf_counter() - t0)
+                    raise
+                self._end_step(step, time.perf_counter() - t0)
                 if self.drill:
                     self._finish_drill(step, time.perf_counter() - t0)
                 step += 1
@@ -259,10 +265,19 @@ class Run:
         step_time = None if self._last_log is None else now - self._last_log
         self._last_log = now
         self._pending.update(clean)
+        self._end_step(step, step_time)  # injected step faults fire in this loop too
+
+    def _end_step(self, step: int, step_time: float | None) -> None:
+        """The step is done: its faults (a NaN loss first), its event, then the others."""
+        if self._faults:
+            self._fire_faults(step, "before_emit")
         self._emit_step(step, step_time)
+        if self._faults:
+            self._fire_faults(step, "after_step")
 
     def _emit_step(self, step: int, step_time: float | None) -> None:
         self._last_values = {k: v for k, v in self._pending.items() if isinstance(v, int | float)}
+        self._last_values_step = step
         if self.drill:
             return  # a drill proves the restore; its step is not part of the run
         event: dict[str, Any] = {"attempt": self.attempt, "step": step}
@@ -363,11 +378,21 @@ class Run:
 
         ``objects`` are things with ``state_dict()``/``load_state_dict()`` (model,
         optimizer, scheduler, GradScaler, :class:`~acceptrun.checkpoint.ResumableLoader`)
-        or plain JSON-able values. The RNG states (Python, NumPy, torch, CUDA) are always
-        included. On a fresh start nothing is loaded and 0 is returned; when the
-        supervisor resumes the run, the checkpoint is verified, loaded (tensors onto
-        ``map_location``, default CPU, then each object copies to its own device) and
-        the step after the checkpoint's is returned.
+        or plain values (dicts, lists, tensors, numpy arrays, numbers, strings, tuples).
+        The RNG states (Python, NumPy, torch, CUDA) are always included. On a fresh
+        start nothing is loaded and 0 is returned; when the supervisor resumes the run,
+        the checkpoint is verified, loaded (tensors onto ``map_location``, default CPU,
+        then each object copies to its own device) and the step after the checkpoint's
+        is returned.
+
+        Plain values come back too. Mutable ones in place, so the script's own
+        references see them: a dict is cleared and updated, a list slice-assigned, a
+        tensor (an RNN hidden state) or numpy array copied into under ``no_grad`` (same
+        shape and dtype). Immutable ones (numbers, strings, tuples) cannot change in
+        place: read them from :attr:`restored` (or :meth:`state`), and hand their new
+        values to the next checkpoint with :meth:`update_state`. A value that cannot be
+        restored (a tensor of another shape, a list where a dict was saved) raises
+        :class:`~acceptrun.errors.UserError` naming it.
 
         In a multi-process run ``objects`` are the state every rank holds the same copy
         of (a DDP model, its optimizer): rank 0 saves them and every rank loads them.
@@ -377,6 +402,8 @@ class Run:
 
         >>> start = run.restore(model=model, optimizer=opt, scheduler=sched)
         >>> start = run.restore(model=ddp.module, optimizer=opt, per_rank={"loader": loader})
+        >>> start = run.restore(model=model, history=history, best_loss=float("inf"))
+        >>> best_loss = run.restored.get("best_loss", float("inf"))   # history: in place
         """
         both = sorted(set(objects) & set(per_rank or {}))
         if both:
@@ -388,7 +415,7 @@ class Run:
         resume = self.resume_from
         if not resume:
             return 0
-        from acceptrun.checkpoint.state import load_into, load_ranked
+        from acceptrun.checkpoint.state import load_into, load_ranked, restore_values
 
         store = self._store()
         if self.ranks.distributed:
@@ -403,6 +430,10 @@ class Run:
             )  # fmt: skip
         else:
             loaded = load_into(path, {**self._objects, **self._per_rank}, device=map_location)
+        values = restore_values({**self._objects, **self._per_rank}, loaded["values"])
+        for name, value in values.items():  # the next checkpoint saves the restored value
+            (self._per_rank if name in self._per_rank else self._objects)[name] = value
+        self._values = values
         manifest = store.get(int(path.name.split("-", 1)[1]))
         step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
         self._restored = {"step": step, "path": str(path), "seconds": time.perf_counter() - t0}
@@ -413,6 +444,57 @@ class Run:
                 seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
             )  # fmt: skip
         return step + 1
+
+    @property
+    def restored(self) -> dict[str, Any]:
+        """The plain values :meth:`restore` loaded from a checkpoint; empty on a fresh start.
+
+        Mutable ones are the very objects that were registered, now filled in place.
+
+        >>> epoch = run.restored.get("epoch", 0)
+        """
+        return dict(self._values)
+
+    def state(self, name: str) -> Any:
+        """The current value of the plain value registered as ``name`` (restored, or as given).
+
+        >>> epoch = run.state("epoch")
+        """
+        registered = {**self._objects, **self._per_rank}
+        if name not in registered:
+            raise KeyError(
+                f"{name!r} is not registered; register it with run.restore({name}=...) "
+                f"(registered: {sorted(registered)})"
+            )
+        return registered[name]
+
+    def update_state(self, **values: Any) -> None:
+        """Replace registered plain values; the next checkpoint saves the new ones.
+
+        For immutable values (an epoch counter, the best loss so far) that the script
+        rebinds: the checkpoint holds what was last given here, or to :meth:`restore`.
+
+        >>> run.update_state(epoch=epoch, best_loss=best_loss)
+        """
+
+        def stateful(obj: Any) -> bool:  # checkpoint.state's test, without importing torch
+            return callable(getattr(obj, "state_dict", None)) and callable(
+                getattr(obj, "load_state_dict", None)
+            )
+
+        for name, value in values.items():
+            target = self._per_rank if name in self._per_rank else self._objects
+            if name not in target:
+                raise KeyError(
+                    f"{name!r} is not registered; register it first with "
+                    f"run.restore({name}=...) so that it is saved and restored"
+                )
+            if stateful(target[name]) or stateful(value):
+                raise ValueError(
+                    f"{name!r} is an object with state_dict(); it is saved from the object "
+                    "itself, update_state() is for plain values (numbers, dicts, lists)"
+                )
+            target[name] = value
 
     def _agreed_resume_path(self, store: Any, resume: str) -> Path:
         """Rank 0 verifies the checkpoint (one re-read, not one per rank); all load it."""
@@ -469,7 +551,7 @@ class Run:
             )
         if self._checkpointer is None:
             self._checkpointer = self._make_checkpointer()
-        values = {k: float(v) for k, v in (metrics or self._last_values).items()}
+        values = {k: float(v) for k, v in (metrics or self._values_of(step)).items()}
         if self.ranks.distributed:
             self._checkpointer.save(
                 step, self._objects, per_rank=self._per_rank, metrics=values, block=block
@@ -479,6 +561,16 @@ class Run:
             self._checkpointer.save(step, objects, metrics=values, block=block)
         self._last_saved_step = step
         self._last_save_time = time.monotonic()
+
+    def _values_of(self, step: int) -> dict[str, Any]:
+        """The values logged for ``step``: what its checkpoint stores (keep_best ranks them).
+
+        Inside :meth:`steps` a checkpoint of the current step is taken before its event
+        is written, so its values are still pending.
+        """
+        if self._in_steps and self._phase[1] == step:
+            return {k: v for k, v in self._pending.items() if isinstance(v, int | float)}
+        return self._last_values if self._last_values_step == step else {}
 
     def maybe_checkpoint(self, step: int) -> bool:
         """Checkpoint when the spec's interval (``every_steps``, ``every``) says so; True if saved.
@@ -786,8 +878,24 @@ def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | Non
         spec_text=spec.to_toml(),
         state={"mode": "standalone", "status": "running", "started_at": now_iso(), "attempts": 1},
     )
-    record.write_json("provenance.json", provenance.capture(diff_path=record.file("git.diff")))
+    prov = provenance.capture(diff_path=record.file("git.diff"), exclude=[ws.root])
+    record.write_json("provenance.json", prov)
     return record
+
+
+def _closed_by_break() -> bool:
+    """Whether the ``for`` loop over :meth:`Run.steps` ended by ``break``/``return``.
+
+    Called while the generator handles GeneratorExit: the loop's frame is the caller,
+    and it is at the POP_TOP that drops the iterator after a ``break`` or ``return``;
+    an exception unwinding the loop leaves it at the instruction that raised. (A
+    CPython detail: elsewhere, or for a generator closed another way, False.)
+    """
+    import dis
+
+    frame = sys._getframe(2)  # 0: here, 1: steps(), 2: the loop that closed it
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == dis.opmap["POP_TOP"]
 
 
 def _number(value: Any) -> float | int:

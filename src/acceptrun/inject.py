@@ -17,10 +17,12 @@ oom        lower RLIMIT_AS a little above current use and allocate until a real
 exit=N     ``os._exit(N)``: a hard exit with status N, no atexit handlers
 =========  =====================================================================
 
-Step faults are fired inside the workload by the client API (:func:`fire`, called by
-``run.steps()``). Time faults (``kill`` and ``term`` only) are fired by the supervisor,
+Step faults are fired inside the workload by the client API (:func:`fire`, called when
+a step ends in ``run.steps()`` or is logged with ``run.log(step, ...)``). Time faults (``kill`` and ``term`` only) are fired by the supervisor,
 which sends the signal to the workload's process group ``after_s`` seconds after the
-attempt starts: they are the only kind that works for a black-box command.
+attempt starts: they are the only kind that works for a black-box command. Every fault
+fired is a ``fault_injected`` event; a requested fault with none (the run ended first,
+or its loop never logged that step) fails the verdict (:func:`unfired`).
 """
 
 from __future__ import annotations
@@ -30,13 +32,21 @@ import re
 import resource
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from acceptrun.errors import UserError
 
-__all__ = ["ACTIONS", "Fault", "faults_for_attempt", "fire", "parse_faults", "time_faults"]
+__all__ = [
+    "ACTIONS",
+    "Fault",
+    "faults_for_attempt",
+    "fire",
+    "parse_faults",
+    "time_faults",
+    "unfired",
+]
 
 ACTIONS = ("kill", "term", "hang", "nan", "oom", "exit=N")
 TIMED_ACTIONS = ("kill", "term")  # the supervisor can only send signals from outside
@@ -166,21 +176,69 @@ def time_faults(faults: Sequence[Fault], attempt: int) -> list[Fault]:
 
 
 def fire(run: Any, step: int, phase: str) -> None:
-    """Fire ``run``'s step faults due at ``step`` in ``phase`` (called by ``run.steps()``).
+    """Fire ``run``'s step faults due at ``step`` in ``phase``, each once.
+
+    Called when a step ends: by ``run.steps()``, or by ``run.log(step, ...)`` in a loop
+    of the script's own.
 
     ``before_emit`` (the step's values are about to be written): ``nan`` replaces the
     loss. ``after_step`` (the step event is written): every other action. Each fault is
     recorded as a ``fault_injected`` event, synced to disk, before it is done, since a
     kill leaves no chance to write it afterwards.
     """
-    for fault in run._faults:
+    for fault in list(run._faults):
         if fault.step != step or (fault.action == "nan") != (phase == "before_emit"):
             continue
+        run._faults.remove(fault)  # once: a loop may log the same step twice
         fields: dict[str, Any] = {"action": fault.action, "step": step, "attempt": run.attempt}
         if fault.code is not None:
             fields["code"] = fault.code
         run.record.event("fault_injected", sync=True, **fields)
         _do(run, fault)
+
+
+def unfired(requested: Sequence[str], events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The requested faults (run.json's ``injected``) no ``fault_injected`` event shows fired.
+
+    Each is a sentence for the verdict: what was asked and how far the run got.
+
+    >>> unfired(["kill@step=40"], [{"kind": "step", "attempt": 1, "step": 29}])
+    ['kill@step=40 requested, the run ended at step 29 without it firing']
+    """
+    fired = [e for e in events if e.get("kind") == "fault_injected"]
+    out = []
+    for fault in parse_faults(list(requested)):
+        if any(_fired_as(fault, e) for e in fired):
+            continue
+        shown = str(fault).removesuffix(":attempt=1")
+        steps = [e for e in events if e.get("kind") == "step"]
+        mine = [e for e in steps if e.get("attempt") == fault.attempt]
+        started = any(
+            e.get("kind") == "attempt_start" and e.get("attempt") == fault.attempt for e in events
+        )
+        if not started and fault.attempt > 1:
+            out.append(f"{shown} requested, the run never started attempt {fault.attempt}")
+        elif fault.step is not None and not mine:
+            last = max((int(e["step"]) for e in steps if "step" in e), default=None)
+            where = "no step" if last is None else f"step {last}"
+            out.append(
+                f"{shown} requested, attempt {fault.attempt} logged no step (the run ended at "
+                f"{where}); log steps with run.steps() or run.log(step, ...)"
+            )
+        elif fault.step is not None:
+            last = max(int(e["step"]) for e in mine if "step" in e)
+            out.append(f"{shown} requested, the run ended at step {last} without it firing")
+        else:
+            out.append(f"{shown} requested, attempt {fault.attempt} ended before it was due")
+    return out
+
+
+def _fired_as(fault: Fault, event: Mapping[str, Any]) -> bool:
+    if event.get("attempt") != fault.attempt or event.get("action") != fault.action:
+        return False
+    if fault.step is not None:
+        return event.get("step") == fault.step
+    return event.get("after_s") == fault.after_s
 
 
 def _do(run: Any, fault: Fault) -> None:

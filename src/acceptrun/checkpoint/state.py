@@ -34,7 +34,7 @@ import random
 import struct
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,7 @@ __all__ = [
     "load_into",
     "load_ranked",
     "rank_dir",
+    "restore_values",
     "stage",
     "write_staged",
 ]
@@ -536,6 +537,87 @@ def load_into(
     return _load(Path(path), objects, device=device, rng=rng, strict=strict, world_size=1)
 
 
+def restore_values(registered: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, Any]:
+    """Put saved plain values back into what is registered under the same names.
+
+    Mutable values are restored in place, so the script's own references see them: a
+    dict is cleared and updated, a list slice-assigned, a tensor or numpy array copied
+    into (``copy_`` without autograd; same shape and dtype). Immutable values (numbers,
+    strings, tuples, None) cannot change in place: the saved value is returned. Returns
+    ``{name: value}`` for every name in both; every value is checked before any is
+    changed, and one that cannot be restored raises :class:`UserError` naming it.
+
+    >>> history = []
+    >>> _ = restore_values({"history": history}, {"history": [1.0]}); history
+    [1.0]
+    """
+    plan: list[tuple[str, Any, Any]] = []
+    for name, value in saved.items():
+        if name in registered:
+            plan.append((name, registered[name], _checked_value(name, registered[name], value)))
+    out: dict[str, Any] = {}
+    for name, current, value in plan:
+        if isinstance(current, torch.Tensor):
+            with torch.no_grad():  # a parameter or a leaf that requires grad
+                current.copy_(value)
+            value = current
+        elif isinstance(current, MutableMapping):
+            current.clear()
+            current.update(value)
+            value = current
+        elif isinstance(current, list):
+            current[:] = value
+            value = current
+        elif _is_ndarray(current):
+            current[...] = value
+            value = current
+        out[name] = value
+    return out
+
+
+_NUMBERS = (bool, int, float)
+
+
+def _is_ndarray(value: Any) -> bool:
+    np = sys.modules.get("numpy")  # a numpy array exists only if numpy was imported
+    return np is not None and isinstance(value, np.ndarray)
+
+
+def _checked_value(name: str, current: Any, value: Any) -> Any:
+    """``value`` if it can replace (or fill) ``current``; else a UserError naming ``name``."""
+
+    def refuse(why: str) -> UserError:
+        return UserError(
+            f"run.restore(): cannot restore {name!r}: {why}. Register the same kind of value "
+            f"under {name!r} as the checkpoint holds, or rename it to start it fresh"
+        )
+
+    def kind(v: Any) -> str:
+        if isinstance(v, torch.Tensor) or _is_ndarray(v):
+            return f"{type(v).__name__} of shape {tuple(v.shape)} and dtype {v.dtype}"
+        return type(v).__name__
+
+    if isinstance(current, torch.Tensor) or _is_ndarray(current):
+        if type(value) is not type(current) and not (
+            isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor)
+        ):
+            raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
+        if tuple(value.shape) != tuple(current.shape) or value.dtype != current.dtype:
+            raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
+        return value
+    if isinstance(current, MutableMapping) and not isinstance(value, Mapping):
+        raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
+    if isinstance(current, list) and not isinstance(value, list):
+        raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
+    if current is None or value is None:
+        return value
+    if isinstance(current, _NUMBERS) and isinstance(value, _NUMBERS):
+        return value
+    if not isinstance(value, type(current)) and not isinstance(current, type(value)):
+        raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
+    return value
+
+
 def rank_dir(rank: int) -> str:
     """The directory of rank ``rank``'s own state inside a multi-process checkpoint."""
     return f"rank-{rank}"
@@ -659,7 +741,9 @@ def _load(
             elif isinstance(obj, torch.nn.Module):
                 obj.load_state_dict(state, strict=strict)
             else:
+                before = _group_values(obj)
                 obj.load_state_dict(state)
+                _keep_group_identity(obj, before)
         except Exception as exc:
             exc.add_note(f"while loading {name!r} from {root}")
             raise
@@ -668,6 +752,46 @@ def _load(
     elif rng:
         notes.append("no RNG state in this checkpoint (saved with rng=False)")
     return {"values": values, "meta": meta, "notes": notes}
+
+
+def _group_values(obj: Any) -> list[dict[str, Any]] | None:
+    """An optimizer's param_group values before a load (None for anything else)."""
+    groups = getattr(obj, "param_groups", None)
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        return None
+    return [dict(g) for g in groups]
+
+
+def _keep_group_identity(obj: Any, before: list[dict[str, Any]] | None) -> None:
+    """Put back the optimizer's own objects where a load left equal copies.
+
+    torch builds every param_group from one ``defaults`` dict, so its groups share
+    objects (Adam's ``betas`` tuple). Loaded from JSON each group gets its own copy:
+    equal values, but ``torch.save(opt.state_dict())`` pickles shared and separate
+    objects differently, so the script's own save after a resume would differ byte for
+    byte from the uninterrupted run's. Only a value equal to the one it replaces (same
+    type) is swapped back; changed ones (a scheduled ``lr``) stay as loaded.
+    """
+    groups = getattr(obj, "param_groups", None)
+    if before is None or not isinstance(groups, list) or len(groups) != len(before):
+        return
+    for group, old in zip(groups, before, strict=True):
+        for key, value in group.items():
+            if key == "params" or key not in old:
+                continue
+            previous = old[key]
+            if previous is not value and type(previous) is type(value) and _same(previous, value):
+                group[key] = previous
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal plain values (no tensors: their == is elementwise)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # an exotic value whose == raises: keep the loaded one
+        return False
 
 
 def _restore_rng(state: dict[str, Any]) -> list[str]:
