@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sqlite3
 import sys
 import traceback
 from collections.abc import Sequence
@@ -108,7 +109,8 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
     print(f"  outputs   declared in [outputs]: {', '.join(declared) or 'none'}")
     scripted = [o for o in spec.acceptance.outputs if o not in spec.outputs]
     if scripted:
-        print(f"            the script must register: {', '.join(scripted)} (run.output(name, path))")
+        must = ", ".join(scripted)
+        print(f"            the script must register: {must} (run.output(name, path))")
     return 0
 
 
@@ -202,9 +204,58 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 2
 
 
+def _listed_workspaces() -> tuple[list[tuple[str, Any]], list[str]]:
+    """The user's listed workspaces that exist as (project, Workspace); notes on the others."""
+    from acceptrun import registry
+    from acceptrun.workspace import Workspace
+
+    found, notes = [], []
+    for entry in registry.listed():
+        if entry.exists:
+            found.append((entry.project, Workspace(entry.path)))
+        else:
+            notes.append(f"skipped {entry.path} ({entry.project}): it no longer exists")
+    if not found and not notes:
+        notes.append(
+            f"no workspace is listed in {registry.config_dir() / registry.FILE}; "
+            "`acceptrun run SPEC` lists the one it uses"
+        )
+    return found, notes
+
+
+def cmd_ls_all(args: argparse.Namespace) -> int:
+    from acceptrun.spec import format_duration
+
+    workspaces, notes = _listed_workspaces()
+    rows = []
+    for project, ws in workspaces:
+        try:
+            rows += [(project, r) for r in ws.list_runs()]
+        except (AcceptrunError, OSError, sqlite3.Error) as exc:
+            notes.append(f"skipped {ws.root} ({project}): {exc}")
+    rows.sort(key=lambda pr: pr[1].run_id)  # run ids start with their UTC start time
+    width = max([len("PROJECT"), *(len(p) for p, _ in rows)])
+    if rows:
+        print(
+            f"{'PROJECT':<{width}} {'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}"
+        )
+    for project, r in rows[-args.limit :]:
+        print(
+            f"{project:<{width}} {r.run_id:<40} {r.status:<16} {(r.verdict or '-'):<9} "
+            f"{r.attempts:>3} {format_duration(r.duration_s):>9}"
+        )
+    if not rows:
+        print("no runs yet in any listed workspace")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     from acceptrun.spec import format_duration
 
+    if args.all:
+        return cmd_ls_all(args)
     rows = _workspace(args).list_runs()
     if not rows:
         print("no runs yet; start one with `acceptrun run SPEC`")
@@ -302,17 +353,13 @@ def cmd_index_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from acceptrun.lifecycle import ENDED, load_verdict, request_stop, wait_closed
+    from acceptrun.lifecycle import ENDED, load_verdict, request_stop, stop_promise, wait_closed
     from acceptrun.spec import load_spec
     from acceptrun.verdict import format_verdict
 
     record = _workspace(args).get_run(args.run)
     pid = request_stop(record, args.action, reason=args.reason)
-    what = {
-        "stop": "the workload checkpoints at its next step boundary and exits "
-        "(SIGKILL after the grace period)",
-        "kill": "the workload is SIGKILLed now: no checkpoint, no restart",
-    }[args.action]
+    what = stop_promise(record, args.action)
     _say(f"{args.action} sent to run {record.run_id} (supervisor pid {pid}): {what}")
     if not args.wait:
         _say(f"follow it with `acceptrun logs -f {record.run_id}`")
@@ -407,9 +454,12 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
     from acceptrun.cost.report import format_summary, parse_since, select_ledgers, summarize
 
+    since = parse_since(args.since) if args.since else None
+    if args.all:
+        return cmd_cost_all(args, since)
     ws = _workspace(args)
     ledgers, live = select_ledgers(
-        ws, load_catalog(ws.root), since=parse_since(args.since) if args.since else None,
+        ws, load_catalog(ws.root), since=since,
         spec=args.spec, provider=args.provider, gpu=args.gpu,
     )  # fmt: skip
     summary = summarize(ledgers)
@@ -417,6 +467,34 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(json.dumps({**summary, "live": live}, indent=2))
     else:
         print(format_summary(summary, live=live))
+    return 0
+
+
+def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_by_workspace, select_ledgers, summarize
+
+    workspaces, notes = _listed_workspaces()
+    rows, every, live = [], [], []
+    for project, ws in workspaces:
+        try:
+            ledgers, running = select_ledgers(
+                ws, load_catalog(ws.root), since=since,
+                spec=args.spec, provider=args.provider, gpu=args.gpu,
+            )  # fmt: skip
+        except (AcceptrunError, OSError) as exc:
+            notes.append(f"skipped {ws.root} ({project}): {exc}")
+            continue
+        rows.append({"project": project, "workspace": str(ws.root), **summarize(ledgers)})
+        every += ledgers
+        live += running
+    total = summarize(every)
+    if args.json:
+        print(
+            json.dumps({"workspaces": rows, "total": total, "live": live, "notes": notes}, indent=2)
+        )
+    else:
+        print(format_by_workspace(rows, total, live=live, notes=notes))
     return 0
 
 
@@ -576,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", help="list runs in the workspace")
     ls.add_argument("-n", "--limit", type=int, default=50, help="show the newest N (default 50)")
+    ls.add_argument(
+        "--all", action="store_true", help="runs of every workspace in the user's list, together"
+    )
     ls.set_defaults(func=cmd_ls)
 
     show = sub.add_parser("show", help="a run at a glance: verdict, attempts, steps, metrics")
@@ -689,6 +770,9 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--spec", metavar="NAME", help="runs of the spec with this name")
     cost.add_argument("--provider", metavar="P", help="runs priced on this provider")
     cost.add_argument("--gpu", metavar="G", help="runs on this GPU model (e.g. H100)")
+    cost.add_argument(
+        "--all", action="store_true", help="every workspace in the user's list, by project"
+    )
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(func=cmd_cost)
     cost_sub = cost.add_subparsers(dest="cost_command", metavar="ACTION")

@@ -36,9 +36,9 @@ from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.client import ENV_INJECT
 from acceptrun.close import close_run
 from acceptrun.durable import write_json_atomic
-from acceptrun.errors import RecordError, UserError
+from acceptrun.errors import AcceptrunError, RecordError, UserError
 from acceptrun.preflight import check_static
-from acceptrun.spec import RunSpec, load_spec
+from acceptrun.spec import RunSpec, format_duration, load_spec
 from acceptrun.supervisor import Supervisor
 from acceptrun.verdict import Check, Verdict
 from acceptrun.workspace import RunRecord, Workspace, now_iso, user_at_host
@@ -52,6 +52,7 @@ __all__ = [
     "request_stop",
     "resume_run",
     "show_logs",
+    "stop_promise",
     "wait_closed",
 ]
 
@@ -198,6 +199,40 @@ def request_stop(record: RunRecord, action: str, *, reason: str | None = None) -
             f"see `acceptrun show {run_id}`"
         ) from None
     return sup.pid
+
+
+def stop_promise(record: RunRecord, action: str) -> str:
+    """What a stop or kill of this run will do, said plainly (a black box gets no checkpoint).
+
+    Only a script that uses the client API checkpoints at its next step boundary on
+    SIGTERM; an unmodified script does whatever it does with SIGTERM, and only files in
+    ``checkpoint.watch`` are captured.
+    """
+    if action == "kill":
+        return "the workload is SIGKILLed now: no checkpoint, no restart"
+    try:
+        spec = load_spec(record.spec_path)
+        grace = format_duration(spec.limits.grace_period)
+        watched = bool(spec.checkpoint.watch)
+    except AcceptrunError:
+        grace, watched = "the grace period", False
+    usage = next(iter(record.events("usage")), None)
+    kind = None if usage is None else usage.get("usage")
+    if kind in (None, "client"):
+        return (
+            "the workload checkpoints at its next step boundary and exits "
+            f"(SIGKILL after the grace period, {grace})"
+        )
+    if watched:
+        return (
+            f"SIGTERM to the workload ({kind}: acceptrun cannot make it checkpoint; a "
+            "checkpoint it writes into checkpoint.watch before it exits is captured), "
+            f"then SIGKILL after the grace period ({grace})"
+        )
+    return (
+        f"SIGTERM to the workload ({kind}: no checkpoint is taken, the work since its last own "
+        f"save is lost unless it handles SIGTERM itself), then SIGKILL after the grace period ({grace})"
+    )
 
 
 def wait_closed(

@@ -147,9 +147,46 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     checks += _result_checks(record, spec)
     checks += _cost_checks(record, spec)
     checks += _exit_checks(record)
+    checks += _black_box_checks(record, spec)
     order = list(GROUPS)
     checks.sort(key=lambda c: order.index(c.group) if c.group in order else len(order))
     return Verdict(record.run_id, checks, now_iso())
+
+
+def _black_box_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    """What the verdict could not check for a script without the client, and what would let it.
+
+    Information checks (never required): a black box proves only what the spec lets the
+    supervisor see. Also the spec keys that had no effect (``spec_warning`` events).
+    """
+    out = [
+        Check("setup", f"spec {ev.get('key')}", NOT_RECORDED, False,
+              f"{ev.get('message')}; {ev.get('fix')}")
+        for ev in record.events("spec_warning")
+    ]  # fmt: skip
+    usage = next(iter(record.events("usage")), None)
+    if usage is None or usage.get("usage") == "client":
+        return out
+    kinds = {str(ev.get("kind")) for ev in record.events()}
+    what = "a black box" if usage.get("usage") == "black box" else "a command of unknown kind"
+    if "step" not in kinds:
+        out.append(Check("performance", "step time", NOT_RECORDED, False,
+                         f"not checked: {what} wrote no step events; set progress.pattern "
+                         "(a regex over its step lines) or progress.tensorboard, or call "
+                         "run.log(step, loss=...)"))  # fmt: skip
+        out.append(Check("operations", "lost work", NOT_RECORDED, False,
+                         f"not measured in steps: {what} without step events loses all of a "
+                         "failed attempt; set progress.pattern so lost steps are counted"))  # fmt: skip
+    if "checkpoint_commit" not in kinds and not spec.checkpoint.watch:
+        out.append(Check("data", "checkpoints", NOT_RECORDED, False,
+                         f"not checked: {what}'s own checkpoints are unknown to acceptrun, a "
+                         "restart starts over; list them in checkpoint.watch (with "
+                         "checkpoint.resume_args), or save with run.maybe_checkpoint(step)"))  # fmt: skip
+    if not spec.outputs and "output" not in kinds:
+        out.append(Check("results", "outputs", NOT_RECORDED, False,
+                         f"not checked: {what} registered no output; declare its files in "
+                         '[outputs] (e.g. model = "out/model.pt"), or call run.output(name, path)'))  # fmt: skip
+    return out
 
 
 def _summary(record: RunRecord) -> Any:
@@ -670,6 +707,11 @@ def _data_wait_check(
     if limit is None:
         return []
     if share is None:
+        usage = next(iter(record.events("usage")), None)
+        if usage is not None and usage.get("usage") != "client":
+            return [Check("performance", "data wait", NOT_RECORDED, False,
+                          "not checked: only the client's `with run.data_wait():` around the "
+                          "batch fetch measures time waiting for data")]  # fmt: skip
         return [Check("performance", "data wait", NOT_RECORDED, False,
                       "the loop never timed its data waits",
                       "wrap the batch fetch in `with run.data_wait():`")]  # fmt: skip

@@ -21,7 +21,7 @@ from pathlib import Path
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.client import ENV_DRILL
 from acceptrun.errors import UserError
-from acceptrun.spec import load_spec
+from acceptrun.spec import RunSpec, load_spec
 from acceptrun.supervisor.core import contract_env
 from acceptrun.supervisor.process import ChildProcess
 from acceptrun.workspace import RunRecord, now_iso, user_at_host
@@ -40,11 +40,27 @@ class DrillResult:
     log_dir: Path
 
 
+def _refuse_black_box(record: RunRecord, spec: RunSpec) -> None:
+    """A script without the client and without watched checkpoints has nothing to restore."""
+    from acceptrun.usage import BLACK_BOX, detect_usage
+
+    usage = next(iter(record.events("usage")), None)
+    kind = usage.get("usage") if usage is not None else detect_usage(spec).kind
+    if kind == BLACK_BOX and not spec.checkpoint.watch:
+        raise UserError(
+            f"run {record.run_id} is a black box (its script does not use the client API) and "
+            "its spec watches no checkpoint: there is nothing acceptrun could restore. Set "
+            "checkpoint.watch and checkpoint.resume_args in the spec, or use the client API "
+            "(run.restore, run.maybe_checkpoint), then run it again"
+        )
+
+
 def restore_drill(
     record: RunRecord, *, cpu: bool = False, timeout: float = 600.0, echo: bool = False
 ) -> DrillResult:
     """Restore the newest verified checkpoint of ``record`` in a fresh process; record the result."""
     spec = load_spec(record.spec_path)
+    _refuse_black_box(record, spec)
     ckpt_dir = (
         Path(spec.resolve_path(spec.checkpoint.dir))
         if spec.checkpoint.dir

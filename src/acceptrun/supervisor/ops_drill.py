@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.errors import UserError
-from acceptrun.spec import load_spec
+from acceptrun.spec import RunSpec, load_spec
 from acceptrun.workspace import RunRecord, now_iso
 
 __all__ = [
@@ -352,6 +352,29 @@ def plan_faults(steps: list[int], checkpoints: list[int]) -> tuple[int, int]:
     return k1, k2
 
 
+def _refuse_black_box(spec: RunSpec, spec_path: str | Path) -> None:
+    """A script the drill cannot resume or compare is refused before the reference run."""
+    from acceptrun.usage import BLACK_BOX, detect_usage
+
+    usage = detect_usage(spec)
+    if usage.kind != BLACK_BOX:
+        return
+    if not spec.checkpoint.watch:
+        raise UserError(
+            f"{spec_path}: {usage.reason} and the spec watches no checkpoint of it: a killed "
+            "attempt could only start over, so the drill has nothing to prove. Set "
+            "checkpoint.watch (the script's own checkpoint files) and checkpoint.resume_args "
+            '(e.g. ["--resume", "{checkpoint}"]) with progress.pattern for its losses, or use '
+            "the client API (run.restore, run.maybe_checkpoint, run.log)"
+        )
+    if spec.progress.pattern is None and spec.progress.tensorboard is None:
+        raise UserError(
+            f"{spec_path}: {usage.reason} and the spec reads no progress from it: the drill "
+            "compares the losses of each step with a reference run. Set progress.pattern "
+            r'(e.g. "iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)") or progress.tensorboard'
+        )
+
+
 def run_ops_drill(
     spec_path: str | Path,
     *,
@@ -375,6 +398,8 @@ def run_ops_drill(
             f"{spec_path}: limits.max_restarts = {spec.limits.max_restarts}; the drill restarts "
             "the run twice (after a kill and after a preemption): set it to 2 or more"
         )
+
+    _refuse_black_box(spec, spec_path)
 
     say(f"drill 1/2: reference run of {spec_path}, uninterrupted")
     a = launch(spec_path, workspace=workspace, echo=echo, say=say)
