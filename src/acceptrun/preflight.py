@@ -169,6 +169,13 @@ def check_static(spec: RunSpec) -> None:
             launch_command(spec)
         except SpecError as exc:
             problems.extend(exc.problems)
+    if spec.checkpoint.resume_args:
+        from acceptrun.supervisor.external import check_resume_args
+
+        try:  # appended args that would land after a pipe or a redirection
+            check_resume_args(spec)
+        except SpecError as exc:
+            problems.extend(exc.problems)
     if spec.data.path and "://" not in spec.data.path:
         path = Path(spec.resolve_path(spec.data.path))
         if not path.exists():

@@ -1,0 +1,482 @@
+"""Watched checkpoints: a script's own checkpoint files become acceptrun checkpoints.
+
+A script that saves its own checkpoint (``torch.save(ckpt, "out/ckpt.pt")`` in place, a
+Hugging Face ``output/checkpoint-500/`` directory) names it in ``checkpoint.watch``. For
+each attempt the supervisor runs a :class:`CheckpointWatcher` on a thread of its own:
+
+- it polls the globs; a match that is new or rewritten is **complete** once its size and
+  mtime (a directory: every file's) held for ``checkpoint.settle`` and no process of the
+  attempt's tree has any of its files open for writing (so a ``torch.save`` rewriting the
+  path in place is never copied half-written);
+- it copies it into the run's :class:`~acceptrun.checkpoint.store.CheckpointStore` with
+  :func:`~acceptrun.checkpoint.files.capture` (hashed while written, fsynced, manifest
+  last), on the watcher thread: the workload is another process and never waits for it
+  (its stall is 0). A copy whose source changed meanwhile is dropped and tried again
+  once the file settles anew;
+- the capture's step is the last integer in the match's name (``checkpoint-500`` -> 500,
+  ``epoch=3-step=900.ckpt`` -> 900); else the newest step the attempt reported before
+  the file's mtime (step events of the client or of ``progress.pattern``: never later
+  than the step the file holds, so lost work is never under-counted); else the step
+  the attempt resumed from; else the newest stored step + 1. A step already stored is
+  never reused for other content: the same content is skipped, other content takes
+  the newest stored step + 1;
+- at the end of the attempt a final pass captures a checkpoint written just before the
+  exit, when the workload exited by itself (a status, not a signal): a file left by a
+  process killed mid-write is never trusted, and an event says what was left out.
+
+On a restart :func:`restore_watched` puts the newest verified captured checkpoint back
+where the script expects it before the command starts, and :func:`with_resume_args`
+adds ``checkpoint.resume_args`` ("{checkpoint}" = the restored path) to the argv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import os
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
+from acceptrun.errors import AcceptrunError, SpecError
+from acceptrun.hashing import hash_file, split_hash
+
+__all__ = [
+    "CheckpointWatcher",
+    "check_resume_args",
+    "restore_watched",
+    "step_from_name",
+    "with_resume_args",
+]
+
+PLACEHOLDER = "{checkpoint}"
+_WRITE_MODES = ("w", "a", "+")  # psutil open_files() modes that can change the file
+_LAST_INT = re.compile(r"(\d+)(?!.*\d)")
+_SHELL_LIST = set(";&|<>`\n")  # a list, pipeline or redirection: appended args land elsewhere
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+def step_from_name(path: str | os.PathLike[str]) -> int | None:
+    """The last integer in a file or directory name: ``checkpoint-500`` -> 500, else None."""
+    match = _LAST_INT.search(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def check_resume_args(spec: Any) -> None:
+    """Raise :class:`SpecError` when ``checkpoint.resume_args`` cannot reach the script.
+
+    They are appended to the command; in a shell list, pipeline or redirection
+    (``python train.py > log``) they would go to the last command or the file instead.
+    """
+    if not spec.checkpoint.resume_args or not spec.shell:
+        return
+    line = spec.command[2]
+    if _SHELL_LIST & set(line):
+        raise SpecError(
+            spec.source,
+            [
+                f"checkpoint.resume_args: {spec.checkpoint.resume_args!r} are appended to the "
+                f"command, but {line!r} is a shell list, pipeline or redirection, so they "
+                'would not reach the script; write the command as a list (["python", '
+                '"train.py", ...]) or as one simple command, and redirect in the script'
+            ],
+        )
+
+
+def with_resume_args(argv: Sequence[str], spec: Any, checkpoint: str) -> list[str]:
+    """``argv`` with ``checkpoint.resume_args`` appended, "{checkpoint}" replaced.
+
+    A list command gets them as words; a string command (``/bin/sh -c LINE``) gets them
+    shell-quoted at the end of LINE. Under torchrun the script's arguments come last,
+    so the script gets them, not torchrun.
+    """
+    args = [a.replace(PLACEHOLDER, checkpoint) for a in spec.checkpoint.resume_args]
+    out = list(argv)
+    if not args:
+        return out
+    if spec.shell and len(out) == 3 and out[:2] == ["/bin/sh", "-c"]:
+        out[2] = f"{out[2]} {shlex.join(args)}"
+        return out
+    return [*out, *args]
+
+
+def restore_watched(info: CheckpointInfo, workdir: Path) -> Path | None:
+    """Put a captured checkpoint back where the script expects it; the restored path.
+
+    Names captured inside the workdir go back under the current workdir (a record resumed
+    on another machine); others to the absolute path they came from. None for a
+    checkpoint written by the client API (nothing to put back).
+    """
+    listing = sources_of(info)
+    if not listing:
+        return None
+    rel = info.meta.get("watched_relative") or {}
+    targets = {name: workdir / rel[name] for name in listing if name in rel}
+    placed = put_back(info, targets)
+    return next(iter(placed.values()))
+
+
+@dataclass
+class _Seen:
+    """What the watcher knows of one match."""
+
+    sig: tuple[Any, ...]
+    since: float  # time.monotonic() when sig was first seen
+    done: tuple[Any, ...] | None  # the sig captured (or present at the start): not again
+    known: int = 0  # events the attempt had when sig was first seen (see _step_events_before)
+
+    def sig_mtime(self) -> float:
+        """Newest mtime in the signature, unix seconds."""
+        return max(int(entry[2]) for entry in self.sig) / 1e9
+
+
+class CheckpointWatcher:
+    """Captures one attempt's watched checkpoints into the run's store (a thread).
+
+    >>> w = CheckpointWatcher(spec, root, attempt=2, pid=child.pid, events=lambda: watch.events,
+    ...                       on_event=sink)
+    >>> w.start()            # after put_back, so the restored file is not captured again
+    >>> w.stop(final=True)   # after the child exited: the final pass
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        root: Path,
+        *,
+        attempt: int,
+        pid: int,
+        events: Callable[[], list[dict[str, Any]]],
+        on_event: EventSink,
+        resume_step: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+        mirror: Any = None,
+        exclude: Sequence[Path] = (),
+    ) -> None:
+        self.spec = spec
+        ck = spec.checkpoint
+        best = tuple(ck.keep_best.rsplit(":", 1)) if ck.keep_best else None
+        self.store = CheckpointStore(
+            root,
+            keep_last=ck.keep_last,
+            keep_every=ck.keep_every,
+            keep_best=best,
+            on_event=self._store_event,
+        )
+        self.attempt = attempt
+        self.pid = pid
+        self.events = events
+        self.on_event = on_event
+        self.resume_step = resume_step
+        self.meta = dict(meta or {})
+        self.mirror = mirror
+        self.workdir = spec.workdir_path
+        self.settle = float(spec.checkpoint.settle)
+        # seconds between polls: a fraction of settle, never a busy loop
+        self.interval = max(0.05, min(0.5, self.settle / 4))
+        self.exclude = [os.path.realpath(p) for p in exclude]
+        self.captured: list[int] = []  # steps committed by this watcher
+        self._seen: dict[str, _Seen] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._errors: set[str] = set()
+        self._t0: float | None = None  # time.monotonic() when the capture in progress began
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Note what is there already (not captured), then poll on a daemon thread."""
+        now = time.monotonic()
+        for path in self._matches():
+            sig = self._signature(path)
+            if sig is not None:
+                self._seen[path] = _Seen(sig, now, sig)
+        if self.mirror is not None:
+            self.mirror.start()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"acceptrun-ckpt-watch-{self.attempt}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, *, final: bool, why_not: str = "") -> None:
+        """Stop polling (waiting for a copy in progress), then the final pass.
+
+        ``final``: the workload exited by itself, so a file changed since the last
+        capture is complete and is captured now. Otherwise changed files are reported
+        (a ``checkpoint_not_captured`` event with ``why_not``), never captured.
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self._scan(final=final, why_not=why_not)
+        except Exception as exc:  # the final pass must not fail the attempt's bookkeeping
+            self._error(exc)
+        if self.mirror is not None:
+            if not self.mirror.wait(60.0):
+                status = {str(k): v for k, v in self.mirror.status().items()}
+                self.on_event("mirror_behind", {"status": status})
+            self.mirror.close(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._scan(final=None)
+            except Exception as exc:  # background work records its failure, never kills the run
+                self._error(exc)
+
+    def _error(self, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        if text not in self._errors:  # one event per distinct failure, not one per poll
+            self._errors.add(text)
+            self.on_event("checkpoint_watch_error", {"error": text})
+
+    # ---- one pass ------------------------------------------------------------------------
+
+    def _scan(self, *, final: bool | None, why_not: str = "") -> None:
+        """One look at every match; ``final`` None while running, else the last pass."""
+        now = time.monotonic()
+        current = self._matches()
+        for gone in set(self._seen) - set(current):
+            del self._seen[gone]  # rotated away by the script (save_total_limit)
+        ready: list[str] = []
+        for path in current:
+            sig = self._signature(path)
+            if sig is None:
+                continue
+            seen = self._seen.get(path)
+            if seen is None or seen.sig != sig:
+                known = len(self.events())
+                self._seen[path] = seen = _Seen(sig, now, seen.done if seen else None, known)
+            if seen.done == sig:
+                continue
+            if final is None and now - seen.since < self.settle:
+                continue
+            ready.append(path)
+        if not ready:
+            return
+        if final is False:
+            for path in ready:
+                self.on_event(
+                    "checkpoint_not_captured",
+                    {"source_path": path, "source": "watched", "reason": why_not},
+                )
+            return
+        writing = self._open_for_writing() if final is None else set()
+        # Oldest first, so steps and LATEST follow the order the script wrote them in.
+        for path in sorted(ready, key=lambda p: self._seen[p].sig_mtime()):
+            real = os.path.realpath(path)
+            if any(w == real or w.startswith(real + os.sep) for w in writing):
+                continue  # still being written: settled sizes can be a pause in a slow save
+            self._capture(path)
+
+    def _capture(self, path: str) -> None:
+        seen = self._seen[path]
+        name, relative = self._name(path)
+        step = self._step_for(path, seen)
+        existing = self.store.get(step)
+        if existing is not None:
+            if _same_content(existing, name, path):
+                seen.done = seen.sig
+                self.on_event(
+                    "checkpoint_capture_skipped",
+                    {"step": step, "source_path": path, "reason": "same content as stored"},
+                )
+                return
+            newest = self.store.list()
+            step = max(step, newest[-1].step if newest else step) + 1
+        meta = {**self.meta, "attempt": self.attempt, "source": "watched"}
+        if relative:
+            meta["watched_relative"] = {name: relative}
+        metrics = self._metrics_at(seen)
+        self._t0 = time.monotonic()
+        try:
+            info, stats = capture(self.store, step, {name: path}, metrics=metrics, meta=meta)
+        except (SourceChanged, FileNotFoundError) as exc:
+            # The script began its next save (or rotated the file away) mid-copy: drop
+            # this copy, wait for the file to settle again.
+            seen.since = time.monotonic()
+            self.on_event(
+                "checkpoint_capture_dropped",
+                {"step": step, "source_path": path, "reason": str(exc)},
+            )
+            return
+        except AcceptrunError as exc:
+            seen.done = seen.sig  # not retried until the file changes again
+            self.on_event(
+                "checkpoint_failed",
+                {"step": step, "source": "watched", "source_path": path, "error": str(exc)},
+            )
+            return
+        except OSError as exc:  # disk full, permissions: said, retried when the file changes
+            seen.done = seen.sig
+            self.on_event(
+                "checkpoint_failed",
+                {"step": step, "source": "watched", "source_path": path, "error": str(exc)},
+            )
+            return
+        seen.done = seen.sig
+        self.captured.append(info.step)
+        self.on_event(
+            "checkpoint_captured",
+            {
+                "step": info.step,
+                "source_path": path,
+                "bytes": stats.bytes,
+                "files": stats.files,
+                "capture_s": round(stats.seconds, 6),
+                "mb_per_s": round(stats.mb_per_s, 1),
+            },
+        )
+        if self.mirror is not None:
+            self.mirror.enqueue(info.step, info.path)
+
+    def _store_event(self, kind: str, fields: dict[str, Any]) -> None:
+        """The store's events, a commit marked as watched: no stall for the workload."""
+        if kind == "checkpoint_commit":
+            fields = {
+                **fields,
+                "source": "watched",
+                "stall_s": 0.0,
+                "bytes": fields.get("total_bytes"),
+            }
+            if self._t0 is not None:
+                fields["capture_s"] = round(time.monotonic() - self._t0, 6)
+        self.on_event(kind, fields)
+
+    # ---- what a match is -----------------------------------------------------------------
+
+    def _matches(self) -> list[str]:
+        """Absolute paths of the watch globs' matches (hidden names are never matched)."""
+        found: set[str] = set()
+        for pattern in self.spec.checkpoint.watch:
+            full = os.path.join(str(self.workdir), os.path.expanduser(pattern))
+            for hit in glob.glob(full, recursive=True):
+                path = os.path.abspath(hit)
+                real = os.path.realpath(path)
+                if any(real == x or real.startswith(x + os.sep) for x in self.exclude):
+                    continue  # the store or the record itself
+                found.add(path)
+        return sorted(found)
+
+    @staticmethod
+    def _signature(path: str) -> tuple[Any, ...] | None:
+        """(name, size, mtime) of the file, or of every file under the directory."""
+        try:
+            st = os.stat(path)
+            if not os.path.isdir(path):
+                return (("", st.st_size, st.st_mtime_ns, st.st_ino),)
+            out = []
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for f in sorted(files):
+                    p = os.path.join(root, f)
+                    if os.path.islink(p):
+                        continue
+                    s = os.stat(p)
+                    out.append((os.path.relpath(p, path), s.st_size, s.st_mtime_ns, s.st_ino))
+            return tuple(out) if out else None  # an empty directory is not a checkpoint yet
+        except FileNotFoundError:
+            return None
+
+    def _name(self, path: str) -> tuple[str, str | None]:
+        """The stored name of a match, and its path relative to the workdir (None outside)."""
+        rel = os.path.relpath(path, self.workdir)
+        if rel.startswith(".." + os.sep) or rel == "..":
+            return path.lstrip(os.sep), None
+        return Path(rel).as_posix(), Path(rel).as_posix()
+
+    def _open_for_writing(self) -> set[str]:
+        """Real paths the attempt's processes hold open for writing."""
+        out: set[str] = set()
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return out  # the workload is gone: nothing can be writing
+        for proc in procs:
+            with contextlib.suppress(psutil.Error, OSError):
+                for f in proc.open_files():
+                    if any(m in f.mode for m in _WRITE_MODES):
+                        out.add(os.path.realpath(f.path))
+        return out
+
+    # ---- which step ----------------------------------------------------------------------
+
+    def _step_for(self, path: str, seen: _Seen) -> int:
+        named = step_from_name(path)
+        if named is not None:
+            return named
+        before = self._step_events_before(seen)
+        if before:
+            return int(before[-1]["step"])
+        if self.resume_step is not None:
+            return self.resume_step
+        newest = self.store.list()
+        return newest[-1].step + 1 if newest else 1
+
+    def _step_events_before(self, seen: _Seen) -> list[dict[str, Any]]:
+        """Step events reported before the file was written: already known when its
+        change was first seen (a step line printed after the save cannot have been read
+        before it), and with a time no later than its mtime (a parsed line's time is an
+        estimate)."""
+        mtime = seen.sig_mtime()
+        return [
+            e
+            for e in list(self.events())[: seen.known]
+            if e.get("kind") == "step"
+            and isinstance(e.get("step"), int)
+            and isinstance(e.get("t"), int | float)
+            and e["t"] <= mtime
+        ]
+
+    def _metrics_at(self, seen: _Seen) -> dict[str, float]:
+        """The loss of the step the file holds (for checkpoint.keep_best), when known."""
+        before = self._step_events_before(seen)
+        loss = before[-1].get("loss") if before else None
+        if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
+            return {"loss": float(loss)}
+        return {}
+
+
+def _same_content(info: CheckpointInfo, name: str, path: str) -> bool:
+    """True when ``path`` holds exactly what ``info`` stored under ``name`` (hashes)."""
+    prefix = f"files/{name}"
+    stored = {
+        arc[len(prefix) :].lstrip("/"): rec
+        for arc, rec in info.files.items()
+        if arc == prefix or arc.startswith(prefix + "/")
+    }
+    if not stored:
+        return False
+    if os.path.isdir(path):
+        here = {
+            Path(os.path.relpath(os.path.join(r, f), path)).as_posix(): Path(r) / f
+            for r, _, fs in os.walk(path)
+            for f in fs
+            if not os.path.islink(os.path.join(r, f))
+        }
+    else:
+        here = {"": Path(path)}
+    if set(here) != set(stored):
+        return False
+    for rel, rec in stored.items():
+        try:
+            if here[rel].stat().st_size != rec["size"]:
+                return False
+            algorithm, _ = split_hash(str(rec["hash"]))
+            if hash_file(here[rel], algorithm)[0] != rec["hash"]:
+                return False
+        except OSError:
+            return False
+    return True
