@@ -20,12 +20,33 @@ from acceptrun.workspace import RunRecord
 PYTHON = sys.executable  # the venv's interpreter: specs never depend on PATH
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The user's list of workspaces (acceptrun.registry) goes to the session's own directory.
+
+    Set before any fixture, module-scoped ones included, through both variables: children
+    started with the ACCEPTRUN_* ones filtered out still see XDG_CONFIG_HOME.
+    """
+    config = tmp_path_factory.mktemp("config")
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "ACCEPTRUN_CONFIG_DIR")}
+    os.environ["XDG_CONFIG_HOME"] = str(config)
+    os.environ["ACCEPTRUN_CONFIG_DIR"] = str(config / "acceptrun")
+    yield config / "acceptrun"
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(autouse=True)
-def clean_environ() -> Iterator[None]:
-    """Each test starts without ACCEPTRUN_* variables and leaves os.environ as it found it."""
+def clean_environ(user_config: Path) -> Iterator[None]:
+    """Each test starts without ACCEPTRUN_* variables (but the session's config directory)
+    and leaves os.environ as it found it."""
     saved = dict(os.environ)
     for name in [n for n in os.environ if n.startswith("ACCEPTRUN_")]:
         del os.environ[name]
+    os.environ["ACCEPTRUN_CONFIG_DIR"] = str(user_config)
     try:
         yield
     finally:

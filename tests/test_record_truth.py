@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,125 @@ def test_diff_says_bitwise_only_over_output_hashes_and_the_loss(tmp_path: Path) 
     assert d.reproduced and d.bitwise
     first = format_run_diff(d).splitlines()[0]
     assert "bitwise" in first and "1 output hash" in first and "the loss at 3 steps" in first
+
+
+# ---- 2 and 3. the workspace: at the project root, ignored by git, listed for the user ------------
+
+
+def _project(root: Path) -> Path:
+    """A committed repository with two jobs in sub-folders, each a spec and a script."""
+    root.mkdir(parents=True)
+    for job in ("a", "b"):
+        d = root / "jobs" / job
+        d.mkdir(parents=True)
+        (d / "work.py").write_text("print('trained')\n")
+        (d / "spec.toml").write_text(
+            f'name = "{job}"\ncommand = [{json.dumps(PYTHON)}, "work.py"]\n'
+        )
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "commit", "-qm", "jobs")
+    return root
+
+
+@pytest.mark.slow
+def test_workspace_is_created_at_the_repository_root_and_never_makes_it_dirty(
+    tmp_path: Path, user_config: Path
+) -> None:
+    repo = _project(tmp_path / "proj")
+    job_a = repo / "jobs" / "a"
+    # No workspace anywhere up the tree, none named: the run creates it at the git root.
+    proc = _acceptrun(job_a, "run", "-q", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ws = repo / ".acceptrun"
+    assert (ws / "runs").is_dir() and not (job_a / ".acceptrun").exists()
+    assert (ws / ".gitignore").read_text().splitlines()[-1] == "*"
+    # The run's own record did not make the repository dirty, nor is it in the run's provenance.
+    assert _git(repo, "status", "--porcelain") == ""
+    (run_a,) = [p for p in (ws / "runs").iterdir()]
+    prov = json.loads((run_a / "provenance.json").read_text())
+    assert prov["git"]["dirty"] is False and prov["git"]["diff_bytes"] == 0
+    assert ".acceptrun" not in (run_a / "git.diff").read_text()
+
+    # A spec in another folder of the same project, started from the repository root: same
+    # workspace (one per project, not one per spec folder).
+    proc = _acceptrun(repo, "run", "-q", "jobs/b/spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(list((ws / "runs").iterdir())) == 2
+
+    # The user's list knows the workspace.
+    listed = json.loads((user_config / "workspaces.json").read_text())
+    assert str(ws) in [e["path"] for e in listed["workspaces"]]
+
+
+@pytest.mark.slow
+def test_an_existing_nearer_workspace_is_kept_and_learns_to_ignore_itself(tmp_path: Path) -> None:
+    repo = _project(tmp_path / "proj")
+    job_b = repo / "jobs" / "b"
+    # A workspace made by an older acceptrun, beside the spec: no .gitignore, not committed.
+    (job_b / ".acceptrun" / "runs").mkdir(parents=True)
+    assert "jobs/b/.acceptrun" in _git(repo, "status", "--porcelain", "--untracked-files=all") or (
+        _git(repo, "status", "--porcelain") == ""  # git lists no empty directory
+    )
+    proc = _acceptrun(job_b, "run", "-q", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(list((job_b / ".acceptrun" / "runs").iterdir())) == 1
+    assert not (repo / ".acceptrun").exists()
+    assert (job_b / ".acceptrun" / ".gitignore").is_file()
+    assert _git(repo, "status", "--porcelain") == ""
+    (run,) = list((job_b / ".acceptrun" / "runs").iterdir())
+    assert json.loads((run / "provenance.json").read_text())["git"]["dirty"] is False
+
+
+def test_provenance_leaves_out_a_workspace_git_would_see(tmp_path: Path) -> None:
+    from acceptrun import provenance
+
+    repo = _project(tmp_path / "proj")
+    ws = repo / "records"  # a workspace named by --workspace, without its .gitignore
+    (ws / "runs" / "r1").mkdir(parents=True)
+    (ws / "runs" / "r1" / "run.json").write_text("{}")
+    (repo / "jobs" / "a" / "notes.py").write_text("x = 1\n")  # a real untracked change
+    diff = tmp_path / "git.diff"
+    git = provenance.capture(cwd=repo, diff_path=diff, exclude=[ws])["git"]
+    assert git["dirty"] is True
+    text = diff.read_text()
+    assert "jobs/a/notes.py" in text and "records" not in text
+    os.remove(repo / "jobs" / "a" / "notes.py")
+    assert provenance.capture(cwd=repo, exclude=[ws])["git"]["dirty"] is False
+
+
+@pytest.mark.slow
+def test_ls_all_and_cost_all_show_every_listed_workspace(tmp_path: Path) -> None:
+    env = {"ACCEPTRUN_CONFIG_DIR": str(tmp_path / "config")}
+    for project in ("vision", "speech", "gone"):
+        d = tmp_path / project
+        d.mkdir()
+        (d / "work.py").write_text("print('trained')\n")
+        (d / "spec.toml").write_text(
+            f'name = "{project}-job"\ncommand = [{json.dumps(PYTHON)}, "work.py"]\n'
+            "[cost]\nprice_per_hour = 3600\n"
+        )
+        proc = _acceptrun(d, "run", "-q", "spec.toml", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (d / ".acceptrun" / "runs").is_dir()  # outside git: beside the spec
+    subprocess.run(["rm", "-rf", str(tmp_path / "gone")], check=True)
+
+    ls = _acceptrun(tmp_path, "ls", "--all", env=env)
+    assert ls.returncode == 0, ls.stderr
+    lines = ls.stdout.splitlines()
+    assert lines[0].split()[:2] == ["PROJECT", "RUN"]
+    rows = [line.split() for line in lines[1:] if not line.startswith("note:")]
+    assert sorted(r[0] for r in rows) == ["speech", "vision"]
+    assert all(r[2] == "finished" for r in rows), rows
+    assert f"note: skipped {tmp_path / 'gone' / '.acceptrun'} (gone): it no longer exists" in lines
+
+    cost = _acceptrun(tmp_path, "cost", "--all", env=env)
+    assert cost.returncode == 0, cost.stderr
+    table = {line.split()[0]: line.split() for line in cost.stdout.splitlines()[1:3]}
+    assert set(table) == {"speech", "vision"}
+    assert table["vision"][1:3] == ["1", "1"] and table["vision"][3] == "$60.00"  # a minute
+    assert "all listed workspaces: 2 runs, 2 accepted" in cost.stdout
+    assert re.search(r"^  total +\$120\.00$", cost.stdout, re.MULTILINE), cost.stdout
+    assert "note: skipped" in cost.stdout
+    as_json = json.loads(_acceptrun(tmp_path, "cost", "--all", "--json", env=env).stdout)
+    assert as_json["total"]["runs"] == 2 and len(as_json["workspaces"]) == 2

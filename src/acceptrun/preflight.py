@@ -206,8 +206,9 @@ def run_preflight(
     t0 = time.perf_counter()
     python = workload_python(spec)
     prov = provenance.capture(
-        python=python, cwd=spec.workdir_path, diff_path=record.file("git.diff")
-    )
+        python=python, cwd=spec.workdir_path, diff_path=record.file("git.diff"),
+        exclude=[record.path.parent.parent],  # the workspace: acceptrun's files, not the code's
+    )  # fmt: skip
     record.write_json("provenance.json", prov)
     absent = sorted(k for k, v in prov.items() if isinstance(v, dict) and v.get("absent"))
     msg = "recorded" + (f"; absent: {', '.join(absent)}" if absent else "")

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -235,7 +235,22 @@ def _git(root: Path, *args: str, stdout: IO[bytes] | None = None, check: bool = 
     return proc.stdout.decode(errors="surrogateescape").rstrip("\n")
 
 
-def _git_part(cwd: Path | None, diff_path: Path | None) -> dict[str, Any]:
+def _excluded(root: Path, paths: Sequence[Path]) -> list[str]:
+    """``:(top,exclude)`` pathspecs for ``paths`` inside the checkout at ``root``."""
+    specs = []
+    for path in paths:
+        try:
+            rel = Path(path).resolve().relative_to(root.resolve())
+        except (OSError, ValueError):
+            continue  # outside the checkout: git does not see it anyway
+        if rel.parts:
+            specs.append(f":(top,exclude){rel.as_posix()}")
+    return specs
+
+
+def _git_part(
+    cwd: Path | None, diff_path: Path | None, exclude: Sequence[Path] = ()
+) -> dict[str, Any]:
     try:
         cwd = cwd or Path.cwd()
     except OSError as exc:  # the current directory was deleted under us
@@ -250,10 +265,13 @@ def _git_part(cwd: Path | None, diff_path: Path | None) -> dict[str, Any]:
         commit = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False) or None
         branch = _git(root, "symbolic-ref", "--short", "-q", "HEAD", check=False) or None
         remote = _git(root, "remote", "get-url", "origin", check=False) or None
-        dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=normal"))
+        # acceptrun's own files (the workspace and its runs) are never the code's changes,
+        # even in a workspace whose .gitignore is missing (read-only, or made by hand).
+        own = ("--", *_excluded(root, exclude)) if exclude else ()
+        dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=normal", *own))
         # A repository without commits yet: diff against the empty tree instead of HEAD.
         base = commit or _git(root, "hash-object", "-t", "tree", "/dev/null")
-        untracked = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
+        untracked = _git(root, "ls-files", "--others", "--exclude-standard", "-z", *own)
         with tempfile.TemporaryFile() as tmp:
             names = [n for n in untracked.split("\0") if n]
             if names:  # git apply skips text before the first "diff --git" line
@@ -267,7 +285,7 @@ def _git_part(cwd: Path | None, diff_path: Path | None) -> dict[str, Any]:
             # patch from applying with `git apply` on a clean checkout.
             flags = ("--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--no-relative")
             prefixes = ("--src-prefix=a/", "--dst-prefix=b/")
-            _git(root, "diff", *flags, *prefixes, base, "--", stdout=tmp)
+            _git(root, "diff", *flags, *prefixes, base, "--", *own[1:], stdout=tmp)
             tmp.seek(0)
             diff_hash, diff_bytes = hash_stream(iter(lambda: tmp.read(1 << 20), b""))
             if diff_path is not None:
@@ -350,6 +368,7 @@ def capture(
     cwd: str | Path | None = None,
     diff_path: str | Path | None = None,
     env: Mapping[str, str] | None = None,
+    exclude: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
     """The environment fingerprint of a run, as a JSON-serialisable dict.
 
@@ -361,7 +380,9 @@ def capture(
     ``diff_path`` receives the uncommitted diff, atomically; an error writing it is
     raised, since the caller asked for that file and the record beside it is at risk.
     ``env`` is the workload's environment (default ``os.environ``); a chosen, redacted
-    subset is recorded. Takes about as long as importing torch (~1 s on a warm disk),
+    subset is recorded. ``exclude`` names directories that are never the code's changes
+    (the acceptrun workspace): left out of ``dirty``, the untracked list and the diff.
+    Takes about as long as importing torch (~1 s on a warm disk),
     which overlaps with reading the other parts.
 
     >>> capture(diff_path="run/git.diff")["git"]["dirty"]
@@ -381,7 +402,9 @@ def capture(
             parts["python"] = _guard("python", _probe.python_info)
             parts["packages"] = _guard("packages", lambda: _packages_part(_probe.package_list()))
         target = Path(diff_path) if diff_path is not None else None
-        parts["git"] = _git_part(Path(cwd) if cwd is not None else None, target)
+        parts["git"] = _git_part(
+            Path(cwd) if cwd is not None else None, target, [Path(p) for p in exclude]
+        )
         parts["gpus"] = _guard("gpus", _gpus_part)
         parts["env"] = _guard("env", lambda: _env_part(os.environ if env is None else env))
         remaining = max(1.0, PROBE_TIMEOUT - (time.monotonic() - started))

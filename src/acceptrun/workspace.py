@@ -2,7 +2,12 @@
 
 A workspace is a ``.acceptrun/`` directory, found like ``.git``: the ``--workspace``
 option, else ``$ACCEPTRUN_WORKSPACE``, else the nearest ``.acceptrun/`` walking up from
-the current directory. It holds one directory per run under ``runs/`` and an SQLite
+the current directory (then from the spec's directory). When there is none, a new one is
+created at the root of the git repository that holds the spec (or in the spec's
+directory outside git): one workspace per project. It ignores itself (``.gitignore``
+holding ``*``), so runs never make the repository dirty, and it is added to the user's
+list of workspaces (:mod:`acceptrun.registry`). It holds one directory per run under
+``runs/`` and an SQLite
 index that is only a cache: ``acceptrun index rebuild`` recreates it from the run
 directories alone, which stay the single source of truth.
 
@@ -46,6 +51,7 @@ __all__ = [
     "Workspace",
     "find_workspace",
     "now_iso",
+    "project_root",
 ]
 
 WORKSPACE_DIR = ".acceptrun"
@@ -202,10 +208,24 @@ class Workspace:
 
     @classmethod
     def create(cls, root: str | Path) -> Workspace:
-        """Create (or open) a workspace directory at ``root``."""
+        """Create (or open) a workspace directory at ``root``; it ignores itself in git."""
         ws = cls(root)
         ws.runs_dir.mkdir(parents=True, exist_ok=True)
+        ws.ensure_ignored()
         return ws
+
+    def ensure_ignored(self) -> None:
+        """Write ``.gitignore`` (``*``) so that git never sees the workspace's files.
+
+        A workspace inside a repository would otherwise make it dirty with every run (and
+        put the records into the run's own provenance). Best effort on a read-only
+        workspace: provenance also leaves the workspace out by path.
+        """
+        path = self.root / ".gitignore"
+        if path.exists() or not self.root.is_dir():
+            return
+        with contextlib.suppress(OSError):  # read-only: provenance excludes it by path anyway
+            write_atomic(path, "# acceptrun's records: never part of the project's code\n*\n")
 
     # ---- runs -------------------------------------------------------------------------
 
@@ -376,15 +396,46 @@ def _row_from_state(record: RunRecord, state: dict[str, Any]) -> IndexRow:
     )
 
 
+def project_root(directory: str | Path) -> Path:
+    """The root of the git repository holding ``directory``, else ``directory`` itself.
+
+    Found by walking up to a ``.git`` entry (a directory, or a file in a worktree or a
+    submodule), without running git.
+    """
+    here = Path(directory).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return here
+
+
+def _opened(ws: Workspace) -> Workspace:
+    """A workspace about to be used: it ignores itself, and the user's list knows it."""
+    from acceptrun import registry
+
+    ws.ensure_ignored()
+    registry.remember(ws.root)
+    return ws
+
+
 def find_workspace(
-    explicit: str | Path | None = None, *, start: str | Path | None = None, create: bool = False
+    explicit: str | Path | None = None,
+    *,
+    start: str | Path | None = None,
+    create: bool = False,
+    anchor: str | Path | None = None,
 ) -> Workspace:
-    """Locate the workspace: ``explicit``, ``$ACCEPTRUN_WORKSPACE``, or walk up from ``start``.
+    """Locate the workspace: ``explicit``, ``$ACCEPTRUN_WORKSPACE``, or walk up.
 
     ``explicit`` and the environment variable may name either the ``.acceptrun``
-    directory or the directory that contains it. With ``create=True`` a missing
-    workspace is created in ``start`` (default: the current directory), the way
-    ``git init`` would.
+    directory or the directory that contains it. Otherwise the nearest ``.acceptrun/``
+    up from ``start`` (default: the current directory), then up from ``anchor`` (the
+    spec's directory), is used. With ``create=True`` a missing workspace is created at
+    the root of the git repository holding ``anchor`` (default: ``start``), or in that
+    directory outside git: one per project, not one per spec folder.
+
+    >>> find_workspace(create=True, anchor=Path("examples/charlm")).root
+    PosixPath('/home/me/proj/.acceptrun')
     """
     given = explicit or os.environ.get(ENV_WORKSPACE)
     if given:
@@ -392,18 +443,22 @@ def find_workspace(
         if path.name != WORKSPACE_DIR and (path / WORKSPACE_DIR).is_dir():
             path = path / WORKSPACE_DIR
         if path.is_dir() or create:
-            return Workspace.create(path) if create else Workspace(path)
+            return _opened(Workspace.create(path) if create else Workspace(path))
         source = "--workspace" if explicit else f"${ENV_WORKSPACE}"
         raise WorkspaceError(
             f"{source} is {given!r}, which is not a directory; create it or fix the path"
         )
     here = Path(start or os.getcwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / WORKSPACE_DIR
-        if candidate.is_dir():
-            return Workspace(candidate)
+    anchored = Path(anchor).resolve() if anchor is not None else None
+    for origin in (here, anchored):
+        if origin is None:
+            continue
+        for directory in (origin, *origin.parents):
+            candidate = directory / WORKSPACE_DIR
+            if candidate.is_dir():
+                return _opened(Workspace(candidate))
     if create:
-        return Workspace.create(here / WORKSPACE_DIR)
+        return _opened(Workspace.create(project_root(anchored or here) / WORKSPACE_DIR))
     raise WorkspaceError(
         f"no {WORKSPACE_DIR}/ workspace in {here} or any parent; run `acceptrun run SPEC` "
         f"here to create one, or pass --workspace / set ${ENV_WORKSPACE}"

@@ -34,6 +34,7 @@ from acceptrun.spec import format_duration
 from acceptrun.workspace import RunRecord, Workspace
 
 __all__ = [
+    "format_by_workspace",
     "format_ledger",
     "format_projection",
     "format_summary",
@@ -253,6 +254,29 @@ def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
     live = list(live)
     if live:
         lines.append(f"  {len(live)} run(s) still running, not counted: {', '.join(live[:3])}")
+    return "\n".join(lines)
+
+
+def format_by_workspace(
+    rows: list[dict[str, Any]],
+    total: dict[str, Any],
+    *,
+    live: Iterable[str] = (),
+    notes: Iterable[str] = (),
+) -> str:
+    """``acceptrun cost --all``: one line per listed workspace, then the summary of them all."""
+    width = max([len("PROJECT"), *(len(r["project"]) for r in rows)])
+    lines = [
+        f"{'PROJECT':<{width}} {'RUNS':>5} {'ACCEPTED':>8} {'TOTAL':>12} {'PER ACCEPTED':>13}  WORKSPACE"
+    ]
+    for r in rows:
+        per = r["cost_per_accepted_run"]
+        lines.append(
+            f"{r['project']:<{width}} {r['runs']:>5} {r['accepted']:>8} {_usd(r['total_usd']):>12} "
+            f"{_usd(per) if per is not None else '-':>13}  {r['workspace']}"
+        )
+    lines += ["", "all listed workspaces: " + format_summary(total, live=live)]
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 
