@@ -123,11 +123,8 @@ class AcceptrunCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        now = time.perf_counter()
         step = int(state.global_step)
-        event: dict[str, Any] = {"step_time": now - self._boundary}
-        if self._step_begin is not None:  # batches are fetched before on_step_begin
-            event["data_wait"] = max(0.0, self._step_begin - self._boundary)
+        event: dict[str, Any] = {}
         event["samples"] = (
             args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         )
@@ -138,7 +135,6 @@ class AcceptrunCallback(TrainerCallback):
         if self._total:
             event["total_steps"] = self._total
         self._pending = {"step": step, **event}
-        self._boundary = now
         if not control.should_log:  # else on_log adds the loss and writes it
             self._flush()
         self._honour_stop(control)
@@ -216,12 +212,23 @@ class AcceptrunCallback(TrainerCallback):
             control.should_training_stop = True
 
     def _flush(self) -> None:
-        """Write the held step event (through ``run.log``, which fires injected step faults)."""
+        """Write the held step event (through ``run.log``, which fires injected step faults).
+
+        The step's time runs from the end of the previous step to now: written from
+        ``on_log`` it includes the loss's ``.item()`` (on a GPU, the wait for the step to
+        finish). Data wait is the part before ``on_step_begin``, where the Trainer fetches
+        the step's batches. Evaluation and checkpoint captures move the start past them.
+        """
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
+        now = time.perf_counter()
         step = pending.pop("step")
-        step_time = pending.get("step_time", 0.0)
+        step_time = now - self._boundary
+        pending["step_time"] = step_time
+        if self._step_begin is not None and self._step_begin >= self._boundary:
+            pending["data_wait"] = self._step_begin - self._boundary
+        self._boundary = now
         self.fr.log(step, **pending)
         if self.run.drill:
             self.run._finish_drill(step, step_time)

@@ -1,0 +1,236 @@
+"""The Hugging Face Trainer with AcceptrunCallback, under a real `acceptrun run`.
+
+A tiny GPT-2 (2 layers, hidden 32, vocabulary 100) built from a config, on random tokens:
+no downloads. The same job runs uninterrupted, killed by an injected fault, stopped
+gracefully and resumed, and with its newest checkpoint corrupted; every resumed run must
+end with weights bitwise equal to the uninterrupted one, and the loss of every step it
+ran again equal to the uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.workspace import RunRecord
+
+pytest.importorskip("transformers")
+
+WORKLOAD = textwrap.dedent(
+    """
+    import hashlib, os, time
+    from pathlib import Path
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import (GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback,
+                              TrainingArguments, set_seed)
+    from acceptrun.integrations.transformers import AcceptrunCallback
+
+    total = int(os.environ.get("TOTAL", "20"))
+    torch.set_num_threads(1)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __init__(self, n, seed):
+            self.x = torch.randint(0, 100, (n, 16), generator=torch.Generator().manual_seed(seed))
+        def __len__(self):
+            return len(self.x)
+        def __getitem__(self, i):
+            return {"input_ids": self.x[i], "labels": self.x[i]}
+
+    class Test(TrainerCallback):  # test aids: a slower step, a corrupted stored checkpoint
+        def on_step_begin(self, args, state, control, **kw):
+            time.sleep(float(os.environ.get("STEP_SLEEP", "0")))
+        def on_save(self, args, state, control, **kw):
+            n = state.global_step
+            if str(n) == os.environ.get("CORRUPT_AT") and os.environ["ACCEPTRUN_ATTEMPT"] == "1":
+                f = Path(os.environ["ACCEPTRUN_CHECKPOINT_DIR"],
+                         f"step-{n}/files/checkpoint-{n}/model.safetensors")
+                b = bytearray(f.read_bytes()); b[-1] ^= 1; f.write_bytes(bytes(b))
+
+    set_seed(0)
+    # Dropout on: the resumed run must also restore the RNG it draws from.
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100,
+                                       n_positions=16, resid_pdrop=0.1, embd_pdrop=0.1))
+    args = TrainingArguments(
+        "out", max_steps=total, per_device_train_batch_size=8, save_steps=5,
+        save_total_limit=1, logging_steps=1, eval_strategy="steps", eval_steps=10,
+        report_to=[], seed=0, use_cpu=True, disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(48, 1),
+                      eval_dataset=Tokens(16, 2), callbacks=[AcceptrunCallback(), Test()])
+    trainer.train()
+    trainer.save_model("out/final")
+    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+    Path("weights.sha256").write_text(digest.hexdigest())
+    """
+)
+SPEC = """\
+name = "hf"
+command = [{python}, "train.py"]
+[checkpoint]
+keep_last = 2
+[limits]
+max_restarts = 1
+restart_backoff = 0
+grace_period = "60s"
+[acceptance]
+outputs = ["model/model.safetensors"]
+"""
+
+
+def make_job(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "train.py").write_text(WORKLOAD)
+    (root / "spec.toml").write_text(SPEC.format(python=json.dumps(sys.executable)))
+    return root
+
+
+def acceptrun(job: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    """``acceptrun --workspace <job>/ws ARGS`` as a real process in ``job``."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "acceptrun", "--workspace", str(job / "ws"), *args],
+        cwd=job, env=full, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def only_record(job: Path) -> RunRecord:
+    (run,) = [p for p in (job / "ws" / "runs").iterdir() if (p / "run.json").exists()]
+    return RunRecord(run)
+
+
+def losses(record: RunRecord, attempt: int | None = None) -> dict[int, float]:
+    return {
+        e["step"]: e["loss"]
+        for e in record.events("step")
+        if attempt is None or e["attempt"] == attempt
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted run: its weights' hash, its losses and its record."""
+    job = make_job(tmp_path_factory.mktemp("hf") / "ref")
+    proc = acceptrun(job, "run", "-q", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(job)
+    return {"hash": (job / "weights.sha256").read_text(), "losses": losses(record), "rec": record}
+
+
+def test_importing_acceptrun_imports_no_framework() -> None:
+    code = (
+        "import sys, acceptrun, acceptrun.integrations, acceptrun.cli\n"
+        "bad = [m for m in ('transformers', 'accelerate', 'torch') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.slow
+def test_uninterrupted_run_records_steps_checkpoints_and_model(reference: dict[str, Any]) -> None:
+    record: RunRecord = reference["rec"]
+    assert record.read_json("verdict.json")["verdict"] == "accepted"
+    steps = list(record.events("step"))
+    assert [e["step"] for e in steps] == list(range(1, 21))
+    for e in steps:
+        assert e["total_steps"] == 20 and e["samples"] == 8
+        assert e["step_time"] > 0 and e["loss"] > 0 and e["learning_rate"] > 0
+        assert "grad_norm" in e
+    metrics = [(m["name"], m["step"]) for m in record.events("metric")]
+    assert ("eval_loss", 10) in metrics and ("eval_loss", 20) in metrics
+    # Every checkpoint-N the Trainer saved was captured; save_total_limit=1 deleted the
+    # Trainer's older directories, acceptrun's retention (keep_last = 2) kept its own.
+    commits = [e["step"] for e in record.events("checkpoint_commit")]
+    assert commits == [5, 10, 15, 20]
+    stalls = [e for e in record.events("checkpoint_stage") if e.get("captured")]
+    assert [e["step"] for e in stalls] == commits and all(e["stall_s"] > 0 for e in stalls)
+    store = CheckpointStore(record.checkpoints_dir)
+    assert [i.step for i in store.list()] == [15, 20]
+    assert store.verify(20).ok
+    assert "checkpoint-20/trainer_state.json" in "\n".join(store.get(20).files)  # type: ignore[union-attr]
+    assert sorted(p.name for p in (record.path.parents[2] / "out").iterdir()) == [
+        "checkpoint-20",
+        "final",
+    ]
+    outputs = {e["name"] for e in record.events("output")}
+    assert {"model/model.safetensors", "model/config.json"} <= outputs
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_bitwise(tmp_path: Path, reference: dict[str, Any]) -> None:
+    """kill@step=12 fires from the callback's step event; attempt 2 resumes from step 10."""
+    job = make_job(tmp_path / "killed")
+    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(job)
+    (fault,) = record.events("fault_injected")
+    assert fault["step"] == 12 and fault["action"] == "kill"
+    assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 10]
+    (restored,) = record.events("restored")
+    assert restored["attempt"] == 2 and restored["step"] == 10
+    assert (job / "weights.sha256").read_text() == reference["hash"]
+    again = losses(record, attempt=2)
+    assert sorted(again) == list(range(11, 21))
+    assert again == {s: reference["losses"][s] for s in again}  # the loss curve, exactly
+
+
+@pytest.mark.slow
+def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, Any]) -> None:
+    job = make_job(tmp_path / "stopped")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
+    env["STEP_SLEEP"] = "0.3"  # slow enough that the stop lands before step 20
+    ws = job / "ws"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
+        cwd=job, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not list(ws.glob("runs/*/checkpoints/step-5/MANIFEST.json")):
+        assert run.poll() is None, run.communicate()
+        assert time.monotonic() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.1)
+    record = only_record(job)
+    stop = acceptrun(job, "stop", record.run_id, "--wait")
+    assert stop.returncode == 0, stop.stderr
+    run.communicate(timeout=60)
+    (stopped,) = record.events("stopped")
+    last = max(e["step"] for e in record.events("step"))
+    assert stopped["checkpoint"] == stopped["step"] == last < 20  # saved the step it stopped at
+    assert CheckpointStore(record.checkpoints_dir).latest().step == last  # type: ignore[union-attr]
+    exit1 = record.read_json("attempts/1/exit.json")
+    assert exit1["outcome"] == "stopped" and exit1["returncode"] == 143
+    resumed = acceptrun(job, "resume", "-q", record.run_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [r["step"] for r in record.events("restored")] == [last]
+    assert (job / "weights.sha256").read_text() == reference["hash"]
+    again = losses(record, attempt=2)
+    assert again == {s: reference["losses"][s] for s in range(last + 1, 21)}
+
+
+@pytest.mark.slow
+def test_corrupted_newest_checkpoint_is_quarantined(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    """Attempt 1 flips a byte of the stored step 10, then dies at step 12: resume from 5."""
+    job = make_job(tmp_path / "corrupt")
+    proc = acceptrun(
+        job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env={"CORRUPT_AT": "10"}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(job)
+    (q,) = record.events("checkpoint_quarantine")
+    assert q["step"] == 10 and "failed verification" in q["reason"]
+    assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 5]
+    (removed,) = record.events("stale_checkpoint_removed")  # the Trainer's own checkpoint-10
+    assert removed["path"].endswith("checkpoint-10") and removed["resumed_step"] == 5
+    assert (job / "weights.sha256").read_text() == reference["hash"]
