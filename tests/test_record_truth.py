@@ -229,3 +229,61 @@ def test_ls_all_and_cost_all_show_every_listed_workspace(tmp_path: Path) -> None
     assert "note: skipped" in cost.stdout
     as_json = json.loads(_acceptrun(tmp_path, "cost", "--all", "--json", env=env).stdout)
     assert as_json["total"]["runs"] == 2 and len(as_json["workspaces"]) == 2
+
+
+# ---- 5. the ledger: CPU runs, a custom billing increment, a run that failed preflight ------------
+
+
+def _priced_job(root: Path, name: str, cost: str, extra: str = "") -> Path:
+    root.mkdir(parents=True)
+    (root / "work.py").write_text("import time\ntime.sleep(0.2)\n")
+    (root / "spec.toml").write_text(
+        f'name = "{name}"\ncommand = [{json.dumps(PYTHON)}, "work.py"]\n[cost]\n{cost}\n{extra}'
+    )
+    return root / "spec.toml"
+
+
+@pytest.mark.slow
+def test_cpu_run_with_a_per_second_price_bills_seconds_and_no_gpu(tmp_path: Path) -> None:
+    from acceptrun.cost.ledger import build_ledger
+    from acceptrun.launch import launch
+
+    spec = _priced_job(tmp_path / "job", "cpu", 'price_per_hour = 3600\nbilling_increment = "1s"')
+    result = launch(spec, workspace=tmp_path / "ws", echo=False)
+    ledger = build_ledger(result.record)
+    assert ledger["gpus"] == 0 and ledger["device_seconds"] == 0
+    assert ledger["price"]["increment_s"] == 1.0 and ledger["price"]["minimum_s"] == 0.0
+    # Per second: the billed time is the wall time rounded up to a second, not a minute.
+    assert ledger["billed_s"] == pytest.approx(-(-ledger["wall_s"] // 1))
+    assert ledger["billed_s"] < 60
+    shown = _acceptrun(tmp_path, "--workspace", str(tmp_path / "ws"), "cost", "show")
+    assert "a CPU run: 0 GPUs, no GPU-seconds" in shown.stdout, shown.stdout + shown.stderr
+    assert "increments of 1 s" in shown.stdout
+
+
+def test_billing_increment_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
+    spec = _priced_job(
+        tmp_path / "job", "x",
+        'provider = "lambda"\ninstance = "gpu_1x_a10"\nbilling_increment = "1s"',
+    )  # fmt: skip
+    proc = _acceptrun(tmp_path, "spec", "check", str(spec))
+    assert proc.returncode == 2
+    assert "cost.billing_increment" in proc.stderr and "price_per_hour" in proc.stderr
+
+
+@pytest.mark.slow
+def test_verdict_cost_line_agrees_with_the_ledger_of_a_failed_preflight(tmp_path: Path) -> None:
+    from acceptrun.cost.billing import format_usd
+    from acceptrun.launch import launch
+    from acceptrun.spec import format_duration
+
+    spec = _priced_job(tmp_path / "job", "pf", "price_per_hour = 3600", '[expect]\npython = "<3.0"\n')
+    result = launch(spec, workspace=tmp_path / "ws", echo=False)
+    assert result.exit_code == 2 and not result.verdict.accepted
+    record = result.record
+    ledger = record.read_json("ledger.json")  # the one written after the verdict
+    assert ledger["status"] == "failed_preflight" and ledger["compute"]["attempts"] == []
+    (cost,) = [c for c in record.read_json("verdict.json")["checks"] if c["name"] == "cost"]
+    assert f"{format_usd(ledger['total_usd'])} USD in all" in cost["evidence"]
+    assert f"billed {format_duration(ledger['billed_s'])} (wasted 100%" in cost["evidence"]
+    assert "idle" not in cost["evidence"].split("(")[1].split(")")[0].replace("idle 0%", "")

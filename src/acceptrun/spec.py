@@ -414,11 +414,36 @@ class CostSpec:
     price_per_hour: float | None = doc(
         "Price of the machine in USD per hour (overrides the catalog).", None
     )
+    billing_increment: Duration | None = doc(
+        'Billing increment of a price_per_hour without provider/instance, e.g. "1s" or "1h"; '
+        "default: per minute. A catalog instance keeps its provider's rules.",
+        None,
+    )
+    mirror_per_gib_month: float | None = doc(
+        "Price of the checkpoint mirror's storage in USD per GiB-month, e.g. 0.023 (S3 "
+        "Standard); unset: mirrored bytes are counted in GiB-hours at 0 USD.",
+        None,
+    )
 
     def __post_init__(self) -> None:
         _require(
             self.price_per_hour is None or self.price_per_hour >= 0,
             "cost.price_per_hour", self.price_per_hour, "0 or more USD per hour",
+        )  # fmt: skip
+        _require(
+            self.billing_increment is None or self.billing_increment > 0,
+            "cost.billing_increment", self.billing_increment, 'a duration above 0, e.g. "1s"',
+        )  # fmt: skip
+        _require(
+            self.billing_increment is None
+            or (self.price_per_hour is not None and self.provider is None and self.instance is None),
+            "cost.billing_increment", self.billing_increment,
+            "only with cost.price_per_hour and no provider/instance (a catalog instance bills "
+            "by its provider's rules; `acceptrun prices` shows them)",
+        )  # fmt: skip
+        _require(
+            self.mirror_per_gib_month is None or self.mirror_per_gib_month >= 0,
+            "cost.mirror_per_gib_month", self.mirror_per_gib_month, "0 or more USD per GiB-month",
         )  # fmt: skip
 
 

@@ -939,7 +939,7 @@ def _cost_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     total = float(ledger.get("total_usd", usd))
     text = f"{format_usd(total)} USD in all; compute {format_usd(usd)} USD, billed {format_duration(billed)}"
     text += f" ({parts})" if parts else ""
-    left = (ledger.get("storage") or {}).get("left_behind_monthly_usd")
+    left = ((ledger.get("storage") or {}).get("left_behind") or {}).get("monthly_usd")
     if isinstance(left, int | float) and left > 0:
         text += f"; left behind costs {format_usd(left)} USD/month"
     out.append(Check("operations", "cost", PASS, False, f"{text} ({label})"))

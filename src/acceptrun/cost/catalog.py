@@ -241,7 +241,8 @@ def price_for(spec_cost: CostSpec, catalog: Catalog) -> Price | None:
 
     provider + instance -> the catalog entry (``price_per_hour`` in the spec overrides its
     price, the billing rules stay); ``price_per_hour`` alone -> a per-minute price billed
-    from launch, the conservative reading for an unknown provider.
+    from launch, the conservative reading for an unknown provider, unless
+    ``billing_increment`` names another increment (no minimum then).
     """
     provider, instance, per_hour = spec_cost.provider, spec_cost.instance, spec_cost.price_per_hour
     if provider is not None and instance is not None:
@@ -251,6 +252,8 @@ def price_for(spec_cost: CostSpec, catalog: Catalog) -> Price | None:
         return price
     if per_hour is not None:
         increment_s, minimum_s = BILLING_MODES["per_minute"]
+        if spec_cost.billing_increment is not None:
+            increment_s, minimum_s = float(spec_cost.billing_increment), 0.0
         return Price(
             provider=provider or "custom",
             instance=instance or "custom",

@@ -4,7 +4,9 @@ Built from the run record alone (frozen spec, events.jsonl, run.json, cost.jsonl
 written to ``ledger.json``, so it can be rebuilt at any time with the same answer.
 
 Billed compute runs from ``run_start`` (or an ``acceptrun resume``) to the last
-``attempt_exit`` (or the ``verdict`` event when no attempt ran). A resume starts a new
+``attempt_exit``; when no attempt ran, to the ``preflight_failed`` or
+``stopped_before_launch`` event (the ``verdict`` event in records without them), so the
+ledger built for the verdict and the one rebuilt after it agree. A resume starts a new
 billing segment: the time between segments is not billed (the machine may have been
 released). Each segment is rounded up to the price's increments on its own.
 
@@ -223,8 +225,11 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
                 lost = (ev.get("work") or {}).get("seconds_lost")
                 a.seconds_lost = float(lost) if isinstance(lost, int | float) else 0.0
             current.end = float(t)
+        elif kind in ("preflight_failed", "stopped_before_launch"):
+            if not current.attempts:  # the moment the run was known not to launch
+                current.end = float(t)
         elif kind == "verdict":
-            if not current.attempts:  # no attempt ran (failed preflight, stopped before launch)
+            if not current.attempts and current.end is None:  # records older than those events
                 current.end = float(t)
         elif kind in ("step", "workload_start"):
             a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
@@ -437,7 +442,10 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         for e in events
         if e.get("kind") == "checkpoint_stage"
     ]
-    failed_preflight = state.get("status") == "failed_preflight"
+    # From the event too: the ledger the verdict reads is built while the status is "closing".
+    failed_preflight = state.get("status") == "failed_preflight" or any(
+        e.get("kind") == "preflight_failed" for e in events
+    )
     activity_of = _black_box_activity(record, spec, events)
 
     detail = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
@@ -504,7 +512,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     human, switching = _people(record)
     human_usd = sum(h["usd"] for h in human)
     switching_usd = sum(s["usd"] for s in switching)
-    gpus = max(spec.resources.gpus, 1)
+    gpus = spec.resources.gpus  # a CPU run (0) bills no GPU-seconds
     verdict = state.get("verdict")
     totals = {
         "compute_usd": round(compute_usd, 6),

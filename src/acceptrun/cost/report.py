@@ -231,7 +231,7 @@ def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
     lines = [
         f"{runs} run{'s' if runs != 1 else ''}, {accepted} accepted",
         f"  compute     {_usd(t['compute_usd']):>12}   billed {format_duration(summary['billed_s'])}, "
-        f"{summary['device_seconds'] / 3600:.2f} device-hours",
+        f"{summary['device_seconds'] / 3600:.2f} GPU-hours",
         f"  storage     {_usd(t['storage_usd']):>12}   left behind {format_bytes(summary['left_behind_bytes'])} "
         f"({_usd(summary['left_behind_monthly_usd'])}/month)",
         f"  people      {_usd(t['human_usd']):>12}",
@@ -296,7 +296,12 @@ def format_ledger(ledger: dict[str, Any]) -> str:
     lines = [
         head,
         f"billed {ledger['billed_s']:.0f} s (wall {ledger['wall_s']:.1f} s, "
-        f"{len(ledger['segments'])} segment(s)), {ledger['device_seconds']:.0f} device-seconds",
+        f"{len(ledger['segments'])} segment(s)), "
+        + (
+            f"{ledger['gpus']} GPU(s): {ledger['device_seconds']:.0f} GPU-seconds"
+            if ledger.get("gpus")
+            else "a CPU run: 0 GPUs, no GPU-seconds"
+        ),
         f"  {'':<18} {'seconds':>10} {'USD':>12}",
     ]
     for k in PARTS:
