@@ -1,0 +1,367 @@
+"""A script's own checkpoints as acceptrun checkpoints: capture, put back, resume flags.
+
+Real ``acceptrun run`` processes over scripts that know nothing of acceptrun: a
+nanoGPT-shaped loop that rewrites ``out/ckpt.pt`` in place and resumes with
+``--init_from=resume`` (tests/watched_train.py), the same loop saving Hugging Face style
+``out/checkpoint-<N>/`` directories, and a writer that holds its file open across long
+pauses. Kills come from the test once a capture is recorded, never after a guessed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.distributed import launch_command
+from acceptrun.spec import load_spec
+from acceptrun.supervisor.external import step_from_name, with_resume_args
+from conftest import PYTHON, Project, wait_for
+
+TRAIN = Path(__file__).with_name("watched_train.py")
+PATTERN = r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)"
+EVERY = 25  # iterations between the script's saves
+
+
+def _events(project: Project) -> list[dict[str, Any]]:
+    ids = project.run_ids()
+    if not ids:
+        return []
+    path = project.runs_dir / ids[0] / "events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line still being written
+    return out
+
+
+def _start(project: Project, spec: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _kill_after_commits(project: Project, n: int, attempt: int = 1) -> list[dict[str, Any]]:
+    """SIGKILL the attempt's workload once ``n`` watched checkpoints are committed."""
+
+    def commits() -> list[dict[str, Any]] | None:
+        found = [
+            e
+            for e in _events(project)
+            if e["kind"] == "checkpoint_commit"
+            and e.get("source") == "watched"
+            and e.get("attempt") == attempt
+        ]
+        return found if len(found) >= n else None
+
+    wait_for(commits, timeout=180, interval=0.05, what=f"{n} watched checkpoint(s)")
+    start = next(
+        e for e in _events(project) if e["kind"] == "attempt_start" and e["attempt"] == attempt
+    )
+    os.kill(start["pid"], signal.SIGKILL)
+    return commits() or []
+
+
+def _iters(log: Path) -> list[int]:
+    return [int(m.group(1)) for m in re.finditer(r"^iter (\d+):", log.read_text(), re.M)]
+
+
+def _reference(tmp_path: Path, *extra: str) -> str:
+    """The SHA-256 of the weights after an uninterrupted run of the same script."""
+    out = tmp_path / "reference"
+    subprocess.run(
+        [PYTHON, str(TRAIN), "--out_dir", str(out), *extra],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return (out / "weights.sha256").read_text()
+
+
+def _nanogpt_spec(
+    project: Project, *, command: list[str] | str | None = None, extra: str = ""
+) -> Path:
+    shutil.copy(TRAIN, project.root / "train.py")
+    return project.spec(
+        command=command or [PYTHON, "train.py", "--sleep", "0.03"],
+        extra=f"""
+        [checkpoint]
+        watch = ["out/ckpt.pt"]
+        resume_args = ["--init_from=resume"]
+        settle = "0.3s"
+        [progress]
+        pattern = {json.dumps(PATTERN)}
+        [limits]
+        restart_backoff = "0s"
+        {extra}
+        """,
+    )
+
+
+@pytest.mark.slow
+def test_killed_script_resumes_from_its_own_checkpoint(project: Project, tmp_path: Path) -> None:
+    """(a) nanoGPT shape, SIGKILLed: attempt 2 starts from the captured ckpt.pt, bit-exact."""
+    spec = _nanogpt_spec(project)
+    proc = _start(project, spec)
+    _kill_after_commits(project, 1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    events = _events(project)
+
+    starts = {e["attempt"]: e for e in events if e["kind"] == "attempt_start"}
+    assert starts[1]["restored"] is None
+    assert "--init_from=resume" not in starts[1]["command"]  # a fresh run: no resume args
+    assert starts[2]["command"][-1] == "--init_from=resume"
+    assert starts[2]["restored"] == str(project.root / "out" / "ckpt.pt")
+    resume_step = starts[2]["resume_step"]
+    assert f"resuming after step {resume_step} from" in out
+
+    # The script resumed from its own checkpoint, not from scratch.
+    log2 = rec.attempt_dir(2) / "stdout.log"
+    first = int(re.search(r"resuming from \S+ at iter (\d+)", log2.read_text()).group(1))  # type: ignore[union-attr]
+    assert first > 0 and first % EVERY == 0
+    assert _iters(log2)[0] == first
+    # The capture's step is the newest step reported before the file was written: never
+    # later than the state it holds (iter first-1), so lost work is never under-counted.
+    assert first - 1 - EVERY < resume_step <= first - 1
+    restored = [e for e in events if e["kind"] == "restored"]
+    assert restored and restored[0]["step"] == resume_step and restored[0]["source"] == "watched"
+
+    # Lost work: the steps attempt 1 did after the checkpoint it resumed from.
+    exit1 = json.loads((rec.attempt_dir(1) / "exit.json").read_text())
+    last1 = _iters(rec.attempt_dir(1) / "stdout.log")[-1]
+    work = exit1["work"]
+    assert exit1["signal"] == "SIGKILL"
+    assert work["checkpoint_after"] == resume_step
+    assert work["last_step"] == last1
+    assert work["steps_lost"] == last1 - resume_step
+    assert work["seconds_lost"] > 0
+    run = json.loads(rec.file("run.json").read_text())
+    assert run["work"]["steps_lost"] == work["steps_lost"]
+    assert run["verdict"] == "accepted"
+
+    # Every commit of a watched checkpoint is marked as such, with no stall for the workload.
+    commits = [e for e in events if e["kind"] == "checkpoint_commit"]
+    assert commits and all(e["source"] == "watched" and e["stall_s"] == 0.0 for e in commits)
+    assert all(e["bytes"] > 0 and e["capture_s"] >= 0 for e in commits)
+
+    # Bit for bit the uninterrupted run.
+    assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path)
+
+    # ckpt ls / verify see the captured checkpoints as any other.
+    ls = project.cli("ckpt", "ls", rec.run_id, check_rc=0)
+    assert "*" in ls.stdout
+    project.cli("ckpt", "verify", rec.run_id, check_rc=0)
+
+
+SLOW_WRITER = """
+    import json, os, sys, time
+
+    run_dir = os.environ["ACCEPTRUN_RUN_DIR"]
+    os.makedirs("out", exist_ok=True)
+
+    def commits():
+        path = os.path.join(run_dir, "events.jsonl")
+        n = 0
+        for line in open(path):
+            if '"checkpoint_commit"' in line:
+                n += 1
+        return n
+
+    def wait_commits(n):
+        deadline = time.monotonic() + 120
+        while commits() < n:
+            if time.monotonic() > deadline:
+                sys.exit("no capture within 120 s")
+            time.sleep(0.05)
+
+    def write(tag, pause):
+        # In place, held open, in chunks with pauses longer than checkpoint.settle: sizes
+        # and mtimes hold still while the file is still half-written.
+        with open("out/state.bin", "wb") as f:
+            for i in range(4):
+                f.write(bytes([tag]) * 65536)
+                f.flush()
+                time.sleep(pause)
+
+    write(1, 0.8)
+    wait_commits(1)
+    write(2, 0.8)          # rewritten in place: captured again, whole
+    wait_commits(2)
+    write(3, 0.0)          # written just before the exit: the final pass takes it
+"""
+
+
+@pytest.mark.slow
+def test_slow_writer_is_never_captured_half_written(project: Project) -> None:
+    """(b) a file held open across pauses longer than settle is captured only whole."""
+    spec = project.spec(
+        SLOW_WRITER,
+        extra="""
+        [checkpoint]
+        watch = ["out/state.bin"]
+        settle = "0.3s"
+        keep_last = 5
+        """,
+    )
+    proc = _start(project, spec)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    store = CheckpointStore(rec.checkpoints_dir)
+    infos = store.list()
+    contents = [(i.path / "files" / "out" / "state.bin").read_bytes() for i in infos]
+    whole = {bytes([tag]) * 4 * 65536: tag for tag in (1, 2, 3)}
+    assert [whole.get(c) for c in contents] == [1, 2, 3], [len(c) for c in contents]
+    assert store.latest() is not None and store.latest().step == infos[-1].step  # type: ignore[union-attr]
+    # No step was ever reported: the steps are the store's sequence, never reused.
+    assert [i.step for i in infos] == [1, 2, 3]
+    assert all(i.meta["source"] == "watched" for i in infos)
+
+
+@pytest.mark.slow
+def test_corrupt_newest_capture_is_quarantined_and_the_one_before_used(
+    project: Project, tmp_path: Path
+) -> None:
+    """(c) `acceptrun resume` after a kill: the newest capture fails verification."""
+    spec = _nanogpt_spec(project, extra="max_restarts = 0")
+    proc = _start(project, spec)
+    _kill_after_commits(project, 2)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out  # killed, not restarted: rejected
+    rec = project.only_record()
+    store = CheckpointStore(rec.checkpoints_dir)
+    infos = store.list()
+    assert len(infos) >= 2
+    newest, before = infos[-1], infos[-2]
+    blob = newest.path / "files" / "out" / "ckpt.pt"
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+
+    resumed = project.cli("resume", rec.run_id, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    events = _events(project)
+    quarantined = [e for e in events if e["kind"] == "checkpoint_quarantine"]
+    assert [e["step"] for e in quarantined] == [newest.step]
+    start2 = next(e for e in events if e["kind"] == "attempt_start" and e["attempt"] == 2)
+    assert start2["resume_step"] == before.step
+    assert start2["command"][-1] == "--init_from=resume"
+    log2 = (rec.attempt_dir(2) / "stdout.log").read_text()
+    first = int(re.search(r"at iter (\d+)", log2).group(1))  # type: ignore[union-attr]
+    assert before.step < first <= before.step + EVERY
+    assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path)
+
+
+@pytest.mark.slow
+def test_hugging_face_directories_resume_with_the_restored_path(
+    project: Project, tmp_path: Path
+) -> None:
+    """(d) ``out/checkpoint-*`` directories, a string command, --resume_from_checkpoint DIR."""
+    shutil.copy(TRAIN, project.root / "train.py")
+    spec = project.spec(
+        command=f"{PYTHON} train.py --hf --sleep 0.03",
+        extra="""
+        [checkpoint]
+        watch = ["out/checkpoint-*"]
+        resume_args = ["--resume_from_checkpoint", "{checkpoint}"]
+        settle = "0.3s"
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    proc = _start(project, spec)
+    commits = _kill_after_commits(project, 1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    assert commits[0]["step"] % EVERY == 0  # the number in the directory's name
+    events = _events(project)
+    start2 = next(e for e in events if e["kind"] == "attempt_start" and e["attempt"] == 2)
+    step = start2["resume_step"]
+    where = project.root / "out" / f"checkpoint-{step}"
+    assert start2["restored"] == str(where)
+    assert start2["command"][:2] == ["/bin/sh", "-c"]
+    assert start2["command"][2].endswith(f"--resume_from_checkpoint {where}")
+    log2 = (rec.attempt_dir(2) / "stdout.log").read_text()
+    assert f"resuming from {where}/model.pt at iter {step}" in log2
+    assert _iters(rec.attempt_dir(2) / "stdout.log")[0] == step
+    info = CheckpointStore(rec.checkpoints_dir).latest()  # step is gone: keep_last = 2
+    assert info is not None
+    assert sorted(info.files) == [
+        f"files/out/checkpoint-{info.step}/model.pt",
+        f"files/out/checkpoint-{info.step}/trainer_state.json",
+    ]
+    assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path, "--hf")
+
+
+def test_resume_args_reach_the_script_under_torchrun(project: Project) -> None:
+    """With processes > 1 the arguments follow the script, not torchrun's own options."""
+    for command in ('["python", "train.py", "--lr", "3e-4"]', '"python train.py --lr 3e-4"'):
+        path = project.root / "spec.toml"
+        path.write_text(
+            textwrap.dedent(
+                f"""
+                name = "t"
+                command = {command}
+                [resources]
+                processes = 2
+                [checkpoint]
+                watch = ["out/checkpoint-*"]
+                resume_args = ["--resume_from_checkpoint", "{{checkpoint}}"]
+                """
+            )
+        )
+        spec = load_spec(path)
+        argv = with_resume_args(launch_command(spec), spec, "/w/out/checkpoint 7")
+        words = shlex.split(argv[2]) if spec.shell else argv
+        assert "torch.distributed.run" in words
+        assert words[-5:] == [
+            "train.py", "--lr", "3e-4", "--resume_from_checkpoint", "/w/out/checkpoint 7"
+        ]  # fmt: skip
+
+
+def test_resume_args_after_a_pipeline_are_refused_before_launch(project: Project) -> None:
+    spec = project.spec(
+        "print('hi')\n",
+        command=f"{PYTHON} work.py | tee log.txt",
+        extra="""
+        [checkpoint]
+        watch = ["out/ckpt.pt"]
+        resume_args = ["--init_from=resume"]
+        """,
+    )
+    proc = project.cli("run", str(spec), check_rc=2)
+    assert "checkpoint.resume_args" in proc.stderr + proc.stdout
+    assert not project.run_ids()
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [
+        pytest.param("output/checkpoint-500", 500, id="hf"),
+        pytest.param("epoch=3-step=900.ckpt", 900, id="lightning"),
+        pytest.param("out/ckpt.pt", None, id="none"),
+    ],
+)
+def test_step_from_name(name: str, step: int | None) -> None:
+    assert step_from_name(name) == step
