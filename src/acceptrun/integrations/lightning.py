@@ -1,0 +1,849 @@
+"""PyTorch Lightning: two added lines make a training script an accepted run.
+
+::
+
+    from acceptrun.integrations.lightning import AcceptrunCallback        # acceptrun
+    trainer = L.Trainer(max_steps=600, callbacks=[AcceptrunCallback()])   # acceptrun
+    trainer.fit(model, train_loader, val_loader)
+
+What the callback does (docs/frameworks/lightning.md has the measured figures):
+
+* attaches to the run (``acceptrun.init()``; a standalone run under a plain ``python``);
+* writes a step event per optimizer step, numbered like Lightning's ``global_step`` (the
+  first step is 1, so ``epoch=0-step=100.ckpt`` is acceptrun's checkpoint of step 100),
+  with step time, data wait, samples, loss, learning rate and ``total_steps`` for the
+  ETA; validation results become metric events with Lightning's names;
+* puts a :class:`CheckpointIO` of its own in front of the strategy's, so every ``.ckpt``
+  Lightning writes (``ModelCheckpoint``, ``last.ckpt``, ``trainer.save_checkpoint``) is
+  captured into the run's checkpoint store: hashed, verified, retained by the spec's
+  ``keep_*``, mirrored. The files saved for one ``global_step`` form one checkpoint.
+  ``ModelCheckpoint`` keeps deleting its own files (``save_top_k``); acceptrun's copies
+  are separate and only its retention removes them;
+* on a restart resumes from the newest VERIFIED checkpoint without ``ckpt_path``: see
+  :meth:`AcceptrunCallback._resume_into`;
+* makes the resumed run continue the interrupted one exactly on CPU: the training
+  loader's data order and position, and the RNG states of Python, NumPy, torch (and
+  CUDA) and of the loader's and sampler's generators (see :class:`_ResumableLoader`);
+  validation runs on an RNG of its own, so it never shifts the training's random streams;
+* turns a graceful stop (SIGTERM from the supervisor) into a save at the next training
+  batch boundary and exit status 143 (a ``stopped`` event);
+* registers the final checkpoint as the output ``model`` (``output=`` renames it).
+
+One process only (``resources.processes = 1``). Importing ``acceptrun`` never imports
+this module or Lightning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import signal
+import time
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO
+from torch.utils.data import DataLoader, IterableDataset
+
+from acceptrun.errors import UserError
+from acceptrun.integrations._base import FrameworkRun
+
+__all__ = ["AcceptrunCallback"]
+
+OWN_CHECKPOINT = "acceptrun.ckpt"  # what the callback itself saves: at a stop, at the end
+LOADER_FORMAT = "acceptrun.lightning.loader/1"
+STATE_FORMAT = "acceptrun.lightning.callback/1"
+_LIGHTNING = version("lightning")
+
+
+class AcceptrunCallback(Callback):
+    """Record a Lightning fit's steps, checkpoints, stops and final model as an acceptrun run.
+
+    ``output``: the output name of the final checkpoint (None: register none).
+    ``step_metrics``: names of values the module logs per step (``self.log("acc", ...)``)
+    to add to each step event, besides loss, learning rate and samples.
+
+    >>> trainer = L.Trainer(max_epochs=3, callbacks=[AcceptrunCallback()])
+    >>> trainer.fit(model, loader)     # resumes from the newest verified checkpoint on a restart
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        output: str | None = "model",
+        step_metrics: tuple[str, ...] | list[str] = (),
+    ) -> None:
+        self.fr = FrameworkRun.attach(name)
+        self.run = self.fr.run
+        if self.run.world_size > 1:
+            raise UserError(
+                f"AcceptrunCallback runs in one process; this run has {self.run.world_size} "
+                "(resources.processes); set resources.processes = 1, or drive the ranks "
+                "with the client API (docs/multi-process.md)"
+            )
+        self.output = output
+        self.step_metrics = tuple(step_metrics)
+        self.resumed_from: int | None = None  # the step put back at fit(), if any
+        self.notes: list[str] = []  # what could not be made exact, said once each
+        self._trainer: Any = None
+        self._fitting = False
+        self._pending: dict[str, Any] | None = None  # .ckpt files of one step not yet captured
+        self._captured_step: int | None = None
+        self._final_file: Path | None = None
+        self._expected_step: int | None = None  # global_step the resume must reach
+        self._resume_rng: dict[str, Any] | None = None  # RNG "now" from the checkpoint
+        self._resume_rng_applied = False
+        self._rng_mark: dict[str, Any] | None = None  # training RNG before a validation
+        self._loaders: list[_ResumableLoader] = []
+        self._saved_handler: Any = None
+        self._total: int | None = None
+        self._logged_step = -1
+        self._samples = 0
+        self._end_prev: float | None = None  # end of the previous step's hook
+        self._excluded = 0.0  # seconds of saves and validation since then (not data wait)
+        self._val_start: float | None = None
+        self._step_values: dict[str, Any] = {}  # measured before the step's event
+
+    # ---- set-up ------------------------------------------------------------------------------
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        self._trainer = trainer
+        self._fitting = True
+        strategy = trainer.strategy
+        io = strategy.checkpoint_io
+        if isinstance(io, AsyncCheckpointIO):
+            raise UserError(
+                "AcceptrunCallback captures each .ckpt once Lightning has written it, which "
+                "AsyncCheckpointIO does not wait for; remove AsyncCheckpointIO from the "
+                "Trainer's plugins (acceptrun's capture is the durable copy)"
+            )
+        if not isinstance(io, _AcceptrunIO):
+            strategy.checkpoint_io = _AcceptrunIO(io, self)
+        _wrap_process_dataloader(strategy, self)
+        self._own_stops()
+        self._resume_into(trainer)
+
+    def _own_stops(self) -> None:
+        """SIGTERM marks a stop for the next batch boundary; Lightning's own reaction is off.
+
+        Lightning chains the handler found at ``fit`` and sets ``received_sigterm``, on
+        which its loops raise ``SIGTERMException`` (a SystemExit with status 0) at the end
+        of the epoch or inside validation: a stopped run would look finished. This
+        handler runs after Lightning's and clears that flag; acceptrun saves and exits 143.
+        """
+        if threading_main() and self._saved_handler is None:
+            client = signal.getsignal(signal.SIGTERM)
+            self._saved_handler = client
+            ref = weakref.ref(self)
+
+            def on_sigterm(signum: int, frame: Any) -> None:
+                if callable(client):
+                    client(signum, frame)
+                me = ref()
+                if me is not None and me._trainer is not None:
+                    me._trainer._signal_connector.received_sigterm = False
+
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _resume_into(self, trainer: pl.Trainer) -> None:
+        """On a restart, make this ``fit`` load the newest verified checkpoint.
+
+        The mechanism: ``Trainer.fit`` picks its checkpoint path before any callback
+        runs, then calls ``_checkpoint_connector.resume_start(path)`` after ``setup`` (in
+        ``_restore_modules_and_callbacks``, with ``None`` when no ``ckpt_path`` was
+        given). ``setup`` puts the verified files back where they were written, then
+        gives that connector a one-shot ``resume_start`` that fills in their path; the
+        connector restores model, callbacks, loops, optimizers and schedulers as for
+        ``fit(ckpt_path=...)``. ``on_train_start`` checks that ``global_step`` is the
+        checkpoint's and raises if it is not, so a Lightning whose fit path changed
+        fails loudly rather than training from scratch. A ``ckpt_path`` passed by the
+        script wins, with a warning.
+        """
+        info = self.fr.resume_point()
+        if info is None:
+            return
+        meta = info.meta.get("lightning")
+        if not isinstance(meta, dict) or meta.get("load") not in (info.meta.get("files") or {}):
+            raise UserError(
+                f"checkpoint {info.path} was not captured from Lightning's .ckpt files; "
+                "resume it with the script that wrote it, or give this run a checkpoint.dir "
+                "of its own"
+            )
+        placed = self.fr.put_back(info)
+        path = placed[meta["load"]]
+        if self.run.drill:  # the client's drill check reads what was restored
+            self.run._restored = {"step": info.step, "path": str(info.path), "seconds": 0.0}
+        self.resumed_from = info.step
+        self._expected_step = int(meta["global_step"])
+        self._captured_step = info.step
+        conn = trainer._checkpoint_connector
+        original = conn.resume_start
+
+        def resume_start(checkpoint_path: Any = None, weights_only: Any = None) -> None:
+            del conn.resume_start  # one shot: the class's method is back
+            if checkpoint_path and Path(checkpoint_path).resolve() != path.resolve():
+                warnings.warn(
+                    f"acceptrun: trainer.fit(ckpt_path={str(checkpoint_path)!r}) is loaded as "
+                    f"given, not the verified checkpoint of step {info.step} ({path}); drop "
+                    "ckpt_path to resume where the supervisor says",
+                    stacklevel=2,
+                )
+                self._expected_step = None
+            else:
+                checkpoint_path = str(path)
+            original(checkpoint_path, weights_only=weights_only)
+
+        setattr(conn, "resume_start", resume_start)  # noqa: B010 - an instance attribute, on purpose
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._expected_step is not None and trainer.global_step != self._expected_step:
+            raise RuntimeError(
+                f"acceptrun put back the checkpoint of step {self.resumed_from} but Lightning "
+                f"{_LIGHTNING} starts at global_step {trainer.global_step}: its fit path "
+                "no longer calls _checkpoint_connector.resume_start after setup. Resume by "
+                "hand with trainer.fit(..., ckpt_path=<the .ckpt put back>) and report it"
+            )
+        if self._resume_rng is not None and not self._resume_rng_applied:
+            self._apply_resume_rng()  # no loader of ours did it before its first batch
+        self._rng_mark = _capture_rng({})
+        total = trainer.estimated_stepping_batches
+        self._total = int(total) if total != float("inf") else None
+        self._logged_step = trainer.global_step
+        self._end_prev = time.perf_counter()
+        self._excluded = 0.0
+        if self.fr.stop_requested:  # asked to stop before the first step: nothing new to save
+            self._stop(trainer)
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        now = time.perf_counter()
+        self._flush()
+        if self._end_prev is not None and "data_wait" not in self._step_values:
+            self._step_values["data_wait"] = max(0.0, now - self._end_prev - self._excluded)
+        self._excluded = 0.0
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self._samples += _batch_size(batch)
+        step = trainer.global_step
+        if step != self._logged_step:  # an optimizer step ended (not an accumulation)
+            self._logged_step = step
+            values: dict[str, Any] = {**self._step_values}
+            self._step_values = {}
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                values["loss"] = float(loss.detach())  # a device sync on a GPU
+            values.update(_learning_rates(trainer))
+            if self._samples:
+                values["samples"] = self._samples
+            self._samples = 0
+            metrics = trainer.callback_metrics
+            for name in self.step_metrics:
+                if name in metrics and (v := _scalar(metrics[name])) is not None:
+                    values[name] = v
+            if self._total:
+                values["total_steps"] = self._total
+            self.fr.log(step, **values)  # injected faults (kill@step=N) fire here
+            if self.run.drill:  # `acceptrun ckpt drill`: one step after the restore, then report
+                self.run._finish_drill(step, 0.0)
+        self._rng_mark = _capture_rng({})
+        self._end_prev = time.perf_counter()
+        if self.fr.stop_requested:
+            self._stop(trainer)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._fitting and not trainer.sanity_checking:
+            self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._fitting or trainer.sanity_checking:
+            return
+        if self._rng_mark is not None:
+            # Validation (its loader's iterator included) drew from the global RNGs; put
+            # the training's streams back so a run with a resume, which skips or repeats
+            # validations, draws the same numbers as one without.
+            _apply_rng(self._rng_mark, {})
+        if self._val_start is not None:
+            self._excluded += time.perf_counter() - self._val_start
+            self._val_start = None
+        step = trainer.global_step
+        for name, value in trainer.callback_metrics.items():
+            if (v := _scalar(value)) is not None:
+                self.run.metric(name, v, step=step)
+        if self.fr.stop_requested:
+            self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.fr.stop_requested:
+            self._stop(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._flush()
+        step = trainer.global_step
+        if step > 0 and self._captured_step != step and not self.run.drill:
+            trainer.save_checkpoint(self._own_path(trainer))
+            self._flush()
+        for name, value in trainer.callback_metrics.items():
+            if (v := _scalar(value)) is not None:
+                self.run.metric(name, v, step=step)
+        if self.output and self._final_file is not None and self._final_file.is_file():
+            self.run.output(self.output, self._final_file)
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, SystemExit) and exception.code == 143:
+            return  # our own graceful stop
+        with contextlib.suppress(Exception):  # the failure being raised matters more
+            self._flush()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit" or not self._fitting:
+            return
+        self._flush()
+        self._fitting = False
+        for loader in self._loaders:
+            loader.unwrap()
+        self._loaders = []
+        if self._saved_handler is not None and threading_main():
+            signal.signal(signal.SIGTERM, self._saved_handler)
+            self._saved_handler = None
+        self.fr.close()
+
+    # ---- checkpoint state (inside every .ckpt) -----------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The RNG states at this save, restored before the next training batch on a resume."""
+        gens = {}
+        for loader in self._loaders:
+            gens.update(loader.generators("loader"))
+        return {"format": STATE_FORMAT, "rng": _capture_rng(gens)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("format") == STATE_FORMAT:
+            self._resume_rng = state_dict["rng"]
+            self._resume_rng_applied = False
+        else:
+            self._note("the checkpoint holds no acceptrun RNG state: random streams restart")
+
+    def _apply_resume_rng(self) -> None:
+        """Put the RNG states of the resumed save back (once): global, and the loaders'."""
+        if self._resume_rng is None or self._resume_rng_applied:
+            return
+        gens = {}
+        for loader in self._loaders:
+            gens.update(loader.generators("loader"))
+        self._note_all(_apply_rng(self._resume_rng, gens))
+        self._resume_rng_applied = True
+
+    # ---- captures ----------------------------------------------------------------------------
+
+    def _saved(self, path: Path, global_step: int, seconds: float) -> None:
+        """Lightning wrote ``path`` (through _AcceptrunIO): capture it with its step's files."""
+        if not self._fitting or self.run.drill:
+            return
+        if self._pending is not None and self._pending["global_step"] != global_step:
+            self._flush()
+        if self._pending is None:
+            self._pending = {"global_step": global_step, "files": {}, "seconds": 0.0}
+        name = self._stored_name(path)
+        self._pending["files"][name] = path
+        self._pending["load"] = name  # the last file saved for a step has the newest state
+        self._pending["seconds"] += seconds
+        self._excluded += seconds
+
+    def _before_remove(self, path: Path) -> None:
+        """ModelCheckpoint is about to delete a file: capture it first if still pending."""
+        if self._pending is not None and path in self._pending["files"].values():
+            self._flush()
+
+    def _flush(self) -> None:
+        """Capture the pending files of one step as one checkpoint; a failure warns loudly.
+
+        Lightning's file stays where it was written: a failed capture (a full disk) loses
+        acceptrun's copy, not the training, and is recorded as checkpoint_failed.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        step = int(pending["global_step"])
+        t0 = time.perf_counter()
+        metrics = {k: v for k, v in _scalars(self._trainer).items()}
+        meta = {
+            "lightning": {
+                "load": pending["load"],
+                "global_step": step,
+                "epoch": int(self._trainer.current_epoch) if self._trainer is not None else None,
+                "version": _LIGHTNING,
+                "save_s": round(float(pending["seconds"]), 6),
+            }
+        }
+        try:
+            self.fr.capture(step, pending["files"], metrics=metrics, meta=meta)
+        except Exception as exc:
+            warnings.warn(
+                f"acceptrun: the checkpoint of step {step} ({', '.join(pending['files'])}) was "
+                f"not captured ({type(exc).__name__}: {exc}); Lightning's file is intact, the "
+                "next save retries",
+                stacklevel=2,
+            )
+        else:
+            self._captured_step = step
+            self._final_file = Path(pending["files"][pending["load"]])
+        self._excluded += time.perf_counter() - t0
+
+    def _stored_name(self, path: Path) -> str:
+        """The name of a .ckpt inside the checkpoint: its path under default_root_dir."""
+        root = Path(self._trainer.default_root_dir).resolve() if self._trainer else Path.cwd()
+        full = Path(path).resolve()
+        try:
+            return full.relative_to(root).as_posix()
+        except ValueError:
+            digest = hashlib.sha256(str(full.parent).encode()).hexdigest()[:8]
+            return f"outside-{digest}/{full.name}"
+
+    def _own_path(self, trainer: pl.Trainer) -> Path:
+        ckpt = trainer.checkpoint_callback
+        dirpath = getattr(ckpt, "dirpath", None) if isinstance(ckpt, ModelCheckpoint) else None
+        folder = Path(dirpath) if dirpath else Path(trainer.default_root_dir) / "checkpoints"
+        return folder / OWN_CHECKPOINT
+
+    # ---- stops -------------------------------------------------------------------------------
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        """Save the state after the last finished step (unless captured), then exit 143."""
+        self._flush()
+        step = trainer.global_step
+        if self._captured_step != step and not self.run.drill:
+            trainer.save_checkpoint(self._own_path(trainer))
+            self._flush()
+        self.fr.exit_stopped(step)
+
+    # ---- notes -------------------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+            warnings.warn(f"acceptrun: {text}", stacklevel=3)
+            self.run.record.event("resume_note", attempt=self.run.attempt, note=text)
+
+    def _note_all(self, texts: list[str]) -> None:
+        for text in texts:
+            self._note(text)
+
+
+class _AcceptrunIO(CheckpointIO):
+    """The strategy's CheckpointIO, with each completed save handed to the callback."""
+
+    def __init__(self, inner: CheckpointIO, callback: AcceptrunCallback) -> None:
+        self.inner = inner
+        self.callback = callback
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        t0 = time.perf_counter()
+        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+        step = int(checkpoint.get("global_step", 0))
+        self.callback._saved(Path(path), step, time.perf_counter() - t0)
+
+    def load_checkpoint(
+        self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        return self.inner.load_checkpoint(
+            path, map_location=map_location, weights_only=weights_only
+        )
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.callback._before_remove(Path(path))
+        self.inner.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+# ---- the training loader: data order and position that resume exactly -----------------------
+
+
+def _wrap_process_dataloader(strategy: Any, callback: AcceptrunCallback) -> None:
+    """Make the training DataLoader resumable where the strategy hands it to the loop."""
+    if getattr(strategy.process_dataloader, "_acceptrun", False):
+        return
+    original = strategy.process_dataloader
+    ref = weakref.ref(callback)
+
+    def process_dataloader(dataloader: Any) -> Any:
+        dataloader = original(dataloader)
+        me = ref()
+        trainer = me._trainer if me is not None else None
+        if me is None or trainer is None or not trainer.training or trainer.sanity_checking:
+            return dataloader
+        return _ResumableLoader.wrap(dataloader, me)
+
+    process_dataloader._acceptrun = True  # type: ignore[attr-defined]
+    strategy.process_dataloader = process_dataloader
+
+
+class _ResumableLoader:
+    """Data order and position of a plain ``DataLoader`` through a save and a resume.
+
+    Lightning stores the state of a training loader that has ``state_dict()`` and
+    ``load_state_dict()`` in its checkpoint and loads it before it creates the
+    iterator; a plain ``DataLoader`` has neither, and a resumed epoch restarts with a
+    new shuffle (Lightning warns about this). The loader's class is swapped, for the fit
+    only, for a subclass with those two methods; iteration is unchanged except that:
+
+    * the RNG states (global, and the loader's and sampler's generators) are recorded just
+      before each epoch's iterator is created and just before its sampler first draws;
+    * a save records them and the number of batches handed to Lightning;
+    * the first iterator after a mid-epoch resume is created under the recorded states
+      and its sampler skips the delivered batches (indices only, no data loaded), which
+      reproduces the epoch's order; then the RNG states of the save are put back.
+
+    Worker processes restart with the iterator: randomness inside workers (random
+    augmentation) does not continue where it stopped.
+    """
+
+    def __init__(self, loader: DataLoader[Any], callback: AcceptrunCallback) -> None:
+        self.loader = loader
+        self.callback = weakref.ref(callback)
+        self.delivered = 0
+        self.rng_before_iter: dict[str, Any] | None = None
+        self.rng_before_sampler: dict[str, Any] | None = None
+        self.plan: dict[str, Any] | None = None  # loaded state, for the next iterator
+        self.replay: dict[str, Any] | None = None  # for the sampler's first draw
+        self.original_class = type(loader)
+
+    @classmethod
+    def wrap(cls, loader: Any, callback: AcceptrunCallback) -> Any:
+        if not isinstance(loader, DataLoader):
+            callback._note(
+                f"the training loader is a {type(loader).__name__}, not a DataLoader: "
+                "data order after a mid-epoch resume is its own (state_dict() if it has one)"
+            )
+            return loader
+        if isinstance(getattr(loader, "_acceptrun", None), _ResumableLoader):
+            return loader
+        if callable(getattr(loader, "state_dict", None)):
+            return loader  # stateful already (torchdata's StatefulDataLoader): Lightning saves it
+        if isinstance(loader.dataset, IterableDataset):
+            callback._note(
+                "the training data is an IterableDataset: a mid-epoch resume restarts its "
+                "stream (give it state_dict()/load_state_dict() to continue it)"
+            )
+            return loader
+        state = cls(loader, callback)
+        loader._acceptrun = state
+        loader.__class__ = _resumable_class(type(loader))
+        callback._loaders.append(state)
+        return loader
+
+    def unwrap(self) -> None:
+        """The loader's own class again (after the fit); its iteration never changed."""
+        with contextlib.suppress(TypeError):
+            self.loader.__class__ = self.original_class
+
+    def generators(self, prefix: str) -> dict[str, torch.Generator]:
+        """The loader's own generator (worker seeds): part of the RNG saved at each save."""
+        gen = self.loader.generator
+        return {prefix: gen} if isinstance(gen, torch.Generator) else {}
+
+    def sampler_generators(self) -> dict[str, torch.Generator]:
+        out = {}
+        sampler = self.loader.sampler
+        batch_sampler = self.loader.batch_sampler
+        for key, obj in (("sampler", sampler), ("batch_sampler", batch_sampler)):
+            gen = getattr(obj, "generator", None)
+            if isinstance(gen, torch.Generator):
+                out[key] = gen
+        inner = getattr(batch_sampler, "sampler", None)
+        gen = getattr(inner, "generator", None)
+        if inner is not sampler and isinstance(gen, torch.Generator):
+            out["batch_sampler.sampler"] = gen
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        me = self.callback()
+        trainer = me._trainer if me is not None else None
+        epoch_batches = float(trainer.num_training_batches) if trainer is not None else float("inf")
+        return {
+            "format": LOADER_FORMAT,
+            "delivered": self.delivered,
+            "epoch_batches": epoch_batches,
+            "rng_before_iter": self.rng_before_iter,
+            "rng_before_sampler": self.rng_before_sampler,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != LOADER_FORMAT:
+            me = self.callback()
+            if me is not None:
+                me._note("the checkpoint's loader state is not acceptrun's: data order restarts")
+            return
+        self.plan = dict(state)
+
+    def new_iterator(self, create: Any) -> Iterator[Any]:
+        """``create()`` makes the DataLoader's iterator; this wraps it (see the class doc)."""
+        plan, self.plan = self.plan, None
+        me = self.callback()
+        resume_mid_epoch = (
+            plan is not None
+            and plan["rng_before_iter"] is not None
+            and plan["delivered"] < plan["epoch_batches"]
+        )
+        if resume_mid_epoch:
+            assert plan is not None
+            notes = _apply_rng(plan["rng_before_iter"], self.generators("loader"))
+            self.replay = {"rng": plan["rng_before_sampler"], "skip": int(plan["delivered"])}
+        elif plan is not None and me is not None:
+            me._apply_resume_rng()  # a new epoch: its shuffle draws from the saved state
+            notes = []
+        else:
+            notes = []
+        self.rng_before_iter = _capture_rng(self.generators("loader"))
+        self.rng_before_sampler = None
+        self.delivered = 0
+        iterator = create()
+        if resume_mid_epoch and plan is not None:
+            tap = getattr(iterator, "_sampler_iter", None)
+            if isinstance(tap, _TapIter):
+                tap.prime()  # skip now, under the recorded states (one process: it is lazy)
+            elif self.replay is not None:
+                notes.append("the loader's iterator has no sampler to skip: data order differs")
+            self.delivered = int(plan["delivered"])
+            if me is not None:
+                me._apply_resume_rng()
+        if me is not None:
+            me._note_all(notes)
+        return _Counting(iterator, self)
+
+
+def _index_sampler(self: Any) -> Any:
+    base = self._acceptrun.original_class._index_sampler.fget(self)
+    return _Tap(base, self._acceptrun)
+
+
+def _iter(self: Any) -> Any:
+    state = self._acceptrun
+    return state.new_iterator(lambda: state.original_class.__iter__(self))
+
+
+def _state_dict(self: Any) -> dict[str, Any]:
+    state: dict[str, Any] = self._acceptrun.state_dict()
+    return state
+
+
+def _load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
+    self._acceptrun.load_state_dict(state_dict)
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _resumable_class(cls: type) -> type:
+    """``cls`` with the four members above: same instance layout, so ``__class__`` can swap."""
+    if cls not in _CLASSES:
+        members = {
+            "__slots__": (),
+            "_index_sampler": property(_index_sampler),
+            "__iter__": _iter,
+            "state_dict": _state_dict,
+            "load_state_dict": _load_state_dict,
+        }
+        _CLASSES[cls] = type(f"Resumable{cls.__name__}", (cls,), members)
+    return _CLASSES[cls]
+
+
+class _Tap:
+    """The loader's index sampler, seen through the state: what the iterator draws from."""
+
+    def __init__(self, base: Any, state: _ResumableLoader) -> None:
+        self.base = base
+        self.state = state
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __iter__(self) -> _TapIter:
+        return _TapIter(self.base, self.state)
+
+
+class _TapIter:
+    """Records the RNG before the sampler's first draw; on a resume, replays it and skips."""
+
+    def __init__(self, base: Any, state: _ResumableLoader) -> None:
+        self.base = base
+        self.it: Iterator[Any] | None = None
+        self.state = state
+
+    def prime(self) -> None:
+        if self.it is not None:
+            return
+        st = self.state
+        replay, st.replay = st.replay, None
+        gens = st.sampler_generators()
+        if replay is not None and replay["rng"] is not None:
+            _apply_rng(replay["rng"], gens)
+        st.rng_before_sampler = _capture_rng(gens)
+        self.it = iter(self.base)  # a torch sampler draws its seed at the first next()
+        for _ in range(replay["skip"] if replay is not None else 0):
+            next(self.it)
+
+    def __iter__(self) -> _TapIter:
+        return self
+
+    def __next__(self) -> Any:
+        if self.it is None:
+            self.prime()
+        assert self.it is not None
+        return next(self.it)
+
+
+class _Counting:
+    """The DataLoader's iterator, counting the batches it hands to Lightning."""
+
+    def __init__(self, iterator: Any, state: _ResumableLoader) -> None:
+        self.iterator = iterator
+        self.state = state
+
+    def __iter__(self) -> _Counting:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self.iterator)
+        self.state.delivered += 1
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.iterator, name)
+
+
+# ---- RNG states, in types torch.load(weights_only=True) accepts -----------------------------
+
+
+def _capture_rng(generators: Mapping[str, torch.Generator]) -> dict[str, Any]:
+    """Python, NumPy, torch (CPU, and CUDA once used) and named generators, as tensors/tuples."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    np = _numpy()
+    if np is not None:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    state["generators"] = {k: g.get_state() for k, g in generators.items()}
+    return state
+
+
+def _apply_rng(state: Mapping[str, Any], generators: Mapping[str, torch.Generator]) -> list[str]:
+    """Put ``state`` back; returns what could not be (one sentence each)."""
+    notes = []
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if state.get("numpy") is not None:
+        np = _numpy()
+        if np is None:
+            notes.append("NumPy's RNG was saved but NumPy is not importable: not restored")
+        else:
+            kind, keys, pos, has_gauss, cached = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+    if state.get("cuda") is not None:
+        saved = state["cuda"]
+        here = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if here < len(saved):
+            notes.append(
+                f"CUDA RNG saved on {len(saved)} GPU(s), {here} here: GPU random numbers differ"
+            )
+        else:
+            for index, rng in enumerate(saved):
+                torch.cuda.set_rng_state(rng, index)
+    for name, rng in (state.get("generators") or {}).items():
+        if name in generators:
+            generators[name].set_state(rng)
+        else:
+            notes.append(f"the {name} generator was saved but is gone: its stream differs")
+    return notes
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+# ---- small helpers -----------------------------------------------------------------------------
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _scalar(value: Any) -> float | None:
+    """A finite float from a number or a one-element tensor; None otherwise."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            return None
+        value = value.detach().item()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def _scalars(trainer: Any) -> dict[str, float]:
+    if trainer is None:
+        return {}
+    return {k: v for k, raw in trainer.callback_metrics.items() if (v := _scalar(raw)) is not None}
+
+
+def _learning_rates(trainer: Any) -> dict[str, float]:
+    """``lr`` of the first parameter group; ``lr/<i>`` per optimizer when there are several."""
+    optimizers = list(trainer.optimizers)
+    out = {}
+    for i, opt in enumerate(optimizers):
+        groups = getattr(opt, "param_groups", None)
+        if groups and isinstance(groups[0].get("lr"), int | float | torch.Tensor):
+            lr = _scalar(groups[0]["lr"])
+            if lr is not None:
+                out["lr" if len(optimizers) == 1 else f"lr/{i}"] = lr
+    return out
+
+
+def _batch_size(batch: Any) -> int:
+    """Samples in a batch: the length of its first tensor (0 when there is none)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 0
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, list | tuple):
+        for item in batch:
+            n = _batch_size(item)
+            if n:
+                return n
+    return 0
