@@ -212,15 +212,17 @@ SLOW_WRITER = """
 
 
 @pytest.mark.slow
-def test_slow_writer_is_never_captured_half_written(project: Project) -> None:
+def test_slow_writer_is_never_captured_half_written(project: Project, tmp_path: Path) -> None:
     """(b) a file held open across pauses longer than settle is captured only whole."""
+    mirror = tmp_path / "mirror"
     spec = project.spec(
         SLOW_WRITER,
-        extra="""
+        extra=f"""
         [checkpoint]
         watch = ["out/state.bin"]
         settle = "0.3s"
         keep_last = 5
+        mirror = {json.dumps(str(mirror))}
         """,
     )
     proc = _start(project, spec)
@@ -236,6 +238,12 @@ def test_slow_writer_is_never_captured_half_written(project: Project) -> None:
     # No step was ever reported: the steps are the store's sequence, never reused.
     assert [i.step for i in infos] == [1, 2, 3]
     assert all(i.meta["source"] == "watched" for i in infos)
+    # Mirrored as the client's checkpoints are.
+    states = json.loads(rec.file("mirror.json").read_text())["steps"]
+    assert sorted(int(s) for s in states) == [1, 2, 3]
+    assert all(v["state"] == "ok" for v in states.values()), states
+    for info in infos:
+        assert (mirror / rec.run_id / f"step-{info.step}" / "MANIFEST.json").exists()
 
 
 @pytest.mark.slow
