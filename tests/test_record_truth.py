@@ -43,7 +43,9 @@ def _acceptrun(
 # ---- 1. diff says what it compared ---------------------------------------------------------
 
 
-def _record(ws: Workspace, name: str, events: list[dict[str, Any]], data_root: str | None) -> RunRecord:
+def _record(
+    ws: Workspace, name: str, events: list[dict[str, Any]], data_root: str | None
+) -> RunRecord:
     record = ws.create_run(name, spec_text=f'name = "{name}"\ncommand = ["true"]\n', state={})
     for ev in events:
         fields = dict(ev)
@@ -277,7 +279,9 @@ def test_verdict_cost_line_agrees_with_the_ledger_of_a_failed_preflight(tmp_path
     from acceptrun.launch import launch
     from acceptrun.spec import format_duration
 
-    spec = _priced_job(tmp_path / "job", "pf", "price_per_hour = 3600", '[expect]\npython = "<3.0"\n')
+    spec = _priced_job(
+        tmp_path / "job", "pf", "price_per_hour = 3600", '[expect]\npython = "<3.0"\n'
+    )
     result = launch(spec, workspace=tmp_path / "ws", echo=False)
     assert result.exit_code == 2 and not result.verdict.accepted
     record = result.record
@@ -287,3 +291,123 @@ def test_verdict_cost_line_agrees_with_the_ledger_of_a_failed_preflight(tmp_path
     assert f"{format_usd(ledger['total_usd'])} USD in all" in cost["evidence"]
     assert f"billed {format_duration(ledger['billed_s'])} (wasted 100%" in cost["evidence"]
     assert "idle" not in cost["evidence"].split("(")[1].split(")")[0].replace("idle 0%", "")
+
+
+# ---- 4. retention applies to the mirror; the ledger counts the mirror's bytes ------------------
+
+
+def test_retention_deletes_from_a_local_path_mirror_too(tmp_path: Path) -> None:
+    import torch
+
+    from acceptrun.checkpoint.mirror import Mirror, remote_steps
+    from acceptrun.checkpoint.saver import Checkpointer
+    from acceptrun.checkpoint.store import CheckpointStore
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    url = str(tmp_path / "other-disk" / "run1")
+    store = CheckpointStore(tmp_path / "ckpt", keep_last=2, keep_every=2)
+    mirror = Mirror(
+        url, state_path=tmp_path / "mirror.json", on_event=lambda k, f: events.append((k, f))
+    )
+    mirror.start()
+    saver = Checkpointer(store, mirror=mirror)
+    model = torch.nn.Linear(8, 8)
+    for step in range(1, 6):
+        saver.save(step, {"model": model}, block=True)
+        assert mirror.wait(timeout=60)  # each step up before the next: deletions can run
+    saver.close(mirror_timeout=60)
+
+    local = [i.step for i in store.list()]
+    assert local == [2, 4, 5]  # the newest 2, and the multiples of 2
+    assert remote_steps(url) == local  # the same in the mirror: 1 and 3 went from both
+    assert sorted(p.name for p in Path(url).iterdir()) == ["LATEST", "step-2", "step-4", "step-5"]
+    deleted = [f["step"] for k, f in events if k == "mirror_delete"]
+    assert sorted(deleted) == [1, 3] and all(
+        f["bytes"] > 0 for k, f in events if k == "mirror_delete"
+    )
+    states = {s: e["state"] for s, e in mirror.status().items()}
+    assert states == {1: "deleted", 2: "ok", 3: "deleted", 4: "ok", 5: "ok"}
+
+
+def test_the_newest_verified_step_in_the_mirror_is_never_deleted(tmp_path: Path) -> None:
+    from acceptrun.checkpoint.mirror import Mirror, remote_steps
+    from test_checkpoint_mirror import make_checkpoint
+
+    url = str(tmp_path / "mirror")
+    ckpt = tmp_path / "ckpt"
+    mirror = Mirror(url, state_path=tmp_path / "mirror.json")
+    mirror.start()
+    mirror.enqueue(1, make_checkpoint(ckpt, 1))
+    assert mirror.wait(timeout=30)
+    # Retention dropped step 1 locally while step 2 is not mirrored yet: 1 is the only
+    # verified copy off the machine, so it stays.
+    mirror.retire(1)
+    assert mirror.wait(timeout=30)
+    assert remote_steps(url) == [1]
+    assert mirror.status()[1]["state"] == "ok"
+    # Once step 2 is verified in the mirror, step 1 goes.
+    mirror.enqueue(2, make_checkpoint(ckpt, 2))
+    assert mirror.wait(timeout=30)
+    mirror.close()
+    assert remote_steps(url) == [2]
+    assert mirror.status()[1]["state"] == "deleted"
+
+    # A later attempt (a new Mirror on the same state file) finishes a pending deletion.
+    again = Mirror(url, state_path=tmp_path / "mirror.json")
+    again.retire(2)  # step 2 is the newest verified one: kept
+    again.close()
+    third = Mirror(url, state_path=tmp_path / "mirror.json")
+    third.start()
+    third.enqueue(3, make_checkpoint(ckpt, 3))
+    assert third.wait(timeout=30)
+    third.close()
+    assert remote_steps(url) == [3]
+
+
+MIRRORED_WORK = """
+import torch
+import acceptrun
+
+torch.manual_seed(0)
+model = torch.nn.Linear(64, 64)
+run = acceptrun.init()
+start = run.restore(model=model)
+for step in run.steps(start, 6):
+    run.log(step, loss=1.0 / (step + 1))
+    run.checkpoint(step, block=True)
+"""
+
+
+@pytest.mark.slow
+def test_ledger_counts_the_mirror_apart_from_local_storage(tmp_path: Path) -> None:
+    from acceptrun.cost.ledger import build_ledger
+    from acceptrun.launch import launch
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "work.py").write_text(MIRRORED_WORK)
+    mirror_root = tmp_path / "mirror"
+    (job / "spec.toml").write_text(
+        f'name = "mirrored"\ncommand = [{json.dumps(PYTHON)}, "work.py"]\n'
+        f"[checkpoint]\nkeep_last = 2\nmirror = {json.dumps(str(mirror_root))}\n"
+        "[cost]\nprice_per_hour = 3600\nmirror_per_gib_month = 100.0\n"
+    )
+    result = launch(job / "spec.toml", workspace=tmp_path / "ws", echo=False)
+    assert result.exit_code == 0, result.verdict
+    record = result.record
+    remote = mirror_root / record.run_id
+    assert sorted(p.name for p in remote.iterdir() if p.is_dir()) == ["step-4", "step-5"]
+
+    storage = build_ledger(record)["storage"]
+    mirror = storage["mirror"]
+    assert {i["step"] for i in mirror["items"]} == {0, 1, 2, 3, 4, 5}
+    on_remote = sum(
+        p.stat().st_size for p in remote.rglob("*") if p.is_file() and p.name != "LATEST"
+    )
+    assert mirror["left_bytes"] == on_remote > 0
+    assert storage["left_behind"]["mirror_bytes"] == on_remote
+    assert mirror["gib_hours"] > 0 and mirror["usd"] > 0 and mirror["priced"]
+    assert storage["usd"] == pytest.approx(storage["local_usd"] + mirror["usd"])
+    shown = _acceptrun(tmp_path, "--workspace", str(tmp_path / "ws"), "cost", "show")
+    assert "storage here: checkpoints" in shown.stdout
+    assert "storage in the mirror:" in shown.stdout, shown.stdout

@@ -331,6 +331,9 @@ def _checkpoint_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     ck = spec.checkpoint
     root = Path(spec.resolve_path(ck.dir)) if ck.dir else record.checkpoints_dir
     configured = ck.every_steps is not None or ck.every is not None
+    usage = next(iter(record.events("usage")), None)
+    if usage is not None and usage.get("usage") != "client" and not ck.watch:
+        configured = False  # the interval has no effect without the client (a spec warning)
     store = CheckpointStore(root)
     latest = store.latest()
     if latest is None:
@@ -939,8 +942,9 @@ def _cost_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     total = float(ledger.get("total_usd", usd))
     text = f"{format_usd(total)} USD in all; compute {format_usd(usd)} USD, billed {format_duration(billed)}"
     text += f" ({parts})" if parts else ""
-    left = ((ledger.get("storage") or {}).get("left_behind") or {}).get("monthly_usd")
-    if isinstance(left, int | float) and left > 0:
+    behind = (ledger.get("storage") or {}).get("left_behind") or {}
+    left = float(behind.get("monthly_usd") or 0.0) + float(behind.get("mirror_monthly_usd") or 0.0)
+    if left > 0:
         text += f"; left behind costs {format_usd(left)} USD/month"
     out.append(Check("operations", "cost", PASS, False, f"{text} ({label})"))
     return out

@@ -21,9 +21,14 @@ restore needs, is off the machine first; the older ones catch up after it. Per-s
 (``pending``, ``ok``, ``failed``, ``skipped``) live in a local JSON file, so a later attempt
 of the run, building a Mirror on the same ``state_path``, resumes the pending ones.
 
-Remote retention is left to the remote: bucket lifecycle rules (expire ``step-*`` objects
-after N days) are the usual tool, and deleting remotely from a training job is a risk that
-buys little.
+Retention applies remotely too: a step the local store deletes by retention (``keep_last``,
+``keep_every``, ``keep_best``) is handed to :meth:`Mirror.retire`, and the mirror thread
+deletes its remote copy (MANIFEST.json first, so a half-deleted step is never a
+checkpoint), after the uploads. The newest verified step in the mirror (the newest ``ok``)
+is never deleted: while a newer one is still pending (an outage) the deletion waits. A
+deletion that fails is retried with the uploads' backoff; pending ones are kept in the
+state file for the next attempt. Each deletion is a ``mirror_delete`` event with the bytes
+it freed, so the ledger counts the mirror's storage from ``mirror_ok`` to ``mirror_delete``.
 
 >>> m = Mirror("s3://bucket/runs/r1/checkpoints", state_path=run_dir / "mirror.json")
 >>> m.start(); m.enqueue(100, ckpt_dir / "step-100"); ...; m.wait(timeout=600); m.close()
@@ -77,8 +82,9 @@ class Mirror:
 
     ``url`` is the exact root for this run (``s3://bucket/prefix``, ``memory://x``, a path);
     ``storage_options`` go to fsspec (credentials, ``client_kwargs``, retries). ``on_event``
-    is called on the mirror thread with ``("mirror_ok", {step, bytes, seconds})`` or
-    ``("mirror_failed", {step, state, reason, attempts, ...})``. ``verify="hash"`` re-reads
+    is called on the mirror thread with ``("mirror_ok", {step, bytes, seconds})``,
+    ``("mirror_delete", {step, bytes})`` or ``("mirror_failed", {step, state, reason,
+    attempts, ...})``. ``verify="hash"`` re-reads
     every uploaded file; ``"size"`` trusts the remote's size (see :meth:`_check_remote`).
     Call :meth:`start` for background uploads; :meth:`upload` is the same work, inline and
     not to be mixed with the thread for one step.
@@ -119,6 +125,7 @@ class Mirror:
         self._dirty = False
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._retiring: set[int] = set()  # steps retention deleted locally: delete remotely
         self._states: dict[int, dict[str, Any]] = self._load_states()
 
     # -- public API ------------------------------------------------------------------------
@@ -130,7 +137,9 @@ class Mirror:
                 return
             self._stop = False
             for step, entry in self._states.items():
-                if entry["state"] == "pending" and entry.get("path"):
+                if entry.get("retire"):
+                    self._retiring.add(step)
+                elif entry["state"] == "pending" and entry.get("path"):
                     self._queue.setdefault(step, Path(entry["path"]))
                     self._enqueued.add(step)
             # daemon: a remote call stuck in an outage must not hold the interpreter at exit;
@@ -146,16 +155,33 @@ class Mirror:
             self._set_state(step, "pending", "queued", path=Path(path))
             self._cond.notify_all()
 
+    def retire(self, step: int) -> None:
+        """Delete ``step`` from the mirror: retention deleted it locally. Returns at once.
+
+        A step still queued is not uploaded. The deletion runs on the mirror thread after
+        the uploads, and never removes the newest verified step of the mirror.
+        """
+        with self._cond:
+            queued = self._queue.pop(step, None) is not None
+            self._retiring.add(step)
+            if queued or step not in self._states:  # never went up: nothing to wait for
+                why = "deleted locally by retention before it was mirrored"
+                self._set_state(step, "skipped", why)
+            self._states[step]["retire"] = True
+            self._dirty = True
+            self._cond.notify_all()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the queue is drained; True when every enqueued step is ``ok`` or ``skipped``.
 
         A ``failed`` step makes it False; ``skipped`` (removed locally by retention before
-        it went up, superseded by a newer step) does not. Without a running thread (before
-        :meth:`start`, after :meth:`close`) it does not wait for the queue.
+        it went up, superseded by a newer step) and ``deleted`` (removed from the mirror by
+        retention) do not. Deletions that may run now are waited for too. Without a running
+        thread (before :meth:`start`, after :meth:`close`) it does not wait for the queue.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._active is not None:
+            while self._queue or self._active is not None or self._deletable():
                 if self._thread is None or not self._thread.is_alive():
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -164,7 +190,8 @@ class Mirror:
                 self._cond.wait(remaining)
             # "skipped": retention removed the step locally before it went up, because a
             # newer one superseded it; that newer one is what a restore needs.
-            return all(self._states[s]["state"] in ("ok", "skipped") for s in self._enqueued)
+            done = ("ok", "skipped", "deleted")
+            return all(self._states[s]["state"] in done for s in self._enqueued)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the thread after the upload in flight; queued steps stay pending on disk."""
@@ -197,23 +224,86 @@ class Mirror:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._stop or self._dirty or (self._queue and self._due_in() <= 0)):
-                    self._cond.wait(self._due_in() if self._queue else None)
+                while not (
+                    self._stop
+                    or self._dirty
+                    or ((self._queue or self._deletable()) and self._due_in() <= 0)
+                ):
+                    work = self._queue or self._deletable()
+                    self._cond.wait(self._due_in() if work else None)
                 if self._stop:
                     return
-                job = None if self._dirty else max(self._queue.items())  # newest step first
-                if job is not None:
+                job = None
+                delete = None
+                if not self._dirty and self._queue:
+                    job = max(self._queue.items())  # newest step first
                     self._active = job[0]
                     del self._queue[job[0]]
-            if job is None:
+                elif not self._dirty:
+                    delete = min(self._deletable())  # uploads first, then the oldest deletion
+                    self._active = delete
+            if job is None and delete is None:
                 self._persist()  # off the lock: enqueue() must not wait for an fsync
                 continue
-            self._upload_once(*job)
+            if job is not None:
+                self._upload_once(*job)
+            else:
+                assert delete is not None
+                self._delete_once(delete)
             with self._cond:
                 self._active = None
-                if self._states[job[0]]["state"] == "pending":
+                pending = job is not None and self._states[job[0]]["state"] == "pending"
+                if job is not None and pending and job[0] not in self._retiring:
                     self._queue.setdefault(*job)
                 self._cond.notify_all()
+
+    def _deletable(self) -> list[int]:
+        """Retired steps that may be deleted now; the caller holds ``self._cond``.
+
+        Never the newest verified (``ok``) step of the mirror, retired or not: until a
+        newer one is mirrored, it is the copy a restore on another machine needs.
+        """
+        newest = max((s for s, e in self._states.items() if e["state"] == "ok"), default=None)
+        return sorted(s for s in self._retiring if s not in (newest, self._active))
+
+    def _delete_once(self, step: int) -> None:
+        """Delete one retired step from the remote; the outcome recorded like an upload's."""
+        with self._cond:
+            entry = dict(self._states.get(step, {}))
+        freed = int(entry.get("bytes") or 0) if entry.get("state") == "ok" else 0
+        try:
+            fs, root = fsspec.url_to_fs(self.url, **self._options)
+            rdir = f"{root}/step-{step}"
+            fs.invalidate_cache(rdir)
+            if fs.exists(f"{rdir}/{MANIFEST}"):
+                fs.rm_file(f"{rdir}/{MANIFEST}")  # un-commit first: never half a checkpoint
+            if fs.exists(rdir):
+                fs.rm(rdir, recursive=True)
+            if isinstance(fs, LocalFileSystem) and fs.exists(root):
+                fsync_dir(root)
+        except Exception as exc:  # an outage: retried with the uploads' backoff
+            reason = f"{type(exc).__name__}: {exc}"[:500]
+            with self._cond:
+                self._failures_in_row += 1
+                backoff = self.retry_base_s * 2 ** (self._failures_in_row - 1)
+                retry_in = min(backoff, self.retry_max_s)
+                self._not_before = time.monotonic() + retry_in
+                self._states.setdefault(step, {"state": "skipped"})["reason"] = (
+                    f"deleting from the mirror failed, retrying: {reason}"
+                )
+                self._dirty = True
+            self._emit(
+                "mirror_failed",
+                {"step": step, "state": "delete_pending", "reason": reason, "retry_in_s": retry_in},
+            )
+            return
+        with self._cond:
+            self._failures_in_row, self._not_before = 0, 0.0
+            self._retiring.discard(step)
+            self._set_state(step, "deleted", "deleted locally by retention, then from the mirror")
+            self._states[step].pop("retire", None)
+        self._persist()
+        self._emit("mirror_delete", {"step": step, "bytes": freed})
 
     def _due_in(self) -> float:
         return self._not_before - time.monotonic()

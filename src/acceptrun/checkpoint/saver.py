@@ -68,6 +68,15 @@ class Checkpointer:
         self._error: BaseException | None = None
         self._error_step: int | None = None
         self._own_buffers = StagingBuffers()  # this rank's own state, beside the shared one
+        if mirror is not None:  # retention applies to the mirror too
+            store.subscribe(self._retire_in_mirror)
+
+    def _retire_in_mirror(self, kind: str, fields: Mapping[str, Any]) -> None:
+        """A checkpoint retention deleted locally goes from the mirror too (never blocks)."""
+        retention = str(fields.get("reason") or "").startswith("retention")
+        if kind == "checkpoint_delete" and retention and not fields.get("error"):
+            assert self.mirror is not None
+            self.mirror.retire(int(fields["step"]))
 
     def save(
         self,

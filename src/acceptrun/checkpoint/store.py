@@ -276,6 +276,7 @@ class CheckpointStore:
         self.keep_every = keep_every
         self.keep_best = keep_best
         self._on_event = on_event
+        self._listeners: builtins.list[EventSink] = []  # see subscribe()
         self._active: set[Path] = set()  # staging dirs of this store's open writers
 
     def begin(self, step: int) -> CheckpointWriter:
@@ -555,9 +556,18 @@ class CheckpointStore:
             self._emit("checkpoint_staging_removed", {"path": str(entry), "pid": pid})
         return removed
 
+    def subscribe(self, listener: EventSink) -> None:
+        """Also call ``listener(kind, fields)`` for each event, after ``on_event``.
+
+        The checkpointer hands retention's deletions to the mirror this way.
+        """
+        self._listeners.append(listener)
+
     def _emit(self, kind: str, fields: dict[str, Any]) -> None:
         if self._on_event is not None:
             self._on_event(kind, fields)
+        for listener in self._listeners:
+            listener(kind, fields)
 
     def _latest_name(self) -> str | None:
         try:

@@ -32,7 +32,10 @@ stands for several steps (``span``, a log line every N steps) counts its step ti
 
 Storage counts checkpoints (``total_bytes`` from commit to delete, or to the end) and
 outputs (size from registration to the end) in GiB-hours, at the price's storage rate,
-and what the run leaves on disk with its monthly cost. People's time and switching
+and what the run leaves on disk with its monthly cost. The checkpoint mirror is counted
+apart (``storage.mirror``): each step's uploaded bytes from ``mirror_ok`` to
+``mirror_delete`` (retention applied remotely) or the end, at ``cost.mirror_per_gib_month``
+(0 USD when unset, the GiB-hours still counted), and what stays in the mirror. People's time and switching
 costs come from ``cost.jsonl`` (see :func:`add_costs`).
 """
 
@@ -369,6 +372,8 @@ def _storage(
     open_ckpts: dict[int, dict[str, Any]] = {}
     ckpts: list[dict[str, Any]] = []
     outputs: dict[str, dict[str, Any]] = {}
+    open_mirror: dict[int, dict[str, Any]] = {}
+    mirrored: list[dict[str, Any]] = []
     for ev in events:
         kind, t = ev.get("kind"), ev.get("t")
         if not isinstance(t, int | float):
@@ -381,6 +386,15 @@ def _storage(
             item = open_ckpts.pop(ev.get("step"), None)  # type: ignore[arg-type]
             if item is not None:
                 item["to"] = t
+        elif kind == "mirror_ok" and isinstance(ev.get("step"), int):
+            if ev["step"] not in open_mirror:  # uploaded again: it was there all along
+                item = {"step": ev["step"], "bytes": int(ev.get("bytes") or 0), "from": t}
+                open_mirror[ev["step"]] = item
+                mirrored.append(item)
+        elif kind == "mirror_delete":
+            item = open_mirror.pop(ev.get("step"), None)  # type: ignore[arg-type]
+            if item is not None:
+                item["to"] = t
         elif kind == "output":
             outputs[str(ev.get("name"))] = {
                 "name": str(ev.get("name")),
@@ -389,7 +403,7 @@ def _storage(
                 "from": t,
             }
 
-    def priced(items: list[dict[str, Any]]) -> dict[str, Any]:
+    def priced(items: list[dict[str, Any]], rate: float = rate) -> dict[str, Any]:
         gib_h = usd = 0.0
         for item in items:
             seconds = max(0.0, float(item.pop("to", end)) - float(item.pop("from")))
@@ -397,6 +411,17 @@ def _storage(
             gib_h += item["bytes"] / GIB * seconds / 3600.0
             usd += storage_cost(item["bytes"], seconds, rate) if rate else 0.0
         return {"gib_hours": round(gib_h, 9), "usd": round(usd, 6), "items": items}
+
+    mirror_rate = float(spec.cost.mirror_per_gib_month or 0.0)
+    mirror_left = sum(item["bytes"] for item in open_mirror.values())
+    mirror = {
+        "url": spec.checkpoint.mirror,
+        "priced": spec.cost.mirror_per_gib_month is not None,
+        "rate_per_gib_month": mirror_rate,
+        **priced(mirrored, mirror_rate),
+        "left_bytes": mirror_left,
+        "monthly_usd": round(monthly_storage_cost(mirror_left, mirror_rate), 6),
+    }
 
     ckpt_root = Path(spec.resolve_path(spec.checkpoint.dir)) if spec.checkpoint.dir else None
     ckpt_root = ckpt_root or record.checkpoints_dir
@@ -412,13 +437,17 @@ def _storage(
         "rate_per_gib_month": rate,
         "checkpoints": c,
         "outputs": o,
-        "usd": round(c["usd"] + o["usd"], 6),
+        "local_usd": round(c["usd"] + o["usd"], 6),
+        "mirror": mirror,
+        "usd": round(c["usd"] + o["usd"] + mirror["usd"], 6),
         "left_behind": {
             "checkpoint_dir": str(ckpt_root),
             "checkpoint_bytes": left_ckpt,
             "output_bytes": left_out,
             "bytes": left,
             "monthly_usd": round(monthly_storage_cost(left, rate), 6) if rate else 0.0,
+            "mirror_bytes": mirror_left,
+            "mirror_monthly_usd": mirror["monthly_usd"],
         },
     }
 

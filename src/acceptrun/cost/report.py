@@ -159,7 +159,7 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
     detail_usd: dict[str, float] = {}
     detail_s: dict[str, float] = {}
     runs = accepted = unpriced = 0
-    billed = device = left_bytes = left_monthly = 0.0
+    billed = device = left_bytes = left_monthly = mirror_bytes = mirror_monthly = 0.0
     for ledger in ledgers:
         runs += 1
         accepted += ledger.get("accepted") is True
@@ -176,8 +176,11 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
             detail_usd[k] = detail_usd.get(k, 0.0) + v * per_s
         billed += ledger["billed_s"]
         device += ledger["device_seconds"]
-        left_bytes += ledger["storage"]["left_behind"]["bytes"]
-        left_monthly += ledger["storage"]["left_behind"]["monthly_usd"]
+        left = ledger["storage"]["left_behind"]
+        left_bytes += left["bytes"]
+        left_monthly += left["monthly_usd"]
+        mirror_bytes += left.get("mirror_bytes", 0)
+        mirror_monthly += left.get("mirror_monthly_usd", 0.0)
     total = sum(totals.values())
     return {
         "runs": runs,
@@ -194,6 +197,8 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "detail_s": detail_s,
         "left_behind_bytes": left_bytes,
         "left_behind_monthly_usd": left_monthly,
+        "mirror_left_bytes": mirror_bytes,
+        "mirror_monthly_usd": mirror_monthly,
     }
 
 
@@ -233,7 +238,13 @@ def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
         f"  compute     {_usd(t['compute_usd']):>12}   billed {format_duration(summary['billed_s'])}, "
         f"{summary['device_seconds'] / 3600:.2f} GPU-hours",
         f"  storage     {_usd(t['storage_usd']):>12}   left behind {format_bytes(summary['left_behind_bytes'])} "
-        f"({_usd(summary['left_behind_monthly_usd'])}/month)",
+        f"({_usd(summary['left_behind_monthly_usd'])}/month)"
+        + (
+            f", in mirrors {format_bytes(summary['mirror_left_bytes'])} "
+            f"({_usd(summary['mirror_monthly_usd'])}/month)"
+            if summary.get("mirror_left_bytes")
+            else ""
+        ),
         f"  people      {_usd(t['human_usd']):>12}",
         f"  switching   {_usd(t['switching_usd']):>12}",
         f"  total       {_usd(summary['total_usd']):>12}",
@@ -320,11 +331,20 @@ def format_ledger(ledger: dict[str, Any]) -> str:
         )
     st = ledger["storage"]
     left = st["left_behind"]
+    local_usd = st.get("local_usd", st["usd"])
     lines.append(
-        f"  storage: checkpoints {st['checkpoints']['gib_hours']:.3g} GiB-h, outputs "
-        f"{st['outputs']['gib_hours']:.3g} GiB-h, {_usd(st['usd'])}; left behind "
+        f"  storage here: checkpoints {st['checkpoints']['gib_hours']:.3g} GiB-h, outputs "
+        f"{st['outputs']['gib_hours']:.3g} GiB-h, {_usd(local_usd)}; left behind "
         f"{format_bytes(left['bytes'])} ({_usd(left['monthly_usd'])}/month)"
     )
+    mirror = st.get("mirror") or {}
+    if mirror.get("items"):
+        rate = "" if mirror.get("priced") else " (no cost.mirror_per_gib_month: at $0)"
+        lines.append(
+            f"  storage in the mirror: {mirror['gib_hours']:.3g} GiB-h, {_usd(mirror['usd'])}"
+            f"{rate}; left there {format_bytes(mirror['left_bytes'])} "
+            f"({_usd(mirror['monthly_usd'])}/month)"
+        )
     for h in ledger["human"]:
         note = f" ({h['note']})" if h.get("note") else ""
         lines.append(
