@@ -411,3 +411,82 @@ def test_ledger_counts_the_mirror_apart_from_local_storage(tmp_path: Path) -> No
     shown = _acceptrun(tmp_path, "--workspace", str(tmp_path / "ws"), "cost", "show")
     assert "storage here: checkpoints" in shown.stdout
     assert "storage in the mirror:" in shown.stdout, shown.stdout
+
+
+# ---- 6. howto and portability notice what a clone lacks ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ignored_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A repository whose data git ignores, with an uncommitted manifest and spec, and a run."""
+    repo = tmp_path_factory.mktemp("ignored") / "proj"
+    (repo / "data").mkdir(parents=True)
+    (repo / "data" / "tokens.bin").write_bytes(b"\x01" * 1000)
+    (repo / ".gitignore").write_text("data/\n")
+    (repo / "work.py").write_text("print('trained')\n")
+    spec = f'name = "ign"\ncommand = [{json.dumps(PYTHON)}, "work.py"]\n'
+    spec += '[data]\npath = "data"\nmanifest = "data.manifest.json"\n'
+    (repo / "spec.toml").write_text(spec)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "code")
+    (repo / "draft.toml").write_text(spec.replace('"ign"', '"draft"'))  # never committed
+    ws = repo.parent / "ws"
+    snap = _acceptrun(repo, "data", "snapshot", "data", "-o", "data.manifest.json")
+    assert snap.returncode == 0, snap.stderr
+    proc = _acceptrun(repo, "--workspace", str(ws), "run", "-q", "draft.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_id,) = [p.name for p in (ws / "runs").iterdir()]
+    return {"repo": repo, "ws": ws, "run": run_id}
+
+
+def _findings(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {f["where"]: f for f in json.loads(proc.stdout)["findings"]}
+
+
+@pytest.mark.slow
+def test_portability_of_a_spec_file_names_ignored_data_and_uncommitted_files(
+    ignored_data: dict[str, Any],
+) -> None:
+    repo = ignored_data["repo"]
+    found = _findings(_acceptrun(repo, "portability", "--json", "spec.toml"))
+    data = found["data.path"]
+    assert data["severity"] == "warning" and data["value"] == "data"
+    assert "git ignores it (.gitignore:1:data/)" in data["why"]
+    assert "another engineer's clone does not have it" in data["why"]
+    assert "object storage" in data["fix"] and "git add -f data" in data["fix"]
+    manifest = found["data.manifest"]
+    assert "not committed" in manifest["why"]
+    assert manifest["fix"].startswith("`git add data.manifest.json && git commit`")
+    assert "spec" not in found  # spec.toml is committed
+
+    draft = _findings(_acceptrun(repo, "portability", "--json", "draft.toml"))
+    assert "not committed" in draft["spec"]["why"] and draft["spec"]["value"] == "draft.toml"
+    text = _acceptrun(repo, "portability", "spec.toml").stdout
+    assert "move it: copy it to object storage" in text
+
+
+@pytest.mark.slow
+def test_portability_and_howto_of_a_run_say_what_a_clone_lacks(
+    ignored_data: dict[str, Any],
+) -> None:
+    repo, ws, run = ignored_data["repo"], ignored_data["ws"], ignored_data["run"]
+    found = _findings(_acceptrun(repo, "--workspace", str(ws), "portability", "--json", run))
+    assert "git ignores it" in found["data.path"]["why"]
+    assert "not committed" in found["data.manifest"]["why"]  # from the run's git.diff
+    assert "not committed" in found["spec"]["why"]
+
+    howto = _acceptrun(repo, "--workspace", str(ws), "howto", run)
+    assert howto.returncode == 0, howto.stderr
+    lines = howto.stdout.splitlines()
+    assert any(
+        line.startswith("# the data is inside the repository at data, but git ignores it")
+        for line in lines
+    ), howto.stdout
+    assert any(line.startswith("rsync -a ") and line.endswith(" ./") for line in lines)
+    assert any(line.startswith("scp ") and line.endswith(" data.manifest.json") for line in lines)
+    assert any("the spec draft.toml is in the repository, but it was not committed" in line
+               for line in lines)  # fmt: skip
+    assert f"acceptrun run {run}.spec.toml" in lines
+    assert "acceptrun run draft.toml" not in lines

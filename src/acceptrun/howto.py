@@ -5,7 +5,9 @@ diff (``git.diff``), the Python and package versions the workload ran with, the 
 and the manifest it was verified against, the run command, and the ``acceptrun diff``
 that says whether the repeat reproduced it. Where the record cannot say (no remote, data
 only on the original machine), the step copies it from the original machine
-(``scp``/``rsync`` from the ``user@host`` that ran it) and says why in a comment.
+(``scp``/``rsync`` from the ``user@host`` that ran it) and says why in a comment. So do
+files inside the repository that a clone lacks: data that git ignores (checked in the
+checkout, when it is on this machine) and a spec or manifest that was not committed.
 
 >>> print(format_howto(ws.get_run("latest")))
 """
@@ -16,6 +18,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from acceptrun.portability import GitState, git_state, recorded_states
 from acceptrun.spec import load_spec
 from acceptrun.workspace import RunRecord
 
@@ -40,6 +43,23 @@ def _rel(path: str | None, root: Path | None) -> str | None:
         return None
 
 
+def _lacking(path: str, root: Path | None, at_run: dict[str, GitState]) -> GitState | None:
+    """How a clone lacks ``path``: untracked at run time, or ignored by git; else None."""
+    if root is None:
+        return None
+    recorded = at_run.get(str(Path(path).resolve())) or at_run.get(path)
+    if recorded is not None and recorded.state == "untracked":
+        return recorded
+    now = git_state(path, root)
+    return now if now is not None and now.state in ("ignored", "untracked") else None
+
+
+def _why_lacking(state: GitState) -> str:
+    if state.state == "ignored":
+        return f"git ignores it ({state.rule or 'a .gitignore rule'}): a clone does not have it"
+    return "it was not committed: a clone does not have it"
+
+
 def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
     """(title, shell lines) for each step; comments start with ``#``."""
     prov = record.read_json("provenance.json") or {}
@@ -51,6 +71,7 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
     host = origin  # user@host: where scp, rsync and git clone copy from
     q = shlex.quote
     root = Path(str(git["root"])) if git.get("root") else None
+    at_run = recorded_states(record, root) if root is not None else {}
     name = spec.name
     steps: list[tuple[str, list[str]]] = []
 
@@ -129,6 +150,15 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
         if "://" in path:
             data.append(f"# the data is at {path}: give this machine read access to it")
             here_data = path
+        elif rel_data is not None and (lacking := _lacking(path, root, at_run)) is not None:
+            here_data = rel_data
+            data += [
+                f"# the data is inside the repository at {rel_data}, but {_why_lacking(lacking)}",
+                "# copy it from the original machine (better: object storage, see "
+                f"`acceptrun portability {record.run_id}`)",
+                f"mkdir -p {q(str(Path(rel_data).parent))}",
+                f"rsync -a {q(host + ':' + path)} {q(str(Path(rel_data).parent))}/",
+            ]
         elif rel_data is not None:
             data.append(f"# the data is in the repository at {rel_data}")
             here_data = rel_data
@@ -143,6 +173,11 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
             here_manifest = rel_manifest or manifest
             if rel_manifest is None and "://" not in manifest:
                 data.append(f"scp {q(host + ':' + manifest)} {q(manifest)}")
+            elif rel_manifest is not None and (gone := _lacking(manifest, root, at_run)):
+                data += [
+                    f"# the manifest {rel_manifest} is in the repository, but {_why_lacking(gone)}",
+                    f"scp {q(host + ':' + manifest)} {q(rel_manifest)}",
+                ]
             data.append(f"acceptrun data verify {q(here_data)} {q(here_manifest)}")
         else:
             data.append("# the spec has no data manifest: nothing can prove the copy is the same")
@@ -151,11 +186,17 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
     run: list[str] = []
     source = state.get("spec_source")
     rel_spec = _rel(str(source), root) if source else None
-    if rel_spec is not None:
+    spec_lacking = _lacking(str(source), root, at_run) if rel_spec is not None else None
+    if rel_spec is not None and spec_lacking is None:
         run.append(f"acceptrun run {q(rel_spec)}")
     else:
+        where = (
+            f"the spec {rel_spec} is in the repository, but {_why_lacking(spec_lacking)}"
+            if spec_lacking is not None
+            else "the spec was outside the repository"
+        )
         run += [
-            "# the spec was outside the repository: use the frozen copy from the record",
+            f"# {where}: use the frozen copy from the record",
             f"scp {q(host + ':' + str(record.spec_path))} {record.run_id}.spec.toml",
             "# its paths are the original machine's: `acceptrun portability "
             f"{record.run_id}.spec.toml` lists them",

@@ -13,7 +13,9 @@ Severity:
   recorded ``git.diff`` is missing or does not match its hash. The verdict's exit test
   fails on a blocker.
 - ``warning``: tied to this provider or machine (a provider mount, an absolute path, a
-  provider-only tool, local data with no copy elsewhere, no git remote); one step moves it.
+  provider-only tool, local data with no copy elsewhere, data inside the repository that
+  git ignores, a spec or data manifest that is not committed, no git remote); one step
+  moves it.
 - ``note``: worth knowing when moving (a pinned GPU model, a bucket in one region, a
   CUDA build of torch); nothing to do to repeat it on a like machine.
 
@@ -39,11 +41,13 @@ __all__ = [
     "NOTE",
     "WARNING",
     "Finding",
+    "GitState",
     "PortabilityReport",
     "check_run",
     "check_spec",
     "check_spec_file",
     "format_portability",
+    "git_state",
 ]
 
 BLOCKER, WARNING, NOTE = "blocker", "warning", "note"
@@ -180,9 +184,18 @@ class PortabilityReport:
 
 
 def check_spec_file(path: str | Path) -> PortabilityReport:
-    """Findings for a spec file, its values read as written (relative paths travel)."""
+    """Findings for a spec file, its values read as written (relative paths travel).
+
+    In a git checkout, also what a clone would lack: the spec itself or its data
+    manifest not committed, data inside the repository that git ignores.
+    """
     spec = load_spec(path)
-    return PortabilityReport(str(path), _sorted(check_spec(spec, home=None)))
+    findings = check_spec(spec, home=None)
+    root = _checkout_of(Path(path).resolve().parent)
+    if root is not None:
+        findings += _committed_findings("spec", str(path), git_state(path, root))
+        findings += _git_data_findings(spec, root, None)
+    return PortabilityReport(str(path), _sorted(findings))
 
 
 def check_run(record: RunRecord) -> PortabilityReport:
@@ -199,6 +212,13 @@ def check_run(record: RunRecord) -> PortabilityReport:
     findings = check_spec(spec, home=home)
     findings += _code_findings(record, spec, git or {})
     findings += _build_findings(prov)
+    if git and not git.get("absent") and git.get("root"):
+        root = Path(str(git["root"]))
+        at_run = recorded_states(record, root)
+        source = record.state.get("spec_source")
+        if source:
+            findings += _committed_findings("spec", str(source), _state_of(source, root, at_run))
+        findings += _git_data_findings(spec, root, at_run)
     return PortabilityReport(record.run_id, _sorted(findings))
 
 
@@ -389,7 +409,8 @@ def _data_findings(spec: RunSpec, home: Path | None) -> list[Finding]:
             (home is None and not value.startswith(("/", "~")))
             or (home is not None and _under(value, home) and _tracked(value, home))
         )
-        if local and not travels:
+        in_checkout = home is not None and _under(value, home) and (home / ".git").exists()
+        if local and not travels and not in_checkout:  # in a checkout: _git_data_findings
             out.append(
                 Finding(WARNING, "data", "data.path", value,
                         "local data with no copy elsewhere: another machine cannot fetch it",
@@ -420,6 +441,187 @@ def _tracked(path: str, home: Path) -> bool:
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+# ---- what a clone lacks: files git ignores, files not committed ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GitState:
+    """What git holds of a file or directory in a checkout, as ``git status`` tells it."""
+
+    state: str
+    """``committed``, ``modified``, ``untracked`` or ``ignored`` (the clone lacks some of it)."""
+    rel: str
+    """The path relative to the checkout's root."""
+    rule: str | None = None
+    """For ``ignored``: the rule that ignores it, ``.gitignore:3:data/``."""
+    in_diff: bool = False
+    """Read from a run's ``git.diff``: a modified file's changes travel with the record."""
+
+
+def _checkout_of(directory: Path) -> Path | None:
+    """The root of the git checkout holding ``directory``, or None."""
+    for d in (directory, *directory.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def _git_out(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True, text=True, timeout=GIT_TIMEOUT, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode in (0, 1) else None
+
+
+def git_state(path: str | Path, root: Path) -> GitState | None:
+    """What a clone of the checkout at ``root`` has of ``path`` now; None when unknown.
+
+    Unknown: the checkout is not on this machine, ``path`` is outside it or missing, or
+    git cannot answer. ``ignored`` wins over the others: a clone lacks those files.
+
+    >>> git_state("data", Path(".")).state
+    'ignored'
+    """
+    if not (root / ".git").exists():
+        return None
+    try:
+        target = Path(path).resolve()
+        rel = target.relative_to(root.resolve()).as_posix()
+    except (OSError, ValueError):
+        return None
+    if not target.exists() or rel == ".":
+        return None
+    status = _git_out(
+        root, "status", "--porcelain=v1", "--ignored=matching", "--untracked-files=all", "--", rel
+    )
+    tracked = _git_out(root, "ls-files", "--", rel)
+    if status is None or tracked is None:
+        return None
+    # git lists ignored directories whatever the pathspec: keep the entries at, under or
+    # above ``rel`` (an ignored "data/" holds "data/train").
+    entries = [
+        (line[:2], line[3:].strip().strip('"').rstrip("/"))
+        for line in status.splitlines()
+        if line.strip()
+    ]
+    entries = [
+        (code, p) for code, p in entries
+        if p == rel or p.startswith(rel + "/") or rel.startswith(p + "/")
+    ]  # fmt: skip
+    codes = {code for code, _ in entries}
+    if "!!" in codes:
+        found = (_git_out(root, "check-ignore", "-v", "--", rel) or "").strip()
+        if not found:  # a file below it is ignored: name that one's rule
+            first = next(p for code, p in entries if code == "!!")
+            found = (_git_out(root, "check-ignore", "-v", "--", first) or "").strip()
+        rule = found.split("\t", 1)[0] if found else None
+        return GitState("ignored", rel, rule)
+    if not tracked.strip():
+        return GitState("untracked", rel)
+    if codes:
+        return GitState("modified", rel)
+    return GitState("committed", rel)
+
+
+def recorded_states(record: RunRecord, root: Path) -> dict[str, GitState]:
+    """Files the run's ``git.diff`` shows as untracked or changed, by absolute path.
+
+    What was uncommitted when the run started, from the record alone.
+    """
+    out: dict[str, GitState] = {}
+    for rel in _untracked(record):
+        out[str(root / rel)] = GitState("untracked", rel)
+    path = record.file("git.diff")
+    if path.is_file():
+        with open(path, "rb") as f:
+            for raw in f:
+                if raw.startswith(b"diff --git a/"):
+                    rel = raw.decode(errors="replace").split(" b/", 1)[0][len("diff --git a/") :]
+                    out.setdefault(str(root / rel), GitState("modified", rel))
+    return out
+
+
+def _committed_findings(what: str, path: str, state: GitState | None) -> list[Finding]:
+    """A spec or data manifest that a clone lacks or has in another version."""
+    if state is None or state.state == "committed":
+        return []
+    where = {"spec": "spec", "manifest": "data.manifest"}[what]
+    noun = {"spec": "the spec", "manifest": "the data manifest"}[what]
+    if state.state == "modified" and state.in_diff:
+        return [
+            Finding(NOTE, "code", where, state.rel,
+                    f"{noun} had uncommitted changes: they travel in the record's git.diff, "
+                    "a clone at the commit alone has another version",
+                    f"`git add {state.rel} && git commit`, and push")
+        ]  # fmt: skip
+    if state.state == "modified":
+        return [
+            Finding(WARNING, "code", where, state.rel,
+                    f"{noun} has uncommitted changes: a clone at the commit has another version",
+                    f"`git add {state.rel} && git commit`, and push")
+        ]  # fmt: skip
+    if state.state == "ignored":
+        return [
+            Finding(WARNING, "code", where, state.rel,
+                    f"git ignores {noun} ({state.rule or 'a .gitignore rule'}): a clone lacks it",
+                    f"`git add -f {state.rel} && git commit`, or drop the rule")
+        ]  # fmt: skip
+    return [
+        Finding(WARNING, "code", where, state.rel,
+                f"{noun} is not committed (untracked): a clone lacks it",
+                f"`git add {state.rel} && git commit`, and push")
+    ]  # fmt: skip
+
+
+def _git_data_findings(
+    spec: RunSpec, root: Path, at_run: dict[str, GitState] | None
+) -> list[Finding]:
+    """Data and manifest inside the checkout that a clone would not have.
+
+    ``at_run``: a run's files as its ``git.diff`` recorded them; None for a spec file.
+    """
+    out: list[Finding] = []
+    if spec.data.path and "://" not in spec.data.path:
+        path = spec.resolve_path(spec.data.path)
+        state = git_state(path, root)
+        if state is not None and state.state == "ignored":
+            rule = state.rule or "a .gitignore rule"
+            out.append(
+                Finding(WARNING, "data", "data.path", state.rel,
+                        f"the data is inside the repository but git ignores it ({rule}): "
+                        "another engineer's clone does not have it",
+                        "copy it to object storage and point data.path at the URL (the manifest "
+                        f"proves the copy is the same), or commit it with `git add -f {state.rel}` "
+                        "if it is small")
+            )  # fmt: skip
+        elif state is not None and state.state == "untracked":
+            out.append(
+                Finding(WARNING, "data", "data.path", state.rel,
+                        "the data is inside the repository but not committed: a clone lacks it",
+                        f"`git add {state.rel} && git commit`, or copy it to object storage and "
+                        "point data.path at the URL")
+            )  # fmt: skip
+    if spec.data.manifest and "://" not in spec.data.manifest:
+        manifest = spec.resolve_path(spec.data.manifest)
+        out += _committed_findings("manifest", manifest, _state_of(manifest, root, at_run))
+    return out
+
+
+def _state_of(path: str, root: Path, at_run: dict[str, GitState] | None) -> GitState | None:
+    """For a run (``at_run``): as ``git.diff`` recorded it, else ignored now; else as now."""
+    if at_run is None:
+        return git_state(path, root)
+    recorded = at_run.get(str(Path(path).resolve())) or at_run.get(path)
+    if recorded is not None:
+        return GitState(recorded.state, recorded.rel, recorded.rule, in_diff=True)
+    now = git_state(path, root)  # git.diff does not list ignored files
+    return now if now is not None and now.state == "ignored" else None
 
 
 def _checkpoint_findings(spec: RunSpec, home: Path | None) -> list[Finding]:
