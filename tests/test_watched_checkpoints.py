@@ -163,6 +163,12 @@ def test_killed_script_resumes_from_its_own_checkpoint(project: Project, tmp_pat
     commits = [e for e in events if e["kind"] == "checkpoint_commit"]
     assert commits and all(e["source"] == "watched" and e["stall_s"] == 0.0 for e in commits)
     assert all(e["bytes"] > 0 and e["capture_s"] >= 0 for e in commits)
+    steps = [e["step"] for e in commits]
+    assert steps == sorted(set(steps))  # a step number is never reused
+    # At its resume point the script saves the checkpoint it just loaded again (nanoGPT
+    # does): the same content under the same step is skipped, not stored twice.
+    skipped = [e for e in events if e["kind"] == "checkpoint_capture_skipped"]
+    assert [(e["attempt"], e["step"]) for e in skipped] == [(2, resume_step)]
 
     # Bit for bit the uninterrupted run.
     assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path)

@@ -31,6 +31,7 @@ adds ``checkpoint.resume_args`` ("{checkpoint}" = the restored path) to the argv
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import glob
 import math
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 PLACEHOLDER = "{checkpoint}"
+HISTORY_S = 3600.0  # seconds of step history kept to date a file (its mtime) by steps
 _WRITE_MODES = ("w", "a", "+")  # psutil open_files() modes that can change the file
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 _SHELL_LIST = set(";&|<>`\n")  # a list, pipeline or redirection: appended args land elsewhere
@@ -133,7 +135,6 @@ class _Seen:
     sig: tuple[Any, ...]
     since: float  # time.monotonic() when sig was first seen
     done: tuple[Any, ...] | None  # the sig captured (or present at the start): not again
-    known: int = 0  # events the attempt had when sig was first seen (see _step_events_before)
 
     def sig_mtime(self) -> float:
         """Newest mtime in the signature, unix seconds."""
@@ -191,12 +192,16 @@ class CheckpointWatcher:
         self._thread: threading.Thread | None = None
         self._errors: set[str] = set()
         self._t0: float | None = None  # time.monotonic() when the capture in progress began
+        # (unix time, number of the attempt's events read by then), one per poll that saw
+        # the number change, for HISTORY_S seconds: which steps preceded a file's mtime.
+        self._history: collections.deque[tuple[float, int]] = collections.deque()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
         """Note what is there already (not captured), then poll on a daemon thread."""
         now = time.monotonic()
+        self._note_events()
         for path in self._matches():
             sig = self._signature(path)
             if sig is not None:
@@ -246,6 +251,7 @@ class CheckpointWatcher:
     def _scan(self, *, final: bool | None, why_not: str = "") -> None:
         """One look at every match; ``final`` None while running, else the last pass."""
         now = time.monotonic()
+        self._note_events()
         current = self._matches()
         for gone in set(self._seen) - set(current):
             del self._seen[gone]  # rotated away by the script (save_total_limit)
@@ -256,8 +262,7 @@ class CheckpointWatcher:
                 continue
             seen = self._seen.get(path)
             if seen is None or seen.sig != sig:
-                known = len(self.events())
-                self._seen[path] = seen = _Seen(sig, now, seen.done if seen else None, known)
+                self._seen[path] = seen = _Seen(sig, now, seen.done if seen else None)
             if seen.done == sig:
                 continue
             if final is None and now - seen.since < self.settle:
@@ -413,6 +418,14 @@ class CheckpointWatcher:
 
     # ---- which step ----------------------------------------------------------------------
 
+    def _note_events(self) -> None:
+        wall, count = time.time(), len(self.events())
+        if not self._history or self._history[-1][1] != count:
+            self._history.append((wall, count))
+        # Keep one entry older than the window: the count before anything recent.
+        while len(self._history) > 2 and self._history[1][0] < wall - HISTORY_S:
+            self._history.popleft()
+
     def _step_for(self, path: str, seen: _Seen) -> int:
         named = step_from_name(path)
         if named is not None:
@@ -426,14 +439,22 @@ class CheckpointWatcher:
         return newest[-1].step + 1 if newest else 1
 
     def _step_events_before(self, seen: _Seen) -> list[dict[str, Any]]:
-        """Step events reported before the file was written: already known when its
-        change was first seen (a step line printed after the save cannot have been read
-        before it), and with a time no later than its mtime (a parsed line's time is an
-        estimate)."""
+        """Step events reported before the file was written.
+
+        Only those the supervisor had read at a poll before the file's mtime (a line
+        printed after the save cannot have been read before it began), and with a time
+        no later than the mtime: a parsed line's time is an estimate. Both err towards an
+        earlier step, which over-counts lost work rather than hiding it.
+        """
         mtime = seen.sig_mtime()
+        known = 0
+        for wall, count in reversed(self._history):
+            if wall <= mtime:
+                known = count
+                break
         return [
             e
-            for e in list(self.events())[: seen.known]
+            for e in list(self.events())[:known]
             if e.get("kind") == "step"
             and isinstance(e.get("step"), int)
             and isinstance(e.get("t"), int | float)
