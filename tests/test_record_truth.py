@@ -179,6 +179,7 @@ def test_an_existing_nearer_workspace_is_kept_and_learns_to_ignore_itself(tmp_pa
     assert json.loads((run / "provenance.json").read_text())["git"]["dirty"] is False
 
 
+@pytest.mark.slow
 def test_provenance_leaves_out_a_workspace_git_would_see(tmp_path: Path) -> None:
     from acceptrun import provenance
 
@@ -490,3 +491,19 @@ def test_portability_and_howto_of_a_run_say_what_a_clone_lacks(
                for line in lines)  # fmt: skip
     assert f"acceptrun run {run}.spec.toml" in lines
     assert "acceptrun run draft.toml" not in lines
+
+
+def test_a_workspace_named_in_a_project_directory_never_ignores_the_project(
+    tmp_path: Path,
+) -> None:
+    from acceptrun.workspace import find_workspace
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    ws = find_workspace(project, create=True)  # `acceptrun --workspace . run ...` in a project
+    assert ws.root == project and (project / "runs").is_dir()
+    assert not (project / ".gitignore").exists()
+    # A directory of acceptrun's own, named by --workspace, does ignore itself.
+    records = find_workspace(tmp_path / "records", create=True)
+    assert (records.root / ".gitignore").read_text().splitlines()[-1] == "*"

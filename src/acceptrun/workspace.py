@@ -57,6 +57,13 @@ __all__ = [
 WORKSPACE_DIR = ".acceptrun"
 ENV_WORKSPACE = "ACCEPTRUN_WORKSPACE"
 
+# What a workspace root holds (runs, caches, queue, reproductions, batch jobs): a directory
+# with anything else is someone's project, never told to ignore itself.
+OWN_ENTRIES = frozenset(
+    {"runs", "index.sqlite", "prices.toml", "queue", "queue.sqlite", "worktrees", "reproduce",
+     "slurm", "slurm_jobs.jsonl", "tune"}
+)  # fmt: skip
+
 # Run states written to run.json, in lifecycle order.
 STATES = ("created", "preflight", "running", "closing", "finished", "failed_preflight")
 
@@ -210,20 +217,30 @@ class Workspace:
     def create(cls, root: str | Path) -> Workspace:
         """Create (or open) a workspace directory at ``root``; it ignores itself in git."""
         ws = cls(root)
+        new = not ws.root.exists() or not any(ws.root.iterdir())
         ws.runs_dir.mkdir(parents=True, exist_ok=True)
-        ws.ensure_ignored()
+        ws.ensure_ignored(new=new)
         return ws
 
-    def ensure_ignored(self) -> None:
+    def ensure_ignored(self, *, new: bool = False) -> None:
         """Write ``.gitignore`` (``*``) so that git never sees the workspace's files.
 
         A workspace inside a repository would otherwise make it dirty with every run (and
-        put the records into the run's own provenance). Best effort on a read-only
-        workspace: provenance also leaves the workspace out by path.
+        put the records into the run's own provenance). Only in a directory that is
+        acceptrun's alone (``new``, named ``.acceptrun``, or holding only a workspace's
+        entries): ``--workspace .`` in a project must never ignore the project. Best
+        effort on a read-only workspace: provenance also leaves the workspace out by path.
         """
         path = self.root / ".gitignore"
-        if path.exists() or not self.root.is_dir():
+        if path.exists() or not self.root.is_dir() or (self.root / ".git").exists():
             return
+        if not new and self.root.name != WORKSPACE_DIR:
+            try:
+                names = {e.name for e in self.root.iterdir() if not e.name.startswith(".")}
+            except OSError:
+                return
+            if not names <= OWN_ENTRIES:
+                return
         with contextlib.suppress(OSError):  # read-only: provenance excludes it by path anyway
             write_atomic(path, "# acceptrun's records: never part of the project's code\n*\n")
 
