@@ -181,6 +181,9 @@ def _spec(tmp: Path, command: str | list[str]) -> object:
             CLIENT,
             id="integrations",
         ),
+        pytest.param(
+            {"t.py": "import os, torch, acceptrun as ar\n"}, ["python", "t.py"], CLIENT, id="list"
+        ),
         pytest.param({"t.py": "import torch\n"}, ["python", "t.py"], BLACK_BOX, id="black-box"),
         pytest.param(
             {"pkg/train.py": "from acceptrun import init\n"},

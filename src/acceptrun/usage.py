@@ -47,7 +47,11 @@ __all__ = [
 ]
 
 CLIENT, BLACK_BOX, UNKNOWN = "client", "black box", "unknown"
-_IMPORT = re.compile(r"^\s*(?:import\s+acceptrun\b|from\s+acceptrun(?:\.[\w.]+)?\s+import\b)", re.M)
+_IMPORT = re.compile(
+    r"^\s*(?:import\s+(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)*acceptrun\b"
+    r"|from\s+acceptrun(?:\.[\w.]+)?\s+import\b)",
+    re.M,
+)
 _OUTPUT = re.compile(r"""\.output\(\s*(?:name\s*=\s*)?["']([^"']+)["']""")
 # Interpreter options that take a value (python -W ignore train.py).
 _PY_OPTS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
