@@ -1,0 +1,239 @@
+"""A plain Accelerate loop: ``save_state`` directories become acceptrun checkpoints.
+
+::
+
+    from acceptrun.integrations.accelerate import track              # acceptrun
+    model, opt, loader, sched = accelerator.prepare(model, opt, loader, sched)
+    tracker = track(accelerator)          # acceptrun: restores the newest verified state
+    for step, batch in tracker.steps(loader, total_steps):           # acceptrun
+        loss = model(**batch).loss
+        accelerator.backward(loss); opt.step(); sched.step(); opt.zero_grad()
+        tracker.log(step, loss=loss.item())
+        if (step + 1) % 50 == 0:
+            accelerator.save_state(f"ckpt/step_{step}")   # captured as the checkpoint of `step`
+
+:func:`track` wraps this accelerator's ``save_state`` (this object only): every directory
+it writes is captured into the run's checkpoint store as the checkpoint of the current
+step (hashed, verified, retained by the spec, mirrored). On a restart it puts the newest
+verified one back where it was written and calls ``load_state`` on it, so ``track`` must
+come after ``prepare``. :meth:`Tracker.steps` yields ``(step, batch)`` from the step after
+that checkpoint: it walks the epochs, skips the batches of the resumed epoch that were
+already trained, writes step events (step time, data wait, total for the ETA), and turns
+a graceful stop into a ``save_state`` of the finished step and exit 143.
+
+Exactness: ``load_state`` restores the model, optimizer, scheduler, scaler and the RNG
+states as they were at the save, but not the data order of the epoch in progress. A
+shuffling DataLoader draws its permutation (and its workers' base seed) from the global
+torch RNG when its epoch begins; after a resume the RNG is the one of the save, mid-epoch,
+so the epoch would be drawn anew. ``steps()`` keeps the torch RNG state of each epoch's
+start in the checkpoint (``register_for_checkpointing``) and, on resume, draws the resumed
+epoch's order from it, then puts the RNG back to the saved one: on CPU the resumed run is
+bitwise the uninterrupted one (tests/test_integration_accelerate.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator  # type: ignore[import-untyped]
+
+from acceptrun.errors import UserError
+from acceptrun.integrations._base import FrameworkRun
+
+__all__ = ["Tracker", "track"]
+
+
+class _LoopState:
+    """Where the loop is, saved by ``save_state`` beside the model (a custom object)."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None  # the step whose end the next save_state records
+        self.epoch = 0
+        self.epoch_rng: torch.Tensor | None = None  # torch RNG when the epoch began
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "epoch": self.epoch, "epoch_rng": self.epoch_rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.epoch, self.epoch_rng = state["step"], state["epoch"], state["epoch_rng"]
+
+
+class Tracker:
+    """An Accelerate loop attached to an acceptrun run. Create it with :func:`track`."""
+
+    def __init__(
+        self, accelerator: Accelerator, *, stop_dir: str | os.PathLike[str] | None
+    ) -> None:
+        self.accelerator = accelerator
+        self.fr = FrameworkRun.attach()
+        self.run = self.fr.run
+        self.start = 0  # the first step to run: 0, or the step after the restored checkpoint
+        self.resumed_from: int | None = None
+        self._loop = _LoopState()
+        self._stop_dir = Path(stop_dir) if stop_dir is not None else None
+        self._last_dir: Path | None = None
+        self._values: dict[str, float] = {}  # last loss and metrics: the checkpoint's metrics
+        self._step_values: dict[str, float] = {}  # what log() gave for the step in flight
+        self._in_steps = False
+        accelerator.register_for_checkpointing(self._loop)
+        self._save_state = accelerator.save_state
+        accelerator.save_state = self._save_and_capture
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def _save_and_capture(self, output_dir: str | None = None, **kwargs: Any) -> Any:
+        """``accelerator.save_state``, then capture what it wrote as the current step."""
+        step = self._loop.step
+        if step is None:
+            raise UserError(
+                "accelerator.save_state() was called before the first step of "
+                "tracker.steps(); acceptrun names each checkpoint by the step it follows, so "
+                "save inside the loop (after the step's work), or call tracker.steps() first"
+            )
+        location = self._save_state(output_dir, **kwargs)
+        folder = Path(location if location is not None else output_dir or ".")
+        self._last_dir = folder
+        if self.accelerator.is_main_process:
+            self.fr.capture(
+                step, {folder.name: folder}, metrics=self._values,
+                meta={"framework": "accelerate", "epoch": self._loop.epoch},
+            )  # fmt: skip
+        return location
+
+    def resume(self) -> int:
+        """Restore the newest verified checkpoint (put back, then ``load_state``); the next step.
+
+        Called by :func:`track`; 0 on a fresh start.
+        """
+        info = self.fr.resume_point()
+        if info is None:
+            return 0
+        placed = self.fr.put_back(info)
+        (folder,) = placed.values()
+        self.accelerator.load_state(str(folder))
+        if self._loop.step != info.step:
+            raise UserError(
+                f"{folder} holds the loop state of step {self._loop.step}, but acceptrun "
+                f"stored it as step {info.step}; was it written by another script?"
+            )
+        self._last_dir = folder
+        self.resumed_from = info.step
+        self.start = info.step + 1
+        return self.start
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def steps(self, loader: Any, total: int) -> Iterator[tuple[int, Any]]:
+        """Yield ``(step, batch)`` for steps ``start .. total-1``, epoch after epoch.
+
+        Each step is timed (data wait: the time to get its batch) and its event written
+        when the body ends, with what :meth:`log` added. A stop request ends the loop at
+        the next step boundary: ``save_state`` of the finished step (captured), then
+        exit 143. ``loader`` is the prepared DataLoader; its length is an epoch.
+        """
+        per_epoch = len(loader)
+        if per_epoch == 0:
+            raise UserError("the DataLoader given to tracker.steps() is empty; nothing to train on")
+        step = self.start
+        epoch, offset = divmod(step, per_epoch)
+        # Mid-epoch: draw the epoch's order as it was first drawn. At an epoch's end the
+        # next epoch starts from the restored RNG, as it did in the uninterrupted run.
+        resuming = offset > 0 and self._loop.epoch == epoch and self._loop.epoch_rng is not None
+        self._in_steps = True
+        try:
+            while step < total:
+                batches = self._epoch_batches(loader, epoch, offset, resuming)
+                resuming, offset = False, 0
+                while step < total:
+                    if self.fr.stop_requested:
+                        self._stop(step - 1)
+                    t0 = time.perf_counter()
+                    self._loop.step = step - 1
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
+                    wait = time.perf_counter() - t0
+                    self._loop.step = step  # a save_state in the body records this step
+                    yield step, batch
+                    values = {"step_time": time.perf_counter() - t0, "data_wait": wait}
+                    values.update(self._step_values)
+                    self._step_values = {}
+                    self.fr.log(step, **values, total_steps=total)
+                    step += 1
+                epoch += 1
+        finally:
+            self._in_steps = False
+
+    def _epoch_batches(self, loader: Any, epoch: int, offset: int, resuming: bool) -> Iterator[Any]:
+        """The batches of ``epoch`` from ``offset`` on, in the order the epoch first had.
+
+        The order is drawn from the torch RNG at the epoch's start (the sampler's seed,
+        the workers' base seed), remembered for the checkpoints. When resuming, it is
+        drawn from the remembered state and the RNG restored by ``load_state`` is put
+        back after the first batch, where the uninterrupted run's RNG also was.
+        """
+        restored = None
+        if resuming and self._loop.epoch_rng is not None:
+            restored = torch.get_rng_state()
+            torch.set_rng_state(self._loop.epoch_rng)
+        else:
+            self._loop.epoch_rng = torch.get_rng_state()
+        self._loop.epoch = epoch
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        source = self.accelerator.skip_first_batches(loader, offset) if offset else loader
+        it = iter(source)
+        try:
+            first = next(it)  # the sampler draws its order lazily, with the first batch
+        except StopIteration:
+            return
+        finally:
+            if restored is not None:
+                torch.set_rng_state(restored)
+        yield first
+        yield from it
+
+    def _stop(self, step: int) -> None:
+        """Save the finished ``step`` (unless saved already), then exit 143."""
+        if step >= 0 and self.fr.last_captured != step:
+            base = self._stop_dir or (self._last_dir.parent if self._last_dir else Path("."))
+            self._loop.step = step
+            self.accelerator.save_state(str(base / f"stopped-step-{step}"))
+        self.fr.exit_stopped(step)
+
+    # ---- events ---------------------------------------------------------------------------
+
+    def log(self, step: int, **values: float) -> None:
+        """Values for ``step`` (loss, samples, tokens, lr); inside :meth:`steps` they join its event."""
+        if self._in_steps:
+            self._values.update({k: float(v) for k, v in values.items()})
+            self._step_values.update(values)
+            return
+        self.fr.log(step, **values)
+
+    def metric(self, name: str, value: float, *, step: int | None = None) -> None:
+        """A final or evaluation metric (acceptance thresholds read the last value)."""
+        self.run.metric(name, value, step=step)
+        with contextlib.suppress(TypeError, ValueError):
+            self._values[name] = float(value)
+
+
+def track(accelerator: Accelerator, *, stop_dir: str | os.PathLike[str] | None = None) -> Tracker:
+    """Attach ``accelerator`` (after ``prepare``) to the run; restore the newest checkpoint.
+
+    ``stop_dir`` is where a graceful stop saves when the stop falls between the script's
+    own saves (default: beside the last ``save_state`` directory, or the current one).
+
+    >>> tracker = track(accelerator)
+    >>> tracker.start          # 0 on a fresh start, else the step after the checkpoint
+    """
+    tracker = Tracker(accelerator, stop_dir=stop_dir)
+    tracker.resume()
+    return tracker
