@@ -41,10 +41,6 @@ from acceptrun.errors import UserError
 
 __all__ = ["FrameworkRun"]
 
-# Whether Run.log fires injected step faults itself (outside run.steps()); if not, the
-# integration does, so that `--inject kill@step=N` works with a framework's loop.
-_LOG_FIRES_FAULTS = bool({"_fire_faults", "fire", "inject"} & set(Run.log.__code__.co_names))
-
 
 class FrameworkRun:
     """One run driven by a framework's loop; checkpoints are the framework's own files."""
@@ -64,17 +60,13 @@ class FrameworkRun:
         return cls(run)
 
     def log(self, step: int, **values: float) -> None:
-        """Write the step event of ``step`` (a step the framework just finished).
+        """Write the step event of ``step``, a step the framework just finished.
 
-        Injected step faults (``acceptrun run --inject kill@step=N``) fire after the event
-        is written, as they do inside ``run.steps()``: by ``run.log`` itself where the
-        client fires them there, else here.
+        Through ``run.log``: injected step faults (``acceptrun run --inject
+        kill@step=N``) fire there after the event is written, and a NaN or too-high loss
+        ends the attempt as diverged.
         """
         self.run.log(step, **values)
-        if self.run._faults and not _LOG_FIRES_FAULTS:
-            from acceptrun import inject
-
-            inject.fire(self.run, step, "after_step")
 
     # ---- checkpoints -------------------------------------------------------------------------
 
