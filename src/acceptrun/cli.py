@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "acceptrun.distributed_cli",
     "acceptrun.report.cli",
     "acceptrun.backends.cli",
+    "acceptrun.ui.cli",
 )
 
 

@@ -61,7 +61,7 @@ ENV_WORKSPACE = "ACCEPTRUN_WORKSPACE"
 # with anything else is someone's project, never told to ignore itself.
 OWN_ENTRIES = frozenset(
     {"runs", "index.sqlite", "prices.toml", "queue", "queue.sqlite", "worktrees", "reproduce",
-     "slurm", "slurm_jobs.jsonl", "tune"}
+     "slurm", "slurm_jobs.jsonl", "tune", "ui"}
 )  # fmt: skip
 
 # Run states written to run.json, in lifecycle order.

@@ -1,0 +1,18 @@
+"""``acceptrun ui``: a local web board of runs, live runs, comparisons, the queue and the spend.
+
+Layout: :mod:`~acceptrun.ui.board` reads the workspaces (index, records) and thins
+series; :mod:`~acceptrun.ui.pages` renders the pages; :mod:`~acceptrun.ui.live` serves
+the live feeds (server-sent events); :mod:`~acceptrun.ui.server` is the HTTP server and
+its security rules; :mod:`~acceptrun.ui.assets` holds the stylesheet and the one script;
+:mod:`~acceptrun.ui.cli` registers the command. Standard library only.
+
+>>> server = make_server(Board.for_workspaces([find_workspace()]), token="s3cret")
+>>> server.serve_forever()
+"""
+
+from __future__ import annotations
+
+from acceptrun.ui.board import Board, RunFilter
+from acceptrun.ui.server import BoardServer, make_server
+
+__all__ = ["Board", "BoardServer", "RunFilter", "make_server"]

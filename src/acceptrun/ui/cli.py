@@ -1,0 +1,100 @@
+"""``acceptrun ui``: serve the board of one workspace (or of every listed one) on loopback.
+
+Registered through ``acceptrun.cli.COMMAND_MODULES``; the server is imported only when
+the command runs, so ``acceptrun --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from typing import Any
+
+__all__ = ["ENV_TOKEN", "register"]
+
+ENV_TOKEN = "ACCEPTRUN_UI_TOKEN"
+DEFAULT_PORT = 8765
+
+
+def _say(message: str) -> None:
+    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from acceptrun.errors import UserError
+    from acceptrun.ui.board import Board
+    from acceptrun.ui.server import is_loopback, make_server
+    from acceptrun.workspace import find_workspace
+
+    if args.all:
+        from acceptrun import registry
+        from acceptrun.workspace import Workspace
+
+        found, notes = [], []
+        for entry in registry.listed():
+            if entry.exists:
+                found.append(Workspace(entry.path))
+            else:
+                notes.append(f"skipped {entry.path} ({entry.project}): it no longer exists")
+        if not found:
+            raise UserError(
+                f"no listed workspace exists ({registry.config_dir() / registry.FILE}); "
+                "`acceptrun run SPEC` lists the one it uses, or pass --workspace PATH"
+            )
+        board = Board.for_workspaces(found, notes)
+    else:
+        board = Board.for_workspaces([find_workspace(args.ui_workspace or args.workspace)])
+    token = args.token or os.environ.get(ENV_TOKEN) or secrets.token_urlsafe(24)
+    if len(token) < 16:
+        raise UserError(
+            f"the token is {len(token)} characters long; give at least 16 "
+            f"(--token or ${ENV_TOKEN}), or leave both unset to have one generated"
+        )
+    if not is_loopback(args.host):
+        _say(
+            f"listening on {args.host}: reachable from other machines; every request needs "
+            "the token, and the traffic is plain HTTP (use an SSH tunnel where you can)"
+        )
+    server = make_server(board, args.host, args.port, token)
+    shown = ", ".join(str(w.root) for _, w in board.workspaces)
+    print(f"acceptrun ui: {len(board.workspaces)} workspace(s): {shown}", flush=True)
+    print(f"open {server.url()}?token={token}", flush=True)
+    print(f"token (for the forms, or {ENV_TOKEN}): {token}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.25)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stopping.set()
+        server.server_close()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``ui``."""
+    p = sub.add_parser(
+        "ui", help="a local web board: runs, live runs, compare, queue and pool, spend"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workspace", dest="ui_workspace", metavar="DIR",
+        help="the workspace to show (default: as for every command)",
+    )  # fmt: skip
+    where.add_argument(
+        "--all", action="store_true", help="every workspace in the user's list, together"
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; any other needs the token on every request)",
+    )  # fmt: skip
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT,
+        help=f"port (default {DEFAULT_PORT}; 0 picks a free one)",
+    )  # fmt: skip
+    p.add_argument(
+        "--token",
+        help=f"the token for actions and remote access (default ${ENV_TOKEN}, else generated)",
+    )
+    p.set_defaults(func=cmd_ui)
