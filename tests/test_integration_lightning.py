@@ -1,0 +1,334 @@
+"""The Lightning integration over real runs: real lightning on CPU, real signals, real files.
+
+One tiny LightningModule (177 parameters, dropout, AdamW with a per-step scheduler) trains
+30 steps on a shuffled synthetic loader of 12 batches per epoch, with validation every 6
+steps and a ``ModelCheckpoint`` every 5. The uninterrupted run is the reference; runs
+killed mid-epoch, stopped gracefully, or resumed past a corrupted checkpoint must end
+with bitwise-equal weights and the same loss at every step. A plain Lightning resume
+(``fit(ckpt_path=...)`` without the callback) is measured too: it does not end equal,
+which is what the callback's loader and RNG state fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.workspace import RunRecord
+
+pytestmark = pytest.mark.slow  # each Lightning process spends seconds importing lightning
+
+PYTHON = sys.executable
+TOTAL = 30  # steps; 12 batches per epoch, so the run ends mid-epoch 2
+KILL_AT = 17  # mid-epoch 1: the newest checkpoint is step 15, three batches into the epoch
+
+TRAIN = textwrap.dedent(
+    """
+    import hashlib, json, os, time
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+    TOTAL = int(os.environ.get("TOTAL", "30"))
+    PAUSE = float(os.environ.get("STEP_S", "0"))
+    PLAIN = os.environ.get("PLAIN")  # without acceptrun: Lightning's own resume
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1))
+
+        def training_step(self, batch, i):
+            x, y = batch
+            loss = nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            time.sleep(PAUSE)
+            return loss
+
+        def validation_step(self, batch, i):
+            x, y = batch
+            self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+
+        def configure_optimizers(self):
+            opt = torch.optim.AdamW(self.parameters(), lr=1e-2)
+            sched = torch.optim.lr_scheduler.StepLR(opt, 10, 0.7)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(96, 8, generator=g), torch.randn(96, 1, generator=g))
+    val = TensorDataset(torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g))
+    workers = int(os.environ.get("WORKERS", "0"))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=workers)
+    callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=5, save_top_k=-1)]
+    if not PLAIN:
+        from acceptrun.integrations.lightning import AcceptrunCallback
+        callbacks.append(AcceptrunCallback())
+    trainer = pl.Trainer(
+        max_steps=TOTAL, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=6,
+        limit_val_batches=0 if os.environ.get("NOVAL") else 1.0, callbacks=callbacks,
+    )
+    model = Tiny()
+    trainer.fit(model, train_loader, DataLoader(val, batch_size=16),
+                ckpt_path=os.environ.get("CKPT") or None)
+    weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    open("weights.sha256", "w").write(hashlib.sha256(weights).hexdigest())
+    """
+)
+
+SPEC = """\
+name = "tiny-lightning"
+command = [{python}, "train.py"]
+[checkpoint]
+keep_last = 3
+[limits]
+max_restarts = {restarts}
+restart_backoff = 0
+grace_period = "60s"
+[acceptance]
+outputs = ["model"]
+"""
+
+
+def make_job(root: Path, *, restarts: int = 2) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "train.py").write_text(TRAIN)
+    (root / "spec.toml").write_text(SPEC.format(python=json.dumps(PYTHON), restarts=restarts))
+    return root
+
+
+def acceptrun(
+    job: Path, ws: Path, *args: str, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), *args],
+        cwd=job, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )  # fmt: skip
+
+
+def only_record(ws: Path) -> RunRecord:
+    (path,) = [p for p in (ws / "runs").iterdir() if (p / "run.json").exists()]
+    return RunRecord(path)
+
+
+def losses(record: RunRecord) -> dict[int, float]:
+    """The loss curve as the run ended it: each step's loss from the last attempt that ran it."""
+    return {int(e["step"]): float(e["loss"]) for e in record.events("step")}
+
+
+def wait_for(predicate: Any, timeout: float = 120.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted run under `acceptrun run`: its record, weights and loss curve."""
+    root = tmp_path_factory.mktemp("reference")
+    job = make_job(root / "job")
+    proc = acceptrun(job, root / "ws", "run", "-q", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(root / "ws")
+    return {
+        "job": job,
+        "proc": proc,
+        "record": record,
+        "sha": (job / "weights.sha256").read_text(),
+        "losses": losses(record),
+    }
+
+
+def test_uninterrupted_run_is_accepted_with_steps_checkpoints_metrics_and_output(
+    reference: dict[str, Any],
+) -> None:
+    record: RunRecord = reference["record"]
+    assert "ACCEPTED" in reference["proc"].stdout
+    steps = list(record.events("step"))
+    assert [e["step"] for e in steps] == list(range(1, TOTAL + 1))  # Lightning's global_step
+    assert all(e["total_steps"] == TOTAL and e["samples"] == 8 for e in steps)
+    assert all(e["loss"] > 0 and 0 < e["lr"] <= 0.01 for e in steps)
+    assert steps[10]["lr"] == pytest.approx(0.007)  # StepLR(10, 0.7) after ten steps
+    assert all("step_time" in e and "data_wait" in e for e in steps[1:])
+    # Each ModelCheckpoint save is one acceptrun checkpoint of that step, files hashed.
+    commits = [e["step"] for e in record.events("checkpoint_commit")]
+    assert commits == [5, 10, 15, 20, 25, 30]
+    stages = list(record.events("checkpoint_stage"))
+    assert [e["step"] for e in stages] == commits and all(e["captured"] for e in stages)
+    manifest = json.loads((record.checkpoints_dir / "step-30" / "MANIFEST.json").read_text())
+    (name,) = manifest["meta"]["files"]
+    assert name == "ckpt/epoch=2-step=30.ckpt"
+    assert manifest["meta"]["lightning"]["global_step"] == 30
+    assert manifest["files"][f"files/{name}"]["hash"].startswith("xxh3_128:")
+    # Retention is acceptrun's (keep_last = 3); ModelCheckpoint kept all of its own files.
+    assert sorted(p.name for p in record.checkpoints_dir.glob("step-*")) == [
+        "step-20", "step-25", "step-30",
+    ]  # fmt: skip
+    assert len(list((reference["job"] / "ckpt").glob("*.ckpt"))) == 6
+    vals = [e for e in record.events("metric") if e["name"] == "val_loss"]
+    assert [e["step"] for e in vals] == [6, 12, 18, 24, 30, 30]  # every 6 steps, then final
+    (output,) = record.events("output")
+    assert output["name"] == "model" and output["path"].endswith("epoch=2-step=30.ckpt")
+    verdict = record.read_json("verdict.json")
+    assert verdict["verdict"] == "accepted"
+
+
+def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    job = make_job(tmp_path / "job")
+    proc = acceptrun(
+        job, tmp_path / "ws", "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(tmp_path / "ws")
+    (fault,) = record.events("fault_injected")  # fired by the callback's run.log
+    assert fault["step"] == KILL_AT and fault["action"] == "kill"
+    exits = [record.read_json(f"attempts/{n}/exit.json") for n in (1, 2)]
+    assert exits[0]["class"] == "killed" and exits[1]["class"] == "success"
+    assert exits[0]["work"]["steps_lost"] == KILL_AT - 15  # lost work: after the newest capture
+    (restored,) = record.events("restored")
+    assert restored["attempt"] == 2 and restored["step"] == 15  # mid-epoch 1
+    first = next(e["step"] for e in record.events("step") if e["attempt"] == 2)
+    assert first == 16
+    assert not list(record.events("resume_note"))  # nothing it could not make exact
+    assert (job / "weights.sha256").read_text() == reference["sha"]
+    assert losses(record) == reference["losses"]  # the same loss at every step
+
+
+def test_killed_with_loader_workers_resumes_bitwise(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    job = make_job(tmp_path / "job")
+    env = {"WORKERS": "2"}
+    proc = acceptrun(
+        job, tmp_path / "ws", "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml", **env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(tmp_path / "ws")
+    assert [e["step"] for e in record.events("restored")] == [15]
+    # Two worker processes give the same batches in the same order as the main process.
+    assert (job / "weights.sha256").read_text() == reference["sha"]
+    assert losses(record) == reference["losses"]
+
+
+def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    job = make_job(tmp_path / "job")
+    ws = tmp_path / "ws"
+    run = subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
+        cwd=job, env={**os.environ, "STEP_S": "0.1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def committed() -> RunRecord | None:
+            found = list((ws / "runs").glob("*/events.jsonl")) if (ws / "runs").is_dir() else []
+            record = RunRecord(found[0].parent) if found else None
+            return record if record and list(record.events("checkpoint_commit")) else None
+
+        record = wait_for(committed, what="a first checkpoint")
+        stop = acceptrun(job, ws, "stop", record.run_id, "--wait", timeout=120)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    exit1 = record.read_json("attempts/1/exit.json")
+    assert exit1["class"] == "stopped" and exit1["returncode"] == 143
+    (stopped,) = record.events("stopped")
+    last = max(e["step"] for e in record.events("step"))
+    assert stopped["step"] == last and stopped["checkpoint"] == last < TOTAL
+    commits = [e["step"] for e in record.events("checkpoint_commit")]
+    assert commits[-1] == last  # the step in flight finished and was saved
+    if last % 5:  # not a ModelCheckpoint step: the callback saved its own .ckpt
+        info = json.loads((record.checkpoints_dir / f"step-{last}" / "MANIFEST.json").read_text())
+        assert list(info["meta"]["files"]) == ["ckpt/acceptrun.ckpt"]
+    assert exit1["work"]["steps_lost"] == 0
+
+    resumed = acceptrun(job, ws, "resume", "-q", record.run_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [e["step"] for e in record.events("restored")] == [last]
+    assert (job / "weights.sha256").read_text() == reference["sha"]
+    assert losses(record) == reference["losses"]
+
+
+def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    job = make_job(tmp_path / "job", restarts=0)
+    ws = tmp_path / "ws"
+    proc = acceptrun(job, ws, "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml")
+    assert proc.returncode == 1  # killed, no restart allowed
+    record = only_record(ws)
+    newest = record.checkpoints_dir / "step-15" / "files" / "ckpt" / "epoch=1-step=15.ckpt"
+    blob = bytearray(newest.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # one flipped byte
+    newest.write_bytes(bytes(blob))
+
+    resumed = acceptrun(job, ws, "resume", "-q", record.run_id)
+    assert resumed.returncode in (0, 1), resumed.stdout + resumed.stderr
+    (quarantine,) = record.events("checkpoint_quarantine")
+    assert quarantine["step"] == 15 and "failed verification" in quarantine["reason"]
+    assert list((record.checkpoints_dir / "quarantine").glob("step-15-*"))
+    (restored,) = record.events("restored")
+    assert restored["step"] == 10
+    assert record.read_json("attempts/2/exit.json")["class"] == "success"
+    # The file put back is the verified copy, whatever Lightning left in ckpt/.
+    assert (job / "weights.sha256").read_text() == reference["sha"]
+    assert losses(record) == reference["losses"]
+
+
+def test_validation_does_not_move_the_training_random_streams(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    job = make_job(tmp_path / "job")
+    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "spec.toml", NOVAL="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record(tmp_path / "ws")
+    assert not [e for e in record.events("metric") if e["name"] == "val_loss"]
+    assert (job / "weights.sha256").read_text() == reference["sha"]
+    assert losses(record) == reference["losses"]
+
+
+def test_plain_lightning_mid_epoch_resume_is_not_exact(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    """The known issue the callback fixes, measured: Lightning alone, same checkpoint."""
+    job = make_job(tmp_path / "job")
+    full = subprocess.run([PYTHON, "train.py"], cwd=job, env={**os.environ, "PLAIN": "1"},
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert full.returncode == 0, full.stderr
+    uninterrupted = (job / "weights.sha256").read_text()
+    env = {"PLAIN": "1", "CKPT": "ckpt/epoch=1-step=15.ckpt"}
+    resumed = subprocess.run([PYTHON, "train.py"], cwd=job, env={**os.environ, **env},
+                             capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "dataloader is not resumable" in resumed.stderr  # Lightning's own warning
+    assert (job / "weights.sha256").read_text() != uninterrupted
+
+
+def test_importing_acceptrun_never_imports_lightning() -> None:
+    code = "import sys, acceptrun, acceptrun.integrations; print('lightning' in sys.modules)"
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
