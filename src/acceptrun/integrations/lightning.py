@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import random
 import signal
 import time
@@ -231,9 +232,11 @@ class AcceptrunCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         now = time.perf_counter()
-        self._flush()
-        if self._end_prev is not None and "data_wait" not in self._step_values:
-            self._step_values["data_wait"] = max(0.0, now - self._end_prev - self._excluded)
+        if self._end_prev is not None:  # summed over the batches of one optimizer step
+            wait = max(0.0, now - self._end_prev - self._excluded)
+            self._step_values["data_wait"] = self._step_values.get("data_wait", 0.0) + wait
+        self._excluded = 0.0
+        self._flush()  # the previous step's .ckpt files: a checkpoint stall, not data wait
         self._excluded = 0.0
 
     def on_train_batch_end(
@@ -251,13 +254,15 @@ class AcceptrunCallback(Callback):
             values: dict[str, Any] = {**self._step_values}
             self._step_values = {}
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                values["loss"] = float(loss.detach())  # a device sync on a GPU
+            metrics = trainer.callback_metrics
+            if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+                loss = metrics.get("train_loss", metrics.get("loss"))  # manual optimization
+            if (value := _scalar(loss, finite=False)) is not None:
+                values["loss"] = value  # NaN too: the divergence check reads it. A GPU sync
             values.update(_learning_rates(trainer))
             if self._samples:
                 values["samples"] = self._samples
             self._samples = 0
-            metrics = trainer.callback_metrics
             for name in self.step_metrics:
                 if name in metrics and (v := _scalar(metrics[name])) is not None:
                     values[name] = v
@@ -804,8 +809,8 @@ def threading_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _scalar(value: Any) -> float | None:
-    """A finite float from a number or a one-element tensor; None otherwise."""
+def _scalar(value: Any, *, finite: bool = True) -> float | None:
+    """A float from a number or a one-element tensor (finite only, unless told); else None."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             return None
@@ -813,7 +818,7 @@ def _scalar(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     number = float(value)
-    return number if number == number and abs(number) != float("inf") else None
+    return number if not finite or math.isfinite(number) else None
 
 
 def _scalars(trainer: Any) -> dict[str, float]:
