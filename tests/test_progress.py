@@ -19,6 +19,8 @@ from acceptrun.workspace import RunRecord
 from conftest import PYTHON, Project, wait_for
 
 PATTERN = r"'iter (?P<step>\d+): loss (?P<loss>\S+)'"
+# A number group that cannot match "nan": a diverged line must still be seen.
+NUMBER_PATTERN = r"'iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)'"
 
 
 def events(record: RunRecord, kind: str) -> list[dict[str, Any]]:
@@ -127,7 +129,7 @@ def test_nan_loss_line_diverges_and_stops_the_run(project: Project) -> None:
         """,
         extra=f"""
         [progress]
-        pattern = {PATTERN}
+        pattern = {NUMBER_PATTERN}
         [limits]
         restart_backoff = "0s"
         """,
@@ -302,10 +304,14 @@ def test_match_line_reads_named_groups() -> None:
     from acceptrun.supervisor.progress import match_line
 
     pat = re.compile(r"step (?P<step>\d+)/(?P<total_steps>\d+) loss=(?P<loss>\S+) (?P<phase>\w+)")
-    assert match_line(pat, "step 3/10 loss=0.25, train") is None  # the comma breaks \w+
-    assert match_line(pat, "step 3/10 loss=0.25 train") == {
+    # total_steps is an int; a trailing comma is not part of a number; "train" is no value.
+    assert match_line(pat, "step 3/10 loss=0.25, train") == {
         "step": 3,
         "total_steps": 10,
         "loss": 0.25,
     }
     assert match_line(pat, "nothing here") is None
+    number = re.compile(r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)")
+    assert str(match_line(number, "iter 4: loss nan")) == "{'step': 4, 'loss': nan}"
+    assert match_line(number, "iter 5: loss -inf") == {"step": 5, "loss": float("-inf")}
+    assert match_line(number, "inference iter 6: loss 1e-3") == {"step": 6, "loss": 0.001}

@@ -41,6 +41,7 @@ from acceptrun.workspace import RunRecord
 __all__ = ["ProgressReader", "match_line"]
 
 TB_POLL_S = 1.0  # seconds between scans of the TensorBoard directory (a directory walk)
+_NON_FINITE = re.compile(r"\b(?:nan|inf(?:inity)?)\b", re.I)
 _MAX_LINE = 64 * 1024  # bytes: a longer "line" (a progress bar without newlines) is cut
 
 
@@ -76,15 +77,24 @@ def match_line(pattern: re.Pattern[str], line: str) -> dict[str, Any] | None:
     >>> match_line(re.compile(r"iter (?P<step>\\d+): loss (?P<loss>\\S+)"), "iter 7: loss 0.5")
     {'step': 7, 'loss': 0.5}
     """
-    m = pattern.search(line)
+    m = None
+    if _NON_FINITE.search(line):
+        # "loss nan" against a number group such as [0-9.eE+-]+: a diverged step must not
+        # go unseen. Match with the words as zeros of the same length, read the real text.
+        m = pattern.search(_NON_FINITE.sub(lambda w: "0" * len(w.group()), line))
+    m = m or pattern.search(line)
     if m is None:
         return None
+    groups = {
+        name: None if m.start(name) < 0 else line[m.start(name) : m.end(name)]
+        for name in pattern.groupindex
+    }
     try:
-        step = int(m.group("step"))
-    except (TypeError, ValueError):
+        step = int(groups["step"] or "")
+    except ValueError:
         return None
     out: dict[str, Any] = {"step": step}
-    for name, text in m.groupdict().items():
+    for name, text in groups.items():
         if name == "step" or text is None:
             continue
         try:
