@@ -22,6 +22,7 @@ import torch
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import UserError
+from acceptrun.hashing import hash_file
 from acceptrun.launch import LaunchResult, launch
 from acceptrun.verdict import compute_verdict
 from acceptrun.workspace import RunRecord
@@ -197,9 +198,9 @@ torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 opt = torch.optim.Adam([{"params": model[0].parameters()},
                         {"params": model[2].parameters(), "lr": 1e-2}], lr=1e-3)
+x, y = torch.randn(16, 4), torch.randn(16, 1)   # before restore(), which sets the RNG
 run = acceptrun.init()
 start = run.restore(model=model, optimizer=opt)
-x, y = torch.randn(16, 4), torch.randn(16, 1)
 for step in run.steps(start, 8):
     loss = torch.nn.functional.mse_loss(model(x), y)
     opt.zero_grad()
@@ -220,7 +221,8 @@ def test_optimizer_saved_after_a_resume_is_byte_identical(project: Project) -> N
     for n in reference:
         (project.root / n).unlink()
     record = run_spec(project, OPTIMIZER_SAVE, extra=extra, inject=["kill@step=4"]).record
-    assert [e["resume_step"] for e in record.events("attempt_start")][-1] == 3
+    # Resumed from step 3's checkpoint, or step 1's if the async save of 3 was still writing.
+    assert [e["resume_step"] for e in record.events("attempt_start")][-1] in (1, 3)
     for name, data in reference.items():
         assert (project.root / name).read_bytes() == data, name
 
@@ -266,8 +268,7 @@ def test_restore_drill_leaves_outputs_and_working_tree_alone(project: Project) -
     (result,) = [e for e in record.events("drill") if e.get("drill") == "restore"]
     assert result["ok"], result
     assert tree_hashes(project.root) == before
-    digest = hashlib.sha256(Path(output["path"]).read_bytes()).hexdigest()
-    assert f"sha256:{digest}" == output["hash"] or digest == output["hash"]
+    assert hash_file(Path(output["path"]))[0] == output["hash"]  # as registered
 
 
 # ---- 6. the same exception twice is not retried blindly; nccl on a CPU run is flagged ---------
@@ -281,9 +282,9 @@ run = acceptrun.init()
 start = run.restore(model=model)
 for step in run.steps(start, 6):
     run.log(step, loss=1.0)
-    run.checkpoint(step, block=True)
     if step == 3:
         raise ValueError("batch 3 has shape (7,) where (8,) was expected")
+    run.checkpoint(step, block=True)
 """
 
 

@@ -169,7 +169,7 @@ class Run:
                     # event. An exception in the body also closes this generator; that
                     # step did not complete and is not recorded.
                     if _closed_by_break():
-                        self._emit_step(step, time.perf_counter() - t0)
+                        self._end_step(step, time.perf_counter() - t0)
                     raise
                 self._end_step(step, time.perf_counter() - t0)
                 if self.drill:

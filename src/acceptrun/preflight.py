@@ -14,6 +14,7 @@ Two stages:
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import time
@@ -31,6 +32,7 @@ from acceptrun.workspace import RunRecord, now_iso
 __all__ = [
     "Check",
     "Preflight",
+    "check_backend",
     "check_static",
     "run_preflight",
     "storage_smoke",
@@ -231,9 +233,12 @@ def run_preflight(
         result.checks.append(_timed("device", lambda: check_device(python)))
     if spec.data.path:
         result.checks.append(_timed("data", lambda: check_data(spec, say)))
+    if spec.resources.processes > 1:
+        result.checks.append(_timed("backend", lambda: check_backend(spec)))
 
     for c in result.checks:
-        say(f"preflight {c.name}: {'ok' if c.ok else 'FAILED'} - {c.message}")
+        status = "FAILED" if not c.ok else "WARNING" if c.details.get("warning") else "ok"
+        say(f"preflight {c.name}: {status} - {c.message}")
     record.write_json(
         "preflight.json",
         {
@@ -339,6 +344,60 @@ def check_resources(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, dic
     if problems:
         return False, "; ".join(problems), {}
     return True, f"{len(devices)} GPU(s): " + ", ".join(str(d.get("name")) for d in devices), {}
+
+
+# What a script that needs GPUs for its collectives says (a static scan of its text).
+_GPU_ONLY = re.compile(
+    r"""nccl|\.cuda\(|device\s*=\s*["']cuda|torch\.cuda\.set_device""", re.IGNORECASE
+)
+
+
+def check_backend(spec: RunSpec) -> tuple[bool, str, dict[str, Any]]:
+    """A CPU run of several processes whose script asks for NCCL or CUDA devices: a warning.
+
+    NCCL runs only between GPUs, so such a run fails at its first collective (or at
+    ``.cuda()``); on CPUs the backend is gloo. A static scan of the command's script,
+    so it can only warn (the script may choose at run time); never a failure.
+    """
+    res = spec.resources
+    if res.processes <= 1 or res.gpus > 0:
+        return True, f"{res.processes} process(es), resources.gpus = {res.gpus}", {}
+    script = _command_script(spec)
+    if script is None:
+        return True, "no Python script found in the command to scan", {}
+    try:
+        lines = script.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return True, f"cannot read {script} to scan it ({exc})", {}
+    hits = [
+        f"line {n}: {line.strip()[:80]}"
+        for n, line in enumerate(lines, 1)
+        if _GPU_ONLY.search(line) and not line.lstrip().startswith("#")
+    ]
+    if not hits:
+        return True, f"{script.name} names no NCCL or CUDA device call", {"script": str(script)}
+    message = (
+        f"warning: a CPU run (resources.gpus = 0) of {res.processes} processes, but "
+        f"{script.name} uses nccl or CUDA device calls ({'; '.join(hits[:3])}); NCCL needs "
+        'GPUs: use the gloo backend on CPUs, e.g. dist.init_process_group("gloo" if not '
+        'torch.cuda.is_available() else "nccl"), and keep tensors on the CPU'
+    )
+    return True, message, {"warning": True, "script": str(script), "lines": hits[:10]}
+
+
+def _command_script(spec: RunSpec) -> Path | None:
+    """The ``.py`` file the command runs (``python train.py``, ``torchrun ... train.py``)."""
+    words = list(spec.command)
+    if spec.shell:
+        try:
+            words = shlex.split(spec.command[2])
+        except ValueError:
+            return None
+    for word in words[1:]:
+        if word.endswith(".py"):
+            path = Path(word) if Path(word).is_absolute() else spec.workdir_path / word
+            return path if path.is_file() else None
+    return None
 
 
 def storage_smoke(directory: Path, size: int = SMOKE_BYTES) -> dict[str, Any]:

@@ -10,6 +10,8 @@ that decided it. The first rule that matches wins:
 3. the supervisor ended it as ``hang`` or ``data_stall``: that name, retry
 4. exit status 0: ``success``
 5. a ``diverged`` event: ``diverged``, no retry (rollback is the supervisor's decision)
+5b. the supervisor sent an injected time fault (``kill@time=3s``, ``term@time=3s``) and
+   the attempt ended by it: ``killed`` or ``preempted``, said to be injected, retry
 6. a ``stopped`` event, exit status 143 or SIGTERM that the supervisor did not send:
    ``preempted``, retry
 7. an import, syntax, path or name error, an argparse usage error (exit 2), ``can't open
@@ -26,6 +28,12 @@ that decided it. The first rule that matches wins:
 12. any other signal (SIGKILL without OOM evidence, SIGSEGV, SIGBUS, SIGABRT), or exit
     status 128+N from a shell whose child signal N killed: ``killed``, retry
 13. anything else: ``failed``, retry
+
+After classifying, the supervisor compares a ``failed`` attempt with the one before it
+(:func:`repeated_failure`): the same final exception, raised from the same line, in the
+same step (or both before their first step) is deterministic. A restart from the same
+checkpoint would fail the same way, so it becomes ``user_error``, with both attempts'
+tracebacks as evidence.
 
 Which stderr lines count (rules 7-11): the final exception of a Python traceback decides,
 since lines above it are often warnings or handled errors. That is the block after the
@@ -54,8 +62,10 @@ __all__ = [
     "RETRY_LIMITS",
     "AttemptFacts",
     "Classification",
+    "FailedAttempt",
     "classify",
     "oom_kill_count",
+    "repeated_failure",
     "retry_allowed",
     "stderr_tail",
 ]
@@ -132,6 +142,7 @@ class AttemptFacts:
     events: Sequence[Mapping[str, Any]]  # this attempt's events from events.jsonl, in order
     oom_kills: int | None = None  # OOM kills counted in our cgroup during the attempt
     xid_errors: Sequence[str] = ()  # NVML Xid events seen during the attempt
+    injected: str | None = None  # the time fault the supervisor fired, e.g. "kill@time=3s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +192,8 @@ def classify(facts: AttemptFacts) -> Classification:
         )
         return _result("diverged", [_event_line(ev), ended], reason)
     stopped = [e for e in facts.events if e.get("kind") == "stopped"]
+    if (found := _injected(facts, bool(stopped))) is not None:
+        return found
     if stopped or rc == 143 or sig == "SIGTERM":
         evidence = [_event_line(stopped[-1])] if stopped else []
         reason = f"{ended} on a SIGTERM the supervisor did not send (a preemption or scheduler)"
@@ -238,6 +251,81 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
         return _result("killed", [ended], f"killed by {what}, not by the supervisor{note}")
     exc = [_trim(final[0][0].raw)] if final is not None and final[0] else []
     return _result("failed", [*exc, ended], f"{ended}" + (f": {exc[0][:200]}" if exc else ""))
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """One failed attempt as :func:`repeated_failure` compares it."""
+
+    attempt: int
+    stderr_tail: str
+    step: int  # the step it was in when it failed: the one after its last step (0: the first)
+    stepped: bool  # whether it logged any step (False: it failed before its first step)
+
+
+def repeated_failure(earlier: FailedAttempt, later: FailedAttempt) -> Classification | None:
+    """``user_error`` when two attempts in a row ended on the same exception at the same place.
+
+    Same place: the same innermost traceback line and the same step (or, in both,
+    before the first step). None when they differ or either has no Python traceback.
+    """
+    first, second = _exception_site(earlier.stderr_tail), _exception_site(later.stderr_tail)
+    if first is None or second is None or first != second:
+        return None
+    if earlier.step != later.step and (earlier.stepped or later.stepped):
+        return None
+    exc = first[0]
+    where = (
+        "before the first step"
+        if not (earlier.stepped or later.stepped) and earlier.step == 0
+        else f"in step {later.step}"
+    )
+    evidence = [
+        _trim(f"attempt {a.attempt} (attempts/{a.attempt}/stderr.log): {site[0]}; at {at}")
+        for a, site in ((earlier, first), (later, second))
+        if (at := " > ".join(site[1]) or "no frame")
+    ]
+    name = exc.split(":", 1)[0]
+    reason = (
+        f"the same {name} at the same place {where} in attempts {earlier.attempt} and "
+        f"{later.attempt}: a restart would fail the same way; fix it and run again"
+    )
+    return Classification("user_error", evidence, False, reason)
+
+
+def _exception_site(tail: str) -> tuple[str, tuple[str, ...]] | None:
+    """The final exception line of the last traceback and its frames (``file:line func``)."""
+    final = _final_exception(tail)
+    if final is None or not final[0]:
+        return None
+    raw = tail.splitlines()
+    start = max(i for i, s in enumerate(raw) if s.rstrip().endswith(_TRACEBACK))
+    frames = tuple(
+        f"{Path(m['file']).name}:{m['line']} {m['func'].strip()}"
+        for s in raw[start + 1 :]
+        if (m := _FRAME.match(_RANK_PREFIX.sub("", s)))
+    )
+    return final[0][0].text, frames[-4:]
+
+
+def _injected(facts: AttemptFacts, stopped: bool) -> Classification | None:
+    """Rule 5b: the attempt ended by the time fault the supervisor itself injected."""
+    fault, sig, rc = facts.injected, facts.signal, facts.returncode
+    if fault is None:
+        return None
+    ended = f"killed by {sig}" if sig else f"exit status {rc}"
+    if fault.startswith("kill") and (sig == "SIGKILL" or rc == 137):
+        name = "killed"
+    elif fault.startswith("term") and (stopped or sig == "SIGTERM" or rc == 143):
+        name = "preempted"
+    else:
+        return None  # it ended some other way after the fault: the usual rules decide
+    verb = "killed" if name == "killed" else "stopped"
+    reason = f"{verb} by an injected fault {fault} ({ended}), sent by the supervisor"
+    return _result(name, [f"injected fault: {fault}", ended], reason)
 
 
 def retry_allowed(name: str, previous_same_class: int) -> bool:

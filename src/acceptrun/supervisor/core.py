@@ -52,8 +52,10 @@ from acceptrun.spec import RunSpec, format_duration
 from acceptrun.supervisor.classify import (
     AttemptFacts,
     Classification,
+    FailedAttempt,
     classify,
     oom_kill_count,
+    repeated_failure,
     retry_allowed,
     stderr_tail,
 )
@@ -284,10 +286,33 @@ class Supervisor:
             return self._rollback(res)
         if not failure.retry:
             return f"{failure.name} ({failure.reason}); not retried: it would fail the same way"
+        if (repeated := self._repeated(res, attempts)) is not None:
+            res.failure = repeated  # exit.json says user_error, with both tracebacks
+            return f"user_error ({repeated.reason}); not retried"
         same = sum(1 for a in attempts[:-1] if a.failure_class == failure.name)
         if not retry_allowed(failure.name, same):
             return f"{failure.name} again after {same} retry; not retried: it recurs from the same checkpoint"
         return None
+
+    def _repeated(self, res: AttemptResult, attempts: list[AttemptResult]) -> Any:
+        """A classify.Classification when ``res`` failed as the attempt before it did."""
+        if len(attempts) < 2 or res.failure_class != "failed":
+            return None
+        before = attempts[-2]
+        if before.failure_class != "failed" or before.attempt != res.attempt - 1:
+            return None
+
+        def failed(a: AttemptResult) -> FailedAttempt:
+            last, resumed = a.work.get("last_step"), a.work.get("resumed_from")
+            done = last if last is not None else resumed
+            return FailedAttempt(
+                attempt=a.attempt,
+                stderr_tail=stderr_tail(self.record.attempt_dir(a.attempt) / "stderr.log"),
+                step=0 if done is None else int(done) + 1,
+                stepped=last is not None,
+            )
+
+        return repeated_failure(failed(before), failed(res))
 
     def _rollback(self, res: AttemptResult) -> str | None:
         """Quarantine the newest checkpoint so the restart resumes from the one before."""
@@ -473,6 +498,7 @@ class Supervisor:
         stop_sent_at: float | None = None
         cause: str | None = None
         stall_evidence: str | None = None
+        injected: str | None = None  # the time fault sent, e.g. "kill@time=3s"
         returncode: int | None = None
         diverged_kill = False
         while returncode is None:
@@ -502,6 +528,7 @@ class Supervisor:
             # ---- end of idle stop ----
             for fault in [f for f in faults if child.duration >= f.after_s]:
                 faults.remove(fault)
+                injected = str(fault).removesuffix(f":attempt={fault.attempt}")
                 sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
                 self.record.event(
                     "fault_injected",
@@ -554,7 +581,7 @@ class Supervisor:
             watcher.stop(final=clean, why_not=why)
             watch.poll()  # its checkpoint_commit events, for the lost-work accounting
         oom_after = oom_kill_count()
-        res = self._result(attempt, child, returncode, cause)
+        res = self._result(attempt, child, returncode, cause, injected=injected)
         facts = AttemptFacts(
             returncode=returncode if returncode >= 0 else None,
             signal=res.signal,
@@ -564,6 +591,7 @@ class Supervisor:
             oom_kills=None if oom_before is None or oom_after is None else oom_after - oom_before,
             # NVML Xid events the telemetry sampler saw during the attempt
             xid_errors=[str(e.get("detail")) for e in watch.events if e.get("kind") == "xid"],
+            injected=injected,
         )
         res.failure = classify(facts)
         if stall_evidence is not None:  # what the watch saw comes first
@@ -750,7 +778,13 @@ class Supervisor:
         return work
 
     def _result(
-        self, attempt: int, child: ChildProcess, rc: int, cause: str | None
+        self,
+        attempt: int,
+        child: ChildProcess,
+        rc: int,
+        cause: str | None,
+        *,
+        injected: str | None = None,
     ) -> AttemptResult:
         """How the attempt ended mechanically (the failure class comes from classify())."""
         sig = _signal_name(-rc) if rc < 0 else None
@@ -777,6 +811,9 @@ class Supervisor:
             outcome, reason = "signaled", f"killed by {sig}"
         else:
             outcome, reason = "failed", f"exited {rc}"
+        if injected is not None and cause is None and rc != 0:
+            verb = "killed" if injected.startswith("kill") else "stopped"
+            reason = f"{verb} by an injected fault {injected} ({reason})"
         return AttemptResult(
             attempt=attempt,
             outcome=outcome,
