@@ -39,6 +39,11 @@ for step in run.steps(2):
             "[acceptance]\nthroughput = [1, 2]\n", "acceptance.throughput", id="throughput"
         ),
         pytest.param('[acceptance]\ndrills = ["kill"]\n', "acceptance.drills", id="kill-drill"),
+        pytest.param(
+            '[acceptance]\nmetrics = { "eval/acc" = ">= 0.9" }\n',
+            "acceptance.metrics",
+            id="metrics",
+        ),
     ],
 )
 def test_a_key_with_no_effect_on_a_black_box_warns(project: Project, extra: str, key: str) -> None:

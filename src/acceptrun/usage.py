@@ -268,6 +268,12 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
             out.append(Finding("warning", "acceptance.drills", f'"{drill}" is required, but '
                                f"`acceptrun drill` refuses a script without checkpoints ({what})",
                                "set checkpoint.watch (and checkpoint.resume_args), or use the client API"))  # fmt: skip
+    if acc.metrics and not client:
+        names = ", ".join(acc.metrics)
+        out.append(Finding("warning", "acceptance.metrics", f"{names} can never be recorded: "
+                           f"{what}, and only run.metric(name, value) records a metric",
+                           "use the client API for the final metrics, or remove them (the "
+                           "verdict would reject every run)"))  # fmt: skip
     for name in acc.outputs:
         if name in spec.outputs or name in usage.registers:
             continue
