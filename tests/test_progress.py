@@ -216,6 +216,33 @@ def test_lost_steps_after_a_kill_are_counted(project: Project) -> None:
     assert exit_json(record, 2)["work"]["last_step"] == 5
 
 
+def test_injected_step_kill_fires_on_a_black_box_and_counts_lost_steps(project: Project) -> None:
+    spec = project.spec(
+        """
+        import os, time
+        steps = 10_000 if os.environ["ACCEPTRUN_ATTEMPT"] == "1" else 3
+        for i in range(1, steps + 1):
+            print(f"iter {i}: loss {1.0 / i:.5f}", flush=True)
+            time.sleep(0.01)
+        """,
+        extra=f"""
+        [progress]
+        pattern = {PATTERN}
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    proc = project.cli("run", "--inject", "kill@step=8", str(spec), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = project.only_record()
+    (fault,) = record.events("fault_injected")
+    assert fault["step"] == 8 and fault["by"] == "supervisor" and fault["seen_step"] >= 8
+    ex = exit_json(record, 1)
+    assert ex["class"] == "killed" and ex["signal"] == "SIGKILL"
+    assert ex["work"]["steps_lost"] == ex["work"]["last_step"] >= 8
+    assert exit_json(record, 2)["class"] == "success"
+
+
 @pytest.mark.slow
 def test_tensorboard_scalars_become_steps(project: Project) -> None:
     pytest.importorskip("torch")

@@ -20,7 +20,9 @@ exit=N     ``os._exit(N)``: a hard exit with status N, no atexit handlers
 Step faults are fired inside the workload by the client API (:func:`fire`, called when
 a step ends in ``run.steps()`` or is logged with ``run.log(step, ...)``). Time faults (``kill`` and ``term`` only) are fired by the supervisor,
 which sends the signal to the workload's process group ``after_s`` seconds after the
-attempt starts: they are the only kind that works for a black-box command. Every fault
+attempt starts: they work for any command. For a black box whose steps are read from its
+output (``progress.pattern``/``progress.tensorboard``), the supervisor also fires ``kill``
+and ``term`` step faults, once it has read that step. Every fault
 fired is a ``fault_injected`` event; a requested fault with none (the run ended first,
 or its loop never logged that step) fails the verdict (:func:`unfired`).
 """

@@ -463,6 +463,7 @@ class Supervisor:
         offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
         oom_before = oom_kill_count()
         progress = self._progress_reader(attempt, adir)  # before the start: it marks what is old
+        step_faults = _black_box_step_faults(env, attempt) if progress is not None else []
         try:
             child.start()
         except OSError as exc:
@@ -505,6 +506,8 @@ class Supervisor:
             returncode = child.wait(POLL_S)
             if progress is not None and (div := progress.poll()) is not None:
                 diverged_kill = self._kill_diverged(child, attempt, div)
+            if step_faults and progress is not None and not diverged_kill:
+                self._fire_step_faults(child, attempt, step_faults, progress.last_step)
             watch.poll()
             if returncode is not None:
                 break
@@ -617,6 +620,25 @@ class Supervisor:
             self.record, self.spec, attempt, adir / "stdout.log", adir / "stderr.log", say=self.say
         )
         return reader if reader.active else None
+
+    def _fire_step_faults(
+        self, child: ChildProcess, attempt: int, faults: list[Any], last_step: int | None
+    ) -> None:
+        """``kill@step=N`` / ``term@step=N`` for a black box: fired once its step N is read.
+
+        The script cannot fire them itself; the supervisor sends the signal when the
+        progress reader has seen step N (the script may be a step or two further by then).
+        """
+        if last_step is None:
+            return
+        for fault in [f for f in faults if last_step >= f.step]:
+            faults.remove(fault)
+            self.record.event(
+                "fault_injected", sync=True, attempt=attempt, action=fault.action,
+                step=fault.step, seen_step=last_step, by="supervisor",
+            )  # fmt: skip
+            sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
+            self._signal_stop(child, sig)  # an outside event, not a stop request
 
     def _kill_diverged(self, child: ChildProcess, attempt: int, diverged: dict[str, Any]) -> bool:
         """SIGKILL a black box whose logged loss diverged; asked to stop, it could checkpoint it."""
@@ -861,6 +883,16 @@ def _time_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
     from acceptrun import inject
 
     return inject.time_faults(inject.parse_faults(text), attempt)
+
+
+def _black_box_step_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
+    """Injected ``kill``/``term`` step faults, which the supervisor fires for a black box."""
+    text = env.get(ENV_INJECT)
+    if not text:
+        return []
+    from acceptrun import inject
+
+    return [f for f in inject.faults_for_attempt(text, attempt) if f.action in ("kill", "term")]
 
 
 def _signal_name(signum: int) -> str:
