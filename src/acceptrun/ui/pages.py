@@ -235,7 +235,7 @@ def run_page(board: Board, ws: int, record: RunRecord, token: str | None) -> str
     if not live:
         forms.append(_action(run_url(ws, rid, "/report"), "write report.html", token))
     if forms:
-        body.append('<p id="actions">' + " ".join(forms) + "</p>")
+        body.append('<div id="actions">' + " ".join(forms) + "</div>")
     if live:
         body += _live_panel(ws, record)
     body.append(_report_body(record))
