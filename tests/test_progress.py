@@ -15,11 +15,13 @@ import pytest
 
 from acceptrun.cost.ledger import build_ledger
 from acceptrun.telemetry.summary import summarize, timelines
+from acceptrun.telemetry.top import run_row
 from acceptrun.workspace import RunRecord
 from conftest import PYTHON, Project, wait_for
 
 PATTERN = r"'iter (?P<step>\d+): loss (?P<loss>\S+)'"
 # A number group that cannot match "nan": a diverged line must still be seen.
+TOTAL_PATTERN = r"'iter (?P<step>\d+)/(?P<total_steps>\d+): loss (?P<loss>\S+)'"
 NUMBER_PATTERN = r"'iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)'"
 
 
@@ -38,11 +40,11 @@ def test_log_lines_become_steps_with_loss_and_compute_time(project: Project) -> 
         time.sleep(0.3)  # start-up
         for i in range(1, 41):
             time.sleep(0.02)
-            print(f"iter {i}: loss {2.0 / i:.5f}", flush=True)
+            print(f"iter {i}/40: loss {2.0 / i:.5f}", flush=True)
             if i % 10 == 0:
                 print("eval: not a step line", flush=True)
         """,
-        extra=f'[progress]\npattern = {PATTERN}\nstream = "stdout"\n',
+        extra=f'[progress]\npattern = {TOTAL_PATTERN}\nstream = "stdout"\n',
     )
     proc = project.cli("run", str(spec), timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -62,7 +64,9 @@ def test_log_lines_become_steps_with_loss_and_compute_time(project: Project) -> 
     assert bd["before_first_step"] >= 0.3
     losses = [s["loss"] for s in timelines(record.path)["steps"]]
     assert losses[0] == pytest.approx(2.0) and losses[-1] == pytest.approx(0.05)
-    assert "loss" in (record.path / "report.html").read_text()
+    assert "No loss was logged" not in (record.path / "report.html").read_text()
+    row = run_row(record, record.state)  # what `acceptrun top` shows
+    assert (row["step"], row["total_steps"]) == (40, 40) and row["throughput"] > 0
 
 
 def test_a_line_every_n_steps_stands_for_n_steps(project: Project) -> None:
