@@ -133,6 +133,7 @@ class Run:
         self._stopping = False
         self._total_steps: int | None = None  # the end of the current steps() loop
         self._loop_stops = False  # handle_stops(): a framework's loop polls stop_requested
+        self._batch: Any = None  # inference.BatchJob, created by the first run.inference
 
     # ---- the training loop ----------------------------------------------------------------
 
@@ -342,6 +343,21 @@ class Run:
             reason="stop requested", **self._rank_field(),
         )  # fmt: skip
         raise SystemExit(143)
+
+    # ---- batch inference ------------------------------------------------------------------------
+
+    @property
+    def inference(self) -> Any:
+        """The batch side of a run with an ``[inference]`` section (inference.BatchJob).
+
+        >>> for shard in run.inference.shards():
+        ...     shard.commit([model(x) for x in shard.values])
+        """
+        if self._batch is None:
+            from acceptrun.inference.batch import BatchJob
+
+            self._batch = BatchJob(self, self.spec.inference)
+        return self._batch
 
     # ---- checkpoints ----------------------------------------------------------------------------
 

@@ -105,6 +105,7 @@ def _ledger(record: RunRecord) -> None:
 
 def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: str) -> Verdict:
     _ledger(record)  # the verdict's cost lines read it
+    _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
     verdict = compute_verdict(record, spec)
     record.write_json("verdict.json", verdict.to_dict())
     tl = run_timeline(record)
@@ -124,6 +125,18 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
     _report(record)
     workspace.index_run(record)
     return verdict
+
+
+def _batch_manifest(record: RunRecord, spec: RunSpec) -> None:
+    """inference.json for a batch run; a failure is an event (the verdict then recomputes)."""
+    if not spec.inference.enabled:
+        return
+    try:
+        from acceptrun.inference.summary import write_batch_manifest
+
+        write_batch_manifest(record, spec)
+    except Exception as exc:  # recorded: the coverage check reads the shards itself
+        record.event("inference_summary_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
 
 
 def _report(record: RunRecord) -> None:

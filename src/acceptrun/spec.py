@@ -40,6 +40,7 @@ __all__ = [
     "CostSpec",
     "DataSpec",
     "ExpectSpec",
+    "InferenceSpec",
     "LimitsSpec",
     "ProgressSpec",
     "ResourcesSpec",
@@ -514,6 +515,90 @@ class AcceptanceSpec:
             )
 
 
+INFERENCE_FORMATS = ("auto", "jsonl", "text")
+
+
+@dataclass(kw_only=True)
+class InferenceSpec:
+    """A batch inference run: its input items, its committed outputs and what it must show."""
+
+    input: str | None = doc(
+        "Input items: a JSONL file (one record a line), a text file (one item a line), a "
+        "directory of such files (sorted by name) or an fsspec URL; setting it makes the "
+        "run a batch inference run (docs/inference.md).",
+        None,
+    )
+    output: str = doc(
+        "Directory of the committed output shards (shard-00000.jsonl, ...), relative to the "
+        "spec file.",
+        "inference-out",
+    )
+    shard_size: int = doc(
+        "Items per shard: the unit of work handed out, committed at once and redone after a kill.",
+        100,
+    )
+    format: str = doc(
+        '"auto" (.jsonl/.json files are JSONL, anything else text lines), "jsonl" or "text".',
+        "auto",
+    )
+    id_field: str | None = doc(
+        "JSONL field holding each item's stable, unique id; default: the item's index (0, 1, ...).",
+        None,
+    )
+    min_coverage: float = doc(
+        "Share of input items that must have exactly one output or be listed as failed, 0 to 1.",
+        1.0,
+    )
+    max_error_rate: float | None = doc(
+        "Largest share of input items listed as failed, 0 to 1; unset: shown, not checked.", None
+    )
+    min_items_per_s: float | None = doc(
+        "Lowest acceptable throughput in items per second over the attempts' wall time.", None
+    )
+    max_usd_per_1k_items: float | None = doc(
+        "Highest acceptable cost per 1,000 items with an output, in USD (needs a price in [cost]).",
+        None,
+    )
+    max_usd_per_million_tokens: float | None = doc(
+        "Highest acceptable cost per million tokens reported by shard.commit(tokens=...), in USD.",
+        None,
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """True when the spec describes a batch inference run."""
+        return self.input is not None
+
+    def __post_init__(self) -> None:
+        changed = [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.default is not dataclasses.MISSING and getattr(self, f.name) != f.default
+        ]
+        _require(
+            self.enabled or not changed,
+            "inference.input", self.input,
+            'the input items of an [inference] section, e.g. input = "data/prompts.jsonl"',
+        )  # fmt: skip
+        _require(self.shard_size >= 1, "inference.shard_size", self.shard_size, "1 or more items")
+        _require(
+            self.format in INFERENCE_FORMATS,
+            "inference.format", self.format, '"auto", "jsonl" or "text"',
+        )  # fmt: skip
+        _require(
+            self.id_field is None or self.format != "text",
+            "inference.id_field", self.id_field, 'no id_field with format = "text" (ids are indexes)',
+        )  # fmt: skip
+        for name in ("min_coverage", "max_error_rate"):
+            value = getattr(self, name)
+            _require(
+                value is None or 0 <= value <= 1, f"inference.{name}", value, "a share from 0 to 1"
+            )
+        for name in ("min_items_per_s", "max_usd_per_1k_items", "max_usd_per_million_tokens"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"inference.{name}", value, "a positive number")
+
+
 @dataclass(kw_only=True)
 class CleanupSpec:
     """What to clean up when the run ends."""
@@ -549,6 +634,10 @@ class RunSpec:
         "What the run must show to be accepted.", factory=AcceptanceSpec
     )
     cleanup: CleanupSpec = doc("Clean-up after the run.", factory=CleanupSpec)
+    inference: InferenceSpec = doc(
+        "Batch inference: input items, output shards, coverage and cost per item.",
+        factory=InferenceSpec,
+    )
     outputs: dict[str, str] = doc(
         "Outputs the script writes, by name: a path or glob relative to the workdir, e.g. "
         '{ model = "out/model.pt" }; each is checked and hashed at the end of every attempt.',
@@ -614,6 +703,9 @@ class RunSpec:
             data["checkpoint"]["dir"] = self.resolve_path(self.checkpoint.dir)
         if self.checkpoint.mirror:
             data["checkpoint"]["mirror"] = self.resolve_path(self.checkpoint.mirror)
+        if self.inference.input:
+            data["inference"]["input"] = self.resolve_path(self.inference.input)
+            data["inference"]["output"] = self.resolve_path(self.inference.output)
         header = (
             f"# Frozen by acceptrun from {self.source}; paths resolved, durations in seconds.\n"
         )

@@ -148,9 +148,19 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     checks += _cost_checks(record, spec)
     checks += _exit_checks(record)
     checks += _black_box_checks(record, spec)
+    checks += _inference_checks(record, spec)
     order = list(GROUPS)
     checks.sort(key=lambda c: order.index(c.group) if c.group in order else len(order))
     return Verdict(record.run_id, checks, now_iso())
+
+
+def _inference_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    """A batch inference run's coverage, error rate, items/s and cost per item."""
+    if not spec.inference.enabled:
+        return []
+    from acceptrun.inference.summary import batch_checks
+
+    return [Check(*c) for c in batch_checks(record, spec)]
 
 
 def _black_box_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
