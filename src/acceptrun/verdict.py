@@ -598,7 +598,7 @@ def _drill_elsewhere(record: RunRecord, drill: str) -> tuple[str, dict[str, Any]
 
 
 _CLASS_FIX = {
-    "user_error": "fix the error in stderr.log (import, syntax, missing file); it is never retried",
+    "user_error": "fix the error in stderr.log (import, syntax, missing file, or an exception that recurs at the same place); it is never retried",
     "cuda_oom": "lower the batch size, or use bf16 / activation checkpointing (acceptrun tune)",
     "host_oom": "the host ran out of memory: fewer data-loader workers, smaller prefetch, a bigger machine",
     "diverged": 'lower the learning rate, or set limits.on_divergence = "rollback"',
