@@ -1,8 +1,9 @@
 """The Lightning integration over real runs: real lightning on CPU, real signals, real files.
 
 One tiny LightningModule (177 parameters, dropout, AdamW with a per-step scheduler) trains
-30 steps on a shuffled synthetic loader of 12 batches per epoch, with validation every 6
-steps and a ``ModelCheckpoint`` every 5. The uninterrupted run is the reference; runs
+30 steps on a shuffled synthetic loader of 12 batches per epoch, with a ``ModelCheckpoint``
+every 6 steps, each followed by a validation (which a resumed Lightning skips, creating a
+validation iterator that draws from the RNG). The uninterrupted run is the reference; runs
 killed mid-epoch, stopped gracefully, or resumed past a corrupted checkpoint must end
 with bitwise-equal weights and the same loss at every step. A plain Lightning resume
 (``fit(ckpt_path=...)`` without the callback) is measured too: it does not end equal,
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.slow  # each Lightning process spends seconds importing
 
 PYTHON = sys.executable
 TOTAL = 30  # steps; 12 batches per epoch, so the run ends mid-epoch 2
-KILL_AT = 17  # mid-epoch 1: the newest checkpoint is step 15, three batches into the epoch
+KILL_AT = 20  # mid-epoch 1: the newest checkpoint is step 18, six batches into the epoch
+KILL_AT_EPOCH_END = 13  # the newest checkpoint is step 12, the end of epoch 0
 
 TRAIN = textwrap.dedent(
     """
@@ -72,7 +74,7 @@ TRAIN = textwrap.dedent(
     val = TensorDataset(torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g))
     workers = int(os.environ.get("WORKERS", "0"))
     train_loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=workers)
-    callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=5, save_top_k=-1)]
+    callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=6, save_top_k=-1)]
     if not PLAIN:
         from acceptrun.integrations.lightning import AcceptrunCallback
         callbacks.append(AcceptrunCallback())
@@ -169,7 +171,7 @@ def test_uninterrupted_run_is_accepted_with_steps_checkpoints_metrics_and_output
     assert all("step_time" in e and "data_wait" in e for e in steps[1:])
     # Each ModelCheckpoint save is one acceptrun checkpoint of that step, files hashed.
     commits = [e["step"] for e in record.events("checkpoint_commit")]
-    assert commits == [5, 10, 15, 20, 25, 30]
+    assert commits == [6, 12, 18, 24, 30]
     stages = list(record.events("checkpoint_stage"))
     assert [e["step"] for e in stages] == commits and all(e["captured"] for e in stages)
     manifest = json.loads((record.checkpoints_dir / "step-30" / "MANIFEST.json").read_text())
@@ -179,9 +181,9 @@ def test_uninterrupted_run_is_accepted_with_steps_checkpoints_metrics_and_output
     assert manifest["files"][f"files/{name}"]["hash"].startswith("xxh3_128:")
     # Retention is acceptrun's (keep_last = 3); ModelCheckpoint kept all of its own files.
     assert sorted(p.name for p in record.checkpoints_dir.glob("step-*")) == [
-        "step-20", "step-25", "step-30",
+        "step-18", "step-24", "step-30",
     ]  # fmt: skip
-    assert len(list((reference["job"] / "ckpt").glob("*.ckpt"))) == 6
+    assert len(list((reference["job"] / "ckpt").glob("*.ckpt"))) == 5
     vals = [e for e in record.events("metric") if e["name"] == "val_loss"]
     assert [e["step"] for e in vals] == [6, 12, 18, 24, 30, 30]  # every 6 steps, then final
     (output,) = record.events("output")
@@ -203,27 +205,25 @@ def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(
     assert fault["step"] == KILL_AT and fault["action"] == "kill"
     exits = [record.read_json(f"attempts/{n}/exit.json") for n in (1, 2)]
     assert exits[0]["class"] == "killed" and exits[1]["class"] == "success"
-    assert exits[0]["work"]["steps_lost"] == KILL_AT - 15  # lost work: after the newest capture
+    assert exits[0]["work"]["steps_lost"] == KILL_AT - 18  # lost work: after the newest capture
     (restored,) = record.events("restored")
-    assert restored["attempt"] == 2 and restored["step"] == 15  # mid-epoch 1
+    assert restored["attempt"] == 2 and restored["step"] == 18  # mid-epoch 1
     first = next(e["step"] for e in record.events("step") if e["attempt"] == 2)
-    assert first == 16
+    assert first == 19
     assert not list(record.events("resume_note"))  # nothing it could not make exact
     assert (job / "weights.sha256").read_text() == reference["sha"]
     assert losses(record) == reference["losses"]  # the same loss at every step
 
 
-def test_killed_with_loader_workers_resumes_bitwise(
+def test_killed_after_an_epoch_end_with_loader_workers_resumes_bitwise(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
     job = make_job(tmp_path / "job")
-    env = {"WORKERS": "2"}
-    proc = acceptrun(
-        job, tmp_path / "ws", "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml", **env
-    )
+    kill = f"kill@step={KILL_AT_EPOCH_END}"
+    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "--inject", kill, "spec.toml", WORKERS="2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record(tmp_path / "ws")
-    assert [e["step"] for e in record.events("restored")] == [15]
+    assert [e["step"] for e in record.events("restored")] == [12]  # epoch 1 starts afresh
     # Two worker processes give the same batches in the same order as the main process.
     assert (job / "weights.sha256").read_text() == reference["sha"]
     assert losses(record) == reference["losses"]
@@ -261,7 +261,7 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
     assert stopped["step"] == last and stopped["checkpoint"] == last < TOTAL
     commits = [e["step"] for e in record.events("checkpoint_commit")]
     assert commits[-1] == last  # the step in flight finished and was saved
-    if last % 5:  # not a ModelCheckpoint step: the callback saved its own .ckpt
+    if last % 6:  # not a ModelCheckpoint step: the callback saved its own .ckpt
         info = json.loads((record.checkpoints_dir / f"step-{last}" / "MANIFEST.json").read_text())
         assert list(info["meta"]["files"]) == ["ckpt/acceptrun.ckpt"]
     assert exit1["work"]["steps_lost"] == 0
@@ -281,7 +281,7 @@ def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
     proc = acceptrun(job, ws, "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml")
     assert proc.returncode == 1  # killed, no restart allowed
     record = only_record(ws)
-    newest = record.checkpoints_dir / "step-15" / "files" / "ckpt" / "epoch=1-step=15.ckpt"
+    newest = record.checkpoints_dir / "step-18" / "files" / "ckpt" / "epoch=1-step=18.ckpt"
     blob = bytearray(newest.read_bytes())
     blob[len(blob) // 2] ^= 0xFF  # one flipped byte
     newest.write_bytes(bytes(blob))
@@ -289,10 +289,10 @@ def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
     resumed = acceptrun(job, ws, "resume", "-q", record.run_id)
     assert resumed.returncode in (0, 1), resumed.stdout + resumed.stderr
     (quarantine,) = record.events("checkpoint_quarantine")
-    assert quarantine["step"] == 15 and "failed verification" in quarantine["reason"]
-    assert list((record.checkpoints_dir / "quarantine").glob("step-15-*"))
+    assert quarantine["step"] == 18 and "failed verification" in quarantine["reason"]
+    assert list((record.checkpoints_dir / "quarantine").glob("step-18-*"))
     (restored,) = record.events("restored")
-    assert restored["step"] == 10
+    assert restored["step"] == 12
     assert record.read_json("attempts/2/exit.json")["class"] == "success"
     # The file put back is the verified copy, whatever Lightning left in ckpt/.
     assert (job / "weights.sha256").read_text() == reference["sha"]
@@ -320,7 +320,7 @@ def test_plain_lightning_mid_epoch_resume_is_not_exact(
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert full.returncode == 0, full.stderr
     uninterrupted = (job / "weights.sha256").read_text()
-    env = {"PLAIN": "1", "CKPT": "ckpt/epoch=1-step=15.ckpt"}
+    env = {"PLAIN": "1", "CKPT": "ckpt/epoch=1-step=18.ckpt"}
     resumed = subprocess.run([PYTHON, "train.py"], cwd=job, env={**os.environ, **env},
                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr

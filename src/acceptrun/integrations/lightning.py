@@ -217,8 +217,8 @@ class AcceptrunCallback(Callback):
                 "no longer calls _checkpoint_connector.resume_start after setup. Resume by "
                 "hand with trainer.fit(..., ckpt_path=<the .ckpt put back>) and report it"
             )
-        if self._resume_rng is not None and not self._resume_rng_applied:
-            self._apply_resume_rng()  # no loader of ours did it before its first batch
+        if self._resume_rng is not None and not self._loaders:
+            self._apply_resume_rng()  # no loader of ours to do it at its first batch
         self._rng_mark = _capture_rng({})
         total = trainer.estimated_stepping_batches
         self._total = int(total) if total != float("inf") else None
@@ -608,39 +608,58 @@ class _ResumableLoader:
         self.plan = dict(state)
 
     def new_iterator(self, create: Any) -> Iterator[Any]:
-        """``create()`` makes the DataLoader's iterator; this wraps it (see the class doc)."""
+        """``create()`` makes the DataLoader's iterator; this wraps it (see the class doc).
+
+        The RNG states of the save are put back at the first batch the iterator hands
+        over, not before: between the two, a resumed Lightning may create a validation
+        iterator (to skip a validation the save came before) that draws from them.
+        """
         plan, self.plan = self.plan, None
         me = self.callback()
-        resume_mid_epoch = (
+        notes: list[str] = []
+        at_first_batch: Any = None  # "saved": the save's states; a dict: these states
+        mid_epoch = (
             plan is not None
             and plan["rng_before_iter"] is not None
             and plan["delivered"] < plan["epoch_batches"]
         )
-        if resume_mid_epoch:
+        if mid_epoch:
             assert plan is not None
-            notes = _apply_rng(plan["rng_before_iter"], self.generators("loader"))
+            notes += _apply_rng(plan["rng_before_iter"], self.generators("loader"))
             self.replay = {"rng": plan["rng_before_sampler"], "skip": int(plan["delivered"])}
         elif plan is not None and me is not None:
-            me._apply_resume_rng()  # a new epoch: its shuffle draws from the saved state
-            notes = []
-        else:
-            notes = []
+            me._apply_resume_rng()  # a new epoch: its shuffle draws from the saved states
         self.rng_before_iter = _capture_rng(self.generators("loader"))
         self.rng_before_sampler = None
         self.delivered = 0
         iterator = create()
-        if resume_mid_epoch and plan is not None:
+        if mid_epoch and plan is not None:
             tap = getattr(iterator, "_sampler_iter", None)
             if isinstance(tap, _TapIter):
                 tap.prime()  # skip now, under the recorded states (one process: it is lazy)
             elif self.replay is not None:
                 notes.append("the loader's iterator has no sampler to skip: data order differs")
             self.delivered = int(plan["delivered"])
-            if me is not None:
-                me._apply_resume_rng()
+            at_first_batch = "saved"
+        elif plan is not None:
+            at_first_batch = _capture_rng(self.generators("loader"))  # as created
+        elif me is not None and me._resume_rng is not None and not me._resume_rng_applied:
+            notes.append("the checkpoint holds no loader state: this epoch's order is new")
+            at_first_batch = "saved"
         if me is not None:
             me._note_all(notes)
-        return _Counting(iterator, self)
+        return _Counting(iterator, self, at_first_batch)
+
+    def first_batch(self, states: Any) -> None:
+        """Put the RNG states back just before the first batch after a resume."""
+        me = self.callback()
+        if states == "saved":
+            if me is not None:
+                me._apply_resume_rng()
+        else:
+            notes = _apply_rng(states, self.generators("loader"))
+            if me is not None:
+                me._note_all(notes)
 
 
 def _index_sampler(self: Any) -> Any:
@@ -727,14 +746,18 @@ class _TapIter:
 class _Counting:
     """The DataLoader's iterator, counting the batches it hands to Lightning."""
 
-    def __init__(self, iterator: Any, state: _ResumableLoader) -> None:
+    def __init__(self, iterator: Any, state: _ResumableLoader, at_first_batch: Any) -> None:
         self.iterator = iterator
         self.state = state
+        self.at_first_batch = at_first_batch
 
     def __iter__(self) -> _Counting:
         return self
 
     def __next__(self) -> Any:
+        if self.at_first_batch is not None:
+            states, self.at_first_batch = self.at_first_batch, None
+            self.state.first_batch(states)
         batch = next(self.iterator)
         self.state.delivered += 1
         return batch
