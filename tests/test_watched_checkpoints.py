@@ -379,3 +379,45 @@ def test_resume_args_after_a_pipeline_are_refused_before_launch(project: Project
 )
 def test_step_from_name(name: str, step: int | None) -> None:
     assert step_from_name(name) == step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("status", "captured"),
+    [pytest.param(0, True, id="exit-0"), pytest.param(1, False, id="crash")],
+)
+def test_checkpoint_written_just_before_the_exit(
+    project: Project, status: int, captured: bool
+) -> None:
+    """The final pass takes a file written just before a clean exit, never after a crash.
+
+    ``settle`` is far longer than the script lives, so only the final pass can see it.
+    """
+    spec = project.spec(
+        f"""
+        import os, sys
+        os.makedirs("out", exist_ok=True)
+        with open("out/ckpt.pt", "wb") as f:
+            f.write(b"x" * 4096)
+        sys.exit({status})
+        """,
+        extra="""
+        [checkpoint]
+        watch = ["out/ckpt.pt"]
+        settle = "1h"
+        [limits]
+        max_restarts = 0
+        """,
+    )
+    project.cli("run", "-q", str(spec), timeout=120, check_rc=0 if captured else 1)
+    rec = project.only_record()
+    infos = CheckpointStore(rec.checkpoints_dir).list()
+    events = _events(project)
+    missed = [e for e in events if e["kind"] == "checkpoint_not_captured"]
+    if captured:
+        assert [i.step for i in infos] == [1] and not missed
+        assert (infos[0].path / "files" / "out" / "ckpt.pt").read_bytes() == b"x" * 4096
+    else:
+        assert infos == []
+        assert [Path(e["source_path"]).name for e in missed] == ["ckpt.pt"]
+        assert "status 1" in missed[0]["reason"]
