@@ -324,7 +324,8 @@ def resume_run(
             from_step = _fetch(record, url, ckpt_dir)
         elif local is not None and url is not None:
             say(f"step {local.step} verifies locally; the mirror is not needed")
-        if from_step is None and not from_scratch:
+        # A batch inference run resumes from its committed shards, not from a checkpoint.
+        if from_step is None and not from_scratch and not spec.inference.enabled:
             raise UserError(
                 f"run {record.run_id} has no checkpoint that verifies in {ckpt_dir}: resuming "
                 "would start it again from step 0. Pass --from-scratch to do that, or fetch one "

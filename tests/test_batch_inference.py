@@ -1,0 +1,323 @@
+"""Batch inference runs: every input item gets exactly one output, through kills and ranks.
+
+Real ``acceptrun run`` processes run a small labelling workload over a text file: once
+uninterrupted (the reference), and again SIGKILLed by the test at random moments after
+shard commits (the supervisor restarts it; committed shards are skipped, a half-written
+one is redone), which must end with byte-identical output shards. Also: failed items
+listed with their errors, the coverage and error-rate checks rejecting a run, a
+half-written shard left on disk never counting, two ranks without overlap, and the input
+forms (text, JSONL with an id field, a directory, an fsspec URL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.durable import read_jsonl
+from acceptrun.errors import SpecError, UserError
+from acceptrun.inference.items import iter_items, iter_shards
+from acceptrun.inference.summary import percentile
+from acceptrun.spec import parse_spec
+from acceptrun.workspace import RunRecord
+from conftest import PYTHON, Project, toml_str, wait_for
+
+WORKLOAD = """
+import hashlib, os, time
+import acceptrun
+
+delay = float(os.environ.get("ITEM_DELAY", "0"))
+fail_every = int(os.environ.get("FAIL_EVERY", "0"))
+stop_after = int(os.environ.get("STOP_AFTER", "-1"))
+run = acceptrun.init()
+for n, shard in enumerate(run.inference.shards()):
+    if n == stop_after:
+        break
+    outputs = []
+    for item in shard.items:
+        time.sleep(delay)
+        if fail_every and item.index % fail_every == 3:
+            shard.fail(item, ValueError(f"cannot label item {item.index}"))
+            outputs.append(None)
+            continue
+        digest = hashlib.sha256(item.value.encode()).hexdigest()
+        outputs.append({"label": digest[:8], "chars": len(item.value)})
+    shard.commit(outputs, tokens=sum(len(v) for v in shard.values))
+"""
+
+ITEMS = 120
+SHARD = 10
+
+
+def write_input(root: Path, n: int = ITEMS) -> Path:
+    path = root / "items.txt"
+    path.write_text("".join(f"sentence number {i} of the test input\n" for i in range(n)))
+    return path
+
+
+def batch_spec(
+    project: Project,
+    *,
+    name: str = "batch",
+    output: str = "out",
+    env: dict[str, str] | None = None,
+    inference: str = "",
+    extra: str = "",
+) -> Path:
+    write_input(project.root)
+    env_toml = ", ".join(f"{k} = {toml_str(v)}" for k, v in (env or {}).items())
+    text = f"""
+    env = {{ {env_toml} }}
+    [inference]
+    input = "items.txt"
+    output = {toml_str(output)}
+    shard_size = {SHARD}
+    {inference}
+    [limits]
+    max_restarts = 8
+    restart_backoff = 0
+    [cost]
+    price_per_hour = 0.5
+    billing_increment = "1s"
+    {extra}
+    """
+    return project.spec(WORKLOAD, name=name, extra=text, file=f"{name}.toml")
+
+
+def outputs_of(directory: Path) -> bytes:
+    """Every committed output shard, concatenated in shard order."""
+    return b"".join(p.read_bytes() for p in sorted(directory.glob("shard-*.jsonl")))
+
+
+def record_of(project: Project, name: str) -> RunRecord:
+    (rid,) = [r for r in project.run_ids() if f"-{name}-" in r]
+    return RunRecord(project.runs_dir / rid)
+
+
+def verdict_check(record: RunRecord, name: str) -> dict[str, Any]:
+    verdict = record.read_json("verdict.json")
+    return next(c for c in verdict["checks"] if c["name"] == name)
+
+
+def assert_exactly_once(out_dir: Path, n: int = ITEMS) -> None:
+    ids = [json.loads(line)["id"] for line in outputs_of(out_dir).splitlines()]
+    assert sorted(ids) == list(range(n)), "an item is missing or written twice"
+
+
+@pytest.mark.slow
+def test_random_kills_end_with_outputs_identical_to_an_uninterrupted_run(
+    project: Project,
+) -> None:
+    ref_spec = batch_spec(project, name="ref", output="ref-out")
+    project.cli("run", str(ref_spec), timeout=300, check_rc=0)
+    reference = outputs_of(project.root / "ref-out")
+    assert_exactly_once(project.root / "ref-out")
+
+    # Items take 5 ms, a shard 50 ms: a kill lands anywhere in a shard, its commit included.
+    spec = batch_spec(project, name="killed", output="killed-out", env={"ITEM_DELAY": "0.005"})
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", str(spec)],
+        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    rng = random.Random(7)
+    try:
+        record = wait_for(lambda: _record_or_none(project, "killed"), 120, what="the record")
+        for attempt in (1, 2, 3):
+            commits = rng.randint(1, 2)
+
+            def ready(attempt: int = attempt, commits: int = commits) -> int | None:
+                events = list(read_jsonl(record.events_path))
+                seen = [
+                    e for e in events if e["kind"] == "shard_commit" and e["attempt"] == attempt
+                ]
+                start = [
+                    e for e in events if e["kind"] == "workload_start" and e["attempt"] == attempt
+                ]
+                return start[0]["pid"] if len(seen) >= commits and start else None
+
+            pid = wait_for(ready, 180, what=f"{commits} shard commits of attempt {attempt}")
+            # A random moment inside the next shard (items 5 ms each, a shard 50 ms), its
+            # commit included; the kill is the point, nothing is asserted after a guess.
+            time.sleep(rng.uniform(0, 0.04))
+            os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    killed_dir = project.root / "killed-out"
+    assert outputs_of(killed_dir) == reference, "resumed outputs differ from the uninterrupted run"
+    assert_exactly_once(killed_dir)
+    exits = [e for e in read_jsonl(record.events_path) if e["kind"] == "attempt_exit"]
+    assert len(exits) == 4, exits
+    summary = record.read_json("inference.json")
+    assert summary["coverage"] == 1.0 and summary["duplicated"] == 0 and summary["missing"] == 0
+    assert summary["shards_committed"] == ITEMS // SHARD
+    assert verdict_check(record, "coverage")["status"] == "pass"
+
+
+def _record_or_none(project: Project, name: str) -> RunRecord | None:
+    rids = [r for r in project.run_ids() if f"-{name}-" in r]
+    return RunRecord(project.runs_dir / rids[0]) if rids else None
+
+
+@pytest.mark.slow
+def test_half_written_shard_is_redone_and_never_counted(project: Project) -> None:
+    """Killed right after shard 1's commit, with no restart; a torn shard 2 is planted."""
+    spec = batch_spec(project, name="torn", output="torn-out", extra="")
+    text = spec.read_text().replace("max_restarts = 8", "max_restarts = 0")
+    spec.write_text(text)
+    proc = project.cli("run", "--inject", "kill@step=1", str(spec), timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = record_of(project, "torn")
+    out_dir = project.root / "torn-out"
+    assert sorted(p.name for p in out_dir.glob("shard-*.jsonl")) == [
+        "shard-00000.jsonl",
+        "shard-00001.jsonl",
+    ]
+    coverage = verdict_check(record, "coverage")
+    assert coverage["status"] == "fail" and "missing 100" in coverage["evidence"]
+    # What a kill inside shard 2's write leaves behind: a torn file without a manifest.
+    (out_dir / "shard-00002.jsonl").write_bytes(b'{"id":20,"output":{"lab')
+    project.cli("resume", record.run_id, timeout=300)
+    assert_exactly_once(out_dir)
+    assert verdict_check(record, "coverage")["status"] == "pass"
+    commits = [e["shard"] for e in read_jsonl(record.events_path) if e["kind"] == "shard_commit"]
+    assert commits == list(range(ITEMS // SHARD)), "a committed shard was written again"
+
+
+@pytest.mark.slow
+def test_failed_items_are_listed_and_the_error_rate_rejects(project: Project) -> None:
+    spec = batch_spec(
+        project, name="failing", env={"FAIL_EVERY": "10"}, inference="max_error_rate = 0.05"
+    )
+    proc = project.cli("run", str(spec), timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = record_of(project, "failing")
+    summary = record.read_json("inference.json")
+    assert summary["failed"] == ITEMS // 10 and summary["outputs"] == ITEMS - ITEMS // 10
+    assert summary["failed_items"][0] == {"id": 3, "error": "ValueError: cannot label item 3"}
+    assert summary["coverage"] == 1.0  # a failure listed with its error is an outcome
+    rate = verdict_check(record, "error rate")
+    assert rate["status"] == "fail" and rate["required"]
+    assert "10.00% of items failed (12)" in rate["evidence"]
+    assert verdict_check(record, "coverage")["status"] == "pass"
+    assert "error rate" in record.read_json("verdict.json")["failed"]
+
+
+@pytest.mark.slow
+def test_coverage_rejects_a_run_that_skipped_shards(project: Project) -> None:
+    spec = batch_spec(project, name="short", env={"STOP_AFTER": "4"})
+    proc = project.cli("run", str(spec), timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = record_of(project, "short")
+    coverage = verdict_check(record, "coverage")
+    assert coverage["status"] == "fail"
+    assert "33.33% of 120 items" in coverage["evidence"], coverage
+    assert "missing 80" in coverage["evidence"]
+    assert "[40, 41, 42, 43, 44]" in coverage["fix"]
+
+
+@pytest.mark.slow
+def test_two_ranks_take_alternate_shards_without_overlap(project: Project) -> None:
+    ref_spec = batch_spec(project, name="one", output="one-out")
+    project.cli("run", str(ref_spec), timeout=300, check_rc=0)
+    spec = batch_spec(project, name="two", output="two-out", extra="[resources]\nprocesses = 2\n")
+    proc = project.cli("run", str(spec), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = record_of(project, "two")
+    assert outputs_of(project.root / "two-out") == outputs_of(project.root / "one-out")
+    assert_exactly_once(project.root / "two-out")
+    shards = record.read_json("inference.json")["shards"]
+    assert {s["shard"]: s["rank"] for s in shards} == {i: i % 2 for i in range(ITEMS // SHARD)}
+    commits = [e for e in read_jsonl(record.events_path) if e["kind"] == "shard_commit"]
+    assert sorted(e["shard"] for e in commits) == list(range(ITEMS // SHARD))
+
+
+@pytest.mark.slow
+def test_cost_per_item_limits_reject_an_expensive_run(project: Project) -> None:
+    spec = batch_spec(
+        project,
+        name="pricey",
+        inference="max_usd_per_1k_items = 0.000001\nmax_usd_per_million_tokens = 1000000",
+    )
+    proc = project.cli("run", str(spec), timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = record_of(project, "pricey")
+    per_item = verdict_check(record, "cost per 1k items")
+    assert per_item["status"] == "fail" and per_item["required"]
+    summary = record.read_json("inference.json")
+    assert summary["usd_per_1k_items"] == pytest.approx(summary["usd"] * 1000 / ITEMS)
+    assert verdict_check(record, "cost per 1M tokens")["status"] == "pass"
+    assert summary["tokens"] == sum(
+        len(f"sentence number {i} of the test input") for i in range(ITEMS)
+    )
+
+
+# ---- the input and the spec (no process) -----------------------------------------------------
+
+
+def test_inputs_text_jsonl_directory_and_url(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text('{"key": "x", "t": 1}\n\n{"key": "y", "t": 2}\n')
+    (tmp_path / "d" / "b.txt").write_text("third\nfourth\n")
+    (tmp_path / "d" / ".hidden").write_text("not an item\n")
+    items = list(iter_items(str(tmp_path / "d")))
+    assert [(i.id, i.value) for i in items] == [
+        (0, {"key": "x", "t": 1}),
+        (1, {"key": "y", "t": 2}),
+        (2, "third"),
+        (3, "fourth"),
+    ]
+    keyed = list(iter_items(str(tmp_path / "d" / "a.jsonl"), id_field="key"))
+    assert [i.id for i in keyed] == ["x", "y"]
+    url = list(iter_items(f"file://{tmp_path / 'd'}"))
+    assert [i.value for i in url] == [i.value for i in items]
+    shards = list(iter_shards(str(tmp_path / "d"), 3))
+    assert [len(s.items) for s in shards] == [3, 1]
+    assert shards[0].input_hash != shards[1].input_hash
+
+
+def test_input_errors_name_the_line_and_the_fix(tmp_path: Path) -> None:
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"key": 1}\n{"key": 1}\n')
+    with pytest.raises(UserError, match=r"dup.jsonl:2 is not unique"):
+        list(iter_items(str(dup), id_field="key"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\nnot json\n')
+    with pytest.raises(UserError, match=r'bad.jsonl:2 is not JSON.*format = "text"'):
+        list(iter_items(str(bad)))
+    with pytest.raises(UserError, match="does not exist"):
+        list(iter_items(str(tmp_path / "nothing.txt")))
+
+
+def test_inference_section_validation() -> None:
+    base = 'name = "t"\ncommand = ["python", "x.py"]\n'
+    spec = parse_spec(base)
+    assert not spec.inference.enabled
+    spec = parse_spec(base + '[inference]\ninput = "in.jsonl"\nmax_error_rate = 0.01\n')
+    assert spec.inference.enabled and spec.inference.min_coverage == 1.0
+    with pytest.raises(SpecError, match=r"inference\.input"):
+        parse_spec(base + "[inference]\nshard_size = 10\n")
+    with pytest.raises(SpecError, match=r"inference\.shard_size: 0"):
+        parse_spec(base + '[inference]\ninput = "x"\nshard_size = 0\n')
+    with pytest.raises(SpecError, match=r"inference\.max_error_rate: 2\.0"):
+        parse_spec(base + '[inference]\ninput = "x"\nmax_error_rate = 2\n')
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 90), percentile(values, 99)) == (
+        50.0,
+        90.0,
+        99.0,
+    )
+    assert percentile([], 50) is None
