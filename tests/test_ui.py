@@ -133,7 +133,8 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         script = FINISHED.replace("SCALE", str(scale))
         if rc:
             script += "\nraise SystemExit(3)\n"
-        proj = _project(root / f"p{i}", name, script, "[cost]\nprice_per_hour = 2.0\n")
+        extra = "[cost]\nprice_per_hour = 2.0\n" + ("[limits]\nmax_restarts = 0\n" if rc else "")
+        proj = _project(root / f"p{i}", name, script, extra)
         proc = _cli(ws, proj, "run", "-q", "spec.toml")
         assert proc.returncode == rc, proc.stdout + proc.stderr
         ids.append(sorted(set(Workspace(ws).run_ids()) - set(ids))[0])
@@ -192,7 +193,7 @@ def test_runs_page_lists_runs_with_verdicts_and_failed_checks(board: dict[str, A
         assert f'class="verdict {verdict}"' in row, row
         assert "$" in row  # priced: the cost column shows the ledger's total
     row = next(r for r in page.split('<tr class="run">')[1:] if fails in r)
-    assert "exit code 3" in row or "exit" in row  # the failed check, in words
+    assert "exit: attempt 1 exited 3" in row  # the failed check, in words
 
 
 @pytest.mark.slow
@@ -420,7 +421,9 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
         proc.wait(timeout=120)
         stopped = list(record.events("stopped"))
         assert stopped and isinstance(stopped[-1].get("checkpoint"), int), stopped
-        assert record.state["status"] == "stopped"
+        assert record.state["status"] in ("finished", "stopped")  # closed, not crashed
+        (exit_,) = record.events("attempt_exit")
+        assert exit_["class"] == "stopped" and exit_["work"]["steps_lost"] == 0
         audits = [e for e in record.events("audit") if e.get("action") == "stop"]
         assert audits and audits[-1]["reason"] == "from acceptrun ui"
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]

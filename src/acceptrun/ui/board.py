@@ -132,6 +132,8 @@ class Board:
         where, params = flt.where()
         page = max(1, page)
         want = page * size
+        # One workspace: SQLite skips to the page. Several: each gives its first `want` rows.
+        skip = (page - 1) * size if len(self.workspaces) == 1 else 0
         found: list[BoardRun] = []
         total = 0
         notes: list[str] = []
@@ -146,13 +148,14 @@ class Board:
                     conn.execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()[0]
                 )
                 rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM runs{where} ORDER BY run_id DESC LIMIT ?",
-                    [*params, want],
+                    f"SELECT {_COLUMNS} FROM runs{where} ORDER BY run_id DESC LIMIT ? OFFSET ?",
+                    [*params, want - skip, skip],
                 ).fetchall()
             found += [BoardRun(i, project, IndexRow(*r)) for r in rows]
         found.sort(key=lambda r: r.row.run_id, reverse=True)
         pages = max(1, math.ceil(total / size))
-        return RunsPage(found[(page - 1) * size : want], total, page, pages, notes)
+        first = (page - 1) * size - skip
+        return RunsPage(found[first : first + size], total, page, pages, notes)
 
     def statuses(self) -> list[str]:
         """The statuses present in the indexes, for the filter's choices."""

@@ -111,7 +111,7 @@ def runs_page(board: Board, flt: RunFilter, page: int) -> str:
     body = ["<h1>Runs</h1>"]
     statuses = board.statuses()
     options = "".join(
-        f'<option value="{_e(s)}"{" selected" if s == flt.status else ""}>{_e(s)}</option>'
+        f'<option value="{_e(s)}"{" selected" if s == flt.status else ""}>{_e(s or "any")}</option>'
         for s in ["", *statuses]
     )
     verdicts = "".join(
