@@ -484,3 +484,70 @@ def test_the_sse_feed_sends_new_steps_then_ends(tmp_path: Path) -> None:
         assert got == list(range(50))
     finally:
         served.close()
+
+
+def test_a_board_of_two_workspaces_lists_both_by_project(tmp_path: Path) -> None:
+    """``acceptrun ui --all``: runs of every workspace, newest first, with their project."""
+    spaces = []
+    for project in ("alpha", "beta"):
+        ws = Workspace.create(tmp_path / project / ".acceptrun")
+        for i in range(3):
+            ws.create_run(
+                f"{project}-{i}", spec_text='name = "x"\ncommand = ["true"]\n',
+                state={"status": "finished", "verdict": "accepted" if i else "rejected"},
+            )  # fmt: skip
+            time.sleep(0.002)
+        spaces.append(ws)
+    served = Served(Board.for_workspaces(spaces))
+    try:
+        page = served.get("/")
+        assert "6 run(s)" in page and "<th>project</th>" in page
+        assert "<td>alpha</td>" in page and "<td>beta</td>" in page
+        ids = re.findall(r'href="/run/(\d)/([^"]+)"', page)
+        assert sorted(i for _, i in ids) == sorted(spaces[0].run_ids() + spaces[1].run_ids())
+        assert [i for _, i in ids] == sorted((i for _, i in ids), reverse=True)  # newest first
+        page = served.get("/?verdict=rejected")
+        assert "2 run(s)" in page
+        ws1 = next(w for w, i in ids if i == spaces[1].run_ids()[0])
+        assert ws1 == "1"
+        assert spaces[1].run_ids()[0] in served.get(f"/run/1/{spaces[1].run_ids()[0]}/logs")
+    finally:
+        served.close()
+
+
+def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path / "ws")
+    record = ws.create_run(
+        "logs", spec_text='name = "logs"\ncommand = ["true"]\n',
+        state={"status": "running", "mode": "standalone"},
+    )  # fmt: skip
+    record.event("workload_start", pid=os.getpid())  # live while this process is
+    log = record.attempt_dir(1) / "stdout.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("first <line>\n")
+    served = Served(Board.for_workspaces([ws]))
+    try:
+        page = served.get(f"/run/0/{record.run_id}/logs")
+        assert "first &lt;line&gt;" in page
+        stream = re.search(r'data-stream="([^"]+)"', page)
+        assert stream is not None
+        url = stream.group(1).replace("&amp;", "&")
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+        conn.request("GET", url, headers={"Host": f"127.0.0.1:{served.port}"})
+        resp = conn.getresponse()
+        with open(log, "a") as f:
+            f.write("second line\n")
+        lines = []
+        for raw in resp:
+            text = raw.decode()
+            if text.startswith("data: "):
+                lines.append(text)
+                if "second line" in text:
+                    break
+        assert len(lines) == 1 and '"log": "1/stdout"' in lines[0]  # only what was appended
+        record.update_state(status="finished")
+        rest = resp.read().decode()  # the feed ends once the run is no longer live
+        assert "event: end" in rest
+        conn.close()
+    finally:
+        served.close()
