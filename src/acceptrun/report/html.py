@@ -21,6 +21,7 @@ from typing import Any
 from acceptrun import provenance as provmod
 from acceptrun.cost.billing import format_usd
 from acceptrun.durable import write_atomic
+from acceptrun.inference.report import batch_html
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
 from acceptrun.spec import format_duration
 from acceptrun.verdict import GROUPS, PASS, read_attempts
@@ -165,6 +166,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "outputs": _lineage(record, prov),
         "portability": portability,
         "preflight": record.read_json("preflight.json"),
+        "inference": record.read_json("inference.json"),  # batch inference runs only
     }
 
 
@@ -268,6 +270,7 @@ def render_html(data: dict[str, Any]) -> str:
     out += _charts(data)
     out += _time(data)
     out += _cost(data)
+    out += batch_html(data.get("inference"))
     out += _attempts(data)
     out += _checkpoints_html(data)
     out += _outputs(data)

@@ -13,6 +13,7 @@ from typing import Any
 
 from acceptrun.cost.billing import format_bytes
 from acceptrun.durable import read_jsonl
+from acceptrun.inference.report import batch_lines
 from acceptrun.spec import format_duration
 from acceptrun.telemetry.summary import Summary, summarize
 from acceptrun.verdict import Check, Verdict, format_verdict
@@ -80,6 +81,7 @@ def format_show(record: RunRecord) -> str:
     if state.get("mode") == "tune":
         return "\n".join(lines + _format_tune(record))
     lines += format_telemetry(summarize(record.path), _gpu_absent(record))
+    lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
     data = record.read_json("verdict.json")
     if isinstance(data, dict):
         checks = [Check(**c) for c in data.get("checks", [])]
