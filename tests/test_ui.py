@@ -428,6 +428,28 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
         assert audits and audits[-1]["reason"] == "from acceptrun ui"
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == [], errors
+
+        # Resume from the page: `acceptrun resume` starts detached from the checkpoint.
+        driver.get(f"{served.base}/run/0/{run_id}")
+        resume = driver.find_element(By.XPATH, "//div[@id='actions']//button[text()='resume']")
+        resume.click()
+        flash = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "p.flash"), 30, 0.1, "flash")
+        assert "acceptrun resume" in flash[0].text and "resume-" in flash[0].text
+        starts = wait_for(
+            lambda: [e for e in record.events("attempt_start") if e.get("attempt") == 2],
+            120, 0.2, "attempt 2",
+        )  # fmt: skip
+        assert starts[0].get("resume_step") == stopped[-1]["checkpoint"], starts
+        wait_for(lambda: record.state.get("status") == "running", 60, 0.2, "running again")
+
+        def stop_sent() -> bool:
+            status, headers, _ = served.request(
+                "POST", f"/run/0/{run_id}/stop", f"token={TOKEN}", own
+            )
+            return status == 303 and "msg=stop+sent" in headers["location"]
+
+        wait_for(stop_sent, 60, 0.5, "a stop of the resumed run")
+        wait_for(lambda: record.state.get("status") in ("finished", "stopped"), 120, 0.2, "closed")
     finally:
         if driver is not None:
             driver.quit()
@@ -549,5 +571,28 @@ def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
         rest = resp.read().decode()  # the feed ends once the run is no longer live
         assert "event: end" in rest
         conn.close()
+    finally:
+        served.close()
+
+
+def test_a_queued_job_is_listed_and_cancelled_from_the_queue_page(tmp_path: Path) -> None:
+    proj = _project(tmp_path / "proj", "queued-job", "print('never runs')\n")
+    ws = tmp_path / "ws"
+    for _ in range(2):
+        proc = _cli(ws, proj, "submit", "spec.toml", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    served = Served(Board.for_workspaces([Workspace(ws)]))
+    try:
+        page = served.get("/queue")
+        assert "<h4>queued (2)</h4>" in page and "queued-job" in page
+        assert "No worker is running" in page
+        own = {"Origin": served.base}
+        status, _, _ = served.request("POST", "/queue/0/1/cancel", "", own)
+        assert status == 403
+        status, headers, _ = served.request("POST", "/queue/0/1/cancel", f"token={TOKEN}", own)
+        assert status == 303 and "cancelled" in headers["location"]
+        page = served.get(headers["location"])
+        assert "job 1 (queued-job) cancelled" in page
+        assert "<h4>cancelled (1)</h4>" in page and "<h4>queued (1)</h4>" in page
     finally:
         served.close()
