@@ -185,6 +185,8 @@ def test_half_written_shard_is_redone_and_never_counted(project: Project) -> Non
     ]
     coverage = verdict_check(record, "coverage")
     assert coverage["status"] == "fail" and "missing 100" in coverage["evidence"]
+    work = record.read_json("attempts/1/exit.json")["work"]
+    assert work["steps_lost"] == 0, work  # committed shards are kept, not lost work
     # What a kill inside shard 2's write leaves behind: a torn file without a manifest.
     (out_dir / "shard-00002.jsonl").write_bytes(b'{"id":20,"output":{"lab')
     project.cli("resume", record.run_id, timeout=300)
@@ -211,6 +213,12 @@ def test_failed_items_are_listed_and_the_error_rate_rejects(project: Project) ->
     assert "10.00% of items failed (12)" in rate["evidence"]
     assert verdict_check(record, "coverage")["status"] == "pass"
     assert "error rate" in record.read_json("verdict.json")["failed"]
+    show = project.cli("show", record.run_id, check_rc=0).stdout
+    assert "coverage: 100.00%: 108 outputs, 12 failed, 0 missing, 0 duplicated" in show
+    assert "failed: 3: ValueError: cannot label item 3" in show
+    report = (record.path / "report.html").read_text()
+    assert '<h2 id="inference">Batch inference</h2>' in report
+    assert "cannot label item 13" in report
 
 
 @pytest.mark.slow

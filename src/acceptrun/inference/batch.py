@@ -25,6 +25,7 @@ shard in hand is finished and committed, then the process exits 143.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchJob", "Shard", "encode_output", "manifest_dir", "output_name"]
 
 MANIFEST_DIR = "inference/shards"  # in the run record: one commit marker per shard
+_TEMP_RE = re.compile(r"^\.shard-(\d+)\.jsonl?\.tmp-")  # durable.write_atomic's temporaries
 
 
 def output_name(index: int) -> str:
@@ -217,6 +219,7 @@ class BatchJob:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.manifests.mkdir(parents=True, exist_ok=True)
         rank, world = self.run.rank, self.run.world_size
+        self._remove_stale_temps(rank, world)
         last: int | None = None
         for data in iter_shards(
             self.input, self.spec.shard_size, fmt=self.spec.format, id_field=self.spec.id_field
@@ -233,6 +236,18 @@ class BatchJob:
                     "shard.commit(outputs) before asking for the next shard"
                 )
             last = shard.index
+
+    def _remove_stale_temps(self, rank: int, world: int) -> None:
+        """Temporary files a killed attempt left mid-write (``.shard-00007.jsonl.tmp-...``).
+
+        Only this rank's shards: every process of the attempt that wrote them is gone,
+        since the supervisor restarts all ranks together.
+        """
+        for folder in (self.output_dir, self.manifests):
+            for path in folder.glob(".shard-*.tmp-*"):
+                match = _TEMP_RE.match(path.name)
+                if match and int(match[1]) % world == rank:
+                    path.unlink(missing_ok=True)
 
     def _commit(
         self,

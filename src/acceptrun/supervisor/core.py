@@ -788,6 +788,13 @@ class Supervisor:
                 lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
         elif res.outcome != "success":
             lost_s = ended - child.started_at  # died before its first step: all of it
+        if self.spec.inference.enabled and res.outcome != "success":
+            # A batch inference run keeps every committed shard (its step events are
+            # shards): only the shards in flight, the time since the last commit, are lost.
+            commits = [e.get("t") for e in watch.events if e.get("kind") == "shard_commit"]
+            since = commits[-1] if commits else None
+            lost_steps = 0
+            lost_s = ended - (since if isinstance(since, int | float) else child.started_at)
         if res.outcome == "idle" and self._idle is not None:
             # The idle streak at the end is idle time (the ledger's), not work thrown away.
             lost_s = max(0.0, lost_s - (ended - float(self._idle["since"])))
