@@ -330,6 +330,13 @@ def test_compare_overlays_two_runs_with_the_diff_verdict(
         body = driver.find_element(By.TAG_NAME, "body").text
         assert "metric final/loss" in body and "environment" in body and "outputs" in body
         assert driver.find_elements(By.CSS_SELECTOR, "script:not([src])") == []
+        # A run's page: the report's own banner, white on green, as in report.html.
+        driver.get(f"{served.base}/run/0/{plain}")
+        banner = driver.find_element(By.ID, "verdict")
+        assert banner.text.startswith("ACCEPTED")
+        assert "255, 255, 255" in banner.value_of_css_property("color")
+        assert "21, 128, 61" in banner.value_of_css_property("background-color")
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.chart title")
     finally:
         driver.quit()
 

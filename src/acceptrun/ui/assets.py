@@ -28,7 +28,8 @@ button.danger{background:#b91c1c;color:#fff;border:0;border-radius:4px;padding:5
 button.go{background:#1d4ed8;color:#fff;border:0;border-radius:4px;padding:5px 12px}
 form.inline{display:inline}
 .live-dot{display:inline-block;width:8px;height:8px;border-radius:50%;background:#16a34a;margin-right:4px}
-.accepted{color:#15803d;font-weight:600}.rejected{color:#b91c1c;font-weight:600}
+td.verdict.accepted{color:#15803d;font-weight:600}td.verdict.rejected{color:#b91c1c;font-weight:600}
+#actions{margin:8px 0}
 .checks{font-size:12px;color:#7f1d1d;margin:0;padding-left:16px}
 .pager a{margin:0 6px}
 .flash{background:#ecfdf5;border:1px solid #a7f3d0;padding:6px 10px;border-radius:6px}
