@@ -27,7 +27,7 @@ test: $(STAMP) system-deps
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
 # report is opened in a browser), Slurm and munge (a single-node cluster on localhost).
-SYSTEM_PACKAGES := chromium chromium-driver slurm-wlm munge
+SYSTEM_PACKAGES := chromium chromium-driver slurm-wlm munge wrk
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
