@@ -45,6 +45,7 @@ __all__ = [
     "ProgressSpec",
     "ResourcesSpec",
     "RunSpec",
+    "ServingSpec",
     "SkypilotSpec",
     "SlurmSpec",
     "TelemetrySpec",
@@ -599,6 +600,183 @@ class InferenceSpec:
             _require(value is None or value > 0, f"inference.{name}", value, "a positive number")
 
 
+SERVING_ARRIVALS = ("poisson", "uniform")
+SERVING_METHODS = ("GET", "POST", "PUT")
+
+
+@dataclass(kw_only=True)
+class ServingSpec:
+    """A serving run: the command is a server; acceptrun waits for it, loads it, judges it."""
+
+    url: str | None = doc(
+        'URL the load is sent to, e.g. "http://127.0.0.1:8000/v1/completions"; setting it '
+        "makes the run a serving run whose command is the server (docs/inference.md).",
+        None,
+    )
+    method: str = doc('HTTP method of every request: "POST", "GET" or "PUT".', "POST")
+    payload: str | None = doc(
+        "JSONL file of request bodies, one JSON value a line, sent in turn (cycled); relative "
+        "to the spec file; unset: an empty body.",
+        None,
+    )
+    headers: dict[str, str] = doc(
+        'Extra request headers, e.g. { Authorization = "Bearer test" }.', factory=dict
+    )
+    ready_url: str | None = doc(
+        "Health URL polled until it answers 2xx: the server is then ready, e.g. "
+        '"http://127.0.0.1:8000/health".',
+        None,
+    )
+    ready_log: str | None = doc(
+        "Regular expression searched in the server's stdout and stderr: the server is ready "
+        'at the first matching line, e.g. "Uvicorn running on".',
+        None,
+    )
+    ready_timeout: Duration = doc(
+        "Longest wait from launch to ready; past it the readiness check fails.", Duration(120.0)
+    )
+    rate: float | None = doc(
+        "Open loop: requests per second sent on a schedule fixed in advance (Poisson arrivals "
+        "as MLPerf's Server scenario), whether or not earlier ones have answered.",
+        None,
+    )
+    arrivals: str = doc(
+        'Open-loop arrival process: "poisson" (exponential gaps) or "uniform" (even gaps).',
+        "poisson",
+    )
+    concurrency: int | None = doc(
+        "Closed loop: this many clients, each sending its next request when the last answered.",
+        None,
+    )
+    duration: Duration | None = doc('Send requests for this long (from ready), e.g. "60s".', None)
+    requests: int | None = doc(
+        "Send this many requests; with duration too, whichever comes first.", None
+    )
+    stream: bool = doc(
+        "Responses are server-sent events (OpenAI-style stream = true): time to first token "
+        "and inter-token latency are measured, one token per data event.",
+        False,
+    )
+    request_timeout: Duration = doc(
+        "A request with no complete answer after this long is an error.", Duration(30.0)
+    )
+    seed: int = doc("Seed of the arrival schedule (the same seed, the same schedule).", 0)
+    slo_latency: Duration | None = doc(
+        'Per-request SLO on end-to-end latency, for goodput, e.g. "500ms".', None
+    )
+    slo_ttft: Duration | None = doc("Per-request SLO on time to first token, for goodput.", None)
+    slo_itl: Duration | None = doc(
+        "Per-request SLO on the mean time per output token after the first, for goodput.", None
+    )
+    max_latency_p50: Duration | None = doc("Highest acceptable median latency.", None)
+    max_latency_p90: Duration | None = doc("Highest acceptable 90th percentile latency.", None)
+    max_latency_p99: Duration | None = doc("Highest acceptable 99th percentile latency.", None)
+    max_ttft_p99: Duration | None = doc(
+        "Highest acceptable 99th percentile time to first token (stream = true).", None
+    )
+    max_error_rate: float | None = doc(
+        "Largest share of requests that failed (status >= 400, broken or timed out), 0 to 1.",
+        None,
+    )
+    min_goodput: float | None = doc(
+        "Lowest acceptable goodput: successful requests per second that met every slo_*.", None
+    )
+    min_requests_per_s: float | None = doc(
+        "Lowest acceptable rate of completed requests per second over the load.", None
+    )
+    max_cold_start: Duration | None = doc(
+        "Longest acceptable time from launch to the first successful response.", None
+    )
+    max_usd_per_1k_requests: float | None = doc(
+        "Highest acceptable cost per 1,000 successful requests, in USD (needs a price in [cost]).",
+        None,
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """True when the spec describes a serving run."""
+        return self.url is not None
+
+    def __post_init__(self) -> None:
+        changed = [
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name)
+            != (f.default if f.default is not dataclasses.MISSING else {})  # headers: a dict
+        ]
+        _require(
+            self.enabled or not changed,
+            "serving.url", self.url,
+            'the URL the load goes to, e.g. url = "http://127.0.0.1:8000/v1/completions"',
+        )  # fmt: skip
+        if not self.enabled:
+            return
+        assert self.url is not None
+        for name in ("url", "ready_url"):
+            value = getattr(self, name)
+            _require(
+                value is None or re.fullmatch(r"https?://[^/\s]+(/\S*)?", value) is not None,
+                f"serving.{name}", value, 'an http:// or https:// URL, e.g. "http://127.0.0.1:8000/health"',
+            )  # fmt: skip
+        _require(
+            self.ready_url is not None or self.ready_log is not None,
+            "serving.ready_url", self.ready_url,
+            'a health URL (ready_url = "http://127.0.0.1:8000/health") or a log pattern '
+            '(ready_log = "Uvicorn running on") that says when the server is ready',
+        )  # fmt: skip
+        if self.ready_log is not None:
+            try:
+                re.compile(self.ready_log)
+            except re.error as exc:
+                _require(
+                    False, "serving.ready_log", self.ready_log, f"a regular expression ({exc})"
+                )
+        _require(
+            self.method.upper() in SERVING_METHODS,
+            "serving.method", self.method, '"POST", "GET" or "PUT"',
+        )  # fmt: skip
+        _require(
+            (self.rate is None) != (self.concurrency is None),
+            "serving.rate", self.rate,
+            "exactly one of rate (open loop, requests/s) and concurrency (closed loop, clients)",
+        )  # fmt: skip
+        _require(self.rate is None or self.rate > 0, "serving.rate", self.rate, "a positive rate")
+        _require(
+            self.concurrency is None or self.concurrency >= 1,
+            "serving.concurrency", self.concurrency, "1 or more clients",
+        )  # fmt: skip
+        _require(
+            self.arrivals in SERVING_ARRIVALS,
+            "serving.arrivals", self.arrivals, '"poisson" or "uniform"',
+        )  # fmt: skip
+        _require(
+            self.duration is not None or self.requests is not None,
+            "serving.duration", self.duration,
+            'a length of load (duration = "60s") or a count (requests = 1000), or both',
+        )  # fmt: skip
+        _require(
+            self.requests is None or self.requests >= 1,
+            "serving.requests", self.requests, "1 or more requests",
+        )  # fmt: skip
+        for name in ("duration", "ready_timeout", "request_timeout", "slo_latency", "slo_ttft",
+                     "slo_itl", "max_latency_p50", "max_latency_p90", "max_latency_p99",
+                     "max_ttft_p99", "max_cold_start"):  # fmt: skip
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"serving.{name}", value, "a positive duration")
+        _require(
+            self.max_error_rate is None or 0 <= self.max_error_rate <= 1,
+            "serving.max_error_rate", self.max_error_rate, "a share from 0 to 1",
+        )  # fmt: skip
+        for name in ("min_goodput", "min_requests_per_s", "max_usd_per_1k_requests"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"serving.{name}", value, "a positive number")
+        _require(
+            self.stream or (self.slo_ttft is None and self.slo_itl is None and self.max_ttft_p99 is None),
+            "serving.stream", self.stream,
+            "stream = true for slo_ttft, slo_itl or max_ttft_p99 (tokens come from a stream)",
+        )  # fmt: skip
+
+
 @dataclass(kw_only=True)
 class CleanupSpec:
     """What to clean up when the run ends."""
@@ -637,6 +815,10 @@ class RunSpec:
     inference: InferenceSpec = doc(
         "Batch inference: input items, output shards, coverage and cost per item.",
         factory=InferenceSpec,
+    )
+    serving: ServingSpec = doc(
+        "Serving: the command is a server; readiness, load, latency SLOs, cost per request.",
+        factory=ServingSpec,
     )
     outputs: dict[str, str] = doc(
         "Outputs the script writes, by name: a path or glob relative to the workdir, e.g. "
@@ -706,6 +888,8 @@ class RunSpec:
         if self.inference.input:
             data["inference"]["input"] = self.resolve_path(self.inference.input)
             data["inference"]["output"] = self.resolve_path(self.inference.output)
+        if self.serving.payload:
+            data["serving"]["payload"] = self.resolve_path(self.serving.payload)
         header = (
             f"# Frozen by acceptrun from {self.source}; paths resolved, durations in seconds.\n"
         )

@@ -149,6 +149,7 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     checks += _exit_checks(record)
     checks += _black_box_checks(record, spec)
     checks += _inference_checks(record, spec)
+    checks += _serving_checks(record, spec)
     order = list(GROUPS)
     checks.sort(key=lambda c: order.index(c.group) if c.group in order else len(order))
     return Verdict(record.run_id, checks, now_iso())
@@ -161,6 +162,15 @@ def _inference_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     from acceptrun.inference.summary import batch_checks
 
     return [Check(*c) for c in batch_checks(record, spec)]
+
+
+def _serving_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
+    """A serving run's readiness, latency percentiles, TTFT, errors, goodput, cost per request."""
+    if not spec.serving.enabled:
+        return []
+    from acceptrun.serving.summary import serving_checks
+
+    return [Check(*c) for c in serving_checks(record, spec)]
 
 
 def _black_box_checks(record: RunRecord, spec: RunSpec) -> list[Check]:

@@ -230,7 +230,8 @@ class Supervisor:
                 res = self._run_attempt(attempt, deadline)
                 result.attempts.append(res)
                 if res.outcome in (
-                    "success", "stopped", "wall_time", "budget", "idle", "not_started"
+                    "success", "stopped", "wall_time", "budget", "idle", "not_started",
+                    "not_ready", "load_failed",  # serving runs (acceptrun.serving)
                 ):  # fmt: skip
                     result.stop_reason = res.reason
                     break
@@ -405,6 +406,22 @@ class Supervisor:
 
     # ---- end of watched checkpoints ----
 
+    # ---- serving runs (acceptrun.serving) ----
+    def _start_serving(self, attempt: int, child: ChildProcess, adir: Path) -> Any:
+        """A ServingDriver thread beside the server (spec.serving), or None for other runs."""
+        if not self.spec.serving.enabled:
+            return None
+        from acceptrun.serving.driver import ServingDriver
+
+        driver = ServingDriver(
+            self.record, self.spec, attempt, launched_at=child.started_at,
+            logs=(adir / "stdout.log", adir / "stderr.log"),
+        )  # fmt: skip
+        driver.start()
+        return driver
+
+    # ---- end of serving runs ----
+
     def _event(self, kind: str, attempt: int, fields: dict[str, Any]) -> None:
         self.record.event(kind, sync=True, attempt=attempt, **fields)
 
@@ -494,6 +511,7 @@ class Supervisor:
         )
         self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
         watcher = self._start_watcher(attempt, child.pid, watch, resume_step)  # its own thread
+        serving = self._start_serving(attempt, child, adir)  # a serving run's load, its thread
         faults = _time_faults(env, attempt)
         hang_window = self.spec.limits.hang_window
         stop_sent_at: float | None = None
@@ -514,6 +532,8 @@ class Supervisor:
             if diverged_kill:
                 continue  # killed: wait for the exit only
             now = time.monotonic()
+            if cause is None and serving is not None and serving.finished.is_set():
+                cause, self._stop_reason = "serving", serving.stop_reason  # load done: stop it
             if cause is None and self._stop_reason is not None:
                 cause = "user"
             if cause is None and self._budget_exhausted(attempt):
@@ -572,6 +592,9 @@ class Supervisor:
                 self._kill_now = False
                 stop_sent_at = float("inf")
         child.finish()
+        if serving is not None:  # the server is gone: end the load, keep what it measured
+            serving.server_exited()
+            serving.join(self.spec.serving.request_timeout + 30.0)
         self.telemetry.end()
         if progress is not None:
             progress.poll(final=True)  # the lines written just before the exit
@@ -588,7 +611,7 @@ class Supervisor:
         facts = AttemptFacts(
             returncode=returncode if returncode >= 0 else None,
             signal=res.signal,
-            stop_cause=cause,
+            stop_cause=None if cause == "serving" else cause,
             stderr_tail=stderr_tail(adir / "stderr.log"),
             events=watch.events,
             oom_kills=None if oom_before is None or oom_after is None else oom_after - oom_before,
@@ -601,6 +624,8 @@ class Supervisor:
             res.failure = dataclasses.replace(
                 res.failure, evidence=[stall_evidence, *res.failure.evidence]
             )
+        if serving is not None:
+            serving.settle(res, returncode)  # served: success; never ready: not_ready
         res.work = self._work(watch, child, resume_step, res)
         if self.spec.outputs:
             from acceptrun.supervisor.outputs import check_declared_outputs
@@ -829,6 +854,8 @@ class Supervisor:
             outcome, reason = "budget", f"stopped before the budget ran out ({self._stop_reason})"
         elif cause == "idle":  # e.g. "stopped: idle for 2m00s (process CPU 0.3% < 5%)"
             outcome, reason = "idle", f"stopped: {self._stop_reason}"
+        elif cause == "serving":  # named by ServingDriver.settle
+            outcome, reason = "serving", f"stopped after the load ({self._stop_reason})"
         elif cause in ("hang", "data_stall"):
             outcome, reason = (
                 cause,
