@@ -23,6 +23,7 @@ from acceptrun.cost.billing import format_usd
 from acceptrun.durable import write_atomic
 from acceptrun.inference.report import batch_html
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
+from acceptrun.serving.report import serving_html
 from acceptrun.spec import format_duration
 from acceptrun.verdict import GROUPS, PASS, read_attempts
 from acceptrun.workspace import RunRecord
@@ -167,6 +168,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "portability": portability,
         "preflight": record.read_json("preflight.json"),
         "inference": record.read_json("inference.json"),  # batch inference runs only
+        "serving_html": serving_html(record),  # serving runs only: figures and charts
     }
 
 
@@ -261,6 +263,7 @@ def render_html(data: dict[str, Any]) -> str:
         f"<style>{CSS}</style></head><body><main>",
         f'<h1>{_e(name)} <span class="muted">{_e(data["run_id"])}</span></h1>',
         '<nav><a href="#tests">tests</a><a href="#charts">charts</a><a href="#time">time</a>'
+        '<a href="#serving">serving</a>'
         '<a href="#cost">cost</a><a href="#attempts">attempts</a><a href="#checkpoints">checkpoints</a>'
         '<a href="#outputs">outputs</a><a href="#portability">portability</a>'
         '<a href="#provenance">provenance</a></nav>',
@@ -271,6 +274,7 @@ def render_html(data: dict[str, Any]) -> str:
     out += _time(data)
     out += _cost(data)
     out += batch_html(data.get("inference"))
+    out += data.get("serving_html") or []  # serving runs only
     out += _attempts(data)
     out += _checkpoints_html(data)
     out += _outputs(data)

@@ -14,6 +14,7 @@ from typing import Any
 from acceptrun.cost.billing import format_bytes
 from acceptrun.durable import read_jsonl
 from acceptrun.inference.report import batch_lines
+from acceptrun.serving.report import serving_lines
 from acceptrun.spec import format_duration
 from acceptrun.telemetry.summary import Summary, summarize
 from acceptrun.verdict import Check, Verdict, format_verdict
@@ -82,6 +83,7 @@ def format_show(record: RunRecord) -> str:
         return "\n".join(lines + _format_tune(record))
     lines += format_telemetry(summarize(record.path), _gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
+    lines += serving_lines(record)  # serving runs only
     data = record.read_json("verdict.json")
     if isinstance(data, dict):
         checks = [Check(**c) for c in data.get("checks", [])]
