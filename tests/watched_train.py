@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import time
@@ -29,6 +30,9 @@ p.add_argument("--iters", type=int, default=200)
 p.add_argument("--every", type=int, default=25)
 p.add_argument("--sleep", type=float, default=0.0)  # seconds per step: the shape of a real step
 p.add_argument("--hf", action="store_true")
+# seconds the save pauses halfway through writing ckpt.pt, holding it open: the shape of
+# a checkpoint of hundreds of MB, whose write takes that long
+p.add_argument("--save_pause", type=float, default=0.0)
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -58,6 +62,15 @@ def save(n: int) -> None:
         torch.save(state, os.path.join(d, "model.pt"))
         with open(os.path.join(d, "trainer_state.json"), "w") as f:
             json.dump({"global_step": n}, f)
+    elif args.save_pause:
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        data = buf.getvalue()
+        with open(ckpt_path, "wb") as f:  # in place, slowly
+            f.write(data[: len(data) // 2])
+            f.flush()
+            time.sleep(args.save_pause)
+            f.write(data[len(data) // 2 :])
     else:
         torch.save(state, ckpt_path)  # in place, as nanoGPT does
 

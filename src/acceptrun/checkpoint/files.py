@@ -78,13 +78,16 @@ def capture(
     *,
     metrics: Mapping[str, float] | None = None,
     meta: Mapping[str, Any] | None = None,
+    expect: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
 ) -> tuple[CheckpointInfo, CaptureStats]:
     """Copy ``sources`` (stored name -> file or directory) into the store as ``step``.
 
     Each file is copied in chunks, hashed as written and fsynced; its size and mtime are
     compared before and after, and a file that changed meanwhile (the script began its
     next save) abandons the save with :class:`SourceChanged`, leaving the store as it
-    was. A missing source is a :class:`UserError` naming it.
+    was. A missing source is a :class:`UserError` naming it. ``expect`` (stored name ->
+    {relative file name ("" for a single file): (size, mtime_ns)}) is the state the
+    caller judged complete: any other state before the copy is also SourceChanged.
     """
     t0 = time.monotonic()
     listing: dict[str, dict[str, Any]] = {}
@@ -98,9 +101,14 @@ def capture(
             raise UserError(f"checkpoint source {src} does not exist; nothing was captured")
         kind = "dir" if src.is_dir() else "file"
         listing[name] = {"path": str(src), "type": kind}
+        found = {}
         for rel, path in _walk(src):
             arc = f"{PREFIX}/{name}" + (f"/{rel}" if rel else "")
-            plan.append((arc, path, path.stat()))
+            st = path.stat()
+            plan.append((arc, path, st))
+            found[rel] = (st.st_size, st.st_mtime_ns)
+        if expect is not None and name in expect and dict(expect[name]) != found:
+            raise SourceChanged(f"{src} changed since it was judged complete (step {step})")
     writer = store.begin(step)
     total = 0
     try:

@@ -38,6 +38,7 @@ import math
 import os
 import re
 import shlex
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -306,7 +307,12 @@ class CheckpointWatcher:
         metrics = self._metrics_at(seen)
         self._t0 = time.monotonic()
         try:
-            info, stats = capture(self.store, step, {name: path}, metrics=metrics, meta=meta)
+            # Only the state that settled and was seen closed: a write that began since
+            # (between the look and the copy) makes it SourceChanged, never a torn copy.
+            expect = {name: {rel: (size, mtime) for rel, size, mtime, _ in seen.sig}}
+            info, stats = capture(
+                self.store, step, {name: path}, metrics=metrics, meta=meta, expect=expect
+            )
         except (SourceChanged, FileNotFoundError) as exc:
             # The script began its next save (or rotated the file away) mid-copy: drop
             # this copy, wait for the file to settle again.
@@ -389,6 +395,8 @@ class CheckpointWatcher:
                     if os.path.islink(p):
                         continue
                     s = os.stat(p)
+                    if not stat.S_ISREG(s.st_mode):
+                        continue  # as capture() does: only regular files are copied
                     out.append((os.path.relpath(p, path), s.st_size, s.st_mtime_ns, s.st_ino))
             return tuple(out) if out else None  # an empty directory is not a checkpoint yet
         except FileNotFoundError:
