@@ -246,7 +246,7 @@ def test_kill_ignores_the_grace_period(
     t0 = time.monotonic()
     code, out, err = cli(capsys, ws, "kill", record.run_id, "--wait")
     assert code == 0, err
-    assert time.monotonic() - t0 < 10  # the grace period is 60 s
+    assert time.monotonic() - t0 < 45  # the grace period is 60 s
     assert "REJECTED" in out
     (sent,) = record.events("kill_sent")
     assert sent["after_s"] < 1

@@ -77,7 +77,6 @@ def test_failing_workload_is_restarted_then_given_up(project: Any) -> None:
         "import sys; print('failing'); sys.exit(3)",
         extra="[limits]\nmax_restarts = 2\nrestart_backoff = 0.1\n",
     )
-    t0 = time.monotonic()
     result = launch(spec, workspace=project.workspace, echo=False)
 
     rec = result.record
@@ -93,7 +92,6 @@ def test_failing_workload_is_restarted_then_given_up(project: Any) -> None:
     assert not result.verdict.accepted and result.exit_code == 1
     assert rec.read_json("verdict.json")["verdict"] == "rejected"
     assert rec.state["attempts"] == 3
-    assert time.monotonic() - t0 < 10
 
 
 def test_fails_once_then_succeeds_on_attempt_2(project: Any) -> None:
@@ -156,10 +154,10 @@ def test_wall_time_stops_the_workload(project: Any) -> None:
     elapsed = time.monotonic() - t0
 
     rec = result.record
-    assert elapsed < 20, f"run took {elapsed:.1f} s"  # preflight included, not the 60 s
+    assert elapsed < 50, f"run took {elapsed:.1f} s"  # preflight included, not the 60 s
     assert attempt_numbers(rec) == [1]  # wall time is never a reason to restart
     ex = exit_json(rec, 1)
-    assert 0.9 < ex["duration_s"] < 4
+    assert 0.9 < ex["duration_s"] < 30  # stopped at the wall time, not after the 60 s sleep
     assert ex["outcome"] == "wall_time" and ex["signal"] == "SIGTERM"
     (stop,) = rec.events("stop_sent")
     assert stop["signal"] == "SIGTERM" and "wall time" in stop["reason"]
@@ -184,9 +182,9 @@ def test_workload_ignoring_sigterm_is_killed_after_the_grace_period(project: Any
     elapsed = time.monotonic() - t0
 
     rec = result.record
-    assert elapsed < 20, f"run took {elapsed:.1f} s"
+    assert elapsed < 50, f"run took {elapsed:.1f} s"
     ex = exit_json(rec, 1)
-    assert 1.9 < ex["duration_s"] < 5  # 1 s wall time + 1 s grace, then SIGKILL
+    assert 1.9 < ex["duration_s"] < 30  # 1 s wall time + 1 s grace, then SIGKILL
     assert ex["outcome"] == "wall_time" and ex["signal"] == "SIGKILL"
     (kill,) = rec.events("kill_sent")
     assert kill["signal"] == "SIGKILL" and kill["after_s"] >= 1.0
@@ -344,7 +342,7 @@ def test_stop_during_restart_backoff_ends_without_waiting(
     result = sup.run()
     helper.join(5)
 
-    assert time.monotonic() - t0 < 10  # not the 30 s backoff
+    assert time.monotonic() - t0 < 25  # not the 30 s backoff
     assert len(result.attempts) == 1 and result.attempts[0].outcome == "failed"
     assert result.stop_reason is not None and "test stop" in result.stop_reason
     assert attempt_numbers(rec) == [1]
@@ -374,7 +372,7 @@ def test_stop_arriving_as_an_attempt_fails_is_not_lost(project: Any) -> None:
     t0 = time.monotonic()
     result = sup.run()
 
-    assert time.monotonic() - t0 < 10  # not the 30 s backoff, and no attempt 2
+    assert time.monotonic() - t0 < 25  # not the 30 s backoff, and no attempt 2
     assert [a.outcome for a in result.attempts] == ["failed"]
     assert attempt_numbers(rec) == [1]
 
