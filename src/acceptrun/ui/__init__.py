@@ -1,7 +1,9 @@
 """``acceptrun ui``: a local web board of runs, live runs, comparisons, the queue and the spend.
 
 Layout: :mod:`~acceptrun.ui.board` reads the workspaces (index, records) and thins
-series; :mod:`~acceptrun.ui.pages` renders the pages; :mod:`~acceptrun.ui.live` serves
+series; :mod:`~acceptrun.ui.pages` renders the layout and the run pages,
+:mod:`~acceptrun.ui.compare`, :mod:`~acceptrun.ui.pool` and :mod:`~acceptrun.ui.spend`
+the others; :mod:`~acceptrun.ui.live` serves
 the live feeds (server-sent events); :mod:`~acceptrun.ui.server` is the HTTP server and
 its security rules; :mod:`~acceptrun.ui.assets` holds the stylesheet and the one script;
 :mod:`~acceptrun.ui.cli` registers the command. Standard library only.

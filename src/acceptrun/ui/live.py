@@ -27,7 +27,16 @@ from typing import Any
 from acceptrun.ui.board import is_live, thin_rows
 from acceptrun.workspace import RunRecord
 
-__all__ = ["POLL_S", "log_feed", "read_appended", "run_feed", "run_status", "sse"]
+__all__ = [
+    "POLL_S",
+    "log_feed",
+    "read_appended",
+    "run_feed",
+    "run_status",
+    "sse",
+    "step_row",
+    "throughput_key",
+]
 
 POLL_S = 0.1  # seconds between looks at a followed file: the feed's added latency at most
 STATUS_EVERY_S = 1.0  # seconds between status messages (each reads the ends of two files)
@@ -55,7 +64,7 @@ def read_appended(path: Path, offset: int) -> tuple[list[bytes], int]:
     return data[: end + 1].splitlines(), offset + end + 1
 
 
-def _step_row(ev: dict[str, Any], key: str | None) -> dict[str, Any]:
+def step_row(ev: dict[str, Any], key: str | None) -> dict[str, Any]:
     st = ev.get("step_time")
     rate = None
     if isinstance(st, int | float) and st > 0:
@@ -79,7 +88,7 @@ def _steps(lines: list[bytes], key: str | None) -> list[dict[str, Any]]:
         except ValueError:
             continue
         if isinstance(ev, dict) and ev.get("kind") == "step":
-            out.append(_step_row(ev, key))
+            out.append(step_row(ev, key))
     return out
 
 

@@ -322,11 +322,17 @@ class BoardHandler(BaseHTTPRequestHandler):
                 self._html(pages.checkpoint_page(_int(ws), record, int(step)))
             case ["compare"]:
                 refs = [_ref(r) for r in query.get("run", [])]
-                self._html(pages.compare_page(board, refs))
+                from acceptrun.ui.compare import compare_page
+
+                self._html(compare_page(board, refs))
             case ["queue"]:
-                self._html(_flash(pages.queue_page(board, token), one))
+                from acceptrun.ui.pool import queue_page
+
+                self._html(_flash(queue_page(board, token), one))
             case ["spend"]:
-                self._html(pages.spend_page(board))
+                from acceptrun.ui.spend import spend_page
+
+                self._html(spend_page(board))
             case ["favicon.ico"]:
                 self._send(204, b"", "image/x-icon")
             case _:
