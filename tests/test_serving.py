@@ -1,0 +1,312 @@
+"""Serving runs: real servers on loopback under a real `acceptrun run`, and the load generator.
+
+The servers are tests/serving_server.py (standard library) and the example FastAPI server
+(examples/serving/server.py, skipped when FastAPI, uvicorn or torch are missing). Every
+wait is on readiness or on the run's end, never on a guess.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptrun.errors import SpecError
+from acceptrun.serving.load import LoadPlan, arrival_schedule, run_load
+from acceptrun.serving.summary import percentile
+from acceptrun.spec import parse_spec
+from acceptrun.workspace import RunRecord
+from conftest import PYTHON, Project, toml_str
+
+HERE = Path(__file__).parent
+SERVER = HERE / "serving_server.py"
+EXAMPLE = HERE.parent / "examples" / "serving"
+RUN_TIMEOUT = 240  # seconds: a generous bound on a whole run on a busy 2-core machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serving_spec(
+    project: Project, port: int, *, args: str = "", serving: str = "", name: str = "srv"
+) -> Path:
+    """A spec whose command is tests/serving_server.py on ``port`` with ``args``."""
+    shutil.copy(SERVER, project.root / "serving_server.py")
+    (project.root / "prompts.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    argv = [PYTHON, "serving_server.py", str(port), *args.split()]
+    text = f"""
+    [limits]
+    grace_period = "5s"
+    max_restarts = 2
+    [cost]
+    price_per_hour = 0.5
+    billing_increment = "1s"
+    [serving]
+    url = "http://127.0.0.1:{port}/v1/completions"
+    ready_url = "http://127.0.0.1:{port}/health"
+    payload = "prompts.jsonl"
+    {serving}
+    """
+    return project.spec(command=argv, name=name, extra=text)
+
+
+def run(project: Project, spec: Path) -> subprocess.CompletedProcess[str]:
+    return project.cli("run", str(spec), timeout=RUN_TIMEOUT)
+
+
+def checks(record: RunRecord) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in record.read_json("verdict.json")["checks"]}
+
+
+# ---- real runs -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_serving_run_measures_percentiles_ttft_cost_and_is_accepted(project: Project) -> None:
+    port = free_port()
+    spec = serving_spec(
+        project, port, args="--tokens 6",
+        serving="""
+        stream = true
+        rate = 40
+        requests = 60
+        slo_latency = "5s"
+        max_latency_p99 = "10s"
+        max_ttft_p99 = "10s"
+        max_error_rate = 0
+        max_usd_per_1k_requests = 100
+        """,
+    )  # fmt: skip
+    (project.root / "prompts.jsonl").write_text('{"prompt": "a", "stream": true}\n')
+    proc = run(project, spec)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = project.only_record()
+    c = checks(record)
+    for name in ("ready", "load", "latency p50", "latency p90", "latency p99", "ttft p99",
+                 "error rate", "goodput", "requests/s", "cost per 1k requests"):  # fmt: skip
+        assert c[name]["status"] == "pass", c[name]
+    assert "60 requests, open loop, poisson arrivals at 40/s" in c["load"]["evidence"]
+    assert "360 tokens" in c["ttft p99"]["evidence"]  # 6 tokens x 60 streamed answers
+    s = record.read_json("serving.json")
+    assert s["load"]["ok"] == 60 and s["load"]["tokens"] == 360
+    assert 0 < s["ready"]["seconds"] <= s["first_success_s"]
+    lines = (record.path / "serving" / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 60
+    exit_ = record.read_json("attempts/1/exit.json")
+    assert exit_["outcome"] == "success" and "stopped by the supervisor" in exit_["reason"]
+    shown = project.cli("show", record.run_id, check_rc=0).stdout
+    assert "TTFT p50" in shown and "USD per 1,000 requests" in shown and "p99" in shown
+    html = (record.path / "report.html").read_text()
+    assert "Latency histogram" in html and "Latency over time" in html and "Load level" in html
+
+
+@pytest.mark.slow
+def test_slow_server_fails_the_latency_check_with_evidence(project: Project) -> None:
+    port = free_port()
+    spec = serving_spec(
+        project, port, args="--delay 0.3",
+        serving='concurrency = 2\nrequests = 8\nmax_latency_p99 = "100ms"\nmax_error_rate = 0',
+    )  # fmt: skip
+    proc = run(project, spec)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    c = checks(project.only_record())
+    assert c["latency p99"]["status"] == "fail"
+    assert "at most 100.0 ms" in c["latency p99"]["evidence"]
+    assert "raise serving.max_latency_p99" in c["latency p99"]["fix"]
+    assert c["ready"]["status"] == "pass" and c["error rate"]["status"] == "pass"
+    assert c["exit"]["status"] == "pass"  # the server did its job: only the SLO failed
+
+
+@pytest.mark.slow
+def test_server_that_errors_on_some_requests_fails_the_error_rate(project: Project) -> None:
+    port = free_port()
+    spec = serving_spec(
+        project, port, args="--error-every 4",
+        serving="concurrency = 1\nrequests = 20\nmax_error_rate = 0.05",
+    )  # fmt: skip
+    proc = run(project, spec)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    c = checks(project.only_record())
+    assert c["error rate"]["status"] == "fail"
+    assert (
+        "25.00% of 20 requests failed (HTTP 500 x5), at most 5.00%" in c["error rate"]["evidence"]
+    )
+    assert c["latency p99"]["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_server_that_never_becomes_ready_fails_readiness_with_its_stderr(
+    project: Project,
+) -> None:
+    port = free_port()
+    spec = serving_spec(
+        project, port, args="--never-ready",
+        serving='concurrency = 1\nrequests = 5\nready_timeout = "3s"',
+    )  # fmt: skip
+    proc = run(project, spec)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = project.only_record()
+    c = checks(record)
+    assert c["ready"]["status"] == "fail"
+    assert "not ready 3s after launch" in c["ready"]["evidence"]
+    assert "weights file model.bin is truncated" in c["ready"]["evidence"]  # its stderr
+    assert "HTTP 503" in c["ready"]["evidence"]  # the last probe
+    exit_ = record.read_json("attempts/1/exit.json")
+    assert exit_["outcome"] == "not_ready" and exit_["class"] == "not_ready"
+    assert not (record.path / "attempts" / "2").exists()  # not retried: it would wait again
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn", "torch")),
+    reason="the example server needs fastapi, uvicorn and torch (the dev environment has them)",
+)
+def test_example_fastapi_server_streams_and_is_accepted(project: Project) -> None:
+    port = free_port()
+    for name in ("server.py", "prompts.jsonl"):
+        shutil.copy(EXAMPLE / name, project.root / name)
+    text = (EXAMPLE / "spec.toml").read_text().replace("8765", str(port))
+    text = text.replace('command = ["python"', f"command = [{toml_str(PYTHON)}")
+    text = text.replace('duration = "10s"', 'duration = "3s"')  # a third of the requests:
+    text = text.replace("max_usd_per_1k_requests = 0.2", "max_usd_per_1k_requests = 1.0")
+    spec = project.root / "spec.toml"
+    spec.write_text(text)
+    proc = run(project, spec)
+    record = project.only_record()
+    c = checks(record)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert c["ttft p99"]["status"] == "pass" and "tokens" in c["ttft p99"]["evidence"]
+    assert c["cost per 1k requests"]["status"] == "pass"
+    assert record.read_json("serving.json")["load"]["tokens"] > 0
+
+
+# ---- the load generator ----------------------------------------------------------------------
+
+
+class _Server:
+    """tests/serving_server.py as a child process, waited on until /health answers."""
+
+    def __init__(self, *args: str) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER), str(self.port), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # "serving on ..." once it listens
+        assert "serving on" in line, line
+
+    def url(self, path: str = "/v1/completions") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def server() -> Any:
+    created: list[_Server] = []
+
+    def make(*args: str) -> _Server:
+        created.append(_Server(*args))
+        return created[-1]
+
+    yield make
+    for s in created:
+        s.close()
+
+
+def test_open_loop_charges_a_stall_to_the_requests_behind_it(server: Any) -> None:
+    """A 1 s stall: open-loop latency is timed from the intended send, so the requests that
+    were due during the stall carry it; a single closed-loop client sends none meanwhile."""
+    s = server("--stall-every", "2", "--stall", "1")
+    open_ = run_load(LoadPlan(url=s.url(), rate=50, duration=4.0, seed=1))
+    assert all(r.ok for r in open_)
+    stalled = [r for r in open_ if r.latency is not None and r.latency >= 0.5]
+    assert len(stalled) >= 10  # about 50 requests were due in each 1 s stall
+    closed = run_load(LoadPlan(url=s.url(), concurrency=1, duration=4.0))
+    slow = [r for r in closed if r.latency is not None and r.latency >= 0.5]
+    assert len(slow) <= 3  # one request per stall waits; the client sent nothing else
+    assert percentile([r.latency for r in open_ if r.latency], 90) >= 0.3  # type: ignore[operator]
+
+
+def test_streamed_answers_give_ttft_and_inter_token_latency(server: Any) -> None:
+    s = server("--tokens", "4")
+    results = run_load(
+        LoadPlan(url=s.url(), concurrency=2, requests=6, stream=True,
+                 bodies=[b'{"prompt": "x", "stream": true}'])
+    )  # fmt: skip
+    assert [r.index for r in results] == list(range(6))
+    for r in results:
+        assert r.ok and len(r.token_times) == 4
+        d = r.to_dict()
+        assert d["ttft"] is not None and 0 <= d["ttft"] <= d["latency"]
+        assert len(d["itl"]) == 3 and all(x >= 0 for x in d["itl"])
+
+
+def test_errors_and_a_dead_port_are_counted_not_raised(server: Any) -> None:
+    s = server("--error-every", "2")
+    results = run_load(LoadPlan(url=s.url(), concurrency=1, requests=4))
+    assert [r.status for r in results] == [200, 500, 200, 500]
+    dead = run_load(LoadPlan(url=f"http://127.0.0.1:{free_port()}/", concurrency=1, requests=2))
+    assert all(not r.ok and r.error and "ConnectionRefused" in r.error for r in dead)
+
+
+def test_arrival_schedule_is_poisson_at_the_rate_and_fixed_by_the_seed() -> None:
+    times = arrival_schedule(100.0, 5000, seed=3)
+    assert times == arrival_schedule(100.0, 5000, seed=3)
+    assert 45 <= times[-1] <= 55  # 5000 arrivals at 100/s: about 50 s
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    cv = (sum((g - 0.01) ** 2 for g in gaps) / len(gaps)) ** 0.5 / 0.01
+    assert 0.9 <= cv <= 1.1  # exponential gaps: standard deviation = mean
+    assert arrival_schedule(10.0, 3, arrivals="uniform") == [0.0, 0.1, 0.2]
+
+
+def test_the_load_stops_when_asked(server: Any) -> None:
+    s = server()
+    stop = threading.Event()
+    t0 = time.monotonic()
+    threading.Timer(0.5, stop.set).start()
+    results = run_load(LoadPlan(url=s.url(), rate=20, duration=60.0), stop=stop)
+    assert time.monotonic() - t0 < 30 and 0 < len(results) < 1200
+
+
+# ---- the spec --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("serving", "message"),
+    [
+        pytest.param('rate = 5\nconcurrency = 2\nrequests = 1\nready_url = "http://h/"',
+                     "exactly one of rate", id="rate-and-concurrency"),
+        pytest.param("rate = 5\nrequests = 1", "a health URL", id="no-readiness"),
+        pytest.param('rate = 5\nready_log = "up"', "a length of load", id="no-length"),
+        pytest.param('rate = 5\nrequests = 1\nready_log = "up"\nmax_ttft_p99 = "1s"',
+                     "stream = true", id="ttft-without-stream"),
+        pytest.param('rate = 5\nrequests = 1\nready_log = "("', "regular expression",
+                     id="bad-regex"),
+    ],
+)  # fmt: skip
+def test_serving_section_errors_name_the_field_and_the_fix(serving: str, message: str) -> None:
+    text = f'name = "s"\ncommand = ["srv"]\n[serving]\nurl = "http://127.0.0.1:1/x"\n{serving}\n'
+    with pytest.raises(SpecError, match="serving\\.") as info:
+        parse_spec(text)
+    assert message in str(info.value)
+
+
+def test_serving_keys_without_a_url_are_refused() -> None:
+    with pytest.raises(SpecError, match=r"serving\.url"):
+        parse_spec('name = "s"\ncommand = ["srv"]\n[serving]\nrate = 5\n')
