@@ -192,6 +192,15 @@ def test_uninterrupted_run_is_accepted_with_steps_checkpoints_metrics_and_output
     assert verdict["verdict"] == "accepted"
 
 
+def test_restore_drill_passes_and_changes_no_file_of_the_run(reference: dict[str, Any]) -> None:
+    job, record = reference["job"], reference["record"]
+    before = {p.name: p.read_bytes() for p in (job / "ckpt").iterdir()}
+    drill = acceptrun(job, record.path.parent.parent, "ckpt", "drill", record.run_id)
+    assert drill.returncode == 0, drill.stdout + drill.stderr
+    assert "restore drill PASSED: restored step 30" in drill.stdout + drill.stderr
+    assert {p.name: p.read_bytes() for p in (job / "ckpt").iterdir()} == before
+
+
 def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
@@ -234,9 +243,10 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
 ) -> None:
     job = make_job(tmp_path / "job")
     ws = tmp_path / "ws"
+    # 0.4 s a step: the stop lands mid-run however long `acceptrun stop` takes to start.
     run = subprocess.Popen(
         [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
-        cwd=job, env={**os.environ, "STEP_S": "0.1"}, stdout=subprocess.PIPE,
+        cwd=job, env={**os.environ, "STEP_S": "0.4"}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -40,6 +40,7 @@ import hashlib
 import math
 import random
 import signal
+import tempfile
 import time
 import warnings
 import weakref
@@ -181,7 +182,11 @@ class AcceptrunCallback(Callback):
                 "resume it with the script that wrote it, or give this run a checkpoint.dir "
                 "of its own"
             )
-        placed = self.fr.put_back(info)
+        targets = None
+        if self.run.drill:  # a drill changes no file of the run: the copy goes to scratch
+            scratch = Path(tempfile.mkdtemp(prefix="acceptrun-drill-"))
+            targets = {name: scratch / name for name in info.meta["files"]}
+        placed = self.fr.put_back(info, targets)
         path = placed[meta["load"]]
         if self.run.drill:  # the client's drill check reads what was restored
             self.run._restored = {"step": info.step, "path": str(info.path), "seconds": 0.0}
@@ -325,6 +330,9 @@ class AcceptrunCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit" or not self._fitting:
             return
+        if self.run.drill and self.resumed_from is not None:
+            # The drill restored the final checkpoint: the fit had no step left to run.
+            self.run._finish_drill(trainer.global_step, 0.0)
         self._flush()
         self._fitting = False
         for loader in self._loaders:
@@ -467,6 +475,8 @@ class _AcceptrunIO(CheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        if self.callback.run.drill:
+            return  # a restore drill writes nothing outside its scratch copy
         t0 = time.perf_counter()
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         step = int(checkpoint.get("global_step", 0))
@@ -480,6 +490,8 @@ class _AcceptrunIO(CheckpointIO):
         )
 
     def remove_checkpoint(self, path: Any) -> None:
+        if self.callback.run.drill:
+            return
         self.callback._before_remove(Path(path))
         self.inner.remove_checkpoint(path)
 
