@@ -42,7 +42,7 @@ class Blocks(torch.utils.data.Dataset):
 set_seed(0)
 config = GPT2Config(
     vocab_size=len(chars), n_positions=BLOCK, n_embd=64, n_layer=2, n_head=4,
-    bos_token_id=0, eos_token_id=0, loss_type="ForCausalLM",  # GPT-2's defaults name 50257 tokens
+    bos_token_id=0, eos_token_id=0,  # GPT-2's default ids assume its 50257 tokens
 )  # fmt: skip
 model = GPT2LMHeadModel(config)
 args = TrainingArguments(

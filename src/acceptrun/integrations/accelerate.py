@@ -70,6 +70,12 @@ class Tracker:
     def __init__(
         self, accelerator: Accelerator, *, stop_dir: str | os.PathLike[str] | None
     ) -> None:
+        if not getattr(accelerator, "_models", None):
+            raise UserError(
+                "track(accelerator) came before accelerator.prepare(model, ...): a restart "
+                "loads the checkpoint into the prepared objects, so call "
+                "model, opt, loader = accelerator.prepare(...) first, then track(accelerator)"
+            )
         self.accelerator = accelerator
         self.fr = FrameworkRun.attach()
         self.run = self.fr.run
