@@ -40,7 +40,13 @@ def free_port() -> int:
 
 
 def serving_spec(
-    project: Project, port: int, *, args: str = "", serving: str = "", name: str = "srv"
+    project: Project,
+    port: int,
+    *,
+    args: str = "",
+    serving: str = "",
+    name: str = "srv",
+    ready: str = "",
 ) -> Path:
     """A spec whose command is tests/serving_server.py on ``port`` with ``args``."""
     shutil.copy(SERVER, project.root / "serving_server.py")
@@ -55,7 +61,7 @@ def serving_spec(
     billing_increment = "1s"
     [serving]
     url = "http://127.0.0.1:{port}/v1/completions"
-    ready_url = "http://127.0.0.1:{port}/health"
+    {ready or f'ready_url = "http://127.0.0.1:{port}/health"'}
     payload = "prompts.jsonl"
     {serving}
     """
@@ -135,6 +141,7 @@ def test_server_that_errors_on_some_requests_fails_the_error_rate(project: Proje
     spec = serving_spec(
         project, port, args="--error-every 4",
         serving="concurrency = 1\nrequests = 20\nmax_error_rate = 0.05",
+        ready='ready_log = "serving on 127[.]0[.]0[.]1"',  # readiness from its log line
     )  # fmt: skip
     proc = run(project, spec)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -144,6 +151,7 @@ def test_server_that_errors_on_some_requests_fails_the_error_rate(project: Proje
         "25.00% of 20 requests failed (HTTP 500 x5), at most 5.00%" in c["error rate"]["evidence"]
     )
     assert c["latency p99"]["status"] == "pass"
+    assert "log line 'serving on 127.0.0.1" in c["ready"]["evidence"]
 
 
 @pytest.mark.slow

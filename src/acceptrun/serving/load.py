@@ -184,10 +184,13 @@ class _Driver:
         async with self.pool.slots:
             conn = None
             try:
-                conn = await asyncio.wait_for(self.pool.get(), self.plan.timeout)
+                # asyncio.timeout, not wait_for: no extra task per request (CPU per request)
+                async with asyncio.timeout(self.plan.timeout):
+                    conn = await self.pool.get()
                 res.sent = self.now()
                 left = self.plan.timeout - (res.sent - res.intended)
-                keep = await asyncio.wait_for(self._exchange(conn, res), max(left, 0.001))
+                async with asyncio.timeout(max(left, 0.001)):
+                    keep = await self._exchange(conn, res)
                 if keep:
                     self.pool.put(conn)
                     conn = None
