@@ -318,3 +318,12 @@ def test_serving_section_errors_name_the_field_and_the_fix(serving: str, message
 def test_serving_keys_without_a_url_are_refused() -> None:
     with pytest.raises(SpecError, match=r"serving\.url"):
         parse_spec('name = "s"\ncommand = ["srv"]\n[serving]\nrate = 5\n')
+
+
+def test_a_bad_payload_stops_the_run_before_launch(project: Project) -> None:
+    spec = serving_spec(project, free_port(), serving="concurrency = 1\nrequests = 1")
+    (project.root / "prompts.jsonl").write_text('{"prompt": "a"}\n{"prompt": oops}\n')
+    proc = project.cli("run", str(spec), timeout=RUN_TIMEOUT)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "serving.payload" in proc.stderr and "prompts.jsonl:2: not JSON" in proc.stderr
+    assert project.run_ids() == []  # stopped before a record was made

@@ -189,6 +189,13 @@ def check_static(spec: RunSpec) -> None:
                 f"data.manifest: {manifest} does not exist; create it with "
                 f"`acceptrun data snapshot {spec.data.path} -o {spec.data.manifest}`"
             )
+    if spec.serving.payload:  # a serving run's request bodies: read now, not mid-load
+        from acceptrun.serving.driver import load_bodies
+
+        try:
+            load_bodies(spec.resolve_path(spec.serving.payload))
+        except (OSError, ValueError) as exc:
+            problems.append(f"serving.payload: {exc}; fix `serving.payload` in {spec.source}")
     if problems:
         raise PreflightError(
             "cannot launch:\n  " + "\n  ".join(problems) if len(problems) > 1 else problems[0]
