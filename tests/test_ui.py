@@ -355,8 +355,8 @@ def test_thinning_keeps_every_spike_of_100000_points() -> None:
     points = [(float(i), math.sin(i / 500.0)) for i in range(100_000)]
     points[12_345] = (12_345.0, 50.0)  # one spike
     points[77_777] = (77_777.0, -50.0)  # one dip
-    thinned = thin_minmax(points, 760)
-    assert len(thinned) <= 2 * 760 + 2
+    thinned = thin_minmax(points, 700)
+    assert len(thinned) <= 2 * 700 + 2
     assert (12_345.0, 50.0) in thinned and (77_777.0, -50.0) in thinned
     assert thinned[0] == points[0] and thinned[-1] == points[-1]
     assert [x for x, _ in thinned] == sorted(x for x, _ in thinned)
@@ -433,6 +433,10 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
         assert exit_["class"] == "stopped" and exit_["work"]["steps_lost"] == 0
         audits = [e for e in record.events("audit") if e.get("action") == "stop"]
         assert audits and audits[-1]["reason"] == "from acceptrun ui"
+        ckpt = stopped[-1]["checkpoint"]
+        page = served.get(f"/run/0/{run_id}")
+        assert f"/run/0/{run_id}/checkpoint/{ckpt}" in page  # a link to its manifest
+        assert "tensors.safetensors" in served.get(f"/run/0/{run_id}/checkpoint/{ckpt}")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == [], errors
 
@@ -602,5 +606,42 @@ def test_a_queued_job_is_listed_and_cancelled_from_the_queue_page(tmp_path: Path
         page = served.get(headers["location"])
         assert "job 1 (queued-job) cancelled" in page
         assert "<h4>cancelled (1)</h4>" in page and "<h4>queued (1)</h4>" in page
+    finally:
+        served.close()
+
+
+@pytest.mark.slow
+def test_a_long_runs_charts_are_thinned_and_keep_their_spike(tmp_path: Path) -> None:
+    """20,000 steps: each chart draws at most 1,500 points, and the one spike is still drawn."""
+    import json
+
+    from acceptrun.ui import pages
+
+    ws = Workspace.create(tmp_path / "ws")
+    record = ws.create_run(
+        "long", spec_text='name = "long"\ncommand = ["true"]\n',
+        state={"status": "finished", "verdict": "accepted"},
+    )  # fmt: skip
+    record.write_json("verdict.json", {"accepted": True, "checks": []})
+    t0 = time.time() - 1000
+    with open(record.events_path, "a") as f:
+        f.write(json.dumps({"t": t0, "kind": "run_start"}) + "\n")
+        for i in range(20_000):
+            loss = 1 / (1 + i / 1000) + (49.0 if i == 12_345 else 0.0)
+            step = {"t": t0 + i * 0.01, "kind": "step", "step": i, "attempt": 1, "loss": loss,
+                    "step_time": 0.01, "samples": 8}  # fmt: skip
+            f.write(json.dumps(step) + "\n")
+    served = Served(Board.for_workspaces([ws]))
+    try:
+        page = served.get(f"/run/0/{record.run_id}")
+        charts = re.findall(r'<svg[^>]*class="chart"[^>]*>.*?</svg>', page, re.S)
+        loss = next(c for c in charts if "<title>Loss</title>" in c)
+        path = re.search(r'<path d="([^"]*)"', loss)
+        assert path is not None
+        assert 100 < path.group(1).count("L") + 1 <= 1500
+        ticks = [float(t) for t in re.findall(r'text-anchor="end">([\d.]+)<', loss)]
+        assert max(ticks) >= 50  # the y axis reaches the spike: it was not thinned away
+        assert str(record.path) in pages._bodies  # kept for the next view
+        assert served.get(f"/run/0/{record.run_id}") == page  # the same until the record changes
     finally:
         served.close()

@@ -225,12 +225,14 @@ def is_live(record: RunRecord, state: dict[str, Any]) -> bool:
 
 
 def thin_minmax(
-    points: Sequence[tuple[float, float]], buckets: int = 760
+    points: Sequence[tuple[float, float]], buckets: int = 700
 ) -> list[tuple[float, float]]:
     """At most ~2 points per x bucket: the lowest and the highest of each, in x order.
 
-    A chart ``buckets`` pixels wide then shows every spike and dip of 100,000 points with
-    about 1,500 of them. NaN y values (gaps between attempts) are kept.
+    A chart about ``buckets`` pixels wide then shows every spike and dip of 100,000 points
+    with at most ``2 * buckets + 2`` of them, under the 1,500 at which the report's charts
+    would drop every other point (:data:`acceptrun.report.svg.MAX_POINTS`). NaN y values
+    (gaps between attempts) are kept.
     """
     if len(points) <= 2 * buckets:
         return list(points)
@@ -259,11 +261,15 @@ def thin_minmax(
 
 
 def thin_rows(
-    rows: list[dict[str, Any]], x: str, keys: Sequence[str], buckets: int = 760
+    rows: list[dict[str, Any]], x: str, keys: Sequence[str], budget: int = 1400
 ) -> list[dict[str, Any]]:
-    """Rows (step events) thinned like :func:`thin_minmax`, keeping each key's extremes."""
-    if len(rows) <= 2 * buckets:
+    """Rows (step events) thinned like :func:`thin_minmax`, keeping each key's extremes.
+
+    At most about ``budget`` rows stay, whichever key a chart draws from them.
+    """
+    if len(rows) <= budget:
         return rows
+    buckets = max(50, budget // (2 * max(1, len(keys))))
     keep: set[int] = {0, len(rows) - 1}
     for key in keys:
         pts = [

@@ -16,7 +16,10 @@ it into (see :mod:`acceptrun.ui.server`).
 from __future__ import annotations
 
 import html
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -195,7 +198,44 @@ def _pager(flt: RunFilter, page: int, pages: int) -> str:
 # ---- a run ------------------------------------------------------------------------------------
 
 
+# Rendered report bodies by record, while the record's files stay as they were: gathering
+# a report reads events.jsonl several times (seconds for 100,000 steps), a page view should not.
+CACHED_BODIES = 16
+STAMPED = ("run.json", "events.jsonl", "telemetry.jsonl", "verdict.json", "ledger.json",
+           "provenance.json", "preflight.json", "mirror.json", "cost.jsonl")  # fmt: skip
+_bodies: OrderedDict[str, tuple[tuple[Any, ...], str]] = OrderedDict()
+_bodies_lock = threading.Lock()
+
+
+def _stamp(record: RunRecord) -> tuple[Any, ...]:
+    """Size and mtime of each file the report reads: any write changes it."""
+    out: list[Any] = []
+    for name in STAMPED:
+        try:
+            st = (record.path / name).stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def _report_body(record: RunRecord) -> str:
+    """The report's body, from the cache while the record has not changed since."""
+    key, stamp = str(record.path), _stamp(record)
+    with _bodies_lock:
+        hit = _bodies.get(key)
+        if hit is not None and hit[0] == stamp:
+            _bodies.move_to_end(key)
+            return hit[1]
+    body = _render_report_body(record)
+    with _bodies_lock:
+        _bodies[key] = (stamp, body)
+        while len(_bodies) > CACHED_BODIES:
+            _bodies.popitem(last=False)
+    return body
+
+
+def _render_report_body(record: RunRecord) -> str:
     """The report's own body (verdict, five tests, charts, cost, ...), series thinned first."""
     from acceptrun.report.html import render_html, report_data
 
@@ -310,20 +350,34 @@ def _use(s: dict[str, Any]) -> str:
     return f"{s['proc_cpu_pct']:.0f}% CPU{rss}"
 
 
-def _checkpoint_files(ws: int, record: RunRecord) -> list[str]:
-    """Links to each kept checkpoint's manifest (the report's table says what each holds)."""
-    from acceptrun.report.html import _checkpoints
+def checkpoint_root(record: RunRecord) -> Path:
+    """Where the run's checkpoints are: ``checkpoint.dir`` of its frozen spec, else the record's."""
+    from acceptrun.spec import load_spec
 
     try:
-        ck = _checkpoints(record)
+        spec = load_spec(record.spec_path)
+    except Exception:  # a spec that no longer loads: the default place, as the report does
+        return record.checkpoints_dir
+    return (
+        Path(spec.resolve_path(spec.checkpoint.dir))
+        if spec.checkpoint.dir
+        else record.checkpoints_dir
+    )
+
+
+def _checkpoint_files(ws: int, record: RunRecord) -> list[str]:
+    """Links to each kept checkpoint's manifest (the report's table says what each holds)."""
+    from acceptrun.checkpoint.store import CheckpointStore
+
+    try:
+        steps = [info.step for info in CheckpointStore(checkpoint_root(record)).list()]
     except Exception as exc:  # a damaged store: say so, the rest of the page stands
         return [f'<p class="note">Checkpoints could not be listed: {esc(exc)}</p>']
-    rows = ck.get("kept") or []
-    if not rows:
+    if not steps:
         return []
     links = " ".join(
-        f'<a href="{esc(run_url(ws, record.run_id, "/checkpoint/" + str(r["step"])))}">step {esc(r["step"])}</a>'
-        for r in rows
+        f'<a href="{esc(run_url(ws, record.run_id, f"/checkpoint/{step}"))}">step {step}</a>'
+        for step in steps
     )
     return [f"<h3>Checkpoint manifests</h3><p>{links}</p>"]
 
@@ -331,12 +385,7 @@ def _checkpoint_files(ws: int, record: RunRecord) -> list[str]:
 def checkpoint_page(ws: int, record: RunRecord, step: int) -> str:
     import json
 
-    from acceptrun.report.html import _checkpoints
-
-    ck = _checkpoints(record)
-    from pathlib import Path
-
-    path = Path(ck["dir"]) / f"step-{step}" / "MANIFEST.json"
+    path = checkpoint_root(record) / f"step-{step}" / "MANIFEST.json"
     try:
         text = json.dumps(json.loads(path.read_text(encoding="utf-8")), indent=2)
     except (OSError, ValueError) as exc:
