@@ -329,3 +329,18 @@ def test_percentile_is_nearest_rank() -> None:
         99.0,
     )
     assert percentile([], 50) is None
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_shard_in_hand_then_resumes(project: Project) -> None:
+    """A preemption (SIGTERM right after shard 3 is committed) stops between shards."""
+    spec = batch_spec(project, name="term", output="term-out")
+    project.cli("run", "--inject", "term@step=3", str(spec), timeout=300, check_rc=0)
+    record = record_of(project, "term")
+    stopped = [e for e in read_jsonl(record.events_path) if e["kind"] == "stopped"]
+    assert [(e["attempt"], e["step"]) for e in stopped] == [(1, 3)]
+    first = record.read_json("attempts/1/exit.json")
+    assert first["class"] == "preempted" and first["work"]["steps_lost"] == 0, first
+    commits = [e["shard"] for e in read_jsonl(record.events_path) if e["kind"] == "shard_commit"]
+    assert commits == list(range(ITEMS // SHARD))
+    assert_exactly_once(project.root / "term-out")
