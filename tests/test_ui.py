@@ -587,6 +587,7 @@ def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
         served.close()
 
 
+@pytest.mark.slow
 def test_a_queued_job_is_listed_and_cancelled_from_the_queue_page(tmp_path: Path) -> None:
     proj = _project(tmp_path / "proj", "queued-job", "print('never runs')\n")
     ws = tmp_path / "ws"
