@@ -136,7 +136,7 @@ LIVE_JS = r"""
     });
     es.addEventListener("status", function (e) {
       var s = JSON.parse(e.data);
-      setText("live-state", s.live ? "live: " + s.status : String(s.status));
+      setText("live-state", s.live ? String(s.status) : "ended: " + s.status);
       if (s.total_steps !== null && s.total_steps !== undefined) setText("live-total", "of " + s.total_steps);
       setText("live-eta", fmtDuration(s.eta_s));
       setText("live-rate", s.throughput === null ? "-" : fmtNum(s.throughput) + " " + s.throughput_unit);

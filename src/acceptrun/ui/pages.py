@@ -293,7 +293,7 @@ def _live_panel(ws: int, record: RunRecord) -> list[str]:
     cost = "not priced" if s.get("cost_usd") is None else f"${format_usd(s['cost_usd'])}"
     out = [
         f'<section id="live" data-stream="{esc(run_url(ws, record.run_id, "/stream"))}">',
-        f'<h2>Live <span class="muted" id="live-state">live: {esc(s.get("status"))}</span></h2>',
+        f'<h2>Live <span class="muted" id="live-state">{esc(s.get("status"))}</span></h2>',
         '<div class="kpi">',
         f'<div><span>step</span><b id="live-step">{esc(s.get("step") if s.get("step") is not None else "-")}</b>'
         f'<span id="live-total">{esc(total)}</span></div>',
