@@ -105,6 +105,12 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
         f"output {o}" for o in spec.acceptance.outputs
     ]
     print(f"  accepts   {', '.join(checks) or 'exit 0'}")
+    if spec.inference.enabled:  # a batch inference run
+        inf = spec.inference
+        print(
+            f"  batch     {inf.input} -> {inf.output}, shards of {inf.shard_size}, "
+            f"coverage >= {inf.min_coverage:g}"
+        )
     print(f"  uses      {usage.kind}: {usage.reason}")
     declared = [f"{k} = {v}" for k, v in spec.outputs.items()]
     print(f"  outputs   declared in [outputs]: {', '.join(declared) or 'none'}")
