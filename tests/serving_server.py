@@ -1,14 +1,15 @@
 """A small HTTP server for the serving tests and bench (standard library, loopback only).
 
     python serving_server.py PORT [--delay S] [--error-every N] [--never-ready]
-                                  [--stall-every S --stall S] [--tokens N]
+                                  [--stall-every S --stall S] [--tokens N] [--exit-after N]
 
 - ``GET /health``: 200 (503 forever with --never-ready, after a line on stderr);
 - ``POST /v1/completions``: JSON, or with ``"stream": true`` in the body server-sent
   events, one ``data:`` chunk per token and ``data: [DONE]``;
 - ``--delay``: seconds each answer takes; ``--error-every N``: every Nth request is a 500;
   ``--stall-every S --stall D``: the whole server stops answering for D seconds every S
-  seconds (requests that arrive meanwhile wait).
+  seconds (requests that arrive meanwhile wait); ``--exit-after N``: the process exits
+  with status 3 at the Nth request (a crash during the load).
 
 Each response goes out in one write: a header and a body in two small writes would
 meet Nagle's algorithm and the client's delayed ACK (40 ms per request).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import os
 import sys
 import threading
 import time
@@ -33,6 +35,7 @@ def main() -> None:
     ap.add_argument("--stall-every", type=float, default=0.0)
     ap.add_argument("--stall", type=float, default=0.0)
     ap.add_argument("--tokens", type=int, default=5)
+    ap.add_argument("--exit-after", type=int, default=0)  # crash at the Nth request
     args = ap.parse_args()
     count = [0]
     lock = threading.Lock()
@@ -69,6 +72,9 @@ def main() -> None:
             with lock:
                 count[0] += 1
                 n = count[0]
+            if args.exit_after and n >= args.exit_after:
+                print(f"fatal: worker crashed at request {n}", file=sys.stderr, flush=True)
+                os._exit(3)
             stall_wait()
             if args.delay:
                 time.sleep(args.delay)

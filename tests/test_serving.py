@@ -327,3 +327,25 @@ def test_a_bad_payload_stops_the_run_before_launch(project: Project) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "serving.payload" in proc.stderr and "prompts.jsonl:2: not JSON" in proc.stderr
     assert project.run_ids() == []  # stopped before a record was made
+
+
+@pytest.mark.slow
+def test_server_that_crashes_during_the_load_is_a_failed_attempt_and_a_cut_load(
+    project: Project,
+) -> None:
+    port = free_port()
+    spec = serving_spec(
+        project, port, args="--exit-after 5",
+        serving="concurrency = 1\nrequests = 50",
+    )  # fmt: skip
+    spec.write_text(spec.read_text().replace("max_restarts = 2", "max_restarts = 0"))
+    proc = run(project, spec)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = project.only_record()
+    exit_ = record.read_json("attempts/1/exit.json")
+    assert exit_["outcome"] == "failed" and exit_["returncode"] == 3
+    assert exit_["evidence"] == ["exit status 3"]
+    c = checks(record)
+    assert c["load"]["status"] == "fail"
+    assert "cut short: the server exited during the load" in c["load"]["evidence"]
+    assert record.read_json("serving.json")["load"]["ok"] == 4  # what it answered is kept
