@@ -65,8 +65,14 @@ WORKLOAD = textwrap.dedent(
         save_total_limit=1, logging_steps=1, eval_strategy="steps", eval_steps=10,
         report_to=[], seed=0, use_cpu=True, disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=Tokens(48, 1),
-                      eval_dataset=Tokens(16, 2), callbacks=[AcceptrunCallback(), Test()])
+    if os.environ.get("ADD_CALLBACK"):  # the other way to attach it
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(48, 1),
+                          eval_dataset=Tokens(16, 2))
+        trainer.add_callback(AcceptrunCallback())
+        trainer.add_callback(Test())  # after it: Test corrupts what it captured
+    else:
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(48, 1),
+                          eval_dataset=Tokens(16, 2), callbacks=[AcceptrunCallback(), Test()])
     trainer.train()
     trainer.save_model("out/final")
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
@@ -221,11 +227,13 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
 def test_corrupted_newest_checkpoint_is_quarantined(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
-    """Attempt 1 flips a byte of the stored step 10, then dies at step 12: resume from 5."""
+    """Attempt 1 flips a byte of the stored step 10, then dies at step 12: resume from 5.
+
+    The callback is attached with trainer.add_callback() here, after the Trainer exists.
+    """
     job = make_job(tmp_path / "corrupt")
-    proc = acceptrun(
-        job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env={"CORRUPT_AT": "10"}
-    )
+    env = {"CORRUPT_AT": "10", "ADD_CALLBACK": "1"}
+    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record(job)
     (q,) = record.events("checkpoint_quarantine")
