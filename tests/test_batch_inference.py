@@ -121,12 +121,15 @@ def test_random_kills_end_with_outputs_identical_to_an_uninterrupted_run(
     reference = outputs_of(project.root / "ref-out")
     assert_exactly_once(project.root / "ref-out")
 
-    # Items take 5 ms, a shard 50 ms: a kill lands anywhere in a shard, its commit included.
-    spec = batch_spec(project, name="killed", output="killed-out", env={"ITEM_DELAY": "0.005"})
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", str(spec)],
-        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    # Items take 20 ms, a shard 200 ms (12 shards: seconds of work left to kill in, even on a
+    # loaded machine): a kill lands anywhere in a shard, its commit included.
+    spec = batch_spec(project, name="killed", output="killed-out", env={"ITEM_DELAY": "0.02"})
+    log = project.root / "killed.log"  # a file, not a pipe nobody reads while it runs
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", str(spec)],
+            cwd=project.root, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     rng = random.Random(7)
     try:
         record = wait_for(lambda: _record_or_none(project, "killed"), 120, what="the record")
@@ -144,15 +147,15 @@ def test_random_kills_end_with_outputs_identical_to_an_uninterrupted_run(
                 return start[0]["pid"] if len(seen) >= commits and start else None
 
             pid = wait_for(ready, 180, what=f"{commits} shard commits of attempt {attempt}")
-            # A random moment inside the next shard (items 5 ms each, a shard 50 ms), its
+            # A random moment inside the next shard (items 20 ms each, a shard 200 ms), its
             # commit included; the kill is the point, nothing is asserted after a guess.
-            time.sleep(rng.uniform(0, 0.04))
+            time.sleep(rng.uniform(0, 0.2))
             os.kill(pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out
+    assert proc.returncode == 0, log.read_text()
     killed_dir = project.root / "killed-out"
     assert outputs_of(killed_dir) == reference, "resumed outputs differ from the uninterrupted run"
     assert_exactly_once(killed_dir)
