@@ -15,8 +15,9 @@ run; importing ``acceptrun`` in the script itself settles it).
 
 :func:`spec_findings` turns the usage into findings: a key that does nothing for this
 command is a warning; a key that would make the verdict say what it cannot know is an
-error (a required restore drill on a black box without watched checkpoints, a required
-output that nothing declares or registers). ``acceptrun spec check`` prints them and
+error (a required restore drill on a black box without watched checkpoints and resume
+arguments, or without a progress source to prove the resume; a required output that
+nothing declares or registers). ``acceptrun spec check`` prints them and
 ``acceptrun run`` refuses the errors before any record exists.
 
 >>> usage = detect_usage(spec)
@@ -263,6 +264,13 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
                            f"set {missing} (the script's own checkpoint files and the "
                            'arguments that resume from them, e.g. ["--resume", "{checkpoint}"]), '
                            'or use the client API, or remove "restore"'))  # fmt: skip
+    elif "restore" in acc.drills and not client and not progress:
+        out.append(Finding(level_bb, "acceptance.drills", f'"restore" is required, but {what} '
+                           "and the spec reads no progress from it: the drill could not tell a "
+                           "script that resumed from one that trains from scratch",
+                           r'set progress.pattern (e.g. "iter (?P<step>\d+): loss '
+                           r'(?P<loss>[0-9.eE+-]+)") or progress.tensorboard, or use the '
+                           'client API, or remove "restore"'))  # fmt: skip
     for drill in ("kill", "preempt"):
         if drill in acc.drills and not client and not watched:
             out.append(Finding("warning", "acceptance.drills", f'"{drill}" is required, but '

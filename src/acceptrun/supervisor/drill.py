@@ -16,18 +16,36 @@ all) and virtual environments are symlinked instead: each such file, and every
 registered output, is checked (size, mtime, inode) before and after, and a drill that
 changed one fails, naming it.
 
+A script that does not use the client API (a black box) but whose checkpoints are
+watched (``checkpoint.watch``, captured into the store) is drilled as a restart would
+resume it: the newest verified captured checkpoint is put back into the scratch copy
+(each file at its path relative to the working directory), the command starts there
+with ``checkpoint.resume_args`` ("{checkpoint}" = the restored path in the copy), and its
+progress (``progress.pattern`` / ``progress.tensorboard``, read by
+:class:`~acceptrun.supervisor.progress.ProgressReader` from the drill's own logs, step
+events into ``drills/<n>/events.jsonl``) must show a step after the checkpoint's step
+within ``timeout``. A first step before the checkpoint's step means the resume flag did
+not take (it trained from scratch); an exit first, a divergence or the timeout also
+fail. Once the step is seen the process group gets SIGTERM, then SIGKILL after
+``STOP_GRACE_S``. Without a progress source, without ``resume_args``, or with a source
+file outside the working directory, the drill refuses before anything runs.
+
 The drill's result is an event in the run's events.jsonl, which the verdict reads.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.checkpoint.files import put_back, sources_of
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.client import ENV_DRILL
 from acceptrun.errors import UserError
 from acceptrun.spec import RunSpec, load_spec
@@ -38,6 +56,8 @@ from acceptrun.workspace import RunRecord, now_iso, user_at_host
 __all__ = ["DrillResult", "restore_drill"]
 
 TAIL_BYTES = 2000  # of stderr kept as evidence when a drill fails
+POLL_S = 0.1  # seconds between reads of a watched drill's logs (a seek and a short read)
+STOP_GRACE_S = 5.0  # seconds between SIGTERM and SIGKILL once a watched drill has its proof
 COPY_FILE_BYTES = 16 << 20  # a bigger file of the working directory is linked, not copied
 COPY_BUDGET_BYTES = 512 << 20  # bytes copied into the scratch directory at most
 # Linked whole: environments and caches a drill reads but has no reason to write.
@@ -54,12 +74,20 @@ class DrillResult:
     log_dir: Path
 
 
-def _refuse_black_box(record: RunRecord, spec: RunSpec) -> None:
-    """A script without the client and without watched checkpoints has nothing to restore."""
-    from acceptrun.usage import BLACK_BOX, detect_usage
+def _usage_kind(record: RunRecord, spec: RunSpec) -> str:
+    """How the run's command uses the client: as recorded at launch, else read again."""
+    from acceptrun.usage import detect_usage
 
     usage = next(iter(record.events("usage")), None)
-    kind = usage.get("usage") if usage is not None else detect_usage(spec).kind
+    kind = usage.get("usage") if usage is not None else None
+    return str(kind) if kind is not None else detect_usage(spec).kind
+
+
+def _refuse_black_box(record: RunRecord, spec: RunSpec) -> None:
+    """A script without the client and without watched checkpoints has nothing to restore."""
+    from acceptrun.usage import BLACK_BOX
+
+    kind = _usage_kind(record, spec)
     if kind == BLACK_BOX and not spec.checkpoint.watch:
         raise UserError(
             f"run {record.run_id} is a black box (its script does not use the client API) and "
@@ -87,6 +115,8 @@ def restore_drill(
             f"run {record.run_id} has no checkpoint that verifies in {ckpt_dir}; "
             "a restore drill needs one (see `acceptrun ckpt ls`)"
         )
+    # A black box's own (captured) checkpoint: put back and resumed as a restart would.
+    plan = _watched_plan(record, spec, info) if _is_watched(record, spec, info) else None
     drills = record.path / "drills"
     n = 1 + sum(1 for _ in drills.iterdir()) if drills.is_dir() else 1
     log_dir = drills / str(n)
@@ -100,8 +130,9 @@ def restore_drill(
         env["CUDA_VISIBLE_DEVICES"] = ""
     record.audit("drill", drill="restore", step=info.step, cpu=cpu)
     record.event(
-        "drill_start", sync=True, drill="restore", step=info.step, cpu=cpu, by=user_at_host()
-    )
+        "drill_start", sync=True, drill="restore", step=info.step, cpu=cpu, by=user_at_host(),
+        source="client" if plan is None else "watched",
+    )  # fmt: skip
     before = sum(1 for _ in record.events("drill"))
     # The run's own launch: through torchrun with resources.processes > 1, since a
     # checkpoint restores only with the number of processes that saved it.
@@ -113,6 +144,21 @@ def restore_drill(
     watched = _output_paths(record) + linked
     before_stat = {p: _stat(p) for p in watched}
     t0 = time.monotonic()
+    if plan is not None:
+        try:
+            ok, evidence = _watched_drill(
+                spec, info, plan, env, scratch, log_dir, timeout=timeout, echo=echo
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        seconds = time.monotonic() - t0
+        evidence += f"{' with GPUs hidden' if cpu else ''}; {seconds:.1f}s in all"
+        result = DrillResult(ok, info.step, evidence, seconds, log_dir)
+        record.event(
+            "drill", sync=True, drill="restore", ok=ok, step=info.step, evidence=evidence,
+            source="watched",
+        )  # fmt: skip
+        return _finish(record, n, info, cpu, result, watched, before_stat)
     try:
         child = ChildProcess(
             launch_command(spec, env),
@@ -131,7 +177,6 @@ def restore_drill(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.monotonic() - t0
-    changed = [str(p) for p in watched if _stat(p) != before_stat[p]]
     reported = list(record.events("drill"))[before:]
     if reported:
         # One drill event per rank in a multi-process run (rank 0's tells the story).
@@ -157,6 +202,21 @@ def restore_drill(
         record.event(
             "drill", sync=True, drill="restore", ok=False, step=info.step, evidence=evidence
         )
+    return _finish(record, n, info, cpu, result, watched, before_stat)
+
+
+def _finish(
+    record: RunRecord,
+    n: int,
+    info: CheckpointInfo,
+    cpu: bool,
+    result: DrillResult,
+    watched: list[Path],
+    before_stat: dict[Path, tuple[int, int, int] | None],
+) -> DrillResult:
+    """Fail a drill that changed a file of the run outside its copy; write result.json."""
+    seconds, log_dir = result.seconds, result.log_dir
+    changed = [str(p) for p in watched if _stat(p) != before_stat[p]]
     if changed:
         evidence = (
             f"the drill changed files of the run outside its scratch copy: "
@@ -173,6 +233,170 @@ def restore_drill(
          "cpu": cpu, "evidence": result.evidence, "seconds": round(seconds, 3), "at": now_iso()},
     )  # fmt: skip
     return result
+
+
+# ---- a black box's own checkpoints (checkpoint.watch) ------------------------------------------
+
+
+def _is_watched(record: RunRecord, spec: RunSpec, info: CheckpointInfo) -> bool:
+    """A captured checkpoint of a command that is not a client workload."""
+    from acceptrun.usage import CLIENT
+
+    return bool(sources_of(info)) and _usage_kind(record, spec) != CLIENT
+
+
+def _watched_plan(record: RunRecord, spec: RunSpec, info: CheckpointInfo) -> dict[str, str]:
+    """Stored name -> path relative to the workdir, where the drill puts each file back.
+
+    Raises :class:`UserError` (before anything runs) when the drill could not prove a
+    resume: no progress source, no resume arguments, a file or TensorBoard directory
+    outside the working directory (the drill would write the user's own).
+    """
+    ck, prog = spec.checkpoint, spec.progress
+    what = f"run {record.run_id} is a black box (its script does not use the client API)"
+    if prog.pattern is None and prog.tensorboard is None:
+        raise UserError(
+            f"{what} and its spec reads no progress from it: the drill could not tell a "
+            "script that resumed from one that trains from scratch, so nothing was run. Add "
+            r'progress.pattern (a regex over its step lines, e.g. "iter (?P<step>\d+): '
+            r'loss (?P<loss>[0-9.eE+-]+)") or progress.tensorboard to the spec, then drill '
+            "a run of it"
+        )
+    if not ck.resume_args:
+        raise UserError(
+            f"{what} and checkpoint.resume_args is empty: the drill would start it without "
+            "telling it to resume, so it would train from scratch. Set checkpoint.resume_args "
+            '(e.g. ["--init_from=resume"] or ["--resume", "{checkpoint}"]) in the spec'
+        )
+    workdir = spec.workdir_path
+    if prog.tensorboard is not None and not _inside(workdir / prog.tensorboard, workdir):
+        raise UserError(
+            f"progress.tensorboard = {prog.tensorboard!r} is outside the working directory "
+            f"{workdir}: the drill runs in a scratch copy of the working directory and would "
+            "read (and the script write) the run's own event files; use a path inside it"
+        )
+    rel_meta = info.meta.get("watched_relative") or {}
+    plan: dict[str, str] = {}
+    for name, entry in sources_of(info).items():
+        rel = rel_meta.get(name) if isinstance(rel_meta, dict) else None
+        if rel is None:
+            source = Path(str(entry.get("path")))
+            if not _inside(source, workdir):
+                raise UserError(
+                    f"checkpoint step {info.step} of run {record.run_id} was captured from "
+                    f"{source}, outside the working directory {workdir}: the drill restores "
+                    "into a scratch copy of the working directory and will not write over "
+                    f"{source}. Watch checkpoint files under the working directory (e.g. "
+                    'checkpoint.watch = ["out/ckpt.pt"], with the script saving there)'
+                )
+            rel = source.resolve().relative_to(workdir).as_posix()
+        plan[name] = str(rel)
+    return plan
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _watched_drill(
+    spec: RunSpec,
+    info: CheckpointInfo,
+    plan: dict[str, str],
+    env: dict[str, str],
+    scratch: Path,
+    log_dir: Path,
+    *,
+    timeout: float,
+    echo: bool,
+) -> tuple[bool, str]:
+    """Put the checkpoint back into ``scratch``, resume the command there, watch its steps.
+
+    Passes once a step after the checkpoint's is seen; returns (ok, evidence).
+    """
+    from acceptrun.distributed import launch_command
+    from acceptrun.supervisor.external import PLACEHOLDER, with_resume_args
+    from acceptrun.supervisor.progress import ProgressReader
+
+    placed = put_back(info, {name: scratch / rel for name, rel in plan.items()})
+    restored = next(iter(placed.values()))
+    rel_restored = restored.relative_to(scratch).as_posix()
+    args = shlex.join(a.replace(PLACEHOLDER, rel_restored) for a in spec.checkpoint.resume_args)
+    command = with_resume_args(launch_command(spec, env), spec, str(restored))
+    head = (
+        f"restored step {info.step} ({', '.join(sorted(plan.values()))}) into a scratch copy "
+        f"and started the command with {args}"
+    )
+    # The drill's own step events go to drills/<n>/events.jsonl, never to the run's.
+    sink = RunRecord(log_dir)
+    reader = ProgressReader(
+        sink, spec, 0, log_dir / "stdout.log", log_dir / "stderr.log", workdir=scratch
+    )
+    child = ChildProcess(
+        command, cwd=scratch, env=env, stdout_path=log_dir / "stdout.log",
+        stderr_path=log_dir / "stderr.log", echo=echo,
+    )  # fmt: skip
+    child.start()
+    t0 = time.monotonic()
+    first: tuple[int, float] | None = None  # (step, seconds from the start)
+    after: tuple[int, float] | None = None  # the first step after the checkpoint's
+    diverged: dict[str, Any] | None = None
+    seen = 0
+    while True:
+        rc = child.wait(POLL_S)
+        diverged = reader.poll(final=rc is not None) or diverged
+        elapsed = time.monotonic() - t0
+        steps = [int(e["step"]) for e in sink.events("step")]
+        for step in steps[seen:]:
+            first = first or (step, elapsed)
+            if after is None and step > info.step:
+                after = (step, elapsed)
+        seen = len(steps)
+        if (first is not None and first[0] < info.step) or after is not None:
+            break
+        if diverged is not None or rc is not None or elapsed >= timeout:
+            break
+    if rc is None:  # proved, disproved or timed out: stop it (SIGTERM, grace, SIGKILL)
+        child.signal_group(signal.SIGTERM)
+        if child.wait(STOP_GRACE_S) is None:
+            child.signal_group(signal.SIGKILL)
+            child.wait(10)
+    child.finish()
+    saw = "no step" if first is None else f"first step {first[0]} after {first[1]:.1f}s"
+    if first is not None and first[0] < info.step:
+        how = "it trained from scratch" if first[0] <= 0 else "before the checkpoint's step"
+        return False, (
+            f"{head}, but the first step it showed was {first[0]} ({how}): the resume did not "
+            f"take; the script must read {args} and load {rel_restored}"
+        )
+    if diverged is not None:
+        return False, f"{head}; its loss diverged after the restore: {diverged.get('reason')}"
+    if rc is not None and rc != 0:
+        return False, f"{head}; it exited {rc} ({_last_line(log_dir)}); {saw}"
+    if after is None and rc == 0:
+        return False, (
+            f"{head}; it exited 0 without a step after step {info.step} ({saw}): nothing was "
+            "left to train from this checkpoint, or its step lines do not match "
+            "progress.pattern"
+        )
+    if after is None:
+        return False, (
+            f"{head}; no step after step {info.step} within {timeout:g}s ({saw}); raise "
+            "--timeout if its start-up takes longer"
+        )
+    took = f"step {after[0]} after {after[1]:.1f}s"
+    shown = took if first is not None and first[0] == after[0] else f"{saw}, {took}"
+    return True, f"{head}: {shown}, after the checkpoint's step (resumed, not from scratch)"
+
+
+def _last_line(log_dir: Path) -> str:
+    """The last line of the drill's stderr (else stdout): evidence of why it exited."""
+    for name in ("stderr.log", "stdout.log"):
+        path = log_dir / name
+        if path.exists():
+            tail = path.read_bytes()[-TAIL_BYTES:].decode(errors="replace").strip()
+            if tail:
+                return tail.splitlines()[-1]
+    return "no output"
 
 
 def _scratch_copy(src: Path, dest: Path, skip: set[Path]) -> list[Path]:

@@ -115,6 +115,7 @@ class ProgressReader:
     stdout: Path
     stderr: Path
     say: Any = None  # callable(str) for a warning, or None
+    workdir: Path | None = None  # where progress.tensorboard is read; None: the spec's workdir
     last_step: int | None = None
     last_t: float | None = None
     diverged: dict[str, Any] | None = None
@@ -132,7 +133,7 @@ class ProgressReader:
             if prog.stream in ("stderr", "both"):
                 self._tails.append(_LogTail(self.stderr, _size(self.stderr)))
         if prog.tensorboard is not None:
-            root = Path(self.spec.workdir_path) / prog.tensorboard
+            root = Path(self.workdir or self.spec.workdir_path) / prog.tensorboard
             self._tb = _TensorBoard.open(root, dict(prog.tags), self._warn)
 
     @property
