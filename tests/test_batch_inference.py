@@ -347,3 +347,54 @@ def test_sigterm_finishes_the_shard_in_hand_then_resumes(project: Project) -> No
     commits = [e["shard"] for e in read_jsonl(record.events_path) if e["kind"] == "shard_commit"]
     assert commits == list(range(ITEMS // SHARD))
     assert_exactly_once(project.root / "term-out")
+
+
+API_MISUSE = """
+import json, sys
+import acceptrun
+from acceptrun.inference import BatchJob
+from acceptrun.spec import InferenceSpec
+
+run = acceptrun.init(name="misuse")
+job = BatchJob(run, InferenceSpec(input="items.txt", output="out", shard_size=4))
+found = {}
+shards = job.shards()
+shard = next(shards)
+for name, call in {
+    "count": lambda: shard.commit(["a", "b"]),
+    "json": lambda: shard.commit([object()] * 4),
+    "unknown id": lambda: shard.fail(99, "x"),
+}.items():
+    try:
+        call()
+    except Exception as exc:
+        found[name] = f"{type(exc).__name__}: {exc}"
+try:
+    next(shards)  # shard 0 handed out, never committed
+except Exception as exc:
+    found["uncommitted"] = f"{type(exc).__name__}: {exc}"
+shard2 = BatchJob(run, InferenceSpec(input="items.txt", output="out2", shard_size=4))
+s = next(shard2.shards())
+s.fail(s.items[1], KeyError("k"))
+s.commit({0: "x", 2: "y", 3: "z"})
+found["by id"] = open("out2/shard-00000.jsonl").read()
+print(json.dumps(found))
+"""
+
+
+def test_api_misuse_is_named_and_outputs_by_id_skip_failed(project: Project) -> None:
+    """A standalone run (no supervisor): wrong counts, non-JSON outputs, a skipped commit."""
+    write_input(project.root, 8)
+    (project.root / "misuse.py").write_text(API_MISUSE)
+    proc = subprocess.run(
+        [PYTHON, "misuse.py"], cwd=project.root, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["count"].startswith("ValueError: shard 0: 2 outputs for 4 items (0 failed)")
+    assert found["json"].startswith("UserError: the output of item 0 is not JSON")
+    assert found["unknown id"] == "ValueError: shard 0 has no item with id 99"
+    assert found["uncommitted"].startswith("UserError: shard 0 was handed out but not committed")
+    lines = [json.loads(line) for line in found["by id"].splitlines()]
+    assert [row["id"] for row in lines] == [0, 2, 3]

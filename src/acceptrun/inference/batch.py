@@ -75,6 +75,10 @@ def encode_output(item_id: Any, output: Any) -> bytes:
     return text.encode() + b"\n"
 
 
+def _resolve(value: str) -> str:
+    return value if "://" in value else str(Path(value).expanduser().resolve())
+
+
 class Shard:
     """One shard of the input: its items, their failures, and its commit.
 
@@ -178,8 +182,9 @@ class BatchJob:
             )
         self.run = run
         self.spec = spec
-        self.input: str = run.spec.resolve_path(spec.input)
-        self.output_dir = Path(run.spec.resolve_path(spec.output))
+        # The frozen spec's paths are absolute; others are relative to the working directory.
+        self.input: str = _resolve(spec.input)
+        self.output_dir = Path(_resolve(spec.output))
         self.manifests = manifest_dir(run.run_dir)
         self.committed_now = 0  # shards committed by this process
 
