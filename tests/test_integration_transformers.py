@@ -173,6 +173,18 @@ def test_uninterrupted_run_records_steps_checkpoints_and_model(reference: dict[s
 
 
 @pytest.mark.slow
+def test_restore_drill_of_a_trainer_run(reference: dict[str, Any]) -> None:
+    """`acceptrun ckpt drill`: the newest checkpoint is put back in a scratch copy, one step runs."""
+    record: RunRecord = reference["rec"]
+    job = record.path.parents[2]
+    proc = acceptrun(job, "ckpt", "drill", record.run_id)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (drill,) = record.events("drill")
+    assert drill["ok"] and "restored step 20" in drill["evidence"]
+    assert sorted(p.name for p in (job / "out").iterdir()) == ["checkpoint-20", "final"]
+
+
+@pytest.mark.slow
 def test_killed_run_resumes_bitwise(tmp_path: Path, reference: dict[str, Any]) -> None:
     """kill@step=12 fires from the callback's step event; attempt 2 resumes from step 10."""
     job = make_job(tmp_path / "killed")

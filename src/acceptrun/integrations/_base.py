@@ -48,6 +48,7 @@ class FrameworkRun:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.last_captured: int | None = None  # the step of the newest capture, or resume
+        self.restore_seconds: float | None = None  # how long the last put_back took
         self.captures: list[CaptureStats] = []  # what each capture copied, in order
         self._store: CheckpointStore | None = None
         self._mirror: Any = None  # checkpoint.mirror.Mirror, created with the store
@@ -171,6 +172,7 @@ class FrameworkRun:
         placed = put_back(info, targets)
         seconds = time.perf_counter() - t0
         self.last_captured = info.step
+        self.restore_seconds = seconds
         if not self.run.drill and self.run.rank == 0:
             self.run.record.event(
                 "restored", sync=True, attempt=self.run.attempt, step=info.step,

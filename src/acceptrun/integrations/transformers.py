@@ -99,7 +99,8 @@ class AcceptrunCallback(TrainerCallback):
                 )  # fmt: skip
         placed = self.fr.put_back(info, {name: out / name})
         if self.run.drill:  # the client's drill check reads what was restored
-            self.run._restored = {"step": info.step, "path": str(info.path), "seconds": 0.0}
+            seconds = self.fr.restore_seconds or 0.0
+            self.run._restored = {"step": info.step, "path": str(info.path), "seconds": seconds}
         self.resumed_from = info.step
         return str(placed[name])
 
