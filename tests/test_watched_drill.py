@@ -149,3 +149,71 @@ def test_a_required_restore_drill_without_a_progress_source_is_an_error(
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "acceptance.drills" in proc.stderr and "progress.pattern" in proc.stderr
     assert project.run_ids() == []
+
+
+@pytest.mark.slow
+def test_operations_drill_kills_a_watched_script_and_skips_its_preemption(
+    project: Project,
+) -> None:
+    spec = _spec(project)
+    spec.write_text(
+        spec.read_text()
+        + '[limits]\nmax_restarts = 1\nrestart_backoff = "0s"\n'
+        + '[acceptance]\ndrills = ["kill", "preempt"]\n'
+    )
+    check = project.cli("spec", "check", str(spec), check_rc=0)
+    assert 'warning: acceptance.drills: "preempt" is required' in check.stderr
+    proc = project.cli("drill", str(spec), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "operations drill PASSED (kill only)" in proc.stdout
+    assert "preempt  skip not applicable" in proc.stdout
+    reference, drilled = (RunRecord(project.runs_dir / i) for i in project.run_ids())
+    report = json.loads(drilled.file("drill.json").read_text())
+    assert report["ok"] and report["reference_run"] == reference.run_id
+    assert len(report["faults"]) == 1
+    assert report["faults"][0].startswith("kill@step=")
+    kill, preempt = report["drills"]
+    assert kill["ok"] and "bitwise equal" in kill["evidence"], kill
+    assert preempt["skipped"] and preempt["ok"] is None
+    assert "nothing checkpoints on SIGTERM" in preempt["evidence"]
+    (restart,) = report["restarts"]
+    # The killed attempt resumed from its own captured checkpoint, not from scratch.
+    assert restart["resume_step"] is not None
+    assert restart["resume_step"] <= restart["first_step"] <= restart["last_step"] + 1
+    assert restart["recovery_s"] >= restart["gap_s"] >= 0
+    # The verdict: kill passed; preempt is required but could not apply: not recorded, with
+    # the reason, never a failure of the script and never a pass.
+    checks = {c["name"]: c for c in json.loads(drilled.file("verdict.json").read_text())["checks"]}
+    assert checks["drill kill"]["status"] == "pass"
+    assert checks["drill preempt"]["status"] == "not_recorded"
+    assert "not applicable" in checks["drill preempt"]["evidence"]
+    assert "remove" in checks["drill preempt"]["fix"]
+
+
+def test_recovery_is_never_shorter_than_the_gap_it_contains(tmp_path: Path) -> None:
+    """A resumed attempt that starts faster than the reference did is noise, not negative time.
+
+    Before: exit at 10.0, next start 10.1, its first step 10.3 (0.2 s start-up) against a
+    0.5 s reference start-up gave 10.3 - 10.0 - 0.5 = -0.2 s.
+    """
+    from acceptrun.supervisor.ops_drill import measure_restarts
+
+    record = RunRecord(tmp_path / "run")
+    record.path.mkdir()
+    events = [
+        {"t": 9.0, "kind": "attempt_start", "attempt": 1, "resume_step": None},
+        {"t": 9.5, "kind": "step", "attempt": 1, "step": 0},
+        {"t": 9.8, "kind": "step", "attempt": 1, "step": 1},
+        {"t": 9.9, "kind": "fault_injected", "attempt": 1, "action": "kill", "step": 1},
+        {"t": 10.0, "kind": "attempt_exit", "attempt": 1, "reason": "killed by SIGKILL"},
+        {"t": 10.1, "kind": "attempt_start", "attempt": 2, "resume_step": 0},
+        {"t": 10.3, "kind": "step", "attempt": 2, "step": 1},
+        {"t": 10.4, "kind": "attempt_exit", "attempt": 2, "reason": "exited 0"},
+    ]
+    record.events_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    (slow,) = measure_restarts(record, startup_s=0.5)
+    assert slow.gap_s == 0.1 and slow.next_startup_s == 0.2
+    assert slow.recovery_s == 0.1  # the gap, no start-up beyond the reference's
+    assert slow.death_to_step_s == 0.2  # fault to the next start
+    (fast,) = measure_restarts(record, startup_s=0.05)
+    assert fast.recovery_s == 0.25  # 0.1 s gap + 0.15 s start-up beyond the reference's

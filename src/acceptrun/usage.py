@@ -276,6 +276,12 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
             out.append(Finding("warning", "acceptance.drills", f'"{drill}" is required, but '
                                f"`acceptrun drill` refuses a script without checkpoints ({what})",
                                "set checkpoint.watch (and checkpoint.resume_args), or use the client API"))  # fmt: skip
+    if "preempt" in acc.drills and not client and watched:
+        out.append(Finding("warning", "acceptance.drills", '"preempt" is required, but '
+                           f"{what}: nothing checkpoints on SIGTERM, so `acceptrun drill` skips "
+                           "the preemption as not applicable and the verdict reads it as not "
+                           "recorded", 'remove "preempt" (the kill drill measures what a '
+                           "preemption loses), or save on SIGTERM through the client API"))  # fmt: skip
     if acc.metrics and not client:
         names = ", ".join(acc.metrics)
         out.append(Finding("warning", "acceptance.metrics", f"{names} can never be recorded: "

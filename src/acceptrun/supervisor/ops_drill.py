@@ -11,8 +11,20 @@
    which round-trips them exactly) or within ``tolerance``; the registered outputs'
    hashes; the final metrics.
 4. **Measure** each restart: lost steps (last step logged before the failure minus the
-   step resumed from; 0 for the preemption) and recovery time (the failed attempt's
-   exit to the next attempt's first step, minus A's start-up time).
+   step resumed from; 0 for the preemption) and recovery time: the supervisor's gap (the
+   failed attempt's recorded exit to the next attempt's start, measured directly) plus
+   the next attempt's start-up beyond A's (its start to its first step, minus A's start
+   to first step; none when it started faster, which is start-up noise, not negative
+   time), so a recovery is never shorter than the gap it contains.
+
+A script without the client API whose checkpoints are watched (``checkpoint.watch``) is
+drilled for the kill only: the supervisor puts its captured checkpoint back and resumes
+it, and the kill is judged by the trajectory (its first step after the resume is at or
+after the checkpoint's step, which for a checkpoint dated by its log lines is a lower
+bound). The preemption is skipped up front, as not applicable, not failed: such a script
+saves when it decides, not on SIGTERM, so a preemption can only lose the steps since its
+last save, which is what the kill already measures. A required ``"preempt"`` drill then
+reads "not recorded" in the verdict, with the reason.
 
 The results are ``drill`` events in B's record (``{"drill": "kill" | "preempt", "ok",
 "evidence", ...}``, which the verdict reads, as it does for the restore drill) and
@@ -40,6 +52,8 @@ __all__ = [
     "final_trajectory",
     "format_drill",
     "measure_restarts",
+    "plan_kill",
+    "preempt_not_applicable",
     "run_ops_drill",
     "startup_seconds",
 ]
@@ -82,6 +96,8 @@ class Restart:
     """The attempt's exit to the next attempt's first step, minus the workload's start-up."""
     death_to_step_s: float | None
     """The fault (the child's death) to the next attempt's first step, minus start-up."""
+    next_startup_s: float | None = None
+    """The next attempt's own start-up: its start to its first step (restore included)."""
 
 
 @dataclass(slots=True)
@@ -105,7 +121,9 @@ class DrillReport:
 
     @property
     def ok(self) -> bool:
-        return bool(self.drills) and all(d["ok"] for d in self.drills)
+        """Every drill that ran passed (a skipped one, not applicable, neither passes nor fails)."""
+        ran = [d for d in self.drills if not d.get("skipped")]
+        return bool(ran) and all(d["ok"] for d in ran)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,6 +190,12 @@ def measure_restarts(record: RunRecord, startup_s: float) -> list[Restart]:
         last = max(steps) if steps else None
         resume = starts[nxt].get("resume_step")
         first_t = next_steps[0]["t"] if next_steps else None
+        started = float(starts[nxt]["t"])
+        # Each part is measured from the same supervisor's clock and is never negative; the
+        # reference's start-up is subtracted only from the next attempt's own start-up, so
+        # a start faster than the reference's (noise) never makes the gap look shorter.
+        own = None if first_t is None else max(0.0, first_t - started)
+        extra = None if own is None else max(0.0, own - startup_s)
         out.append(
             Restart(
                 attempt=attempt,
@@ -188,11 +212,12 @@ def measure_restarts(record: RunRecord, startup_s: float) -> list[Restart]:
                 backoff_s=None if restart is None else restart.get("backoff_s"),
                 restore_s=None if restored is None else restored.get("seconds"),
                 recovery_s=None
-                if first_t is None
-                else _round(first_t - exits[attempt]["t"] - startup_s),
+                if extra is None
+                else _round(max(0.0, started - exits[attempt]["t"]) + extra),
                 death_to_step_s=None
-                if first_t is None or fault is None
-                else _round(first_t - fault["t"] - startup_s),
+                if extra is None or fault is None
+                else _round(max(0.0, started - fault["t"]) + extra),
+                next_startup_s=None if own is None else _round(own),
             )
         )
     return out
@@ -340,8 +365,7 @@ def plan_faults(steps: list[int], checkpoints: list[int]) -> tuple[int, int]:
     """
     first, last = steps[0], steps[-1]
     c1 = checkpoints[0]
-    c2 = next((c for c in checkpoints[1:] if c > c1 + 1), None)
-    k1 = c1 + max(1, (c2 - c1) // 2) if c2 is not None else c1 + 1
+    k1 = plan_kill(checkpoints)
     k2 = max(k1 + 1, first + round(PREEMPT_AT * (last - first)))
     if k2 >= last:
         raise UserError(
@@ -350,6 +374,38 @@ def plan_faults(steps: list[int], checkpoints: list[int]) -> tuple[int, int]:
             "3 steps after the first checkpoint (raise the step count or checkpoint sooner)"
         )
     return k1, k2
+
+
+def plan_kill(checkpoints: list[int]) -> int:
+    """K1: halfway from the first checkpoint to the second, so the kill really loses steps."""
+    c1 = checkpoints[0]
+    c2 = next((c for c in checkpoints[1:] if c > c1 + 1), None)
+    return c1 + max(1, (c2 - c1) // 2) if c2 is not None else c1 + 1
+
+
+def preempt_not_applicable(spec: RunSpec) -> str | None:
+    """Why a preemption drill cannot apply to this spec's script, or None when it can.
+
+    A script without the client whose checkpoints are watched saves when it decides;
+    nothing in it checkpoints on SIGTERM, so the drill could only fail it for a save it
+    never promised.
+    """
+    from acceptrun.usage import detect_usage
+
+    usage = detect_usage(spec)
+    if usage.client or not spec.checkpoint.watch:
+        return None
+    return (
+        f"not applicable: {usage.reason}, so nothing checkpoints on SIGTERM (acceptrun can "
+        "only send the signal; the script saves its watched files when it decides), and a "
+        "preemption loses the steps since its last save, as the kill drill measures"
+    )
+
+
+_PREEMPT_FIX = (
+    "save on SIGTERM through the client API (run.restore, run.maybe_checkpoint) to drill a "
+    'preemption, or remove "preempt" from acceptance.drills'
+)
 
 
 def _refuse_black_box(spec: RunSpec, spec_path: str | Path) -> None:
@@ -393,13 +449,20 @@ def run_ops_drill(
     if tolerance < 0 or not math.isfinite(tolerance):
         raise UserError(f"--tolerance {tolerance}: expected 0 (bitwise) or a small positive number")
     spec = load_spec(spec_path)
-    if spec.limits.max_restarts < 2:
+    _refuse_black_box(spec, spec_path)
+    no_preempt = preempt_not_applicable(spec)
+    if no_preempt is None and spec.limits.max_restarts < 2:
         raise UserError(
             f"{spec_path}: limits.max_restarts = {spec.limits.max_restarts}; the drill restarts "
             "the run twice (after a kill and after a preemption): set it to 2 or more"
         )
-
-    _refuse_black_box(spec, spec_path)
+    if no_preempt is not None and spec.limits.max_restarts < 1:
+        raise UserError(
+            f"{spec_path}: limits.max_restarts = {spec.limits.max_restarts}; the drill restarts "
+            "the run after a kill: set it to 1 or more"
+        )
+    if no_preempt is not None:
+        say(f"drill: the kill only; preempt skipped, {no_preempt}")
 
     say(f"drill 1/2: reference run of {spec_path}, uninterrupted")
     a = launch(spec_path, workspace=workspace, echo=echo, say=say)
@@ -434,8 +497,18 @@ def run_ops_drill(
         )
     startup = startup_seconds(ref)
     assert startup is not None, "a run with steps has an attempt start and a first step"
-    k1, k2 = plan_faults(steps, checkpoints)
-    faults = [f"kill@step={k1}:attempt=1", f"term@step={k2}:attempt=2"]
+    if no_preempt is None:
+        k1, k2 = plan_faults(steps, checkpoints)
+        faults = [f"kill@step={k1}:attempt=1", f"term@step={k2}:attempt=2"]
+    else:
+        k1, k2 = plan_kill(checkpoints), -1
+        if k1 >= steps[-1]:
+            raise UserError(
+                f"the reference run {ref.run_id} runs steps {steps[0]}-{steps[-1]} with its "
+                f"first checkpoint at step {checkpoints[0]}: no step after it to kill at; "
+                "raise the step count or checkpoint sooner"
+            )
+        faults = [f"kill@step={k1}:attempt=1"]
 
     say(f"drill 2/2: the same spec with {', '.join(faults)}")
     b = launch(spec_path, workspace=workspace, echo=echo, say=say, inject=faults)
@@ -449,10 +522,14 @@ def run_ops_drill(
     tail = "" if finished else f"; the drill run did not finish ({_last_reason(b)})"
     kill = next((r for r in restarts if r.fault == "kill"), None)
     term = next((r for r in restarts if r.fault == "term"), None)
+    equal = cmp["equal"] and finished
     drills = [
-        _judge_kill(kill, k1, same, cmp["equal"] and finished, tail),
-        _judge_preempt(term, k2, same, cmp["equal"] and finished, tail),
-    ]
+        _judge_kill(kill, k1, same, equal, tail, watched=no_preempt is not None),
+        _judge_preempt(term, k2, same, equal, tail)
+        if no_preempt is None
+        else {"drill": "preempt", "ok": None, "skipped": True, "evidence": no_preempt,
+              "fix": _PREEMPT_FIX},
+    ]  # fmt: skip
     report = DrillReport(
         spec=str(Path(spec_path).resolve()),
         spec_hash=a.spec.hash,
@@ -497,11 +574,27 @@ def _took(r: Restart) -> str:
     return took
 
 
-def _judge_kill(r: Restart | None, k1: int, same: str, equal: bool, tail: str) -> dict[str, Any]:
+def _judge_kill(
+    r: Restart | None, k1: int, same: str, equal: bool, tail: str, *, watched: bool = False
+) -> dict[str, Any]:
+    """The kill drill. ``watched``: the checkpoints are a script's own captured files.
+
+    A client checkpoint's step is exact: the resumed attempt's first step is the next one.
+    A watched checkpoint's step is the number in its name or the newest step logged before
+    the file was written (a lower bound of the state it holds): its first step is at or
+    after it, and no later than the killed attempt got; the trajectory is the proof.
+    """
     base = {"drill": "kill", "fault_step": k1}
     if r is None:
         return {**base, "ok": False, "evidence": f"the kill at step {k1} never fired{tail}"}
-    resumed = r.resume_step is not None and r.first_step == r.resume_step + 1
+    if watched:
+        resumed = (
+            r.resume_step is not None
+            and r.first_step is not None
+            and r.resume_step <= r.first_step <= (r.last_step or 0) + 1
+        )
+    else:
+        resumed = r.resume_step is not None and r.first_step == r.resume_step + 1
     # One process dies of the SIGKILL itself; under torchrun a rank does, and the agent
     # exits 1 after it: the injected kill event says which fault ended the attempt.
     killed = "SIGKILL" in r.exit or (r.fault == "kill" and r.exit != "exited 0")
@@ -511,6 +604,8 @@ def _judge_kill(r: Restart | None, k1: int, same: str, equal: bool, tail: str) -
         if r.resume_step is not None
         else "started over from step 0 (no checkpoint was found)"
     )
+    if watched and r.resume_step is not None:
+        where += f" (its first step {r.first_step})"
     how = (
         "killed"
         if "SIGKILL" in r.exit
@@ -574,18 +669,20 @@ def _decide_again(record: RunRecord) -> str:
 def format_drill(report: DrillReport) -> str:
     """The short terminal report."""
     lines = [
-        f"operations drill {'PASSED' if report.ok else 'FAILED'}: {report.spec}",
+        f"operations drill {'PASSED' if report.ok else 'FAILED'}"
+        f"{' (kill only)' if any(d.get('skipped') for d in report.drills) else ''}: {report.spec}",
         f"  reference {report.reference_run}: {report.steps} steps, checkpoints at "
         f"{', '.join(map(str, report.checkpoints[:6]))}{' ...' if len(report.checkpoints) > 6 else ''}, "
         f"start-up {report.startup_s:.2f} s",
         f"  drill run {report.drill_run}: {', '.join(report.faults)}",
     ]
     for d in report.drills:
-        lines.append(f"  {d['drill']:<8} {'ok  ' if d['ok'] else 'FAIL'} {d['evidence']}")
+        mark = "skip" if d.get("skipped") else "ok  " if d["ok"] else "FAIL"
+        lines.append(f"  {d['drill']:<8} {mark} {d['evidence']}")
     recoveries = [r.recovery_s for r in report.restarts if r.recovery_s is not None]
     if recoveries:
         lines.append(
-            f"  recovery (exit to first step, minus start-up): median "
+            f"  recovery (exit to next start, plus start-up beyond the reference's): median "
             f"{statistics.median(recoveries):.2f} s"
         )
     lines += [f"  warning: {w}" for w in report.warnings]
