@@ -1,6 +1,6 @@
 """The Lightning integration over real runs: real lightning on CPU, real signals, real files.
 
-One tiny LightningModule (177 parameters, dropout, AdamW with a per-step scheduler) trains
+One tiny LightningModule (161 parameters, dropout, AdamW with a per-step scheduler) trains
 30 steps on a shuffled synthetic loader of 12 batches per epoch, with a ``ModelCheckpoint``
 every 6 steps, each followed by a validation (which a resumed Lightning skips, creating a
 validation iterator that draws from the RNG). The uninterrupted run is the reference; runs
@@ -336,6 +336,17 @@ def test_plain_lightning_mid_epoch_resume_is_not_exact(
     assert resumed.returncode == 0, resumed.stderr
     assert "dataloader is not resumable" in resumed.stderr  # Lightning's own warning
     assert (job / "weights.sha256").read_text() != uninterrupted
+
+
+def test_a_nan_loss_stops_the_run_as_diverged(tmp_path: Path) -> None:
+    job = make_job(tmp_path / "job")
+    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "--inject", "nan@step=4", "spec.toml")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = only_record(tmp_path / "ws")
+    (diverged,) = record.events("diverged")
+    assert diverged["step"] == 4 and "not finite" in diverged["reason"]
+    exit1 = record.read_json("attempts/1/exit.json")
+    assert exit1["class"] == "diverged" and not record.exists("attempts/2/exit.json")
 
 
 def test_importing_acceptrun_never_imports_lightning() -> None:
