@@ -315,6 +315,15 @@ def test_serving_section_errors_name_the_field_and_the_fix(serving: str, message
     assert message in str(info.value)
 
 
+def test_a_spec_is_a_serving_run_or_a_batch_run_not_both() -> None:
+    text = (
+        'name = "s"\ncommand = ["srv"]\n[inference]\ninput = "items.txt"\n[serving]\n'
+        'url = "http://127.0.0.1:1/x"\nready_log = "up"\nrate = 1\nrequests = 1\n'
+    )
+    with pytest.raises(SpecError, match="one kind of run a spec"):
+        parse_spec(text)
+
+
 def test_serving_keys_without_a_url_are_refused() -> None:
     with pytest.raises(SpecError, match=r"serving\.url"):
         parse_spec('name = "s"\ncommand = ["srv"]\n[serving]\nrate = 5\n')

@@ -849,6 +849,11 @@ class RunSpec:
             self.command,
             'a command such as ["python", "train.py"]',
         )
+        _require(
+            not (self.serving.enabled and self.inference.enabled),
+            "serving.url", self.serving.url,
+            "no [serving] url in a batch inference run ([inference] input): one kind of run a spec",
+        )  # fmt: skip
 
     # ---- derived values --------------------------------------------------------------
 
