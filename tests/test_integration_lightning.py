@@ -74,7 +74,8 @@ TRAIN = textwrap.dedent(
     val = TensorDataset(torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g))
     workers = int(os.environ.get("WORKERS", "0"))
     train_loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=workers)
-    callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=6, save_top_k=-1)]
+    every = int(os.environ.get("EVERY", "6"))
+    callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=every, save_top_k=-1)]
     if not PLAIN:
         from acceptrun.integrations.lightning import AcceptrunCallback
         callbacks.append(AcceptrunCallback())
@@ -312,11 +313,16 @@ def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
 def test_validation_does_not_move_the_training_random_streams(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
+    """No validation, and checkpoints every 7 steps: the same training as the reference."""
     job = make_job(tmp_path / "job")
-    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "spec.toml", NOVAL="1")
+    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "spec.toml", NOVAL="1", EVERY="7")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record(tmp_path / "ws")
     assert not [e for e in record.events("metric") if e["name"] == "val_loss"]
+    # Step 30 has no ModelCheckpoint file: the callback saved its own for the output.
+    assert [e["step"] for e in record.events("checkpoint_commit")] == [7, 14, 21, 28, 30]
+    (output,) = record.events("output")
+    assert output["path"] == str(job / "ckpt" / "acceptrun.ckpt")
     assert (job / "weights.sha256").read_text() == reference["sha"]
     assert losses(record) == reference["losses"]
 
