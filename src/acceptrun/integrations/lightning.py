@@ -120,6 +120,12 @@ class AcceptrunCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        if trainer.world_size > 1:
+            raise UserError(
+                f"AcceptrunCallback runs in one process; this Trainer has {trainer.world_size} "
+                f"(devices={trainer.num_devices}, num_nodes={trainer.num_nodes}); set "
+                "devices=1, or record the ranks with the client API (docs/multi-process.md)"
+            )
         self._trainer = trainer
         self._fitting = True
         strategy = trainer.strategy
