@@ -366,7 +366,7 @@ def _watched_drill(
         how = "it trained from scratch" if first[0] <= 0 else "before the checkpoint's step"
         return False, (
             f"{head}, but the first step it showed was {first[0]} ({how}): the resume did not "
-            f"take; the script must read {args} and load {rel_restored}"
+            f"take; {args} must make the script load {rel_restored} and continue from it"
         )
     if diverged is not None:
         return False, f"{head}; its loss diverged after the restore: {diverged.get('reason')}"
