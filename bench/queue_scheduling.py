@@ -22,7 +22,7 @@ ratio to the lower bound ``max(slot-seconds / 8, longest job)``, and the idle sl
 fraction ``1 - busy slot-seconds / (8 x makespan)``, busy counted from each job's
 measured start and end.
 
-    python bench/queue.py [--jobs 200] [--seed 0] [--reserve-after 0] [--no-slurm]
+    python bench/queue_scheduling.py [--jobs 200] [--seed 0] [--reserve-after 0] [--no-slurm]
                           [--slurm-scheduler builtin,backfill]
 """
 
