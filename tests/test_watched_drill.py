@@ -217,3 +217,41 @@ def test_recovery_is_never_shorter_than_the_gap_it_contains(tmp_path: Path) -> N
     assert slow.death_to_step_s == 0.2  # fault to the next start
     (fast,) = measure_restarts(record, startup_s=0.05)
     assert fast.recovery_s == 0.25  # 0.1 s gap + 0.15 s start-up beyond the reference's
+
+
+OUTSIDE_WRITER = """
+import os, sys
+target = sys.argv[1]
+os.makedirs(os.path.dirname(target), exist_ok=True)
+print("iter 0: loss 1.0", flush=True)
+with open(target, "wb") as f:
+    f.write(b"state" * 100)
+"""
+
+
+def test_drill_refuses_a_checkpoint_captured_outside_the_workdir(
+    project: Project, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere" / "ckpt.pt"
+    spec = project.spec(
+        OUTSIDE_WRITER,
+        command=[PYTHON, "work.py", str(outside)],
+        extra=f"""
+[checkpoint]
+watch = [{json.dumps(str(outside))}]
+resume_args = ["--resume"]
+settle = "1h"
+[progress]
+pattern = {json.dumps(PATTERN)}
+""",
+    )
+    project.cli("run", "-q", str(spec), timeout=120, check_rc=0)
+    record = project.only_record()
+    info = CheckpointStore(record.checkpoints_dir).latest()
+    assert info is not None  # the final pass captured it after the clean exit
+    kept = outside.read_bytes()
+    drill = project.cli("ckpt", "drill", record.run_id, timeout=60)
+    assert drill.returncode == 2, drill.stdout + drill.stderr
+    assert f"captured from {outside}, outside the working directory" in drill.stderr
+    assert "checkpoint.watch" in drill.stderr
+    assert not (record.path / "drills").exists() and outside.read_bytes() == kept

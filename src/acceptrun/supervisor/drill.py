@@ -47,7 +47,7 @@ from typing import Any
 from acceptrun.checkpoint.files import put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.client import ENV_DRILL
-from acceptrun.errors import UserError
+from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.spec import RunSpec, load_spec
 from acceptrun.supervisor.core import contract_env
 from acceptrun.supervisor.process import ChildProcess
@@ -317,7 +317,10 @@ def _watched_drill(
     from acceptrun.supervisor.external import PLACEHOLDER, with_resume_args
     from acceptrun.supervisor.progress import ProgressReader
 
-    placed = put_back(info, {name: scratch / rel for name, rel in plan.items()})
+    try:
+        placed = put_back(info, {name: scratch / rel for name, rel in plan.items()})
+    except (AcceptrunError, OSError) as exc:
+        return False, f"step {info.step} could not be put back into the scratch copy: {exc}"
     restored = next(iter(placed.values()))
     rel_restored = restored.relative_to(scratch).as_posix()
     args = shlex.join(a.replace(PLACEHOLDER, rel_restored) for a in spec.checkpoint.resume_args)
@@ -335,7 +338,10 @@ def _watched_drill(
         command, cwd=scratch, env=env, stdout_path=log_dir / "stdout.log",
         stderr_path=log_dir / "stderr.log", echo=echo,
     )  # fmt: skip
-    child.start()
+    try:
+        child.start()
+    except OSError as exc:
+        return False, f"{head}; it could not start: {exc.strerror or exc}"
     t0 = time.monotonic()
     first: tuple[int, float] | None = None  # (step, seconds from the start)
     after: tuple[int, float] | None = None  # the first step after the checkpoint's
