@@ -146,7 +146,7 @@ def project(tmp_path: Path, workspace: Path) -> Project:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+    predicate: Callable[[], Any], timeout: float = 90.0, interval: float = 0.02, what: str = ""
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -73,7 +73,7 @@ def make_job(tmp_path: Path, *, mirror: Path | None = None, grace: str = "20s") 
     return job
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, what: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:
