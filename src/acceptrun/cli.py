@@ -604,7 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
         "drill",
         help="operations drill: run a spec clean, then killed and preempted; compare, time the recoveries",
     )
-    drill.add_argument("spec", help="the run spec (TOML); its workload must use the client API")
+    drill.add_argument(
+        "spec",
+        help="the run spec (TOML): a client workload, or a script with checkpoint.watch and "
+        "progress.pattern (its preemption is skipped)",
+    )
     drill.add_argument(
         "--tolerance",
         type=float,
@@ -689,7 +693,13 @@ def build_parser() -> argparse.ArgumentParser:
     cdrill.add_argument(
         "--cpu", action="store_true", help="hide the GPUs: prove it restores on CPU"
     )
-    cdrill.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    cdrill.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds (default 600); a script without the client has that long to log a step "
+        "after the checkpoint's",
+    )
     cdrill.add_argument("-v", "--verbose", action="store_true", help="show the workload's output")
     cdrill.set_defaults(func=cmd_ckpt_drill)
 
