@@ -93,9 +93,10 @@ class Restart:
     restore_s: float | None
     """Time the next attempt spent loading its checkpoint."""
     recovery_s: float | None
-    """The attempt's exit to the next attempt's first step, minus the workload's start-up."""
+    """The attempt's exit to the next attempt's start, plus its start-up beyond the
+    reference's (never below the gap: a faster start-up is noise, not negative time)."""
     death_to_step_s: float | None
-    """The fault (the child's death) to the next attempt's first step, minus start-up."""
+    """The same from the fault (the child's death) instead of the recorded exit."""
     next_startup_s: float | None = None
     """The next attempt's own start-up: its start to its first step (restore included)."""
 
