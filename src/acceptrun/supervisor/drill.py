@@ -349,6 +349,8 @@ def _watched_drill(
     seen = 0
     while True:
         rc = child.wait(POLL_S)
+        if rc is not None:
+            child.finish()  # its last lines drained into the logs before the last read
         diverged = reader.poll(final=rc is not None) or diverged
         elapsed = time.monotonic() - t0
         steps = [int(e["step"]) for e in sink.events("step")]
@@ -366,7 +368,7 @@ def _watched_drill(
         if child.wait(STOP_GRACE_S) is None:
             child.signal_group(signal.SIGKILL)
             child.wait(10)
-    child.finish()
+        child.finish()
     saw = "no step" if first is None else f"first step {first[0]} after {first[1]:.1f}s"
     if first is not None and first[0] < info.step:
         how = "it trained from scratch" if first[0] <= 0 else "before the checkpoint's step"
