@@ -132,7 +132,9 @@ class AttemptWatch:
         where = (
             "no step"
             if self.client
-            else "no step line" if self.steps_only else "no output and no CPU use"
+            else "no step line"
+            if self.steps_only
+            else "no output and no CPU use"
         )
         last = f"; last step {self.last_step}" if self.last_step is not None else "; no step yet"
         phase, phase_s = self._phase
