@@ -29,6 +29,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from acceptrun.durable import write_atomic, write_json_atomic
 from acceptrun.serving.load import LoadPlan, RequestResult, run_load
 from acceptrun.serving.summary import summarize
@@ -69,11 +71,13 @@ class ServingDriver(threading.Thread):
         *,
         launched_at: float,
         logs: tuple[Path, Path],
+        pid: int | None = None,
     ) -> None:
         super().__init__(name=f"acceptrun-serving-{attempt}", daemon=True)
         self.record, self.spec, self.attempt = record, spec, attempt
         self.launched_at = launched_at  # time.time() when the server process started
         self.logs = logs  # the attempt's stdout.log and stderr.log
+        self.pid = pid  # the server's process: gone when the load ends means it was cut short
         self.finished = threading.Event()
         self.cancelled = threading.Event()  # the server exited: stop the load
         self.outcome: str | None = None  # served | not_ready | interrupted
@@ -121,7 +125,10 @@ class ServingDriver(threading.Thread):
         results = run_load(plan, stop=self.cancelled)
         self.count = len(results)
         interrupted = None
-        if self.cancelled.is_set():
+        # The supervisor stops the server only after the load, so a server already gone (or
+        # a zombie not yet reaped) exited on its own during it, even when the requests left
+        # failed fast enough to end the load before the supervisor noticed.
+        if self.cancelled.is_set() or not _server_alive(self.pid):
             interrupted = "the server exited during the load"
         self.outcome = "interrupted" if interrupted else "served"
         self._write_requests(results)
@@ -250,3 +257,15 @@ def _probe(url: str) -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"[:200]
     finally:
         conn.close()
+
+
+def _server_alive(pid: int | None) -> bool:
+    """Whether the server process still runs (a zombie has exited); True when unknown."""
+    if pid is None:
+        return True
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True

@@ -415,7 +415,7 @@ class Supervisor:
 
         driver = ServingDriver(
             self.record, self.spec, attempt, launched_at=child.started_at,
-            logs=(adir / "stdout.log", adir / "stderr.log"),
+            logs=(adir / "stdout.log", adir / "stderr.log"), pid=child.pid,
         )  # fmt: skip
         driver.start()
         return driver
