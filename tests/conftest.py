@@ -146,7 +146,7 @@ def project(tmp_path: Path, workspace: Path) -> Project:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 90.0, interval: float = 0.02, what: str = ""
+    predicate: Callable[[], Any], timeout: float = 120.0, interval: float = 0.02, what: str = ""
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -157,6 +157,21 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def only_record_in(workspace: Path) -> RunRecord:
+    """The one run record of a workspace (a test made exactly one run there)."""
+    (path,) = [p for p in (workspace / "runs").iterdir() if (p / "run.json").exists()]
+    return RunRecord(path)
+
+
+def step_losses(record: RunRecord, attempt: int | None = None) -> dict[int, float]:
+    """Each step's loss; without ``attempt``, from the last attempt that ran the step."""
+    return {
+        int(e["step"]): float(e["loss"])
+        for e in record.events("step")
+        if attempt is None or e.get("attempt") == attempt
+    }
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.workspace import RunRecord
+from conftest import only_record_in, step_losses
 
 pytest.importorskip("accelerate")
 
@@ -129,26 +130,17 @@ def acceptrun(job: Path, *args: str, env: dict[str, str] | None = None) -> Any:
     )  # fmt: skip
 
 
-def only_record(job: Path) -> RunRecord:
-    (run,) = [p for p in (job / "ws" / "runs").iterdir() if (p / "run.json").exists()]
-    return RunRecord(run)
-
-
-def losses(record: RunRecord, attempt: int | None = None) -> dict[int, float]:
-    return {
-        e["step"]: e["loss"]
-        for e in record.events("step")
-        if attempt is None or e["attempt"] == attempt
-    }
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     job = make_job(tmp_path_factory.mktemp("acc") / "ref")
     proc = acceptrun(job, "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(job)
-    return {"hash": (job / "weights.sha256").read_text(), "losses": losses(record), "rec": record}
+    record = only_record_in(job / "ws")
+    return {
+        "hash": (job / "weights.sha256").read_text(),
+        "losses": step_losses(record),
+        "rec": record,
+    }
 
 
 @pytest.mark.slow
@@ -176,13 +168,13 @@ def test_killed_mid_epoch_resumes_bitwise(tmp_path: Path, reference: dict[str, A
     job = make_job(tmp_path / "killed")
     proc = acceptrun(job, "run", "-q", "--inject", "kill@step=13", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(job)
+    record = only_record_in(job / "ws")
     (fault,) = record.events("fault_injected")
     assert fault["step"] == 13 and fault["action"] == "kill"
     assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 11]
     assert [r["step"] for r in record.events("restored")] == [11]
     assert (job / "weights.sha256").read_text() == reference["hash"]
-    again = losses(record, attempt=2)
+    again = step_losses(record, attempt=2)
     assert again == {s: reference["losses"][s] for s in range(12, 30)}
 
 
@@ -200,7 +192,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
         assert run.poll() is None, run.communicate()
         assert time.monotonic() < deadline, "no checkpoint within 240 s"
         time.sleep(0.1)
-    record = only_record(job)
+    record = only_record_in(job / "ws")
     assert acceptrun(job, "stop", record.run_id, "--wait").returncode == 0
     run.communicate(timeout=60)
     (stopped,) = record.events("stopped")
@@ -213,7 +205,9 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [r["step"] for r in record.events("restored")] == [last]
     assert (job / "weights.sha256").read_text() == reference["hash"]
-    assert losses(record, attempt=2) == {s: reference["losses"][s] for s in range(last + 1, 30)}
+    assert step_losses(record, attempt=2) == {
+        s: reference["losses"][s] for s in range(last + 1, 30)
+    }
 
 
 @pytest.mark.slow
@@ -225,7 +219,7 @@ def test_corrupted_newest_checkpoint_is_quarantined(
         job, "run", "-q", "--inject", "kill@step=13", "spec.toml", env={"CORRUPT_AT": "11"}
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(job)
+    record = only_record_in(job / "ws")
     (q,) = record.events("checkpoint_quarantine")
     assert q["step"] == 11 and "failed verification" in q["reason"]
     assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 7]

@@ -17,13 +17,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acceptrun.workspace import RunRecord
+from conftest import only_record_in, step_losses, wait_for
 
 pytestmark = pytest.mark.slow  # each Lightning process spends seconds importing lightning
 
@@ -123,25 +123,6 @@ def acceptrun(
     )  # fmt: skip
 
 
-def only_record(ws: Path) -> RunRecord:
-    (path,) = [p for p in (ws / "runs").iterdir() if (p / "run.json").exists()]
-    return RunRecord(path)
-
-
-def losses(record: RunRecord) -> dict[int, float]:
-    """The loss curve as the run ended it: each step's loss from the last attempt that ran it."""
-    return {int(e["step"]): float(e["loss"]) for e in record.events("step")}
-
-
-def wait_for(predicate: Any, timeout: float = 120.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
-    return value
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The uninterrupted run under `acceptrun run`: its record, weights and loss curve."""
@@ -149,13 +130,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     job = make_job(root / "job")
     proc = acceptrun(job, root / "ws", "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(root / "ws")
+    record = only_record_in(root / "ws")
     return {
         "job": job,
         "proc": proc,
         "record": record,
         "sha": (job / "weights.sha256").read_text(),
-        "losses": losses(record),
+        "losses": step_losses(record),
     }
 
 
@@ -210,7 +191,7 @@ def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(
         job, tmp_path / "ws", "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(tmp_path / "ws")
+    record = only_record_in(tmp_path / "ws")
     (fault,) = record.events("fault_injected")  # fired by the callback's run.log
     assert fault["step"] == KILL_AT and fault["action"] == "kill"
     exits = [record.read_json(f"attempts/{n}/exit.json") for n in (1, 2)]
@@ -222,7 +203,7 @@ def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(
     assert first == 19
     assert not list(record.events("resume_note"))  # nothing it could not make exact
     assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert losses(record) == reference["losses"]  # the same loss at every step
+    assert step_losses(record) == reference["losses"]  # the same loss at every step
 
 
 def test_killed_after_an_epoch_end_with_loader_workers_resumes_bitwise(
@@ -232,11 +213,11 @@ def test_killed_after_an_epoch_end_with_loader_workers_resumes_bitwise(
     kill = f"kill@step={KILL_AT_EPOCH_END}"
     proc = acceptrun(job, tmp_path / "ws", "run", "-q", "--inject", kill, "spec.toml", WORKERS="2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(tmp_path / "ws")
+    record = only_record_in(tmp_path / "ws")
     assert [e["step"] for e in record.events("restored")] == [12]  # epoch 1 starts afresh
     # Two worker processes give the same batches in the same order as the main process.
     assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert losses(record) == reference["losses"]
+    assert step_losses(record) == reference["losses"]
 
 
 def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
@@ -281,7 +262,7 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [e["step"] for e in record.events("restored")] == [last]
     assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert losses(record) == reference["losses"]
+    assert step_losses(record) == reference["losses"]
 
 
 def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
@@ -291,7 +272,7 @@ def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
     ws = tmp_path / "ws"
     proc = acceptrun(job, ws, "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml")
     assert proc.returncode == 1  # killed, no restart allowed
-    record = only_record(ws)
+    record = only_record_in(ws)
     newest = record.checkpoints_dir / "step-18" / "files" / "ckpt" / "epoch=1-step=18.ckpt"
     blob = bytearray(newest.read_bytes())
     blob[len(blob) // 2] ^= 0xFF  # one flipped byte
@@ -307,7 +288,7 @@ def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
     assert record.read_json("attempts/2/exit.json")["class"] == "success"
     # The file put back is the verified copy, whatever Lightning left in ckpt/.
     assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert losses(record) == reference["losses"]
+    assert step_losses(record) == reference["losses"]
 
 
 def test_validation_does_not_move_the_training_random_streams(
@@ -317,14 +298,14 @@ def test_validation_does_not_move_the_training_random_streams(
     job = make_job(tmp_path / "job")
     proc = acceptrun(job, tmp_path / "ws", "run", "-q", "spec.toml", NOVAL="1", EVERY="7")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(tmp_path / "ws")
+    record = only_record_in(tmp_path / "ws")
     assert not [e for e in record.events("metric") if e["name"] == "val_loss"]
     # Step 30 has no ModelCheckpoint file: the callback saved its own for the output.
     assert [e["step"] for e in record.events("checkpoint_commit")] == [7, 14, 21, 28, 30]
     (output,) = record.events("output")
     assert output["path"] == str(job / "ckpt" / "acceptrun.ckpt")
     assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert losses(record) == reference["losses"]
+    assert step_losses(record) == reference["losses"]
 
 
 def test_plain_lightning_mid_epoch_resume_is_not_exact(
@@ -348,7 +329,7 @@ def test_a_nan_loss_stops_the_run_as_diverged(tmp_path: Path) -> None:
     job = make_job(tmp_path / "job")
     proc = acceptrun(job, tmp_path / "ws", "run", "-q", "--inject", "nan@step=4", "spec.toml")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    record = only_record(tmp_path / "ws")
+    record = only_record_in(tmp_path / "ws")
     (diverged,) = record.events("diverged")
     assert diverged["step"] == 4 and "not finite" in diverged["reason"]
     exit1 = record.read_json("attempts/1/exit.json")

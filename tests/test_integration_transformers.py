@@ -22,6 +22,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.workspace import RunRecord
+from conftest import only_record_in, step_losses
 
 pytest.importorskip("transformers")
 
@@ -110,27 +111,18 @@ def acceptrun(job: Path, *args: str, env: dict[str, str] | None = None, timeout:
     )  # fmt: skip
 
 
-def only_record(job: Path) -> RunRecord:
-    (run,) = [p for p in (job / "ws" / "runs").iterdir() if (p / "run.json").exists()]
-    return RunRecord(run)
-
-
-def losses(record: RunRecord, attempt: int | None = None) -> dict[int, float]:
-    return {
-        e["step"]: e["loss"]
-        for e in record.events("step")
-        if attempt is None or e["attempt"] == attempt
-    }
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The uninterrupted run: its weights' hash, its losses and its record."""
     job = make_job(tmp_path_factory.mktemp("hf") / "ref")
     proc = acceptrun(job, "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(job)
-    return {"hash": (job / "weights.sha256").read_text(), "losses": losses(record), "rec": record}
+    record = only_record_in(job / "ws")
+    return {
+        "hash": (job / "weights.sha256").read_text(),
+        "losses": step_losses(record),
+        "rec": record,
+    }
 
 
 def test_importing_acceptrun_imports_no_framework() -> None:
@@ -190,14 +182,14 @@ def test_killed_run_resumes_bitwise(tmp_path: Path, reference: dict[str, Any]) -
     job = make_job(tmp_path / "killed")
     proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(job)
+    record = only_record_in(job / "ws")
     (fault,) = record.events("fault_injected")
     assert fault["step"] == 12 and fault["action"] == "kill"
     assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 10]
     (restored,) = record.events("restored")
     assert restored["attempt"] == 2 and restored["step"] == 10
     assert (job / "weights.sha256").read_text() == reference["hash"]
-    again = losses(record, attempt=2)
+    again = step_losses(record, attempt=2)
     assert sorted(again) == list(range(11, 21))
     assert again == {s: reference["losses"][s] for s in again}  # the loss curve, exactly
 
@@ -217,7 +209,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
         assert run.poll() is None, run.communicate()
         assert time.monotonic() < deadline, "no checkpoint within 240 s"
         time.sleep(0.1)
-    record = only_record(job)
+    record = only_record_in(job / "ws")
     stop = acceptrun(job, "stop", record.run_id, "--wait")
     assert stop.returncode == 0, stop.stderr
     run.communicate(timeout=60)
@@ -231,7 +223,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [r["step"] for r in record.events("restored")] == [last]
     assert (job / "weights.sha256").read_text() == reference["hash"]
-    again = losses(record, attempt=2)
+    again = step_losses(record, attempt=2)
     assert again == {s: reference["losses"][s] for s in range(last + 1, 21)}
 
 
@@ -247,7 +239,7 @@ def test_corrupted_newest_checkpoint_is_quarantined(
     env = {"CORRUPT_AT": "10", "ADD_CALLBACK": "1"}
     proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record(job)
+    record = only_record_in(job / "ws")
     (q,) = record.events("checkpoint_quarantine")
     assert q["step"] == 10 and "failed verification" in q["reason"]
     assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 5]
