@@ -174,6 +174,38 @@ def step_losses(record: RunRecord, attempt: int | None = None) -> dict[int, floa
     }
 
 
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def chromium_driver(
+    profile: Path, *, window: str = "1200,900", performance_log: bool = False
+) -> Any:
+    """Headless Chromium through selenium, with no network of its own.
+
+    Skips when Chromium or its driver is missing, but fails under CI, which installs them.
+    """
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
+    if missing:
+        message = f"{', '.join(missing)} not installed (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}", f"--window-size={window}",
+    ):  # fmt: skip
+        options.add_argument(arg)
+    logs = {"browser": "ALL", "performance": "ALL"} if performance_log else {"browser": "ALL"}
+    options.set_capability("goog:loggingPrefs", logs)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
 @pytest.fixture
 def poll() -> Callable[..., Any]:
     return wait_for

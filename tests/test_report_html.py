@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 import pytest
 
 from acceptrun.report.svg import Mark, Series, line_chart, nice_ticks
+from conftest import chromium_driver
 
 PYTHON = sys.executable
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # Read at import: the autouse fixture clears ACCEPTRUN_* variables before each test.
 SCREENSHOT_DIR = os.environ.get("ACCEPTRUN_SCREENSHOT_DIR")
 # A metric name that would run script, or fetch, if the report did not escape it.
@@ -96,26 +96,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _driver(tmp_path: Path) -> Any:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
-    if missing:
-        message = f"{', '.join(missing)} not installed (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        "--window-size=1100,1400",
-    ):  # fmt: skip
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    return chromium_driver(tmp_path / "chromium-profile", window="1100,1400", performance_log=True)
 
 
 @pytest.mark.slow

@@ -22,10 +22,9 @@ import pytest
 from acceptrun.ui import Board, make_server
 from acceptrun.ui.board import thin_minmax
 from acceptrun.workspace import RunRecord, Workspace
-from conftest import toml_str, wait_for
+from conftest import chromium_driver, toml_str, wait_for
 
 PYTHON = sys.executable
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # Read at import: the autouse fixture clears ACCEPTRUN_* variables before each test.
 SCREENSHOT_DIR = os.environ.get("ACCEPTRUN_SCREENSHOT_DIR")
 TOKEN = "test-token-0123456789abcdef"
@@ -146,26 +145,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def _driver(tmp_path: Path) -> Any:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
-    if missing:
-        message = f"{', '.join(missing)} not installed (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        "--window-size=1200,900",
-    ):  # fmt: skip
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    return chromium_driver(tmp_path / "chromium-profile", window="1200,900")
 
 
 def _screenshot(driver: Any, tmp_path: Path, name: str, height: int = 900) -> None:
