@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.workspace import RunRecord
-from conftest import only_record_in, step_losses
+from conftest import only_record_in, step_losses, wait_for
 
 pytest.importorskip("accelerate")
 
@@ -187,11 +186,12 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
         cwd=job, env=clean_env(STEP_SLEEP="0.2"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not list(ws.glob("runs/*/checkpoints/step-3/MANIFEST.json")):
-        assert run.poll() is None, run.communicate()
-        assert time.monotonic() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.1)
+
+    def committed() -> bool:
+        assert run.poll() is None, run.communicate()  # still running while we wait
+        return bool(list(ws.glob("runs/*/checkpoints/step-3/MANIFEST.json")))
+
+    wait_for(committed, timeout=240, what="the checkpoint of step 3")
     record = only_record_in(job / "ws")
     assert acceptrun(job, "stop", record.run_id, "--wait").returncode == 0
     run.communicate(timeout=60)
