@@ -210,7 +210,7 @@ from pathlib import Path
 import acceptrun
 from acceptrun.inference.batch import BatchJob, encode_output
 from acceptrun.inference.items import iter_shards
-from acceptrun.spec import InferenceSpec
+from acceptrun.spec.model import InferenceSpec
 
 root, reps, shard_size = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 source = str(root / "items.txt")

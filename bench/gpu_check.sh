@@ -19,7 +19,7 @@ step() { echo "== $1"; }
 step "provenance and device smoke test"
 "$py" - >"$out/provenance.json" 2>"$out/provenance.err" <<'PY' || status=1
 import json
-from acceptrun import provenance
+from acceptrun.capture import provenance
 prov = provenance.capture()
 smoke = provenance.device_smoke()
 print(json.dumps({"gpus": prov["gpus"], "torch": prov["torch"], "smoke": smoke}, indent=2))

@@ -48,7 +48,7 @@ from datetime import datetime  # noqa: E402
 from acceptrun.queue.scheduler import Active, Pending, Policy, plan  # noqa: E402
 from acceptrun.queue.submit import queue_db, submit_spec  # noqa: E402
 from acceptrun.queue.worker import Worker, WorkerConfig  # noqa: E402
-from acceptrun.workspace import Workspace  # noqa: E402
+from acceptrun.record.workspace import Workspace  # noqa: E402
 
 SLOTS = 8
 SIZES = {1: 0.4, 2: 0.3, 4: 0.2, 8: 0.1}  # slots wanted: share of the jobs

@@ -43,9 +43,9 @@ from typing import Any
 
 import psutil
 
-from acceptrun.durable import read_jsonl
-from acceptrun.launch import launch
-from acceptrun.supervisor.ops_drill import measure_restarts, startup_seconds
+from acceptrun._util.durable import read_jsonl
+from acceptrun.run.drills.operations import measure_restarts, startup_seconds
+from acceptrun.run.launch import launch
 
 WORKLOAD = textwrap.dedent(
     """

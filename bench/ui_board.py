@@ -27,8 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from acceptrun.record.workspace import Workspace, new_run_id
 from acceptrun.ui import Board, make_server
-from acceptrun.workspace import Workspace, new_run_id
 
 SPEC = 'name = "{name}"\ncommand = ["python", "train.py"]\n'
 NAMES = ("bert-squad", "charlm", "resnet50", "llama-ft", "whisper-small")

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
 
 PYTHON = sys.executable  # the venv's interpreter: specs never depend on PATH
 
 
 @pytest.fixture(scope="session", autouse=True)
 def user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The user's list of workspaces (acceptrun.registry) goes to the session's own directory.
+    """The user's list of workspaces (acceptrun.record.registry) goes to the session's own directory.
 
     Set before any fixture, module-scoped ones included, through both variables: children
     started with the ACCEPTRUN_* ones filtered out still see XDG_CONFIG_HOME.

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from acceptrun.durable import read_jsonl
+from acceptrun._util.durable import read_jsonl
 from acceptrun.errors import SpecError, UserError
 from acceptrun.inference.items import iter_items, iter_shards
 from acceptrun.inference.summary import percentile
-from acceptrun.spec import parse_spec
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import parse_spec
 from conftest import PYTHON, Project, toml_str, wait_for
 
 WORKLOAD = """
@@ -353,7 +353,7 @@ API_MISUSE = """
 import json, sys
 import acceptrun
 from acceptrun.inference import BatchJob
-from acceptrun.spec import InferenceSpec
+from acceptrun.spec.model import InferenceSpec
 
 run = acceptrun.init(name="misuse")
 job = BatchJob(run, InferenceSpec(input="items.txt", output="out", shard_size=4))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from acceptrun.errors import UserError
-from acceptrun.launch import launch
+from acceptrun.run.launch import launch
 
 # No torch import before the first step: the budget clock starts at launch, and the test
 # needs the first step to come well before the stop even on a loaded machine (torch is

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 import pytest
 
+from acceptrun._util.durable import read_json, write_atomic, write_json_atomic
+from acceptrun._util.hashing import hash_bytes
 from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
-from acceptrun.durable import read_json, write_atomic, write_json_atomic
 from acceptrun.errors import RecordError, UserError
-from acceptrun.hashing import hash_bytes
-from acceptrun.workspace import now_iso
+from acceptrun.record.workspace import now_iso
 
 if TYPE_CHECKING:
     from s3server import S3Server

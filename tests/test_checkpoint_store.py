@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import ckpt_kill_worker
+from acceptrun._util.hashing import hash_file
 from acceptrun.checkpoint.store import (
     LATEST,
     MANIFEST,
@@ -23,7 +24,6 @@ from acceptrun.checkpoint.store import (
     CheckpointStore,
 )
 from acceptrun.errors import RecordError, UserError
-from acceptrun.hashing import hash_file
 
 
 class Events:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from acceptrun.durable import read_jsonl
+from acceptrun._util.durable import read_jsonl
 from acceptrun.supervisor.classify import (
     CLASSES,
     RETRY_LIMITS,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from acceptrun.cli import main
-from acceptrun.workspace import RunRecord
+from acceptrun.cli.main import main
+from acceptrun.record.workspace import RunRecord
 
 PYTHON = sys.executable
 
@@ -293,7 +293,7 @@ def test_help_does_not_import_torch(tmp_path: Path) -> None:
     )
     assert "usage: acceptrun" in proc.stdout
     imported = [line for line in proc.stderr.splitlines() if "import time:" in line]
-    assert any("acceptrun.cli" in line for line in imported)  # the trace is real
+    assert any("acceptrun.cli.main" in line for line in imported)  # the trace is real
     assert not [line for line in imported if "torch" in line]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acceptrun.durable import read_jsonl
+from acceptrun._util.durable import read_jsonl
 
 
 def run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import torch
 
+from acceptrun._util.hashing import hash_file
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import UserError
-from acceptrun.hashing import hash_file
-from acceptrun.launch import LaunchResult, launch
-from acceptrun.verdict import compute_verdict
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.run.launch import LaunchResult, launch
+from acceptrun.verdict.core import compute_verdict
 from conftest import PYTHON, Project
 
 LIMITS = '[limits]\nrestart_backoff = 0\ngrace_period = "5s"\n'
@@ -330,8 +330,8 @@ def test_different_failures_are_still_retried(project: Project) -> None:
 
 
 def test_cpu_run_with_nccl_gets_a_preflight_warning(tmp_path: Path) -> None:
-    from acceptrun.preflight import check_backend
-    from acceptrun.spec import load_spec
+    from acceptrun.capture.preflight import check_backend
+    from acceptrun.spec.model import load_spec
 
     (tmp_path / "train.py").write_text(
         textwrap.dedent(

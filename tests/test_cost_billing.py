@@ -20,7 +20,7 @@ from acceptrun.cost import (
     storage_cost,
 )
 from acceptrun.errors import UserError
-from acceptrun.spec import CostSpec
+from acceptrun.spec.model import CostSpec
 
 T0 = 1_790_000_000.0  # an arbitrary launch time, unix seconds
 GIB = 1024**3

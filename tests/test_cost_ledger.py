@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from acceptrun.cli import main
+from acceptrun.cli.main import main
 from acceptrun.cost.ledger import PARTS, build_ledger
-from acceptrun.launch import LaunchResult, launch
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.run.launch import LaunchResult, launch
 from conftest import PYTHON, toml_str
 
 # Steps of ~50 ms; a blocking checkpoint after steps 2 and 5; an output at the end.

@@ -11,7 +11,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from acceptrun.data import (
+from acceptrun._util.hashing import hash_file
+from acceptrun.capture.data import (
     Changed,
     format_verify,
     load_manifest,
@@ -20,7 +21,6 @@ from acceptrun.data import (
     write_manifest,
 )
 from acceptrun.errors import DataError
-from acceptrun.hashing import hash_file
 
 TREE = {
     "train/shard-0.bin": bytes(range(256)) * 64,

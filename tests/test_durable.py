@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from acceptrun.durable import append_jsonl, read_json, read_jsonl, write_atomic, write_json_atomic
+from acceptrun._util.durable import (
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    write_atomic,
+    write_json_atomic,
+)
 from acceptrun.errors import RecordError
 
 
@@ -46,7 +52,7 @@ def test_sigkill_during_write_leaves_old_file_whole(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from acceptrun.durable import write_atomic
+        from acceptrun._util.durable import write_atomic
         def writer(f):
             chunk = b"x" * (1 << 20)
             for i in range(400):
@@ -74,7 +80,7 @@ def test_full_disk_keeps_old_file_and_says_so(tmp_path: Path) -> None:
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
-        from acceptrun.durable import write_atomic
+        from acceptrun._util.durable import write_atomic
         from acceptrun.errors import UserError
         try:
             write_atomic({str(target)!r}, b"y" * (1 << 20))
@@ -109,7 +115,7 @@ def test_concurrent_appends_do_not_interleave(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from acceptrun.durable import append_jsonl
+        from acceptrun._util.durable import append_jsonl
         for i in range(300):
             append_jsonl({str(path)!r}, {{"w": sys.argv[1], "i": i, "pad": "z" * 2000}})
         """
@@ -132,7 +138,7 @@ def test_damaged_json_names_the_file(tmp_path: Path) -> None:
 
 
 def test_append_log_holds_deferred_records_and_keeps_the_order(tmp_path: Path) -> None:
-    from acceptrun.durable import AppendLog
+    from acceptrun._util.durable import AppendLog
 
     path = tmp_path / "events.jsonl"
     log = AppendLog(path)
@@ -148,7 +154,7 @@ def test_append_log_holds_deferred_records_and_keeps_the_order(tmp_path: Path) -
 
 
 def test_append_log_writes_held_records_after_its_interval(tmp_path: Path) -> None:
-    from acceptrun.durable import AppendLog
+    from acceptrun._util.durable import AppendLog
 
     path = tmp_path / "events.jsonl"
     log = AppendLog(path)
@@ -159,7 +165,7 @@ def test_append_log_writes_held_records_after_its_interval(tmp_path: Path) -> No
 
 
 def test_a_forked_child_does_not_write_its_parents_held_records(tmp_path: Path) -> None:
-    from acceptrun.durable import AppendLog
+    from acceptrun._util.durable import AppendLog
 
     path = tmp_path / "events.jsonl"
     log = AppendLog(path)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from acceptrun.checkpoint.store import LATEST, QUARANTINE, CheckpointStore
-from acceptrun.cli import main
+from acceptrun.cli.main import main
 from acceptrun.errors import UserError
-from acceptrun.gc import GcOptions, format_gc, parse_age, plan_gc
-from acceptrun.workspace import RunRecord, Workspace, now_iso
+from acceptrun.record.workspace import RunRecord, Workspace, now_iso
+from acceptrun.run.retention import GcOptions, format_gc, parse_age, plan_gc
 
 DAY = 86400.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from acceptrun.launch import launch
+from acceptrun.run.launch import launch
 from acceptrun.telemetry.summary import summarize
 from conftest import Project
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from acceptrun.launch import launch
+from acceptrun.run.launch import launch
 from acceptrun.telemetry.idle import Activity, IdleDetector, activity_of, describe
 
 # A few real steps, then a wait for something that never comes, with almost no CPU; it

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from acceptrun.errors import UserError
-from acceptrun.inject import Fault, faults_for_attempt, parse_faults, time_faults
-from acceptrun.launch import LaunchResult, launch
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.run.launch import LaunchResult, launch
+from acceptrun.workload.inject import Fault, faults_for_attempt, parse_faults, time_faults
 from conftest import PYTHON, Project
 
 # A client workload; CKPT=1 checkpoints a tiny torch model after steps 2 and 5. The saves

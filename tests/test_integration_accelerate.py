@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
 from conftest import only_record_in, step_losses, wait_for
 
 pytest.importorskip("accelerate")

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
 from conftest import only_record_in, step_losses, wait_for
 
 pytestmark = pytest.mark.slow  # each Lightning process spends seconds importing lightning

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
 from conftest import only_record_in, step_losses, wait_for
 
 pytest.importorskip("transformers")
@@ -126,7 +126,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_importing_acceptrun_imports_no_framework() -> None:
     code = (
-        "import sys, acceptrun, acceptrun.integrations, acceptrun.cli\n"
+        "import sys, acceptrun, acceptrun.integrations, acceptrun.cli.main\n"
         "bad = [m for m in ('transformers', 'accelerate', 'torch') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

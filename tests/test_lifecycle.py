@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.cli import main
-from acceptrun.workspace import RunRecord, Workspace, user_at_host
+from acceptrun.cli.main import main
+from acceptrun.record.workspace import RunRecord, Workspace, user_at_host
 
 TRAIN = textwrap.dedent(
     """

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from acceptrun.durable import append_jsonl
+from acceptrun._util.durable import append_jsonl
+from acceptrun.backends.mlflow import default_tracking_uri, export_run
 from acceptrun.errors import UserError
-from acceptrun.launch import launch
-from acceptrun.telemetry.mlflow_export import default_tracking_uri, export_run
-from acceptrun.workspace import Workspace
+from acceptrun.record.workspace import Workspace
+from acceptrun.run.launch import launch
 from conftest import Project
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")

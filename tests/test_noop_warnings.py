@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from acceptrun.spec import parse_spec
-from acceptrun.usage import BLACK_BOX, CLIENT, UNKNOWN, detect_usage
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import parse_spec
+from acceptrun.workload.usage import BLACK_BOX, CLIENT, UNKNOWN, detect_usage
 from conftest import PYTHON, Project, wait_for
 
 BLACK_BOX_SCRIPT = "print('iter 1: loss 0.5')\n"

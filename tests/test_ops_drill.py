@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from acceptrun.supervisor.ops_drill import run_ops_drill
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.run.drills.operations import run_ops_drill
 from conftest import Project
 
 # Deterministic: seeded, one thread, deterministic algorithms, dropout, AdamW, and batches

@@ -7,8 +7,8 @@ import os
 import time
 from typing import Any
 
-from acceptrun.hashing import hash_file
-from acceptrun.workspace import RunRecord
+from acceptrun._util.hashing import hash_file
+from acceptrun.record.workspace import RunRecord
 from conftest import Project
 
 WRITES_MODEL = """

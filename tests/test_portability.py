@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from acceptrun.portability import BLOCKER, NOTE, WARNING, check_spec_file, format_portability
+from acceptrun.verdict.portability import (
+    BLOCKER,
+    NOTE,
+    WARNING,
+    check_spec_file,
+    format_portability,
+)
 
 PYTHON = sys.executable
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from acceptrun import provenance
-from acceptrun.hashing import hash_file
-from acceptrun.provenance import Change
+from acceptrun._util.hashing import hash_file
+from acceptrun.capture import provenance
+from acceptrun.capture.provenance import Change
 
 PARTS = ["os", "host", "cpu", "memory", "python", "packages", "git", "torch", "gpus", "env"]
 
@@ -69,7 +69,7 @@ def child_capture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     code = textwrap.dedent(
         """
         import json, sys
-        from acceptrun import provenance
+        from acceptrun.capture import provenance
         prov = provenance.capture()
         print(json.dumps({
             "torch_imported": "torch" in sys.modules,

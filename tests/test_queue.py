@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from acceptrun.durable import read_jsonl
+from acceptrun._util.durable import read_jsonl
 from acceptrun.queue.db import Job, QueueDB
 from acceptrun.queue.scheduler import Active, Pending, Policy, plan
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
 
 PYTHON = sys.executable
 
@@ -260,7 +260,7 @@ def test_gpu_worker_gives_each_job_its_gpus(queue: Queue) -> None:
     """A GPU worker (in process, running the commands directly as the benchmark does)."""
     from acceptrun.queue.submit import submit_spec
     from acceptrun.queue.worker import Worker, WorkerConfig
-    from acceptrun.workspace import Workspace
+    from acceptrun.record.workspace import Workspace
 
     ws = Workspace.create(queue.ws)
     one = submit_spec(

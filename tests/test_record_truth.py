@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from acceptrun.diff import diff_runs, format_run_diff
-from acceptrun.workspace import RunRecord, Workspace
+from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.verdict.diff import diff_runs, format_run_diff
 
 PYTHON = sys.executable
 
@@ -181,7 +181,7 @@ def test_an_existing_nearer_workspace_is_kept_and_learns_to_ignore_itself(tmp_pa
 
 @pytest.mark.slow
 def test_provenance_leaves_out_a_workspace_git_would_see(tmp_path: Path) -> None:
-    from acceptrun import provenance
+    from acceptrun.capture import provenance
 
     repo = _project(tmp_path / "proj")
     ws = repo / "records"  # a workspace named by --workspace, without its .gitignore
@@ -249,7 +249,7 @@ def _priced_job(root: Path, name: str, cost: str, extra: str = "") -> Path:
 @pytest.mark.slow
 def test_cpu_run_with_a_per_second_price_bills_seconds_and_no_gpu(tmp_path: Path) -> None:
     from acceptrun.cost.ledger import build_ledger
-    from acceptrun.launch import launch
+    from acceptrun.run.launch import launch
 
     spec = _priced_job(tmp_path / "job", "cpu", 'price_per_hour = 3600\nbilling_increment = "1s"')
     result = launch(spec, workspace=tmp_path / "ws", echo=False)
@@ -277,8 +277,8 @@ def test_billing_increment_is_refused_where_it_cannot_apply(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_verdict_cost_line_agrees_with_the_ledger_of_a_failed_preflight(tmp_path: Path) -> None:
     from acceptrun.cost.billing import format_usd
-    from acceptrun.launch import launch
-    from acceptrun.spec import format_duration
+    from acceptrun.run.launch import launch
+    from acceptrun.spec.model import format_duration
 
     spec = _priced_job(
         tmp_path / "job", "pf", "price_per_hour = 3600", '[expect]\npython = "<3.0"\n'
@@ -382,7 +382,7 @@ for step in run.steps(start, 6):
 @pytest.mark.slow
 def test_ledger_counts_the_mirror_apart_from_local_storage(tmp_path: Path) -> None:
     from acceptrun.cost.ledger import build_ledger
-    from acceptrun.launch import launch
+    from acceptrun.run.launch import launch
 
     job = tmp_path / "job"
     job.mkdir()
@@ -496,7 +496,7 @@ def test_portability_and_howto_of_a_run_say_what_a_clone_lacks(
 def test_a_workspace_named_in_a_project_directory_never_ignores_the_project(
     tmp_path: Path,
 ) -> None:
-    from acceptrun.workspace import find_workspace
+    from acceptrun.record.workspace import find_workspace
 
     project = tmp_path / "proj"
     project.mkdir()

@@ -220,8 +220,8 @@ def test_line_chart_escapes_text_and_breaks_lines_at_gaps() -> None:
 @pytest.mark.slow
 def test_gpu_samples_in_the_record_become_gpu_charts(run: dict[str, Any], tmp_path: Path) -> None:
     """GPU lines in the telemetry contract's format (as NVML samplers write them) are charted."""
+    from acceptrun.record.workspace import RunRecord
     from acceptrun.report.html import render_html, report_data
-    from acceptrun.workspace import RunRecord
 
     copy = tmp_path / "runs" / run["dir"].name
     shutil.copytree(run["dir"], copy)

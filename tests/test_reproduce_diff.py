@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from acceptrun.howto import format_howto
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.report.howto import format_howto
 
 PYTHON = sys.executable
 

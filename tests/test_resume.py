@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from acceptrun._util.durable import read_jsonl
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.cli import main
-from acceptrun.durable import read_jsonl
-from acceptrun.launch import launch
+from acceptrun.cli.main import main
+from acceptrun.run.launch import launch
 
 WORKLOAD = textwrap.dedent(
     """
@@ -209,7 +209,7 @@ def test_ckpt_commands_and_restore_drill(
     assert drill["ok"] and drill["step"] == 23
     # The drill logged nothing into the run: its steps are not the run's.
     assert max(e["step"] for e in record.events("step")) == 23
-    from acceptrun.verdict import compute_verdict
+    from acceptrun.verdict.core import compute_verdict
 
     verdict = compute_verdict(record)
     assert verdict.accepted, [c for c in verdict.checks if c.status != "pass"]

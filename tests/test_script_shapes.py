@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from acceptrun.record.workspace import RunRecord
 from acceptrun.telemetry.summary import summarize
-from acceptrun.workspace import RunRecord
 from conftest import PYTHON, Project
 
 SCRIPT = Path(__file__).with_name("shapes_train.py")

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from acceptrun.errors import SpecError
+from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import LoadPlan, arrival_schedule, run_load
 from acceptrun.serving.summary import percentile
-from acceptrun.spec import parse_spec
-from acceptrun.workspace import RunRecord
+from acceptrun.spec.model import parse_spec
 from conftest import PYTHON, Project, toml_str
 
 HERE = Path(__file__).parent

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from acceptrun.backends.skypilot import MIRROR_MOUNT, task_yaml
-from acceptrun.cli import main
+from acceptrun.cli.main import main
 from acceptrun.errors import UserError
-from acceptrun.spec import load_spec
+from acceptrun.spec.model import load_spec
 
 LAMBDA_H100 = """
 name = "bert-h100"

@@ -20,8 +20,8 @@ import pytest
 
 from acceptrun.backends.slurm import JOBS_FILE, batch_script, cancel, jobs, submit
 from acceptrun.errors import UserError
-from acceptrun.spec import load_spec
-from acceptrun.workspace import RunRecord, Workspace
+from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.spec.model import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

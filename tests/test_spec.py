@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from acceptrun.errors import SpecError
-from acceptrun.spec import (
+from acceptrun.spec.model import (
     Condition,
     format_duration,
     load_spec,
@@ -17,7 +17,7 @@ from acceptrun.spec import (
     parse_duration,
     parse_spec,
 )
-from acceptrun.specdoc import json_schema, starter_spec
+from acceptrun.spec.schema import json_schema, starter_spec
 
 MINIMAL = 'name = "job"\ncommand = ["python", "train.py"]\n'
 
@@ -268,7 +268,7 @@ def test_starter_spec_validates() -> None:
 
 
 def test_spec_reference_doc_is_in_sync() -> None:
-    from acceptrun.specdoc import reference_markdown
+    from acceptrun.spec.schema import reference_markdown
 
     doc = Path(__file__).parent.parent / "docs" / "spec.md"
     assert doc.read_text() == reference_markdown(), "regenerate: acceptrun spec docs > docs/spec.md"

@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from acceptrun.launch import launch
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.run.launch import launch
 
 
 def job(tmp_path: Path, body: str, spec: str = "", name: str = "job") -> Path:

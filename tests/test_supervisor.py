@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from acceptrun.launch import launch
-from acceptrun.spec import load_spec
+from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.run.launch import launch
+from acceptrun.spec.model import load_spec
 from acceptrun.supervisor import Supervisor
-from acceptrun.workspace import RunRecord, Workspace
 
 
 def exit_json(record: RunRecord, attempt: int) -> dict[str, Any]:

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from acceptrun.durable import read_jsonl
-from acceptrun.launch import launch
-from acceptrun.spec import parse_spec
+from acceptrun._util.durable import read_jsonl
+from acceptrun.record.workspace import RunRecord
+from acceptrun.run.launch import launch
+from acceptrun.spec.model import parse_spec
 from acceptrun.telemetry.nvml import GpuSampler, decode_clock_events, xid_detail
 from acceptrun.telemetry.sampler import HostSampler, RunTelemetry, SamplerThread
-from acceptrun.workspace import RunRecord
 
 HOST_KEYS = {
     "t", "kind", "attempt", "cpu_pct", "load1", "mem_used", "mem_total", "proc_cpu_pct",

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from acceptrun.durable import append_jsonl
-from acceptrun.launch import launch
+from acceptrun._util.durable import append_jsonl
+from acceptrun.record.workspace import Workspace
+from acceptrun.run.launch import launch
 from acceptrun.telemetry.peaks import match_gpu, peak_tflops
 from acceptrun.telemetry.summary import BREAKDOWN_PARTS, summarize, timelines
-from acceptrun.workspace import Workspace
 from conftest import Project
 
 GIB = 1 << 30

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
 from conftest import PYTHON, Project
 
 WORKLOAD = """
@@ -73,7 +73,7 @@ def test_top_refuses_a_bad_interval(project: Project) -> None:
 
 def test_help_does_not_import_rich_or_torch() -> None:
     code = (
-        "import sys\nfrom acceptrun.cli import build_parser\nbuild_parser()\n"
+        "import sys\nfrom acceptrun.cli.main import build_parser\nbuild_parser()\n"
         "print(sorted(m for m in ('torch', 'rich.live', 'mlflow') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

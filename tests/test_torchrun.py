@@ -21,17 +21,17 @@ import psutil
 import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.distributed import launch_command, rank_info
-from acceptrun.distributed_cli import (
+from acceptrun.errors import SpecError, UserError
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import parse_spec
+from acceptrun.tune.scaling import (
     ScalingPoint,
     format_scaling,
     median_throughput,
     parse_counts,
     with_efficiency,
 )
-from acceptrun.errors import SpecError, UserError
-from acceptrun.spec import parse_spec
-from acceptrun.workspace import RunRecord
+from acceptrun.workload.distributed import launch_command, rank_info
 from conftest import PYTHON, Project, toml_str, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp"
@@ -132,7 +132,7 @@ def test_a_rank_dies_with_its_parent(tmp_path: Path) -> None:
     """torchrun starts ranks in sessions of their own: a SIGKILLed agent must take them along."""
     pidfile = tmp_path / "child.pid"
     child = (
-        "import os, sys, time; from acceptrun.distributed import die_with_parent; "
+        "import os, sys, time; from acceptrun.workload.distributed import die_with_parent; "
         "assert die_with_parent(); open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
     )
     parent = subprocess.Popen(

@@ -19,9 +19,9 @@ from urllib.parse import urlencode
 
 import pytest
 
+from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.ui import Board, make_server
 from acceptrun.ui.board import thin_minmax
-from acceptrun.workspace import RunRecord, Workspace
 from conftest import chromium_driver, toml_str, wait_for
 
 PYTHON = sys.executable

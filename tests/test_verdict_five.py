@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from acceptrun.data import snapshot, write_manifest
-from acceptrun.verdict import GROUPS
+from acceptrun.capture.data import snapshot, write_manifest
+from acceptrun.verdict.core import GROUPS
 
 PYTHON = sys.executable
 

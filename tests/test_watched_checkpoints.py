@@ -24,10 +24,10 @@ import pytest
 
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.distributed import launch_command
 from acceptrun.errors import RecordError
-from acceptrun.spec import load_spec
+from acceptrun.spec.model import load_spec
 from acceptrun.supervisor.external import step_from_name, with_resume_args
+from acceptrun.workload.distributed import launch_command
 from conftest import PYTHON, Project, wait_for
 
 TRAIN = Path(__file__).with_name("watched_train.py")

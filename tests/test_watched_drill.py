@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.verdict import compute_verdict
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.verdict.core import compute_verdict
 from conftest import PYTHON, Project
 
 TRAIN = Path(__file__).with_name("watched_train.py")
@@ -196,7 +196,7 @@ def test_recovery_is_never_shorter_than_the_gap_it_contains(tmp_path: Path) -> N
     Before: exit at 10.0, next start 10.1, its first step 10.3 (0.2 s start-up) against a
     0.5 s reference start-up gave 10.3 - 10.0 - 0.5 = -0.2 s.
     """
-    from acceptrun.supervisor.ops_drill import measure_restarts
+    from acceptrun.run.drills.operations import measure_restarts
 
     record = RunRecord(tmp_path / "run")
     record.path.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from acceptrun.errors import WorkspaceError
-from acceptrun.workspace import Workspace, find_workspace, new_run_id
+from acceptrun.record.workspace import Workspace, find_workspace, new_run_id
 
 
 def test_run_ids_sort_by_time_and_read_well() -> None:

@@ -5,7 +5,6 @@ standalone one) and returns a :class:`Run`; everything else is the ``acceptrun``
 Importing this package imports neither torch nor any other heavy dependency.
 """
 
-from acceptrun.client import ENV_VARS, Run, init
 from acceptrun.errors import (
     AcceptrunError,
     DataError,
@@ -15,6 +14,7 @@ from acceptrun.errors import (
     UserError,
     WorkspaceError,
 )
+from acceptrun.workload.client import ENV_VARS, Run, init
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 import sys
 
-from acceptrun.cli import main
+from acceptrun.cli.main import main
 
 sys.exit(main())

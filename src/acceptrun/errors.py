@@ -10,7 +10,7 @@
     │   └── PreflightError         an environment expectation or smoke test failed
     └── RecordError                a run record that is damaged on disk (CLI exit code 1)
 
-Only ``acceptrun.cli`` catches these; it prints ``Type: message`` and exits non-zero.
+Only ``acceptrun.cli.main`` catches these; it prints ``Type: message`` and exits non-zero.
 Messages name the thing, the bad value and the fix, so a user never needs the traceback.
 """
 

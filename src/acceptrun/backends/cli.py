@@ -14,10 +14,10 @@ __all__ = ["register"]
 
 
 def cmd_export_skypilot(args: argparse.Namespace) -> int:
+    from acceptrun._util.durable import write_atomic
     from acceptrun.backends.skypilot import task_yaml
-    from acceptrun.durable import write_atomic
-    from acceptrun.preflight import check_static
-    from acceptrun.spec import load_spec
+    from acceptrun.capture.preflight import check_static
+    from acceptrun.spec.model import load_spec
 
     spec = load_spec(args.spec)
     check_static(spec)
@@ -34,8 +34,8 @@ def cmd_export_skypilot(args: argparse.Namespace) -> int:
 
 
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
-    from acceptrun.telemetry.mlflow_export import default_tracking_uri, export_run
-    from acceptrun.workspace import find_workspace
+    from acceptrun.backends.mlflow import default_tracking_uri, export_run
+    from acceptrun.record.workspace import find_workspace
 
     record = find_workspace(args.workspace).get_run(args.run)
     mlflow_id = export_run(record.path, args.tracking_uri, args.experiment)

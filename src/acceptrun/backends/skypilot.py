@@ -26,8 +26,8 @@ import shlex
 from pathlib import Path
 
 from acceptrun.errors import UserError
-from acceptrun.spec import RunSpec
-from acceptrun.workspace import new_run_id
+from acceptrun.record.workspace import new_run_id
+from acceptrun.spec.model import RunSpec
 
 __all__ = ["MIRROR_MOUNT", "accelerators", "task_yaml"]
 

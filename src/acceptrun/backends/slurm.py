@@ -40,10 +40,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from acceptrun.durable import append_jsonl, read_jsonl, write_atomic, write_json_atomic
+from acceptrun._util.durable import append_jsonl, read_jsonl, write_atomic, write_json_atomic
 from acceptrun.errors import UserError
-from acceptrun.spec import RunSpec, format_duration, load_spec
-from acceptrun.workspace import RunRecord, Workspace, new_run_id, now_iso, user_at_host
+from acceptrun.record.workspace import RunRecord, Workspace, new_run_id, now_iso, user_at_host
+from acceptrun.spec.model import RunSpec, format_duration, load_spec
 
 __all__ = ["JOBS_FILE", "SlurmJob", "batch_script", "cancel", "jobs", "submit"]
 
@@ -79,7 +79,7 @@ def submit(spec_path: Path, workspace: Workspace, *, priority: int = 0) -> Slurm
     ('42', '20261130-021500-charlm-3f2a')
     """
     spec = load_spec(spec_path)
-    from acceptrun.preflight import check_static
+    from acceptrun.capture.preflight import check_static
 
     check_static(spec)
     _check_spec(spec)

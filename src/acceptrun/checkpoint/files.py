@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from acceptrun._util.durable import fsync_dir
+from acceptrun._util.hashing import new_hasher, split_hash
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
-from acceptrun.durable import fsync_dir
 from acceptrun.errors import RecordError, UserError
-from acceptrun.hashing import new_hasher, split_hash
 
 __all__ = ["PREFIX", "CaptureStats", "SourceChanged", "capture", "put_back", "sources_of"]
 

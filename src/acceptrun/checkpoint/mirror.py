@@ -53,10 +53,10 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from acceptrun.durable import fsync_dir, read_json, write_atomic, write_json_atomic
+from acceptrun._util.durable import fsync_dir, read_json, write_atomic, write_json_atomic
+from acceptrun._util.hashing import CHUNK, hash_bytes, new_hasher
 from acceptrun.errors import RecordError, UserError
-from acceptrun.hashing import CHUNK, hash_bytes, new_hasher
-from acceptrun.workspace import now_iso
+from acceptrun.record.workspace import now_iso
 
 __all__ = ["Mirror", "fetch", "remote_steps"]
 

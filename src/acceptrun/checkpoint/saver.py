@@ -7,7 +7,7 @@ writes), commits the manifest and LATEST, applies retention, and hands the check
 the mirror. The next save, or the end of the run, waits for it; a failure is recorded as
 an event at once and raised on the next call, never swallowed.
 
-With ``ranks`` (a :class:`~acceptrun.distributed.RankGroup`, one process per rank) a save
+With ``ranks`` (a :class:`~acceptrun.workload.distributed.RankGroup`, one process per rank) a save
 is gathered: rank 0 stages the replicated state (``objects``), every rank its own
 (``per_rank`` and its RNG states). In the background, rank 0 begins the save and tells
 the others its staging directory; each writes its own files under ``rank-<r>/``; an

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
 
-from acceptrun.durable import fsync_dir, write_atomic
+from acceptrun._util.durable import fsync_dir, write_atomic
+from acceptrun._util.hashing import ALGORITHM, hash_file, new_hasher, split_hash
 from acceptrun.errors import RecordError, UserError
-from acceptrun.hashing import ALGORITHM, hash_file, new_hasher, split_hash
-from acceptrun.workspace import now_iso
+from acceptrun.record.workspace import now_iso
 
 __all__ = [
     "LATEST",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.errors import UserError
-from acceptrun.spec import CostSpec
+from acceptrun.spec.model import CostSpec
 
 __all__ = [
     "BILLING_MODES",

@@ -24,7 +24,7 @@ The billed seconds are split four ways, and the parts always sum to the billed t
 - checkpoint_stall: the training loop blocked on checkpoint staging (``stall_s``).
 
 A black box without step events (the ``usage`` event says the command does not use the
-client) is split by its activity in telemetry.jsonl (:mod:`acceptrun.activity`): its
+client) is split by its activity in telemetry.jsonl (:mod:`acceptrun.telemetry.activity`): its
 active seconds are productive (lost work when the attempt failed), the start-up before
 its first active sample idle (wasted when it failed), the rest idle. A step event that
 stands for several steps (``span``, a log line every N steps) counts its step time
@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import append_jsonl, read_jsonl
 from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage_cost, storage_cost
 from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
-from acceptrun.durable import append_jsonl, read_jsonl
 from acceptrun.errors import UserError
-from acceptrun.spec import RunSpec, load_spec
-from acceptrun.workspace import RunRecord, now_iso, user_at_host
+from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
+from acceptrun.spec.model import RunSpec, load_spec
 
 __all__ = [
     "LEDGER_FILE",
@@ -324,7 +324,7 @@ def _black_box_activity(record: RunRecord, spec: RunSpec, events: list[dict[str,
     usage = next((e for e in events if e.get("kind") == "usage"), None)
     if usage is None or usage.get("usage") == "client":
         return None
-    from acceptrun.activity import activity
+    from acceptrun.telemetry.activity import activity
 
     samples = list(read_jsonl(record.telemetry_path)) if record.telemetry_path.exists() else []
     threshold = spec.telemetry.idle_threshold

@@ -30,8 +30,8 @@ from acceptrun.cost.ledger import (
     price_of_run,
 )
 from acceptrun.errors import RecordError, UserError
-from acceptrun.spec import format_duration
-from acceptrun.workspace import RunRecord, Workspace
+from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.spec.model import format_duration
 
 __all__ = [
     "format_by_workspace",

@@ -31,15 +31,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptrun.durable import read_json, write_atomic, write_json_atomic
+from acceptrun._util.durable import read_json, write_atomic, write_json_atomic
+from acceptrun._util.hashing import hash_bytes, hash_file
 from acceptrun.errors import UserError
-from acceptrun.hashing import hash_bytes, hash_file
 from acceptrun.inference.items import Item, ShardInput, iter_shards
-from acceptrun.workspace import now_iso
+from acceptrun.record.workspace import now_iso
 
 if TYPE_CHECKING:
-    from acceptrun.client import Run
-    from acceptrun.spec import InferenceSpec
+    from acceptrun.spec.model import InferenceSpec
+    from acceptrun.workload.client import Run
 
 __all__ = ["BatchJob", "Shard", "encode_output", "manifest_dir", "output_name"]
 

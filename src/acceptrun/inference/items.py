@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from acceptrun._util.hashing import new_hasher
 from acceptrun.errors import UserError
-from acceptrun.hashing import new_hasher
 
 __all__ = ["Item", "ShardInput", "input_files", "iter_items", "iter_shards"]
 

@@ -24,12 +24,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from acceptrun.durable import read_json, write_json_atomic
-from acceptrun.hashing import hash_file
+from acceptrun._util.durable import read_json, write_json_atomic
+from acceptrun._util.hashing import hash_file
 from acceptrun.inference.batch import manifest_dir
 from acceptrun.inference.items import iter_items
-from acceptrun.spec import RunSpec
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import RunSpec
 
 __all__ = ["batch_checks", "percentile", "summarize_batch", "write_batch_manifest"]
 

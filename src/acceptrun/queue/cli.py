@@ -25,7 +25,7 @@ def _say(message: str) -> None:
 
 
 def _workspace(args: argparse.Namespace, *, create: bool = False) -> Any:
-    from acceptrun.workspace import find_workspace
+    from acceptrun.record.workspace import find_workspace
 
     return find_workspace(args.workspace, create=create)
 
@@ -129,7 +129,7 @@ def _print_jobs(jobs: list[Any], now: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from acceptrun.spec import format_duration
+    from acceptrun.spec.model import format_duration
 
     colors = {"queued": "yellow", "running": "green", "preempting": "magenta",
               "done": "bold green", "failed": "red", "cancelled": "dim"}  # fmt: skip

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.queue.db import Job, QueueDB
-from acceptrun.spec import RunSpec, load_spec
-from acceptrun.workspace import Workspace
+from acceptrun.record.workspace import Workspace
+from acceptrun.spec.model import RunSpec, load_spec
 
 __all__ = ["check_submittable", "job_size", "queue_db", "queue_dir", "submit_spec"]
 
@@ -40,8 +40,8 @@ def job_size(spec: Any) -> tuple[str, int]:
 
 def check_submittable(spec_path: str | Path, workspace: Workspace) -> RunSpec:
     """Load ``spec_path`` and make the checks a launch makes before creating a record."""
+    from acceptrun.capture.preflight import check_static
     from acceptrun.cost.catalog import check_budget, load_catalog, price_for
-    from acceptrun.preflight import check_static
 
     spec = load_spec(spec_path)
     check_static(spec)

@@ -16,7 +16,7 @@ Every ``poll`` seconds (and at once when a child exits) the worker:
 3. settles the jobs whose process ended: done (the run was ACCEPTED), failed, cancelled,
    or queued again after a preemption, or after its supervisor died mid-run;
 4. delivers pending stops (preemptions, cancels) through ``acceptrun stop``'s code
-   (:func:`acceptrun.lifecycle.request_stop`): the workload checkpoints and exits;
+   (:func:`acceptrun.run.lifecycle.request_stop`): the workload checkpoints and exits;
 5. asks the scheduler (:mod:`acceptrun.queue.scheduler`) what to start and preempt.
 
 A job that starts again with a run id whose record exists continues that run with
@@ -45,12 +45,12 @@ from typing import IO, Any
 
 import psutil
 
-from acceptrun.durable import read_json, write_atomic
+from acceptrun._util.durable import read_json, write_atomic
 from acceptrun.errors import RecordError, UserError
 from acceptrun.queue.db import ACTIVE, Job, QueueDB, WorkerRow, format_devices
 from acceptrun.queue.scheduler import Active, Pending, Policy, plan
 from acceptrun.queue.submit import queue_db, queue_dir
-from acceptrun.workspace import RunRecord, Workspace, new_run_id
+from acceptrun.record.workspace import RunRecord, Workspace, new_run_id
 
 __all__ = [
     "ENV_QUEUE_JOB",
@@ -258,7 +258,7 @@ class Worker:
         return [sys.executable, "-m", "acceptrun", "--workspace", str(self.ws.root), *args]
 
     def _direct_command(self, spec_file: Path, env: dict[str, str]) -> tuple[list[str], Path]:
-        from acceptrun.spec import load_spec
+        from acceptrun.spec.model import load_spec
 
         spec = load_spec(spec_file)
         env.update(spec.env)
@@ -384,7 +384,7 @@ def send_stop(ws: Workspace, db: QueueDB, job: Job, pid: int | None) -> bool:
     if not db.claim_stop(job.id, time.time()):
         return True  # another process delivered it
     if state.get("status") in ("preflight", "running"):
-        from acceptrun.lifecycle import request_stop
+        from acceptrun.run.lifecycle import request_stop
 
         why = "cancelled" if job.stop_request == "cancel" else "preempted"
         try:

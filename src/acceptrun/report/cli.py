@@ -1,6 +1,6 @@
 """Commands of the verdict's last mile: report, reproduce, diff, portability, howto.
 
-Registered through ``acceptrun.cli.COMMAND_MODULES``; imports stay inside the command
+Registered through ``acceptrun.cli.main.COMMAND_MODULES``; imports stay inside the command
 functions so ``acceptrun --help`` loads none of them.
 """
 
@@ -16,7 +16,7 @@ __all__ = ["register"]
 
 
 def _workspace(args: argparse.Namespace) -> Any:
-    from acceptrun.workspace import find_workspace
+    from acceptrun.record.workspace import find_workspace
 
     return find_workspace(args.workspace)
 
@@ -40,7 +40,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format != "html" and not args.output:
         print(text)
         return 0
-    from acceptrun.durable import write_atomic
+    from acceptrun._util.durable import write_atomic
 
     target = Path(args.output) if args.output else record.file(REPORT_FILE)
     write_atomic(target, text)
@@ -53,8 +53,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from acceptrun.reproduce import reproduce
-    from acceptrun.verdict import format_verdict
+    from acceptrun.run.reproduce import reproduce
+    from acceptrun.verdict.core import format_verdict
 
     ws = _workspace(args)
     record = ws.get_run(args.run)
@@ -68,7 +68,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from acceptrun.diff import diff_runs, format_run_diff
+    from acceptrun.verdict.diff import diff_runs, format_run_diff
 
     ws = _workspace(args)
     d = diff_runs(ws.get_run(args.run_a), ws.get_run(args.run_b))
@@ -77,7 +77,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_portability(args: argparse.Namespace) -> int:
-    from acceptrun.portability import check_run, check_spec_file, format_portability
+    from acceptrun.verdict.portability import check_run, check_spec_file, format_portability
 
     target = Path(args.target)
     if target.is_file():
@@ -89,7 +89,7 @@ def cmd_portability(args: argparse.Namespace) -> int:
 
 
 def cmd_howto(args: argparse.Namespace) -> int:
-    from acceptrun.howto import format_howto
+    from acceptrun.report.howto import format_howto
 
     print(format_howto(_workspace(args).get_run(args.run)))
     return 0

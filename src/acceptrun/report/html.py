@@ -18,15 +18,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from acceptrun import provenance as provmod
+from acceptrun._util.durable import write_atomic
+from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
-from acceptrun.durable import write_atomic
 from acceptrun.inference.report import batch_html
+from acceptrun.record.workspace import RunRecord
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
 from acceptrun.serving.report import serving_html
-from acceptrun.spec import format_duration
-from acceptrun.verdict import GROUPS, PASS, read_attempts
-from acceptrun.workspace import RunRecord
+from acceptrun.spec.model import format_duration
+from acceptrun.verdict.core import GROUPS, PASS, read_attempts
 
 __all__ = ["REPORT_FILE", "render_html", "report_data", "write_report"]
 
@@ -42,14 +42,14 @@ def _verdict(record: RunRecord) -> dict[str, Any]:
     data = record.read_json("verdict.json")
     if isinstance(data, dict):
         return {**data, "provisional": False}
-    from acceptrun.verdict import compute_verdict
+    from acceptrun.verdict.core import compute_verdict
 
     return {**compute_verdict(record).to_dict(), "provisional": True}
 
 
 def _checkpoints(record: RunRecord) -> dict[str, Any]:
     from acceptrun.checkpoint.store import CheckpointStore
-    from acceptrun.spec import load_spec
+    from acceptrun.spec.model import load_spec
 
     try:
         spec = load_spec(record.spec_path)
@@ -130,7 +130,7 @@ def _summary_and_timelines(record: RunRecord) -> tuple[dict[str, Any] | None, di
 
 def report_data(record: RunRecord) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-able data (``--format json``)."""
-    from acceptrun.portability import check_run
+    from acceptrun.verdict.portability import check_run
 
     state = record.state
     prov = record.read_json("provenance.json") or {}
@@ -173,7 +173,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
 
 
 def _telemetry_lines(record: RunRecord) -> list[dict[str, Any]]:
-    from acceptrun.durable import read_jsonl
+    from acceptrun._util.durable import read_jsonl
 
     if not record.telemetry_path.exists():
         return []
@@ -482,7 +482,7 @@ def _by_attempt(
 
 
 def _throughput_unit(data: dict[str, Any]) -> str:
-    from acceptrun.spec import THROUGHPUT_UNITS
+    from acceptrun.spec.model import THROUGHPUT_UNITS
 
     steps = (data.get("timelines") or {}).get("steps", [])
     spec_unit = "samples/s"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
-from acceptrun.spec import format_duration
-from acceptrun.verdict import PASS
+from acceptrun.spec.model import format_duration
+from acceptrun.verdict.core import PASS
 
 __all__ = ["render_markdown"]
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
-from acceptrun.durable import read_jsonl
 from acceptrun.inference.report import batch_lines
+from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.report import serving_lines
-from acceptrun.spec import format_duration
+from acceptrun.spec.model import format_duration
 from acceptrun.telemetry.summary import Summary, summarize
-from acceptrun.verdict import Check, Verdict, format_verdict
-from acceptrun.workspace import RunRecord
+from acceptrun.verdict.core import Check, Verdict, format_verdict
 
 __all__ = ["format_show", "format_telemetry", "show_dict"]
 

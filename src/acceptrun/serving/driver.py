@@ -31,11 +31,11 @@ from typing import Any
 
 import psutil
 
-from acceptrun.durable import write_atomic, write_json_atomic
+from acceptrun._util.durable import write_atomic, write_json_atomic
+from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import LoadPlan, RequestResult, run_load
 from acceptrun.serving.summary import summarize
-from acceptrun.spec import RunSpec
-from acceptrun.workspace import RunRecord
+from acceptrun.spec.model import RunSpec
 
 __all__ = ["ServingDriver", "load_bodies"]
 

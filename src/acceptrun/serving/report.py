@@ -11,10 +11,10 @@ import math
 from html import escape
 from typing import Any
 
-from acceptrun.durable import read_jsonl
+from acceptrun._util.durable import read_jsonl
+from acceptrun.record.workspace import RunRecord
 from acceptrun.report.svg import Mark, Series, line_chart
 from acceptrun.serving.summary import cost_per_1k, ms, percentile
-from acceptrun.workspace import RunRecord
 
 __all__ = ["serving_html", "serving_lines"]
 

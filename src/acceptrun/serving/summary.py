@@ -23,9 +23,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import RequestResult
-from acceptrun.spec import RunSpec, ServingSpec
-from acceptrun.workspace import RunRecord
+from acceptrun.spec.model import RunSpec, ServingSpec
 
 __all__ = ["cost_per_1k", "percentile", "serving_checks", "summarize"]
 

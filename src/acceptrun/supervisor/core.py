@@ -38,17 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.client import (
-    ENV_ATTEMPT,
-    ENV_CHECKPOINT_DIR,
-    ENV_INJECT,
-    ENV_RESUME_FROM,
-    ENV_RUN_DIR,
-    ENV_RUN_ID,
-    ENV_SPEC,
-)
 from acceptrun.errors import RecordError, SpecError
-from acceptrun.spec import RunSpec, format_duration
+from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
+from acceptrun.spec.model import RunSpec, format_duration
 from acceptrun.supervisor.classify import (
     AttemptFacts,
     Classification,
@@ -63,8 +55,16 @@ from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, wi
 from acceptrun.supervisor.process import ChildProcess
 from acceptrun.supervisor.progress import ProgressReader
 from acceptrun.supervisor.watch import AttemptWatch
-from acceptrun.usage import detect_usage
-from acceptrun.workspace import RunRecord, now_iso, user_at_host
+from acceptrun.workload.client import (
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_DIR,
+    ENV_INJECT,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    ENV_RUN_ID,
+    ENV_SPEC,
+)
+from acceptrun.workload.usage import detect_usage
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
 
@@ -169,7 +169,7 @@ class Supervisor:
         )
         self._idle: dict[str, Any] | None = None  # the idle event that stopped the attempt
         # ---- end of telemetry ----
-        # How the command uses acceptrun (acceptrun.usage): a black box's steps come from
+        # How the command uses acceptrun (acceptrun.workload.usage): a black box's steps come from
         # its logs or TensorBoard files (supervisor/progress.py), when the spec says how.
         self.usage = detect_usage(spec)
 
@@ -431,14 +431,14 @@ class Supervisor:
             checkpoint_dir=self.checkpoint_dir,
         )  # fmt: skip
 
-    # ---- multi-process launch (acceptrun.distributed) ----
+    # ---- multi-process launch (acceptrun.workload.distributed) ----
     def _command(self, env: dict[str, str]) -> list[str]:
         """The argv to start: the spec's command, or torchrun around it (processes > 1).
 
         Adds torchrun's shutdown timeout (the grace period) and forwarded signals to
         ``env``; raises SpecError for a command torchrun cannot start.
         """
-        from acceptrun.distributed import launch_command
+        from acceptrun.workload.distributed import launch_command
 
         return launch_command(self.spec, env)
 
@@ -914,7 +914,7 @@ def _time_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
     text = env.get(ENV_INJECT)
     if not text:
         return []
-    from acceptrun import inject
+    from acceptrun.workload import inject
 
     return inject.time_faults(inject.parse_faults(text), attempt)
 
@@ -924,7 +924,7 @@ def _black_box_step_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
     text = env.get(ENV_INJECT)
     if not text:
         return []
-    from acceptrun import inject
+    from acceptrun.workload import inject
 
     return [f for f in inject.faults_for_attempt(text, attempt) if f.action in ("kill", "term")]
 

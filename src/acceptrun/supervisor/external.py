@@ -48,10 +48,10 @@ from typing import Any
 
 import psutil
 
+from acceptrun._util.hashing import hash_file, split_hash
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, SpecError
-from acceptrun.hashing import hash_file, split_hash
 
 __all__ = [
     "CheckpointWatcher",

@@ -28,9 +28,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from acceptrun.hashing import hash_file
-from acceptrun.spec import RunSpec
-from acceptrun.workspace import RunRecord
+from acceptrun._util.hashing import hash_file
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import RunSpec
 
 __all__ = ["check_declared_outputs", "find_output"]
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun.spec import RunSpec
-from acceptrun.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import RunSpec
 
 __all__ = ["ProgressReader", "match_line"]
 

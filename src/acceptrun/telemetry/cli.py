@@ -1,4 +1,4 @@
-"""``acceptrun top``: registered through ``acceptrun.cli.COMMAND_MODULES``."""
+"""``acceptrun top``: registered through ``acceptrun.cli.main.COMMAND_MODULES``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ __all__ = ["register"]
 
 def cmd_top(args: argparse.Namespace) -> int:
     from acceptrun.errors import UserError
-    from acceptrun.telemetry.top import top
-    from acceptrun.workspace import find_workspace
+    from acceptrun.record.workspace import find_workspace
+    from acceptrun.report.top import top
 
     if args.interval <= 0:
         raise UserError(

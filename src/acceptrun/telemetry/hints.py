@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from acceptrun.spec import format_duration
+from acceptrun.spec.model import format_duration
 
 if TYPE_CHECKING:
     from acceptrun.telemetry.summary import Summary

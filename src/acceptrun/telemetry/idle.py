@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from acceptrun.spec import format_duration
+from acceptrun.spec.model import format_duration
 
 __all__ = ["Activity", "IdleDetector", "activity_of", "describe"]
 

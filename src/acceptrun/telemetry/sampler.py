@@ -33,11 +33,11 @@ from typing import Any
 
 import psutil
 
-from acceptrun.durable import append_jsonl
-from acceptrun.spec import RunSpec
+from acceptrun._util.durable import append_jsonl
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import RunSpec
 from acceptrun.telemetry.idle import IdleDetector, activity_of, describe
 from acceptrun.telemetry.nvml import GpuSampler
-from acceptrun.workspace import RunRecord
 
 __all__ = ["HostSampler", "LiveState", "RunTelemetry", "SamplerThread"]
 

@@ -22,7 +22,7 @@ A step event read from a script's log (``source: "log"``) may stand for several 
 (``span``, a line every N steps): its step time is per step, so it counts ``span`` times.
 A black box without step events (the ``usage`` event says the script does not use the
 client, and no progress source matched) is timed by its activity in telemetry.jsonl
-(:mod:`acceptrun.activity`): before its first active sample is "before first step", its
+(:mod:`acceptrun.telemetry.activity`): before its first active sample is "before first step", its
 active samples are compute, its inactive ones "other"; never all of it "before first step".
 
 >>> s = summarize(Path(".acceptrun/runs/20261130-015953-sumx-0b29"))
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun.durable import read_json, read_jsonl
+from acceptrun._util.durable import read_json, read_jsonl
 from acceptrun.telemetry.hints import Evidence, make_hints
 from acceptrun.telemetry.peaks import peak_tflops
 
@@ -427,7 +427,7 @@ def _breakdown(
             gap = max(0.0, a.start - prev_end)
             parts["restarts" if a.number in restart_into else "other"] += gap
         if not a.steps and black_box and not a.client:
-            from acceptrun.activity import activity
+            from acceptrun.telemetry.activity import activity
 
             act = activity(samples or [], start=a.start, end=a_end, threshold=threshold)
             if act is not None and act.first_active is not None:

@@ -1,6 +1,6 @@
 """Commands of the training-efficiency playbook: ``acceptrun tune`` and ``acceptrun bench comm``.
 
-Registered through ``acceptrun.cli.COMMAND_MODULES``. Nothing here imports torch at
+Registered through ``acceptrun.cli.main.COMMAND_MODULES``. Nothing here imports torch at
 import time: ``acceptrun --help`` stays light; the trials and the communication
 benchmark import it in their own processes.
 """
@@ -33,7 +33,7 @@ def parse_size(text: str, what: str = "size") -> int:
 
 
 def _duration(text: str, what: str) -> float:
-    from acceptrun.spec import parse_duration
+    from acceptrun.spec.model import parse_duration
 
     try:
         return parse_duration(text, what)
@@ -56,12 +56,12 @@ def run_tune(
     The record holds the provenance of the machine, ``tune.json`` (rewritten after every
     trial, so an interrupted sweep keeps what it measured) and a ``trial`` event per trial.
     """
-    from acceptrun import provenance
-    from acceptrun.spec import RunSpec
+    from acceptrun.capture import provenance
+    from acceptrun.record.workspace import find_workspace, now_iso
+    from acceptrun.spec.model import RunSpec
     from acceptrun.tune.report import write_best
     from acceptrun.tune.sweep import Tuner
     from acceptrun.tune.target import load_target, target_name
-    from acceptrun.workspace import find_workspace, now_iso
 
     target = load_target(options.target)
     name = f"tune-{target_name(target)}"
@@ -164,7 +164,7 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
             ) from None
     result = run_comm(options, say=_say)
     if args.out:
-        from acceptrun.durable import write_json_atomic
+        from acceptrun._util.durable import write_json_atomic
 
         write_json_atomic(args.out, result)
     print(

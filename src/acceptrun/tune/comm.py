@@ -77,7 +77,7 @@ class CommOptions:
 
 
 def _gpu_count() -> int:
-    from acceptrun.provenance import _gpus_part
+    from acceptrun.capture.provenance import _gpus_part
 
     part = _gpus_part()
     return int(part.get("count", 0)) if not part.get("absent") else 0
@@ -276,7 +276,7 @@ def _worker(job: dict[str, Any], result_path: str) -> None:
         )
         dist.barrier()
     if rank == 0:
-        from acceptrun.durable import write_json_atomic
+        from acceptrun._util.durable import write_json_atomic
 
         write_json_atomic(result_path, out)
     dist.destroy_process_group()

@@ -16,8 +16,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import write_atomic
 from acceptrun.cost.billing import format_bytes
-from acceptrun.durable import write_atomic
 from acceptrun.errors import UserError
 from acceptrun.tune.sweep import TuneReport
 from acceptrun.tune.target import TuneConfig

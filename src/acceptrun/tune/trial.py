@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # the parent reads the reason from the result file
         traceback.print_exc()
         result = {"ok": False, "oom": is_oom(exc), "error": _describe(exc)}
-    from acceptrun.durable import write_json_atomic
+    from acceptrun._util.durable import write_json_atomic
 
     write_json_atomic(args[1], result)
     sys.stdout.flush()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.errors import UserError, WorkspaceError
-from acceptrun.workspace import IndexRow, RunRecord, Workspace
+from acceptrun.record.workspace import IndexRow, RunRecord, Workspace
 
 __all__ = ["PAGE_SIZE", "Board", "RunFilter", "RunsPage", "thin_minmax", "thin_rows"]
 
@@ -104,7 +104,7 @@ class Board:
 
     @classmethod
     def for_workspaces(cls, workspaces: Sequence[Workspace], notes: Sequence[str] = ()) -> Board:
-        from acceptrun.registry import project_name
+        from acceptrun.record.registry import project_name
 
         return cls(tuple((project_name(w.root), w) for w in workspaces), tuple(notes))
 
@@ -180,7 +180,7 @@ def _open_index(ws: Workspace) -> sqlite3.Connection:
 
 def failed_checks(record_path: Path) -> list[str]:
     """The required checks that did not pass, in words: ``name: evidence``."""
-    from acceptrun.durable import read_json
+    from acceptrun._util.durable import read_json
 
     try:
         data = read_json(record_path / "verdict.json")
@@ -197,7 +197,7 @@ def failed_checks(record_path: Path) -> list[str]:
 
 def run_cost(record_path: Path) -> float | None:
     """The run's total in USD from its ledger.json as written at close; None when unpriced."""
-    from acceptrun.durable import read_json
+    from acceptrun._util.durable import read_json
 
     try:
         data = read_json(record_path / "ledger.json")
@@ -213,7 +213,7 @@ def is_live(record: RunRecord, state: dict[str, Any]) -> bool:
     """Whether the run is running now (its supervisor, or its standalone process, is alive)."""
     if state.get("status") not in LIVE_STATES:
         return False
-    from acceptrun.telemetry.top import _alive, _tail
+    from acceptrun.report.top import _alive, _tail
 
     try:
         return _alive(record, state, _tail(record.events_path))

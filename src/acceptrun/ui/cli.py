@@ -1,6 +1,6 @@
 """``acceptrun ui``: serve the board of one workspace (or of every listed one) on loopback.
 
-Registered through ``acceptrun.cli.COMMAND_MODULES``; the server is imported only when
+Registered through ``acceptrun.cli.main.COMMAND_MODULES``; the server is imported only when
 the command runs, so ``acceptrun --help`` stays fast.
 """
 
@@ -24,13 +24,13 @@ def _say(message: str) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from acceptrun.errors import UserError
+    from acceptrun.record.workspace import find_workspace
     from acceptrun.ui.board import Board
     from acceptrun.ui.server import is_loopback, make_server
-    from acceptrun.workspace import find_workspace
 
     if args.all:
-        from acceptrun import registry
-        from acceptrun.workspace import Workspace
+        from acceptrun.record import registry
+        from acceptrun.record.workspace import Workspace
 
         found, notes = [], []
         for entry in registry.listed():

@@ -1,7 +1,7 @@
 """The compare page: two or more runs overlaid, side by side, and ``acceptrun diff``'s verdict.
 
 Curves are by step, thinned to min/max per pixel column first; the diff of each run
-against the first comes from :func:`acceptrun.diff.diff_runs`, the same as the command.
+against the first comes from :func:`acceptrun.verdict.diff.diff_runs`, the same as the command.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
+from acceptrun.record.workspace import RunRecord
 from acceptrun.report.svg import Series, line_chart
-from acceptrun.spec import format_duration
+from acceptrun.spec.model import format_duration
 from acceptrun.ui.board import Board, run_cost, thin_minmax
 from acceptrun.ui.pages import esc, layout, run_url
-from acceptrun.workspace import RunRecord
 
 __all__ = ["compare_page"]
 
@@ -23,7 +23,7 @@ __all__ = ["compare_page"]
 
 
 def compare_page(board: Board, refs: Sequence[tuple[int, str]]) -> str:
-    from acceptrun.diff import diff_runs, loss_curve
+    from acceptrun.verdict.diff import diff_runs, loss_curve
 
     body = ["<h1>Compare runs</h1>"]
     if len(refs) < 2:

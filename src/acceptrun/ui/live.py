@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.workspace import RunRecord
 from acceptrun.ui.board import is_live, thin_rows
-from acceptrun.workspace import RunRecord
 
 __all__ = [
     "POLL_S",
@@ -107,7 +107,7 @@ def throughput_key(record: RunRecord) -> tuple[str | None, str]:
 
 def run_status(record: RunRecord) -> dict[str, Any]:
     """What ``acceptrun top`` computes for the run, plus its status and whether it is live."""
-    from acceptrun.telemetry.top import run_row
+    from acceptrun.report.top import run_row
 
     state = record.state
     row = run_row(record, state)

@@ -24,7 +24,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from acceptrun.cost.billing import format_bytes, format_usd
-from acceptrun.spec import format_duration
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import format_duration
 from acceptrun.ui.board import (
     LIVE_STATES,
     Board,
@@ -34,7 +35,6 @@ from acceptrun.ui.board import (
     run_cost,
     thin_rows,
 )
-from acceptrun.workspace import RunRecord
 
 __all__ = [
     "action_form",
@@ -352,7 +352,7 @@ def _use(s: dict[str, Any]) -> str:
 
 def checkpoint_root(record: RunRecord) -> Path:
     """Where the run's checkpoints are: ``checkpoint.dir`` of its frozen spec, else the record's."""
-    from acceptrun.spec import load_spec
+    from acceptrun.spec.model import load_spec
 
     try:
         spec = load_spec(record.spec_path)

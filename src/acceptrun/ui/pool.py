@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from acceptrun.report.svg import Series, line_chart
-from acceptrun.spec import format_duration
+from acceptrun.spec.model import format_duration
 from acceptrun.ui.board import Board
 from acceptrun.ui.pages import action_form, esc, layout, run_url
 

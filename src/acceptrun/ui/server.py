@@ -342,7 +342,7 @@ class BoardHandler(BaseHTTPRequestHandler):
         board = self.server.board
         match parts:
             case ["run", ws, run_id, "stop"]:
-                from acceptrun.lifecycle import request_stop, stop_promise
+                from acceptrun.run.lifecycle import request_stop, stop_promise
 
                 record = board.record(_int(ws), run_id)
                 try:

@@ -1,0 +1,265 @@
+"""Export a run record to MLflow: params, per-step metrics, the summary, tags, artifacts.
+
+One acceptrun run becomes one MLflow run (named by the run id; a second export makes a
+second MLflow run). What goes across:
+
+- params: the frozen spec, flattened (``limits.max_restarts``), and key provenance
+  (``provenance.commit``, ``provenance.gpu``, ``provenance.torch``, ``provenance.cuda``);
+- metrics: every numeric value of every step event at its step and time (``loss``,
+  ``step_time``, ``data_wait``, ``samples``...), final metrics (``run.metric``), and the
+  summary under ``summary/`` (throughput, MFU, step-time percentiles, the breakdown);
+- tags: ``acceptrun.run_id``, ``acceptrun.verdict``, ``acceptrun.status``,
+  ``acceptrun.record``;
+- artifacts: spec.toml, verdict.json, provenance.json, run.json.
+
+Metrics go in batches of MLflow's maximum (1,000 values per call), so 10,000 steps
+export in seconds. The default tracking store is ``sqlite:///<workspace>/mlflow.db``
+with artifacts in ``<workspace>/mlartifacts/``; a ``sqlite:`` URI keeps its artifacts
+beside the database file, never in the current directory.
+
+>>> export_run(Path(".acceptrun/runs/20261130-015953-sumx-0b29"))
+'3f9c...'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from acceptrun._util.durable import read_jsonl
+from acceptrun.errors import UserError
+from acceptrun.record.workspace import RunRecord
+
+__all__ = ["ARTIFACTS", "default_tracking_uri", "export_run"]
+
+METRICS_PER_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+PARAMS_PER_BATCH = 100  # MLflow's limit on params per log_batch call
+PARAM_MAX_CHARS = 6000  # MLflow's limit on a param value
+ARTIFACTS = ("spec.toml", "verdict.json", "provenance.json", "run.json")
+NOT_METRICS = frozenset({"t", "kind", "attempt", "step", "total_steps"})
+LIVE_STATES = ("created", "preflight", "running", "closing")
+STOPPED_OUTCOMES = ("stopped", "wall_time", "budget")  # attempt outcomes that were asked for
+
+
+def default_tracking_uri(run_dir: Path) -> str:
+    """``sqlite:///<workspace>/mlflow.db`` for the workspace holding ``run_dir``."""
+    return f"sqlite:///{Path(run_dir).resolve().parent.parent / 'mlflow.db'}"
+
+
+def _artifact_root(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go: beside a SQLite store; the server decides else."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme != "sqlite":
+        return None
+    db = Path(unquote(tracking_uri.split(":///", 1)[1])) if ":///" in tracking_uri else None
+    if db is None or str(db) in ("", ":memory:"):
+        return None
+    return (db.parent / "mlartifacts").resolve().as_uri()
+
+
+def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, str(value)[:PARAM_MAX_CHARS]
+
+
+def _key(name: str) -> str:
+    """A valid MLflow key: letters, digits, ``_ - . / `` and space; others become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", name) or "_"
+
+
+def _provenance_params(prov: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    git, torch, gpus = prov.get("git") or {}, prov.get("torch") or {}, prov.get("gpus") or {}
+    python = prov.get("python") or {}
+    if isinstance(git, dict) and git.get("commit"):
+        out["provenance.commit"] = str(git["commit"])
+        out["provenance.dirty"] = str(git.get("dirty"))
+    if isinstance(torch, dict) and torch.get("version"):
+        out["provenance.torch"] = str(torch["version"])
+        out["provenance.cuda"] = str(torch.get("cuda"))
+    if isinstance(gpus, dict) and isinstance(gpus.get("devices"), list) and gpus["devices"]:
+        names = [str(d.get("name")) for d in gpus["devices"] if isinstance(d, dict)]
+        out["provenance.gpu"] = f"{len(names)} x {names[0]}" if names else "none"
+        out["provenance.driver"] = str(gpus.get("driver"))
+    elif isinstance(gpus, dict):
+        out["provenance.gpu"] = "none"
+    if isinstance(python, dict) and python.get("version"):
+        out["provenance.python"] = str(python["version"])
+    return out
+
+
+def _ms(t: Any) -> int:
+    return int(float(t) * 1000)
+
+
+def _iso_ms(iso: Any) -> int | None:
+    if not isinstance(iso, str) or not iso:
+        return None
+    try:
+        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def _summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for unit, value in (summary.get("throughput") or {}).items():
+        out[f"summary/throughput_{unit.replace('/', '_per_')}"] = value
+    for name in ("mfu", "wall_s", "first_step_s", "data_wait_share", "idle_share"):
+        if summary.get(name) is not None:
+            out[f"summary/{name}"] = summary[name]
+    for part, seconds in (summary.get("breakdown") or {}).items():
+        out[f"summary/breakdown_{part}_s"] = seconds
+    for name, value in (summary.get("step_time") or {}).items():
+        if name != "n":
+            out[f"summary/step_time_{name}_s"] = value
+    if summary.get("drift"):
+        out["summary/step_time_drift"] = summary["drift"]["change"]
+    return {k: float(v) for k, v in out.items() if isinstance(v, int | float)}
+
+
+class _Progress:
+    """A Rich bar on a terminal, a line per 10% otherwise (stderr); nothing when off."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.total, self.done, self._next = total, 0, 0.1
+        self._bar: Any = None
+        self.enabled = enabled and total > 0
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("exporting metrics", total=total)
+
+    def advance(self, n: int) -> None:
+        if not self.enabled:
+            return
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done)
+        elif self.done / self.total >= self._next or self.done == self.total:
+            print(f"exported {self.done}/{self.total} metric values", file=sys.stderr, flush=True)
+            self._next = math.floor(self.done / self.total * 10 + 1) / 10
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def export_run(
+    run_dir: Path,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    *,
+    progress: bool = False,
+) -> str:
+    """Export one run record to MLflow and return the MLflow run id.
+
+    ``tracking_uri`` defaults to :func:`default_tracking_uri`; ``experiment`` to the
+    run's name. ``progress=True`` reports the metric upload on stderr.
+    """
+    from mlflow.entities import Metric, Param, RunStatus, RunTag
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from acceptrun.telemetry.summary import summarize
+
+    record = RunRecord(run_dir)
+    state = record.state  # RecordError when this is not a run record
+    uri = tracking_uri or default_tracking_uri(record.path)
+    name = experiment or str(state.get("name") or "acceptrun")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(name)
+        exp_id = (
+            found.experiment_id
+            if found is not None
+            else client.create_experiment(name, artifact_location=_artifact_root(uri))
+        )
+    except MlflowException as exc:
+        raise UserError(
+            f"MLflow tracking URI {uri!r} cannot be used ({exc.message.splitlines()[0]}); "
+            f"give a database such as --tracking-uri sqlite:///{Path.cwd() / 'mlflow.db'} "
+            "or a tracking server URL"
+        ) from exc
+
+    verdict = state.get("verdict")
+    status = str(state.get("status") or "unknown")
+    tags = {
+        "acceptrun.run_id": record.run_id,
+        "acceptrun.verdict": str(verdict) if verdict is not None else "undecided",
+        "acceptrun.status": status,
+        "acceptrun.record": str(record.path.resolve()),
+    }
+    run = client.create_run(
+        exp_id, start_time=_iso_ms(state.get("created_at")), tags=tags, run_name=record.run_id
+    )
+    run_id = run.info.run_id
+
+    spec: dict[str, Any] = {}
+    if record.spec_path.exists():
+        spec = tomllib.loads(record.spec_path.read_text(encoding="utf-8"))
+    params = dict(_flatten(spec))
+    prov = record.read_json("provenance.json")
+    if isinstance(prov, dict):
+        params.update(_provenance_params(prov))
+    items = [Param(_key(k), v) for k, v in params.items()]
+    for i in range(0, len(items), PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=items[i : i + PARAMS_PER_BATCH])
+
+    metrics: list[Any] = []
+    last_step, last_outcome = 0, None
+    for ev in read_jsonl(record.events_path):
+        kind = ev.get("kind")
+        if kind == "attempt_exit":
+            last_outcome = ev.get("outcome")
+        if kind == "step" and isinstance(ev.get("step"), int):
+            last_step = ev["step"]
+            ts = _ms(ev["t"])
+            for k, v in ev.items():
+                if k not in NOT_METRICS and isinstance(v, int | float) and not isinstance(v, bool):
+                    metrics.append(Metric(_key(k), float(v), ts, last_step))
+        elif kind == "metric" and isinstance(ev.get("value"), int | float):
+            step = int(ev["step"]) if isinstance(ev.get("step"), int) else last_step
+            metrics.append(
+                Metric(_key(str(ev.get("name"))), float(ev["value"]), _ms(ev["t"]), step)
+            )
+    now = int(time.time() * 1000)
+    summary = summarize(record.path).to_dict()
+    metrics += [Metric(k, v, now, last_step) for k, v in _summary_metrics(summary).items()]
+    bar = _Progress(progress, len(metrics))
+    try:
+        for i in range(0, len(metrics), METRICS_PER_BATCH):
+            chunk = metrics[i : i + METRICS_PER_BATCH]
+            client.log_batch(run_id, metrics=chunk)
+            bar.advance(len(chunk))
+    finally:
+        bar.close()
+    if summary.get("hints"):
+        client.log_batch(run_id, tags=[RunTag("acceptrun.hints", "\n".join(summary["hints"]))])
+
+    for name in ARTIFACTS:
+        if record.exists(name):
+            client.log_artifact(run_id, str(record.file(name)))
+
+    if status not in LIVE_STATES:
+        outcome = "FINISHED" if verdict == "accepted" else "FAILED"
+        if status == "stopped" or last_outcome in STOPPED_OUTCOMES:
+            outcome = "KILLED"  # stopped on request or at a limit, not a failure of its own
+        client.set_terminated(
+            run_id, RunStatus.to_string(RunStatus.from_string(outcome)),
+            end_time=_iso_ms(state.get("ended_at")),
+        )  # fmt: skip
+    return str(run_id)

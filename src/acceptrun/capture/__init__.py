@@ -1,0 +1,1 @@
+"""What is captured before the first step: provenance, the data manifest, preflight checks."""

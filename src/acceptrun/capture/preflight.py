@@ -1,0 +1,483 @@
+"""Checks before the first step: environment, resources, storage, device, data.
+
+Two stages:
+
+- :func:`check_static` runs before a run record exists and catches bad input (a command
+  or working directory that does not exist, a missing data path or manifest). It raises
+  :class:`~acceptrun.errors.PreflightError` and leaves nothing behind.
+- :func:`run_preflight` runs inside the new record: it captures provenance, checks the
+  spec's expectations and resources against it, smoke-tests storage and the GPU, and
+  verifies the data against its manifest. Each check is timed and written to
+  ``preflight.json``; any failure stops the run before launch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceptrun.capture import data as datamod
+from acceptrun.capture import provenance
+from acceptrun.errors import PreflightError, SpecError
+from acceptrun.record.workspace import RunRecord, now_iso
+from acceptrun.spec.model import RunSpec, match_pattern
+
+__all__ = [
+    "Check",
+    "Preflight",
+    "check_backend",
+    "check_static",
+    "run_preflight",
+    "storage_smoke",
+    "workload_python",
+]
+
+SMOKE_BYTES = 8 * 1024 * 1024  # written, fsynced and read back per directory
+_SHELL_WORDS = {
+    "cd",
+    "exec",
+    "export",
+    "source",
+    ".",
+    "set",
+    "env",
+    "time",
+    "nice",
+    "nohup",
+    "if",
+    "for",
+    "while",
+    "(",
+}
+
+
+@dataclass(slots=True)
+class Check:
+    """One preflight check: what was checked, whether it passed, and the evidence."""
+
+    name: str
+    ok: bool
+    message: str
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "message": self.message,
+            "seconds": round(self.seconds, 4),
+            "details": self.details,
+        }
+
+
+@dataclass(slots=True)
+class Preflight:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+# ---- before the record ------------------------------------------------------------------
+
+
+def _argv0(spec: RunSpec) -> str | None:
+    """The program the command runs, or None when a shell line starts with a builtin."""
+    if spec.shell:
+        try:
+            words = shlex.split(spec.command[2])
+        except ValueError:
+            return None
+        words = [w for w in words if "=" not in w.split("/")[0]]  # skip VAR=value prefixes
+        if not words or words[0] in _SHELL_WORDS:
+            return None
+        return words[0]
+    return spec.command[0]
+
+
+def _search_path(spec: RunSpec) -> str:
+    return spec.env.get("PATH", os.environ.get("PATH", os.defpath))
+
+
+def resolve_program(spec: RunSpec) -> str | None:
+    """Absolute path of the program the command starts (None if it cannot be told)."""
+    prog = _argv0(spec)
+    if prog is None:
+        return None
+    if "/" in prog:
+        # abspath, not resolve(): a venv's bin/python is a symlink to the base interpreter,
+        # and resolving it would describe the base Python's packages instead of the venv's.
+        path = Path(os.path.abspath(spec.workdir_path / prog))
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    return shutil.which(prog, path=_search_path(spec))
+
+
+def workload_python(spec: RunSpec) -> str | None:
+    """The interpreter the workload runs under, when it is a Python program.
+
+    ``python train.py`` resolves ``python`` on the job's PATH; ``torchrun ...`` or a
+    script resolves through its ``#!`` line. None when it is not Python.
+    """
+    program = resolve_program(spec)
+    if program is None:
+        return None
+    if Path(program).name.startswith("python"):
+        return program
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return None
+    if first.startswith(b"#!"):
+        parts = first[2:].decode(errors="replace").split()
+        if parts and Path(parts[0]).name == "env" and len(parts) > 1:
+            parts = parts[1:]
+        if parts and Path(parts[0]).name.startswith("python"):
+            return parts[0] if "/" in parts[0] else shutil.which(parts[0], path=_search_path(spec))
+    return None
+
+
+def check_static(spec: RunSpec) -> None:
+    """Bad input that can be seen without running anything; raises PreflightError."""
+    problems: list[str] = []
+    workdir = spec.workdir_path
+    if not workdir.is_dir():
+        problems.append(f"workdir: {workdir} is not a directory; fix `workdir` in {spec.source}")
+    else:
+        prog = _argv0(spec)
+        if prog is not None and resolve_program(spec) is None:
+            where = f"in {workdir}" if "/" in prog else "on PATH"
+            problems.append(
+                f"command: {prog!r} was not found {where} (or is not executable); "
+                f"install it, or fix `command` in {spec.source}"
+            )
+    if spec.resources.processes > 1:
+        from acceptrun.workload.distributed import launch_command
+
+        try:  # a command torchrun cannot start is bad input, found before any record
+            launch_command(spec)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    if spec.checkpoint.resume_args:
+        from acceptrun.supervisor.external import check_resume_args
+
+        try:  # appended args that would land after a pipe or a redirection
+            check_resume_args(spec)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    if spec.data.path and "://" not in spec.data.path:
+        path = Path(spec.resolve_path(spec.data.path))
+        if not path.exists():
+            problems.append(f"data.path: {path} does not exist; fix `data.path` in {spec.source}")
+    if spec.data.manifest:
+        manifest = Path(spec.resolve_path(spec.data.manifest))
+        if not manifest.exists():
+            problems.append(
+                f"data.manifest: {manifest} does not exist; create it with "
+                f"`acceptrun data snapshot {spec.data.path} -o {spec.data.manifest}`"
+            )
+    if spec.serving.payload:  # a serving run's request bodies: read now, not mid-load
+        from acceptrun.serving.driver import load_bodies
+
+        try:
+            load_bodies(spec.resolve_path(spec.serving.payload))
+        except (OSError, ValueError) as exc:
+            problems.append(f"serving.payload: {exc}; fix `serving.payload` in {spec.source}")
+    if problems:
+        raise PreflightError(
+            "cannot launch:\n  " + "\n  ".join(problems) if len(problems) > 1 else problems[0]
+        )
+
+
+# ---- inside the record ---------------------------------------------------------------------
+
+
+def run_preflight(
+    record: RunRecord, spec: RunSpec, *, say: Callable[[str], None] = lambda _m: None
+) -> Preflight:
+    """Run every preflight check, write provenance.json and preflight.json."""
+    result = Preflight()
+    started = now_iso()
+
+    t0 = time.perf_counter()
+    python = workload_python(spec)
+    prov = provenance.capture(
+        python=python, cwd=spec.workdir_path, diff_path=record.file("git.diff"),
+        exclude=[record.path.parent.parent],  # the workspace: acceptrun's files, not the code's
+    )  # fmt: skip
+    record.write_json("provenance.json", prov)
+    absent = sorted(k for k, v in prov.items() if isinstance(v, dict) and v.get("absent"))
+    msg = "recorded" + (f"; absent: {', '.join(absent)}" if absent else "")
+    result.checks.append(
+        Check(
+            "provenance", True, msg, time.perf_counter() - t0, {"python": python, "absent": absent}
+        )
+    )
+
+    result.checks.append(_timed("expectations", lambda: check_expectations(spec, prov)))
+    result.checks.append(_timed("resources", lambda: check_resources(spec, prov)))
+    ckpt_dir = (
+        Path(spec.resolve_path(spec.checkpoint.dir))
+        if spec.checkpoint.dir
+        else record.checkpoints_dir
+    )
+    result.checks.append(_timed("storage", lambda: check_storage([record.path, ckpt_dir])))
+    gpus = prov.get("gpus", {})
+    if spec.resources.gpus > 0 or (not gpus.get("absent") and gpus.get("count", 0) > 0):
+        result.checks.append(_timed("device", lambda: check_device(python)))
+    if spec.data.path:
+        result.checks.append(_timed("data", lambda: check_data(spec, say)))
+    if spec.resources.processes > 1:
+        result.checks.append(_timed("backend", lambda: check_backend(spec)))
+
+    for c in result.checks:
+        status = "FAILED" if not c.ok else "WARNING" if c.details.get("warning") else "ok"
+        say(f"preflight {c.name}: {status} - {c.message}")
+    record.write_json(
+        "preflight.json",
+        {
+            "ok": result.ok,
+            "started_at": started,
+            "ended_at": now_iso(),
+            "checks": [c.to_dict() for c in result.checks],
+        },
+    )
+    return result
+
+
+def _timed(name: str, fn: Callable[[], tuple[bool, str, dict[str, Any]]]) -> Check:
+    t0 = time.perf_counter()
+    try:
+        ok, message, details = fn()
+    except Exception as exc:  # a check that crashes is a failed check, with the reason
+        ok, message, details = False, f"{type(exc).__name__}: {exc}", {}
+    return Check(name, ok, message, time.perf_counter() - t0, details)
+
+
+def check_expectations(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
+    """Compare ``[expect]`` with what provenance found."""
+    exp = spec.expect
+    rows: list[dict[str, Any]] = []
+
+    def check(what: str, pattern: str | None, found: str | None, kind: str = "version") -> None:
+        if pattern is not None:
+            rows.append(
+                {
+                    "what": what,
+                    "expected": pattern,
+                    "found": found,
+                    "ok": match_pattern(pattern, found, kind=kind),
+                }
+            )
+
+    check("python", exp.python, prov.get("python", {}).get("version"))
+    packages = prov.get("packages", {}).get("list", {})
+    for name, pattern in exp.packages.items():
+        check(f"package {name}", pattern, packages.get(_normalize(name)))
+    torch = prov.get("torch", {})
+    if exp.cuda == "none":
+        rows.append(
+            {
+                "what": "torch CUDA",
+                "expected": "none (CPU build)",
+                "found": torch.get("cuda"),
+                "ok": not torch.get("cuda"),
+            }
+        )
+    else:
+        check("torch CUDA", exp.cuda, torch.get("cuda"))
+    gpus = prov.get("gpus", {})
+    check("driver", exp.driver, gpus.get("driver"))
+    if exp.gpu is not None:
+        names = [d.get("name") for d in gpus.get("devices", [])]
+        ok = bool(names) and all(match_pattern(exp.gpu, n, kind="name") for n in names)
+        rows.append(
+            {
+                "what": "gpu",
+                "expected": exp.gpu,
+                "found": ", ".join(map(str, names)) or None,
+                "ok": ok,
+            }
+        )
+    bad = [r for r in rows if not r["ok"]]
+    if not rows:
+        return True, "no expectations in the spec", {"rows": rows}
+    if bad:
+        text = "; ".join(
+            f"{r['what']}: expected {r['expected']}, found {r['found'] or 'nothing'}" for r in bad
+        )
+        return False, text, {"rows": rows}
+    return (
+        True,
+        f"{len(rows)} met (" + ", ".join(f"{r['what']} {r['found']}" for r in rows) + ")",
+        {"rows": rows},
+    )
+
+
+def check_resources(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
+    """GPU count, model and memory against ``[resources]``."""
+    res = spec.resources
+    if res.gpus == 0:
+        return True, "CPU run (resources.gpus = 0)", {}
+    gpus = prov.get("gpus", {})
+    if gpus.get("absent"):
+        return False, f"resources.gpus = {res.gpus} but no GPU was found ({gpus.get('reason')})", {}
+    devices = gpus.get("devices", [])
+    problems = []
+    if len(devices) < res.gpus:
+        problems.append(f"needs {res.gpus} GPU(s), found {len(devices)}")
+    for d in devices[: res.gpus]:
+        name = str(d.get("name"))
+        if res.gpu_types and not any(match_pattern(p, name, kind="name") for p in res.gpu_types):
+            problems.append(f"GPU {d.get('index')} is {name}, not one of {res.gpu_types}")
+        mem_gb = (d.get("memory_total_bytes") or 0) / 2**30
+        if res.min_gpu_memory_gb and mem_gb < res.min_gpu_memory_gb:
+            problems.append(
+                f"GPU {d.get('index')} has {mem_gb:.0f} GiB, needs {res.min_gpu_memory_gb:g}"
+            )
+    if problems:
+        return False, "; ".join(problems), {}
+    return True, f"{len(devices)} GPU(s): " + ", ".join(str(d.get("name")) for d in devices), {}
+
+
+# What a script that needs GPUs for its collectives says (a static scan of its text).
+_GPU_ONLY = re.compile(
+    r"""nccl|\.cuda\(|device\s*=\s*["']cuda|torch\.cuda\.set_device""", re.IGNORECASE
+)
+
+
+def check_backend(spec: RunSpec) -> tuple[bool, str, dict[str, Any]]:
+    """A CPU run of several processes whose script asks for NCCL or CUDA devices: a warning.
+
+    NCCL runs only between GPUs, so such a run fails at its first collective (or at
+    ``.cuda()``); on CPUs the backend is gloo. A static scan of the command's script,
+    so it can only warn (the script may choose at run time); never a failure.
+    """
+    res = spec.resources
+    if res.processes <= 1 or res.gpus > 0:
+        return True, f"{res.processes} process(es), resources.gpus = {res.gpus}", {}
+    script = _command_script(spec)
+    if script is None:
+        return True, "no Python script found in the command to scan", {}
+    try:
+        lines = script.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return True, f"cannot read {script} to scan it ({exc})", {}
+    hits = [
+        f"line {n}: {line.strip()[:80]}"
+        for n, line in enumerate(lines, 1)
+        if _GPU_ONLY.search(line) and not line.lstrip().startswith("#")
+    ]
+    if not hits:
+        return True, f"{script.name} names no NCCL or CUDA device call", {"script": str(script)}
+    message = (
+        f"warning: a CPU run (resources.gpus = 0) of {res.processes} processes, but "
+        f"{script.name} uses nccl or CUDA device calls ({'; '.join(hits[:3])}); NCCL needs "
+        'GPUs: use the gloo backend on CPUs, e.g. dist.init_process_group("gloo" if not '
+        'torch.cuda.is_available() else "nccl"), and keep tensors on the CPU'
+    )
+    return True, message, {"warning": True, "script": str(script), "lines": hits[:10]}
+
+
+def _command_script(spec: RunSpec) -> Path | None:
+    """The ``.py`` file the command runs (``python train.py``, ``torchrun ... train.py``)."""
+    words = list(spec.command)
+    if spec.shell:
+        try:
+            words = shlex.split(spec.command[2])
+        except ValueError:
+            return None
+    for word in words[1:]:
+        if word.endswith(".py"):
+            path = Path(word) if Path(word).is_absolute() else spec.workdir_path / word
+            return path if path.is_file() else None
+    return None
+
+
+def storage_smoke(directory: Path, size: int = SMOKE_BYTES) -> dict[str, Any]:
+    """Write, fsync, read back and compare ``size`` bytes in ``directory``; MB/s both ways."""
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = os.urandom(size)
+    path = directory / f".acceptrun-smoke-{os.getpid()}"
+    try:
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        t1 = time.perf_counter()
+        with open(path, "rb") as f:
+            back = f.read()
+        t2 = time.perf_counter()
+    finally:
+        path.unlink(missing_ok=True)
+    mb = size / 1e6
+    return {
+        "dir": str(directory),
+        "ok": back == payload,
+        "write_mb_s": round(mb / max(t1 - t0, 1e-9), 1),
+        "read_mb_s": round(mb / max(t2 - t1, 1e-9), 1),
+        "free_bytes": shutil.disk_usage(directory).free,
+    }
+
+
+def check_storage(dirs: list[Path]) -> tuple[bool, str, dict[str, Any]]:
+    results = []
+    for d in dict.fromkeys(dirs):
+        try:
+            results.append(storage_smoke(d))
+        except OSError as exc:
+            results.append({"dir": str(d), "ok": False, "error": f"{exc.strerror or exc}"})
+    bad = [r for r in results if not r["ok"]]
+    if bad:
+        return (
+            False,
+            "; ".join(f"{r['dir']}: {r.get('error', 'read-back differs')}" for r in bad),
+            {"dirs": results},
+        )
+    text = ", ".join(f"{Path(r['dir']).name}/ write {r['write_mb_s']:.0f} MB/s" for r in results)
+    return True, text, {"dirs": results}
+
+
+def check_device(python: str | None) -> tuple[bool, str, dict[str, Any]]:
+    smoke = provenance.device_smoke(python=python)
+    if not smoke.get("ran"):
+        return True, f"skipped: {smoke.get('reason')}", smoke
+    if not smoke.get("ok"):
+        return False, f"GPU smoke test failed: {smoke.get('error') or smoke}", smoke
+    parts = [
+        f"GPU {d.get('index')} bf16 {d.get('matmul_bf16_tflops')} TFLOP/s"
+        for d in smoke.get("devices", [])
+    ]
+    return True, "; ".join(parts) or "ok", smoke
+
+
+def check_data(spec: RunSpec, say: Callable[[str], None]) -> tuple[bool, str, dict[str, Any]]:
+    assert spec.data.path is not None
+    source = spec.resolve_path(spec.data.path)
+    if not spec.data.manifest:
+        return True, f"{source}: no manifest in the spec, so not verified", {"verified": False}
+    manifest_path = spec.resolve_path(spec.data.manifest)
+    manifest = datamod.load_manifest(manifest_path)
+    result = datamod.verify(source, manifest, ignore=[manifest_path])
+    details = {"verified": result.ok, **result.to_dict()}
+    if not result.ok:
+        return False, datamod.format_verify(result).replace("\n", "; "), details
+    return True, result.summary(), details
+
+
+def _normalize(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")

@@ -1,0 +1,584 @@
+"""Capture and diff the environment fingerprint of a run (``provenance.json``).
+
+A run is repeatable only if the next engineer can rebuild what it ran on: OS and kernel,
+CPU, memory, the workload's Python and packages, the code commit and uncommitted diff,
+torch with its CUDA/cuDNN/NCCL, the GPUs and driver, and the environment variables that
+steer them. :func:`capture` records each as a *part*; a part that cannot be read (no git,
+no NVML, no torch, a timeout) becomes ``{"absent": true, "reason": "..."}`` instead of an
+error, because a missing GPU library must not stop the record of everything else.
+
+Two rules shape the code:
+
+- torch is never imported here. The supervisor must start fast and may run without torch,
+  and the facts that matter are those of the *workload's* interpreter, so they come from
+  :mod:`acceptrun.capture._probe` run as a subprocess with that interpreter.
+- secrets never reach the record: environment values whose name looks secret, and user
+  info in URLs (``https://user:token@host``), are replaced by ``<redacted>``.
+
+>>> prov = capture(diff_path="git.diff")
+>>> print(format_provenance(prov))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import getpass
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from acceptrun._util.durable import write_atomic
+from acceptrun._util.hashing import hash_bytes, hash_stream
+from acceptrun.capture import _probe
+
+__all__ = [
+    "Change",
+    "capture",
+    "device_smoke",
+    "diff",
+    "format_diff",
+    "format_provenance",
+    "redact_url",
+]
+
+SCHEMA = 1
+PROBE = Path(__file__).with_name("_probe.py")
+PROBE_TIMEOUT = 60.0  # seconds for the python/packages/torch probe; torch import is ~1 s
+GIT_TIMEOUT = 30.0  # seconds per git command; `git status` on a huge tree can be slow
+PARTS = ("os", "host", "cpu", "memory", "python", "packages", "git", "torch", "gpus", "env")
+ENV_PREFIXES = (
+    "CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "SLURM_", "HF_", "TRANSFORMERS_",
+    "ACCEPTRUN_",
+)  # fmt: skip
+ENV_NAMES = frozenset(
+    {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "HOSTNAME"}
+)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+# scheme://userinfo@ -> the userinfo goes, whether "user:password" or a bare token
+URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+REDACTED = "<redacted>"
+
+
+def _is_absent(part: Any) -> bool:
+    return isinstance(part, Mapping) and part.get("absent") is True
+
+
+def _guard(name: str, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one part's reader; any exception becomes an absent part, never a crash."""
+    try:
+        return read()
+    except Exception as exc:
+        return _probe.absent(f"could not read {name} ({_probe.describe(exc)})")
+
+
+def redact_url(text: str) -> str:
+    """Remove credentials from every URL in ``text``.
+
+    >>> redact_url("https://user:tok@host/x.git")
+    'https://<redacted>@host/x.git'
+    """
+    return URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+
+
+# --- parts read in this process ---------------------------------------------------------
+
+
+def _os_part() -> dict[str, Any]:
+    release = platform.release()
+    with contextlib.suppress(OSError, AttributeError):
+        # Linux: the distribution ("Ubuntu 22.04.4 LTS") says more than the kernel release
+        release = platform.freedesktop_os_release().get("PRETTY_NAME", release)
+    return {
+        "system": platform.system(),
+        "release": release,
+        "version": platform.version(),
+        "platform": platform.platform(),
+        "kernel": platform.uname().release,
+    }
+
+
+def _host_part() -> dict[str, Any]:
+    try:
+        user: str | None = getpass.getuser()
+    except (OSError, KeyError):  # no USER/LOGNAME and a uid without a passwd entry
+        user = None
+    return {"hostname": socket.gethostname(), "user": user}
+
+
+def _cpu_part() -> dict[str, Any]:
+    import psutil
+
+    model = platform.processor() or None
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model"):  # x86 / Arm boards
+                model = value.strip()
+                break
+    return {
+        "model": model,
+        "arch": platform.machine(),
+        "count_logical": os.cpu_count(),
+        "count_physical": psutil.cpu_count(logical=False),
+    }
+
+
+def _memory_part() -> dict[str, Any]:
+    import psutil
+
+    return {"total_bytes": int(psutil.virtual_memory().total)}
+
+
+def _gpus_part() -> dict[str, Any]:
+    """GPUs and driver from NVML. NVML sees every GPU, whatever CUDA_VISIBLE_DEVICES says."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return _probe.absent(f"nvidia-ml-py is not installed ({_probe.describe(exc)})")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return _probe.absent(f"nvidia-ml-py: {exc}")
+    try:
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())  # 12040 means CUDA 12.4
+        devices = []
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            devices.append(
+                {
+                    "index": index,
+                    "name": _text(pynvml.nvmlDeviceGetName(handle)),
+                    "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                    "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                }
+            )
+        return {
+            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+            "count": len(devices),
+            "devices": devices,
+        }
+    except Exception as exc:
+        return _probe.absent(f"nvidia-ml-py: {exc}")
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    """NVML strings are bytes in older nvidia-ml-py releases and str in newer ones."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _env_part(env: Mapping[str, str]) -> dict[str, Any]:
+    chosen = {}
+    for name in sorted(env):
+        if not (name in ENV_NAMES or name.startswith(ENV_PREFIXES)):
+            continue
+        secret = SECRET_NAME.search(name) is not None
+        chosen[name] = REDACTED if secret else redact_url(str(env[name]))
+    return chosen
+
+
+def _packages_part(names: Mapping[str, str]) -> dict[str, Any]:
+    lines = "\n".join(f"{name}=={version}" for name, version in sorted(names.items()))
+    return {"count": len(names), "hash": hash_bytes(lines.encode()), "list": dict(names)}
+
+
+# --- git ----------------------------------------------------------------------------------
+
+
+class _GitError(Exception):
+    """A git command failed; the message is the reason recorded in the absent part."""
+
+
+def _git(root: Path, *args: str, stdout: IO[bytes] | None = None, check: bool = True) -> str:
+    """Run ``git args`` in ``root``; returns stdout text (empty when ``stdout`` is a file)."""
+    # No optional locks: a concurrent `git commit` must not trip over our `git status`.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout if stdout is not None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and exc.filename == "git":
+            raise _GitError(f"git is not installed or not on PATH ({exc.strerror})") from exc
+        raise _GitError(f"could not run git in {root} ({exc.strerror or exc})") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise _GitError(f"`git {args[0]}` timed out after {GIT_TIMEOUT:g} s in {root}") from exc
+    if check and proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip().splitlines()
+        detail = message[-1] if message else f"exit status {proc.returncode}"
+        raise _GitError(f"`git {args[0]}` failed in {root}: {detail}")
+    if proc.returncode != 0 or stdout is not None:
+        return ""
+    return proc.stdout.decode(errors="surrogateescape").rstrip("\n")
+
+
+def _excluded(root: Path, paths: Sequence[Path]) -> list[str]:
+    """``:(top,exclude)`` pathspecs for ``paths`` inside the checkout at ``root``."""
+    specs = []
+    for path in paths:
+        try:
+            rel = Path(path).resolve().relative_to(root.resolve())
+        except (OSError, ValueError):
+            continue  # outside the checkout: git does not see it anyway
+        if rel.parts:
+            specs.append(f":(top,exclude){rel.as_posix()}")
+    return specs
+
+
+def _git_part(
+    cwd: Path | None, diff_path: Path | None, exclude: Sequence[Path] = ()
+) -> dict[str, Any]:
+    try:
+        cwd = cwd or Path.cwd()
+    except OSError as exc:  # the current directory was deleted under us
+        return _probe.absent(f"no current directory ({exc.strerror})")
+    if not cwd.is_dir():
+        return _probe.absent(f"working directory {cwd} does not exist")
+    try:
+        root = Path(_git(cwd, "rev-parse", "--show-toplevel"))
+    except _GitError as exc:
+        return _probe.absent(str(exc))
+    try:
+        commit = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False) or None
+        branch = _git(root, "symbolic-ref", "--short", "-q", "HEAD", check=False) or None
+        remote = _git(root, "remote", "get-url", "origin", check=False) or None
+        # acceptrun's own files (the workspace and its runs) are never the code's changes,
+        # even in a workspace whose .gitignore is missing (read-only, or made by hand).
+        own = ("--", *_excluded(root, exclude)) if exclude else ()
+        dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=normal", *own))
+        # A repository without commits yet: diff against the empty tree instead of HEAD.
+        base = commit or _git(root, "hash-object", "-t", "tree", "/dev/null")
+        untracked = _git(root, "ls-files", "--others", "--exclude-standard", "-z", *own)
+        with tempfile.TemporaryFile() as tmp:
+            names = [n for n in untracked.split("\0") if n]
+            if names:  # git apply skips text before the first "diff --git" line
+                note = "# untracked files, not in this diff:\n" + "".join(
+                    f"#   {n}\n" for n in names
+                )
+                tmp.write(note.encode(errors="surrogateescape"))
+                tmp.flush()
+            # git writes straight into the file, so a diff of GiB never sits in memory. The
+            # flags undo user config (textconv, prefixes, relative) that would stop the
+            # patch from applying with `git apply` on a clean checkout.
+            flags = ("--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--no-relative")
+            prefixes = ("--src-prefix=a/", "--dst-prefix=b/")
+            _git(root, "diff", *flags, *prefixes, base, "--", *own[1:], stdout=tmp)
+            tmp.seek(0)
+            diff_hash, diff_bytes = hash_stream(iter(lambda: tmp.read(1 << 20), b""))
+            if diff_path is not None:
+                tmp.seek(0)
+                write_atomic(diff_path, lambda out: shutil.copyfileobj(tmp, out))
+    except _GitError as exc:
+        return _probe.absent(str(exc))
+    return {
+        "root": str(root),
+        "commit": commit,
+        "branch": branch,
+        "remote": redact_url(remote) if remote else None,
+        "dirty": dirty,
+        "diff_hash": diff_hash,
+        "diff_bytes": diff_bytes,
+        "diff_file": diff_path.name if diff_path is not None else None,
+    }
+
+
+# --- the probe subprocess ---------------------------------------------------------------
+
+
+def _start_probe(
+    python: str, args: list[str], env: Mapping[str, str] | None
+) -> subprocess.Popen[bytes] | str:
+    """Start ``_probe.py`` under ``python``; returns the process, or why it did not start."""
+    try:
+        return subprocess.Popen(
+            [python, str(PROBE), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=None if env is None else {**os.environ, **env},
+        )
+    except OSError as exc:
+        return f"could not start interpreter {python!r} ({exc.strerror or exc})"
+
+
+def _finish_probe(
+    proc: subprocess.Popen[bytes] | str, python: str, timeout: float
+) -> dict[str, Any] | str:
+    """The probe's JSON answer, or a reason string when it failed or ran out of time."""
+    if isinstance(proc, str):
+        return proc
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return f"probe under {python} timed out after {timeout:g} s"
+    if proc.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        status = f"exit status {proc.returncode}"
+        if proc.returncode < 0:  # a crash in a C extension (CUDA, a broken wheel) lands here
+            with contextlib.suppress(ValueError):
+                status = f"killed by {signal.Signals(-proc.returncode).name}"
+        return f"probe under {python} failed ({status}): {lines[-1] if lines else 'no output'}"
+    try:
+        answer = json.loads(out)
+    except json.JSONDecodeError:
+        return f"probe under {python} printed no JSON answer: {out[:200]!r}"
+    if not isinstance(answer, dict):
+        return f"probe under {python} answered {type(answer).__name__}, not an object"
+    return answer
+
+
+def _probe_part(answer: dict[str, Any] | str, name: str) -> dict[str, Any]:
+    if isinstance(answer, str):
+        return _probe.absent(answer)
+    part = answer.get(name)
+    return part if isinstance(part, dict) else _probe.absent(f"probe answer has no {name!r} part")
+
+
+# --- public API ---------------------------------------------------------------------------
+
+
+def capture(
+    *,
+    python: str | None = None,
+    cwd: str | Path | None = None,
+    diff_path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    exclude: Sequence[str | Path] = (),
+) -> dict[str, Any]:
+    """The environment fingerprint of a run, as a JSON-serialisable dict.
+
+    ``python`` is the workload's interpreter (default: this one, whose python and packages
+    parts are then read in-process). The torch part, and for another interpreter also
+    python and packages, come from :mod:`acceptrun.capture._probe` run under it, with
+    ``os.environ`` updated by ``env`` so CUDA_VISIBLE_DEVICES and the like apply.
+    ``cwd`` is where git looks for the code (default: the current directory).
+    ``diff_path`` receives the uncommitted diff, atomically; an error writing it is
+    raised, since the caller asked for that file and the record beside it is at risk.
+    ``env`` is the workload's environment (default ``os.environ``); a chosen, redacted
+    subset is recorded. ``exclude`` names directories that are never the code's changes
+    (the acceptrun workspace): left out of ``dirty``, the untracked list and the diff.
+    Takes about as long as importing torch (~1 s on a warm disk),
+    which overlaps with reading the other parts.
+
+    >>> capture(diff_path="run/git.diff")["git"]["dirty"]
+    False
+    """
+    interpreter = python or sys.executable
+    probe = _start_probe(interpreter, [], env) if interpreter else "sys.executable is empty"
+    try:
+        started = time.monotonic()
+        parts: dict[str, dict[str, Any]] = {
+            "os": _guard("os", _os_part),
+            "host": _guard("host", _host_part),
+            "cpu": _guard("cpu", _cpu_part),
+            "memory": _guard("memory", _memory_part),
+        }
+        if python is None:  # this interpreter runs the workload: read it here, cheaply
+            parts["python"] = _guard("python", _probe.python_info)
+            parts["packages"] = _guard("packages", lambda: _packages_part(_probe.package_list()))
+        target = Path(diff_path) if diff_path is not None else None
+        parts["git"] = _git_part(
+            Path(cwd) if cwd is not None else None, target, [Path(p) for p in exclude]
+        )
+        parts["gpus"] = _guard("gpus", _gpus_part)
+        parts["env"] = _guard("env", lambda: _env_part(os.environ if env is None else env))
+        remaining = max(1.0, PROBE_TIMEOUT - (time.monotonic() - started))
+        answer = _finish_probe(probe, interpreter, remaining)
+        if python is not None:
+            parts["python"] = _probe_part(answer, "python")
+            packages = _probe_part(answer, "packages")
+            if not _is_absent(packages):
+                packages = _guard("packages", lambda: _packages_part(packages["list"]))
+            parts["packages"] = packages
+        parts["torch"] = _probe_part(answer, "torch")
+    finally:  # an error writing the diff must not leave the probe running
+        if isinstance(probe, subprocess.Popen) and probe.poll() is None:
+            probe.kill()
+            probe.wait()
+
+    ordered = {name: parts[name] for name in PARTS}
+    hashes = {name: hash_bytes(_canonical(part)) for name, part in ordered.items()}
+    hashes["all"] = hash_bytes(_canonical(hashes))
+    now = datetime.datetime.now(datetime.UTC)
+    return {
+        "schema": SCHEMA,
+        "captured_at": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        **ordered,
+        "hashes": hashes,
+    }
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def device_smoke(*, python: str | None = None, timeout: float = 120.0) -> dict[str, Any]:
+    """A short GPU check under the workload's interpreter; never raises.
+
+    On each device torch sees: bf16 and fp32 4096x4096 matmuls (TFLOP/s, result must be
+    finite) and a 256 MiB pinned host-to-device copy (GB/s). ``timeout`` is in seconds.
+
+    >>> device_smoke()
+    {'ran': False, 'ok': True, 'reason': 'no CUDA device visible to torch'}
+    """
+    interpreter = python or sys.executable
+    started = time.monotonic()
+    answer = _finish_probe(_start_probe(interpreter, ["--smoke"], None), interpreter, timeout)
+    if isinstance(answer, str):
+        return {"ran": True, "ok": False, "error": f"device smoke test: {answer}"}
+    if answer.get("ran"):
+        answer["seconds"] = round(time.monotonic() - started, 3)  # interpreter start included
+    return answer
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between two provenance records; ``None`` where a side lacks it."""
+
+    path: str
+    """Where, e.g. ``"packages.list.torch"`` or ``"gpus.devices[0].name"``."""
+    a: Any
+    """The value in the first record."""
+    b: Any
+    """The value in the second record."""
+
+
+_MISSING: Any = object()
+_IGNORED = frozenset({"captured_at", "hashes"})
+
+
+def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
+    """Every leaf that differs between two captures, in sorted key order.
+
+    ``captured_at`` and ``hashes`` are skipped (they differ on every capture, or only
+    summarise what is compared anyway). Packages appear one by one, so an added package
+    is ``Change("packages.list.numpy", None, "2.0.1")``.
+    """
+    changes: list[Change] = []
+    keys = sorted((set(a) | set(b)) - _IGNORED)
+    for key in keys:
+        _walk(key, a.get(key, _MISSING), b.get(key, _MISSING), changes)
+    return changes
+
+
+def _walk(path: str, a: Any, b: Any, out: list[Change]) -> None:
+    # A side missing under a dict or list walks as an empty one, so each of its leaves
+    # shows as a change of its own (an added package, a GPU that went away).
+    if _container_pair(a, b, Mapping):
+        left: Mapping[Any, Any] = {} if a is _MISSING else a
+        right: Mapping[Any, Any] = {} if b is _MISSING else b
+        for key in sorted(set(left) | set(right), key=str):
+            _walk(f"{path}.{key}", left.get(key, _MISSING), right.get(key, _MISSING), out)
+    elif _container_pair(a, b, list):
+        items_a: list[Any] = [] if a is _MISSING else a
+        items_b: list[Any] = [] if b is _MISSING else b
+        for i in range(max(len(items_a), len(items_b))):
+            x = items_a[i] if i < len(items_a) else _MISSING
+            y = items_b[i] if i < len(items_b) else _MISSING
+            _walk(f"{path}[{i}]", x, y, out)
+    elif a != b:
+        out.append(Change(path, None if a is _MISSING else a, None if b is _MISSING else b))
+
+
+def _container_pair(a: Any, b: Any, kind: type) -> bool:
+    """Both sides are ``kind`` or missing (never both: diff() only walks present keys)."""
+    return all(v is _MISSING or isinstance(v, kind) for v in (a, b))
+
+
+def format_diff(changes: list[Change]) -> str:
+    """One line per change, ``path: a -> b``; ``"no differences"`` when there are none."""
+    if not changes:
+        return "no differences"
+    return "\n".join(f"{c.path}: {_show(c.a)} -> {_show(c.b)}" for c in changes)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def format_provenance(prov: Mapping[str, Any]) -> str:
+    """A short, aligned summary of a capture for ``acceptrun env``; tolerates old records."""
+    rows: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+        ("os", lambda p: f"{p['system']} {p['release']}, kernel {p['kernel']}"),
+        ("host", lambda p: f"{p['hostname']} (user {p['user']})"),
+        ("cpu", _fmt_cpu),
+        ("memory", lambda p: f"{p['total_bytes'] / 2**30:.1f} GiB"),
+        ("python", lambda p: f"{p['implementation']} {p['version']}  {p['executable']}"),
+        ("packages", lambda p: f"{p['count']} installed, {p['hash']}"),
+        ("git", _fmt_git),
+        ("torch", _fmt_torch),
+        ("gpus", _fmt_gpus),
+    ]
+    lines = []
+    for key, render in rows:
+        part = prov.get(key)
+        if not isinstance(part, Mapping):
+            text = "absent (not recorded)"
+        elif _is_absent(part):
+            text = f"absent ({part.get('reason', 'no reason recorded')})"
+        else:
+            try:
+                text = render(part)
+            except (KeyError, TypeError, ValueError) as exc:
+                text = f"unreadable ({_probe.describe(exc)})"
+        lines.append(f"{key:<9} {text}")
+    return "\n".join(lines)
+
+
+def _fmt_cpu(p: Mapping[str, Any]) -> str:
+    return (
+        f"{p['model'] or 'unknown model'} ({p['arch']}), "
+        f"{p['count_logical']} logical / {p['count_physical']} physical cores"
+    )
+
+
+def _fmt_git(p: Mapping[str, Any]) -> str:
+    commit = (p["commit"] or "no commits")[:12]
+    where = f"on {p['branch']}" if p["branch"] else "detached"
+    state = f"dirty, diff {p['diff_bytes']} bytes {p['diff_hash']}" if p["dirty"] else "clean"
+    return f"{commit} {where}, {state}  {p['root']}"
+
+
+def _fmt_torch(p: Mapping[str, Any]) -> str:
+    gpus = f"{p['device_count']} CUDA device(s)" if p["cuda_available"] else "CUDA not available"
+    built = "  ".join(f"{lib} {p[key] or 'none'}" for lib, key in _TORCH_LIBS)
+    return f"{p['version']}  {built}  ({gpus})"
+
+
+_TORCH_LIBS = (("CUDA", "cuda"), ("cuDNN", "cudnn"), ("NCCL", "nccl"))
+
+
+def _fmt_gpus(p: Mapping[str, Any]) -> str:
+    names = ", ".join(
+        f"{d['index']}: {d['name']} {d['memory_total_bytes'] / 2**30:.0f} GiB" for d in p["devices"]
+    )
+    return f"{p['count']} (driver {p['driver']}, CUDA {p['cuda_driver']})  {names}".rstrip()

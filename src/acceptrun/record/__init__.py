@@ -1,0 +1,1 @@
+"""The run record: the workspace, one directory per run, and the list of workspaces."""

@@ -1,0 +1,169 @@
+"""The user's list of workspaces, so ``acceptrun ls --all`` and ``cost --all`` see every project.
+
+One JSON file, ``workspaces.json``, in the user's configuration directory:
+``$ACCEPTRUN_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/acceptrun``, else
+``~/.config/acceptrun``. A workspace is added when it is created and its ``last_used``
+refreshed when a command opens it (:func:`~acceptrun.record.workspace.find_workspace`). The list
+is only an address book: a workspace removed from disk stays listed until
+:func:`forget` drops it, and readers skip it with a note.
+
+>>> remember(Path("/home/me/proj/.acceptrun"))
+>>> [e.path for e in listed()]
+[PosixPath('/home/me/proj/.acceptrun')]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceptrun._util.durable import read_json, write_json_atomic
+from acceptrun.errors import RecordError
+
+__all__ = ["ENV_CONFIG_DIR", "Listed", "config_dir", "forget", "listed", "remember"]
+
+ENV_CONFIG_DIR = "ACCEPTRUN_CONFIG_DIR"
+FILE = "workspaces.json"
+KIND = "acceptrun.workspaces"
+# A workspace opened again within this many seconds keeps its last_used: `acceptrun logs -f`
+# in a loop must not rewrite the user's config file on every call.
+REFRESH_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One listed workspace: its ``.acceptrun`` path and the project it belongs to."""
+
+    path: Path
+    project: str
+    added_at: float
+    last_used: float
+
+    @property
+    def exists(self) -> bool:
+        return (self.path / "runs").is_dir()
+
+
+def config_dir() -> Path:
+    """Where the list lives (see the module docstring for the order)."""
+    explicit = os.environ.get(ENV_CONFIG_DIR)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "acceptrun"
+
+
+def project_name(workspace_root: Path) -> str:
+    """The project a workspace belongs to: the name of the directory that holds it."""
+    root = Path(workspace_root)
+    return root.parent.name if root.name == ".acceptrun" else root.name
+
+
+def listed() -> list[Listed]:
+    """The listed workspaces, most recently used first; an unreadable list is empty."""
+    entries = _read(config_dir() / FILE)
+    out = []
+    for e in entries:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            out.append(
+                Listed(
+                    Path(e["path"]), str(e.get("project") or project_name(Path(e["path"]))),
+                    float(e.get("added_at", 0.0)), float(e.get("last_used", 0.0)),
+                )
+            )  # fmt: skip
+    return sorted(out, key=lambda x: -x.last_used)
+
+
+def remember(workspace_root: Path) -> None:
+    """Add a workspace to the list, or refresh its ``last_used``.
+
+    Never raises: a read-only home must not stop a run. A failure is said once on stderr.
+    """
+    root = Path(workspace_root).resolve()
+    now = time.time()
+    try:
+        with _locked() as path:
+            entries = _read(path)
+            for e in entries:
+                if e.get("path") == str(root):
+                    if now - float(e.get("last_used", 0.0)) < REFRESH_S:
+                        return
+                    e["last_used"] = now
+                    break
+            else:
+                entries.append(
+                    {
+                        "path": str(root),
+                        "project": project_name(root),
+                        "added_at": now,
+                        "last_used": now,
+                    }
+                )
+            _write(path, entries)
+    except OSError as exc:
+        _warn(f"cannot update the list of workspaces in {config_dir()} ({exc}); "
+              f"`acceptrun ls --all` will not show {root}. Set ${ENV_CONFIG_DIR} to a writable "
+              "directory to fix it")  # fmt: skip
+
+
+def forget(workspace_root: Path) -> bool:
+    """Drop a workspace from the list; True when it was listed."""
+    root = str(Path(workspace_root).resolve())
+    with _locked() as path:
+        entries = _read(path)
+        kept = [e for e in entries if e.get("path") != root]
+        if len(kept) == len(entries):
+            return False
+        _write(path, kept)
+        return True
+
+
+# ---- file ------------------------------------------------------------------------------------
+
+_warned = False
+
+
+def _warn(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        print(f"acceptrun: warning: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[Path]:
+    """The list's path, held under an exclusive lock: two runs starting at once add both."""
+    directory = config_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{FILE}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield directory / FILE
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    try:
+        doc = read_json(path)
+    except (RecordError, OSError, ValueError):
+        _warn(f"{path} is not valid JSON; it is ignored and rewritten with the next workspace")
+        return []
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        return []
+    items = doc.get("workspaces")
+    return [e for e in items if isinstance(e, dict)] if isinstance(items, list) else []
+
+
+def _write(path: Path, entries: list[dict[str, Any]]) -> None:
+    write_json_atomic(path, {"kind": KIND, "schema": 1, "workspaces": entries})

@@ -1,0 +1,482 @@
+"""The workspace and its run records.
+
+A workspace is a ``.acceptrun/`` directory, found like ``.git``: the ``--workspace``
+option, else ``$ACCEPTRUN_WORKSPACE``, else the nearest ``.acceptrun/`` walking up from
+the current directory (then from the spec's directory). When there is none, a new one is
+created at the root of the git repository that holds the spec (or in the spec's
+directory outside git): one workspace per project. It ignores itself (``.gitignore``
+holding ``*``), so runs never make the repository dirty, and it is added to the user's
+list of workspaces (:mod:`acceptrun.record.registry`). It holds one directory per run under
+``runs/`` and an SQLite
+index that is only a cache: ``acceptrun index rebuild`` recreates it from the run
+directories alone, which stay the single source of truth.
+
+A run directory appears whole: it is assembled under a temporary name (frozen spec and
+``run.json``) and renamed into place, so no reader ever sees a half-created run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from acceptrun._util.durable import (
+    AppendLog,
+    fsync_dir,
+    read_json,
+    read_jsonl,
+    write_atomic,
+    write_json_atomic,
+)
+from acceptrun.errors import RecordError, WorkspaceError
+
+__all__ = [
+    "WORKSPACE_DIR",
+    "IndexRow",
+    "RunRecord",
+    "Workspace",
+    "find_workspace",
+    "now_iso",
+    "project_root",
+]
+
+WORKSPACE_DIR = ".acceptrun"
+ENV_WORKSPACE = "ACCEPTRUN_WORKSPACE"
+
+# What a workspace root holds (runs, caches, queue, reproductions, batch jobs): a directory
+# with anything else is someone's project, never told to ignore itself.
+OWN_ENTRIES = frozenset(
+    {"runs", "index.sqlite", "prices.toml", "queue", "queue.sqlite", "worktrees", "reproduce",
+     "slurm", "slurm_jobs.jsonl", "tune", "ui"}
+)  # fmt: skip
+
+# Run states written to run.json, in lifecycle order.
+STATES = ("created", "preflight", "running", "closing", "finished", "failed_preflight")
+
+
+def now_iso(t: float | None = None) -> str:
+    """ISO-8601 UTC timestamp with milliseconds (sortable, unambiguous)."""
+    moment = datetime.fromtimestamp(time.time() if t is None else t, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+    return slug[:40] or "run"
+
+
+def new_run_id(name: str, t: float | None = None) -> str:
+    """``20261129-234501-charlm-3f2a``: sorts by start time (UTC), readable, unique."""
+    stamp = datetime.fromtimestamp(time.time() if t is None else t, tz=UTC)
+    return f"{stamp:%Y%m%d-%H%M%S}-{_slug(name)}-{secrets.token_hex(2)}"
+
+
+def user_at_host() -> str:
+    """``user@host`` for audit lines; never fails."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """One run as the index knows it (a summary of its run.json)."""
+
+    run_id: str
+    name: str
+    status: str
+    verdict: str | None
+    mode: str
+    created_at: str
+    ended_at: str | None
+    duration_s: float | None
+    attempts: int
+    path: str
+
+
+class RunRecord:
+    """One run's directory. Every write goes through :mod:`acceptrun._util.durable`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._events: AppendLog | None = None  # opened by the first event written
+        self.run_id = self.path.name
+
+    # Layout (see docs/architecture.md, "The run record").
+    @property
+    def spec_path(self) -> Path:
+        return self.path / "spec.toml"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def telemetry_path(self) -> Path:
+        return self.path / "telemetry.jsonl"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def outputs_dir(self) -> Path:
+        return self.path / "outputs"
+
+    def attempt_dir(self, n: int) -> Path:
+        return self.path / "attempts" / str(n)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def exists(self, name: str) -> bool:
+        return (self.path / name).exists()
+
+    def write_json(self, name: str, obj: Any) -> None:
+        write_json_atomic(self.path / name, obj)
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        path = self.path / name
+        if not path.exists():
+            return default
+        return read_json(path)
+
+    def event(
+        self, kind: str, *, sync: bool = False, defer: bool = False, **fields: Any
+    ) -> dict[str, Any]:
+        """Append one event (``{"t": unix seconds, "kind": kind, ...}``) to events.jsonl.
+
+        ``defer=True`` (step events) may hold the line up to 0.2 s, to be written with the
+        next ones (see :class:`~acceptrun._util.durable.AppendLog`); any other event writes the
+        held lines first, so the file stays in order.
+        """
+        record = {"t": round(time.time(), 6), "kind": kind, **fields}
+        if self._events is None:
+            self._events = AppendLog(self.events_path)
+        self._events.append(record, sync=sync, defer=defer)
+        return record
+
+    def flush_events(self) -> None:
+        """Write the step events held by :meth:`event` now."""
+        if self._events is not None:
+            self._events.flush()
+
+    def events(self, *kinds: str) -> Iterator[dict[str, Any]]:
+        """Events in order, optionally only those of the given kinds."""
+        for ev in read_jsonl(self.events_path):
+            if not kinds or ev.get("kind") in kinds:
+                yield ev
+
+    def audit(self, action: str, **fields: Any) -> dict[str, Any]:
+        """Record a lifecycle action (run, stop, kill, resume, drill): what, who, when."""
+        return self.event("audit", sync=True, action=action, by=user_at_host(), **fields)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The contents of run.json (status, times, verdict, attempts)."""
+        data = self.read_json("run.json")
+        if not isinstance(data, dict):
+            raise RecordError(f"{self.path / 'run.json'} is missing; this is not a run record")
+        return data
+
+    def update_state(self, **changes: Any) -> dict[str, Any]:
+        """Merge ``changes`` into run.json atomically, refresh the index, return the new state."""
+        data = self.state
+        data.update(changes)
+        self.write_json("run.json", data)
+        # A record always lives in <workspace>/runs/<run_id>/; the index is a cache of run.json.
+        Workspace(self.path.parent.parent).index_run(self)
+        return data
+
+
+class Workspace:
+    """A ``.acceptrun/`` directory: runs plus an index rebuilt from them on demand."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self.runs_dir = self.root / "runs"
+        self.index_path = self.root / "index.sqlite"
+
+    @classmethod
+    def create(cls, root: str | Path) -> Workspace:
+        """Create (or open) a workspace directory at ``root``; it ignores itself in git."""
+        ws = cls(root)
+        new = not ws.root.exists() or not any(ws.root.iterdir())
+        ws.runs_dir.mkdir(parents=True, exist_ok=True)
+        ws.ensure_ignored(new=new)
+        return ws
+
+    def ensure_ignored(self, *, new: bool = False) -> None:
+        """Write ``.gitignore`` (``*``) so that git never sees the workspace's files.
+
+        A workspace inside a repository would otherwise make it dirty with every run (and
+        put the records into the run's own provenance). Only in a directory that is
+        acceptrun's alone (``new``, named ``.acceptrun``, or holding only a workspace's
+        entries): ``--workspace .`` in a project must never ignore the project. Best
+        effort on a read-only workspace: provenance also leaves the workspace out by path.
+        """
+        path = self.root / ".gitignore"
+        if path.exists() or not self.root.is_dir() or (self.root / ".git").exists():
+            return
+        if not new and self.root.name != WORKSPACE_DIR:
+            try:
+                names = {e.name for e in self.root.iterdir() if not e.name.startswith(".")}
+            except OSError:
+                return
+            if not names <= OWN_ENTRIES:
+                return
+        with contextlib.suppress(OSError):  # read-only: provenance excludes it by path anyway
+            write_atomic(path, "# acceptrun's records: never part of the project's code\n*\n")
+
+    # ---- runs -------------------------------------------------------------------------
+
+    def create_run(
+        self, name: str, *, spec_text: str, state: dict[str, Any], run_id: str | None = None
+    ) -> RunRecord:
+        """Create a run directory holding the frozen spec and run.json, atomically."""
+        run_id = run_id or new_run_id(name)
+        final = self.runs_dir / run_id
+        tmp = self.runs_dir / f".creating-{run_id}"
+        tmp.mkdir(parents=True)
+        try:
+            write_atomic(tmp / "spec.toml", spec_text)
+            record_state = {
+                "run_id": run_id,
+                "name": name,
+                "created_at": now_iso(),
+                "created_by": user_at_host(),
+                "status": "created",
+                "verdict": None,
+                "attempts": 0,
+                **state,
+            }
+            write_json_atomic(tmp / "run.json", record_state)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsync_dir(self.runs_dir)
+        record = RunRecord(final)
+        self.index_run(record)
+        return record
+
+    def run_ids(self) -> list[str]:
+        """Run ids on disk, oldest first.
+
+        Ids start with their UTC second; only runs created in the same second need their
+        run.json read to be ordered (by ``created_at``, in milliseconds).
+        """
+        if not self.runs_dir.is_dir():
+            return []
+        dirs = [
+            p
+            for p in self.runs_dir.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and (p / "run.json").exists()
+        ]
+        tied = {s for s, n in Counter(p.name[:15] for p in dirs).items() if n > 1}
+
+        def key(p: Path) -> tuple[str, str, str]:
+            created = ""
+            if p.name[:15] in tied:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    created = str(json.loads((p / "run.json").read_text()).get("created_at", ""))
+            return (p.name[:15], created, p.name)
+
+        return [p.name for p in sorted(dirs, key=key)]
+
+    def get_run(self, ref: str) -> RunRecord:
+        """A run by id, unique prefix, unique name suffix, or ``latest``."""
+        ids = self.run_ids()
+        if not ids:
+            raise WorkspaceError(
+                f"workspace {self.root} has no runs yet; start one with `acceptrun run SPEC`"
+            )
+        if ref in ("latest", "last", "@"):
+            return RunRecord(self.runs_dir / ids[-1])
+        if ref in ids:
+            return RunRecord(self.runs_dir / ref)
+        matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
+        if len(matches) == 1:
+            return RunRecord(self.runs_dir / matches[0])
+        if len(matches) > 1:
+            shown = ", ".join(matches[-5:])
+            raise WorkspaceError(
+                f"run {ref!r} is ambiguous: {len(matches)} runs match ({shown}); give more of the id"
+            )
+        recent = ", ".join(ids[-3:])
+        raise WorkspaceError(
+            f"no run {ref!r} in {self.root}; recent runs: {recent}. List them with `acceptrun ls`."
+        )
+
+    # ---- index --------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.index_path, timeout=30)
+        conn.execute(
+            """CREATE TABLE IF NOT EXISTS runs (
+                run_id TEXT PRIMARY KEY, name TEXT, status TEXT, verdict TEXT, mode TEXT,
+                created_at TEXT, ended_at TEXT, duration_s REAL, attempts INTEGER, path TEXT)"""
+        )
+        return conn
+
+    def index_run(self, record: RunRecord) -> None:
+        """Upsert a run's summary into the index. Best effort: the index is a cache."""
+        try:
+            state = record.state
+        except RecordError:
+            return
+        row = _row_from_state(record, state)
+        # `acceptrun index rebuild` recovers a stale index; never fail a run over its cache.
+        with contextlib.suppress(sqlite3.Error):
+            self._upsert(row)
+
+    def _upsert(self, row: IndexRow) -> None:
+        with contextlib.closing(self._connect()) as conn, conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    row.run_id, row.name, row.status, row.verdict, row.mode, row.created_at,
+                    row.ended_at, row.duration_s, row.attempts, row.path,
+                ),
+            )  # fmt: skip
+
+    def list_runs(self) -> list[IndexRow]:
+        """Index rows, oldest first. Rebuilds the index if it is missing."""
+        if not self.index_path.exists():
+            self.rebuild_index()
+        with contextlib.closing(self._connect()) as conn:
+            rows = conn.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+        return [IndexRow(*r) for r in rows]
+
+    def rebuild_index(self) -> tuple[int, list[str]]:
+        """Recreate the index from run directories; returns (runs indexed, skipped paths)."""
+        tmp = self.index_path.with_name(f".index-{os.getpid()}.sqlite")
+        tmp.unlink(missing_ok=True)
+        skipped: list[str] = []
+        count = 0
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.execute(
+                """CREATE TABLE runs (
+                    run_id TEXT PRIMARY KEY, name TEXT, status TEXT, verdict TEXT, mode TEXT,
+                    created_at TEXT, ended_at TEXT, duration_s REAL, attempts INTEGER, path TEXT)"""
+            )
+            for run_id in self.run_ids():
+                record = RunRecord(self.runs_dir / run_id)
+                try:
+                    state = record.state
+                except (RecordError, json.JSONDecodeError):
+                    skipped.append(str(record.path))
+                    continue
+                r = _row_from_state(record, state)
+                conn.execute(
+                    "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (r.run_id, r.name, r.status, r.verdict, r.mode, r.created_at, r.ended_at,
+                     r.duration_s, r.attempts, r.path),
+                )  # fmt: skip
+                count += 1
+            conn.commit()
+        finally:
+            conn.close()
+        os.replace(tmp, self.index_path)
+        return count, skipped
+
+
+def _row_from_state(record: RunRecord, state: dict[str, Any]) -> IndexRow:
+    return IndexRow(
+        run_id=record.run_id,
+        name=str(state.get("name", "")),
+        status=str(state.get("status", "unknown")),
+        verdict=state.get("verdict"),
+        mode=str(state.get("mode", "supervised")),
+        created_at=str(state.get("created_at", "")),
+        ended_at=state.get("ended_at"),
+        duration_s=state.get("duration_s"),
+        attempts=int(state.get("attempts", 0)),
+        path=str(record.path),
+    )
+
+
+def project_root(directory: str | Path) -> Path:
+    """The root of the git repository holding ``directory``, else ``directory`` itself.
+
+    Found by walking up to a ``.git`` entry (a directory, or a file in a worktree or a
+    submodule), without running git.
+    """
+    here = Path(directory).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return here
+
+
+def _opened(ws: Workspace) -> Workspace:
+    """A workspace about to be used: it ignores itself, and the user's list knows it."""
+    from acceptrun.record import registry
+
+    ws.ensure_ignored()
+    registry.remember(ws.root)
+    return ws
+
+
+def find_workspace(
+    explicit: str | Path | None = None,
+    *,
+    start: str | Path | None = None,
+    create: bool = False,
+    anchor: str | Path | None = None,
+) -> Workspace:
+    """Locate the workspace: ``explicit``, ``$ACCEPTRUN_WORKSPACE``, or walk up.
+
+    ``explicit`` and the environment variable may name either the ``.acceptrun``
+    directory or the directory that contains it. Otherwise the nearest ``.acceptrun/``
+    up from ``start`` (default: the current directory), then up from ``anchor`` (the
+    spec's directory), is used. With ``create=True`` a missing workspace is created at
+    the root of the git repository holding ``anchor`` (default: ``start``), or in that
+    directory outside git: one per project, not one per spec folder.
+
+    >>> find_workspace(create=True, anchor=Path("examples/charlm")).root
+    PosixPath('/home/me/proj/.acceptrun')
+    """
+    given = explicit or os.environ.get(ENV_WORKSPACE)
+    if given:
+        path = Path(given).expanduser()
+        if path.name != WORKSPACE_DIR and (path / WORKSPACE_DIR).is_dir():
+            path = path / WORKSPACE_DIR
+        if path.is_dir() or create:
+            return _opened(Workspace.create(path) if create else Workspace(path))
+        source = "--workspace" if explicit else f"${ENV_WORKSPACE}"
+        raise WorkspaceError(
+            f"{source} is {given!r}, which is not a directory; create it or fix the path"
+        )
+    here = Path(start or os.getcwd()).resolve()
+    anchored = Path(anchor).resolve() if anchor is not None else None
+    for origin in (here, anchored):
+        if origin is None:
+            continue
+        for directory in (origin, *origin.parents):
+            candidate = directory / WORKSPACE_DIR
+            if candidate.is_dir():
+                return _opened(Workspace(candidate))
+    if create:
+        return _opened(Workspace.create(project_root(anchored or here) / WORKSPACE_DIR))
+    raise WorkspaceError(
+        f"no {WORKSPACE_DIR}/ workspace in {here} or any parent; run `acceptrun run SPEC` "
+        f"here to create one, or pass --workspace / set ${ENV_WORKSPACE}"
+    )

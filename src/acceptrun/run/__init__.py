@@ -1,0 +1,1 @@
+"""Running a spec: launch, close, lifecycle (stop/resume), retention, reproduce, drills."""

@@ -1,0 +1,149 @@
+"""Closing a run: clean-up steps, the verdict, the final state, the index.
+
+Called once the last attempt has ended (supervised runs) or when a standalone script
+exits. Everything here reads the record and writes whole files, so closing again (for
+example after a crash of the supervisor) gives the same result.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from acceptrun.record.workspace import RunRecord, Workspace, now_iso
+from acceptrun.spec.model import RunSpec, load_spec
+from acceptrun.verdict.core import Verdict, compute_verdict, read_attempts, run_timeline, work_lost
+
+__all__ = ["close_run", "close_standalone", "run_cleanup"]
+
+CLEANUP_TIMEOUT_S = 600.0
+
+
+def run_cleanup(
+    record: RunRecord, spec: RunSpec, *, say: Callable[[str], None] = lambda _m: None
+) -> list[dict[str, Any]]:
+    """Run ``[cleanup]``: shell commands in the workdir, then removals. Failures are recorded."""
+    results: list[dict[str, Any]] = []
+    for command in spec.cleanup.commands:
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                ["/bin/sh", "-c", command], cwd=spec.workdir_path, capture_output=True,
+                text=True, timeout=CLEANUP_TIMEOUT_S, check=False,
+            )  # fmt: skip
+            ok, detail = proc.returncode == 0, (proc.stderr or proc.stdout).strip()[-500:]
+        except subprocess.TimeoutExpired:
+            ok, detail = False, f"timed out after {CLEANUP_TIMEOUT_S:.0f} s"
+        results.append(
+            {
+                "command": command,
+                "ok": ok,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "detail": detail,
+            }
+        )
+    for pattern in spec.cleanup.remove:
+        base = spec.workdir_path
+        matches = sorted(glob.glob(str(base / pattern)))
+        removed = []
+        for m in matches:
+            path = Path(m)
+            if path.resolve() == base or base.resolve().is_relative_to(path.resolve()):
+                results.append(
+                    {"remove": m, "ok": False, "detail": "refused: it contains the workdir"}
+                )
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(m)
+        results.append({"remove": pattern, "ok": True, "removed": removed})
+    for r in results:
+        record.event("cleanup", sync=True, **r)
+        if not r["ok"]:
+            say(f"cleanup: {r.get('command') or r.get('remove')} failed: {r.get('detail')}")
+    return results
+
+
+def close_run(
+    record: RunRecord,
+    workspace: Workspace,
+    spec: RunSpec | None = None,
+    *,
+    status: str = "finished",
+    say: Callable[[str], None] = lambda _m: None,
+) -> Verdict:
+    """Clean up, decide, and write verdict.json and the final run.json."""
+    spec = spec or load_spec(record.spec_path)
+    record.update_state(status="closing")
+    if status == "finished":
+        run_cleanup(record, spec, say=say)
+    return _finalize(record, workspace, spec, status)
+
+
+def close_standalone(record: RunRecord, *, status: str) -> Verdict:
+    """Close a run started by a plain ``python train.py`` (called at its exit)."""
+    workspace = Workspace(record.path.parent.parent)
+    return _finalize(record, workspace, load_spec(record.spec_path), "finished")
+
+
+def _ledger(record: RunRecord) -> None:
+    """Write ledger.json; a ledger that cannot be built is an event, never a lost verdict."""
+    from acceptrun.cost.ledger import build_ledger
+
+    try:
+        build_ledger(record)
+    except Exception as exc:  # recorded: the verdict's cost lines then say "not recorded"
+        record.event("ledger_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
+
+
+def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: str) -> Verdict:
+    _ledger(record)  # the verdict's cost lines read it
+    _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
+    verdict = compute_verdict(record, spec)
+    record.write_json("verdict.json", verdict.to_dict())
+    tl = run_timeline(record)
+    duration = None
+    if tl["launch"] is not None and tl["end"] is not None:
+        duration = round(tl["end"] - tl["launch"], 3)
+    record.update_state(
+        status=status,
+        work=work_lost(read_attempts(record)),
+        verdict="accepted" if verdict.accepted else "rejected",
+        ended_at=now_iso(),
+        duration_s=duration,
+        steps=tl["steps"],
+    )
+    record.event("verdict", sync=True, verdict="accepted" if verdict.accepted else "rejected")
+    _ledger(record)  # again, now that it can say whether the run was accepted
+    _report(record)
+    workspace.index_run(record)
+    return verdict
+
+
+def _batch_manifest(record: RunRecord, spec: RunSpec) -> None:
+    """inference.json for a batch run; a failure is an event (the verdict then recomputes)."""
+    if not spec.inference.enabled:
+        return
+    try:
+        from acceptrun.inference.summary import write_batch_manifest
+
+        write_batch_manifest(record, spec)
+    except Exception as exc:  # recorded: the coverage check reads the shards itself
+        record.event("inference_summary_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
+
+
+def _report(record: RunRecord) -> None:
+    """Write report.html; a report that cannot be built is an event, never a failed run."""
+    try:
+        from acceptrun.report.html import write_report
+
+        write_report(record)
+    except Exception as exc:  # recorded: `acceptrun report RUN` tries again later
+        record.event("report_failed", sync=True, error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,176 @@
+"""``acceptrun run``: spec -> record -> preflight -> supervisor -> close.
+
+Data flows one way (docs/architecture.md): the spec is validated and frozen into a new
+run record, preflight checks run inside it, the supervisor runs the attempts, and the
+close step decides the verdict from the record alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceptrun.capture.preflight import check_static, run_preflight
+from acceptrun.cost.catalog import check_budget, load_catalog, price_for
+from acceptrun.errors import UserError
+from acceptrun.record.workspace import RunRecord, find_workspace, now_iso, user_at_host
+from acceptrun.run.close import close_run
+from acceptrun.spec.model import RunSpec, load_spec
+from acceptrun.supervisor import Supervisor, SupervisorResult
+from acceptrun.verdict.core import Verdict
+from acceptrun.workload.client import ENV_INJECT
+from acceptrun.workload.inject import parse_faults
+from acceptrun.workload.usage import detect_usage, raise_errors, spec_findings
+
+__all__ = ["LaunchResult", "launch"]
+
+
+@dataclass(slots=True)
+class LaunchResult:
+    record: RunRecord
+    spec: RunSpec
+    verdict: Verdict
+    preflight_ok: bool
+    supervision: SupervisorResult | None
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """0 accepted, 1 rejected, 2 stopped by a preflight check, 130 stopped before launch."""
+        if self.interrupted:
+            return 130
+        if not self.preflight_ok:
+            return 2
+        return 0 if self.verdict.accepted else 1
+
+
+class _StoppedBeforeLaunch(Exception):
+    """A stop signal arrived during preflight (which can hash terabytes of data)."""
+
+
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """During preflight, SIGTERM/SIGINT/SIGHUP abort it; the record is then closed as stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: types.FrameType | None) -> None:
+        raise _StoppedBeforeLaunch(signal.Signals(signum).name)
+
+    previous = {}
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(s) is not signal.SIG_IGN:  # nohup stays nohup
+            previous[s] = signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def launch(
+    spec_path: str | Path,
+    *,
+    workspace: str | Path | None = None,
+    echo: bool = True,
+    say: Callable[[str], None] = lambda _m: None,
+    inject: Sequence[str] = (),
+    run_id: str | None = None,
+    prometheus_port: int | None = None,
+) -> LaunchResult:
+    """Run a spec end to end and return its verdict.
+
+    ``inject`` holds faults to inject (``kill@step=40``, see :mod:`acceptrun.workload.inject`);
+    they are recorded in run.json under ``"injected"`` and reach the workload as
+    ``$ACCEPTRUN_INJECT``. ``run_id`` names the new record (the local queue picks it
+    before the launch); it must not exist yet. Bad input (the spec, a fault, a missing
+    command, data path or manifest, a taken run id) raises a
+    :class:`~acceptrun.errors.UserError` before any record is created.
+    """
+    spec = load_spec(spec_path)
+    check_static(spec)
+    # ---- keys that cannot take effect (acceptrun.workload.usage): errors refuse, warnings record ----
+    usage = detect_usage(spec)
+    findings = spec_findings(spec, usage)
+    raise_errors(spec, findings)
+    # ---- end of usage ----
+    if prometheus_port is not None and not 0 <= prometheus_port <= 65535:
+        raise UserError(
+            f"--prometheus-port {prometheus_port} is not a TCP port; use 0 to 65535 (0: a free one)"
+        )
+    # ---- injected faults (acceptrun.workload.inject) ----
+    faults = [str(f) for f in parse_faults(inject)]
+    # The faults of this run only: one inherited from an outer run must not leak in.
+    base_env = {k: v for k, v in os.environ.items() if k != ENV_INJECT}
+    if faults:
+        base_env[ENV_INJECT] = ",".join(faults)
+    # ---- end of injected faults ----
+    ws = find_workspace(workspace, create=True, anchor=Path(spec_path).resolve().parent)
+    if run_id is not None and (
+        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) or (ws.runs_dir / run_id).exists()
+    ):
+        raise UserError(
+            f"--run-id {run_id!r} is taken or not a run id (letters, digits, '.', '_', '-'); "
+            "leave it out and acceptrun picks a new one"
+        )
+    # Unknown provider/instance, or a budget below one billing increment: bad input.
+    price = price_for(spec.cost, load_catalog(ws.root))
+    check_budget(price, spec.limits.budget_usd)
+    billing_start = time.time()  # the launch: what an on-demand bill counts from
+    record = ws.create_run(
+        spec.name,
+        spec_text=spec.to_toml(),
+        state={
+            "mode": "supervised",
+            "status": "preflight",
+            "spec_source": str(Path(spec_path).resolve()),
+            "spec_hash": spec.hash,
+            "injected": faults,
+            # Known from the start, so `acceptrun stop` works during preflight too.
+            "supervisor": user_at_host(),
+            "supervisor_pid": os.getpid(),
+        },
+        run_id=run_id,
+    )
+    say(f"run {record.run_id}")
+    say(f"record {record.path}")
+    record.event("run_start", sync=True, spec_hash=spec.hash)
+    record.audit("run", spec=str(Path(spec_path).resolve()))
+    record.event("usage", sync=True, **usage.to_dict())
+    for finding in findings:  # warnings only: errors were refused above
+        say(str(finding))
+        record.event("spec_warning", sync=True, **finding.to_dict())
+    try:
+        with _stop_signals_raise():
+            preflight = run_preflight(record, spec, say=say)
+    except _StoppedBeforeLaunch as exc:
+        say(f"{exc} during preflight: the run was not launched")
+        record.event("stopped_before_launch", sync=True, signal=str(exc))
+        verdict = close_run(record, ws, spec, status="stopped", say=say)
+        return LaunchResult(record, spec, verdict, False, None, interrupted=True)
+    if not preflight.ok:
+        record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
+        verdict = close_run(record, ws, spec, status="failed_preflight", say=say)
+        return LaunchResult(record, spec, verdict, False, None)
+    record.update_state(started_at=now_iso())
+    result = Supervisor(
+        record,
+        spec,
+        echo=echo,
+        say=say,
+        base_env=base_env,
+        price=price,
+        billing_start=billing_start,
+        prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
+    ).run()
+    verdict = close_run(record, ws, spec, say=say)
+    return LaunchResult(record, spec, verdict, True, result)

@@ -1,0 +1,136 @@
+"""Documents derived from the spec's dataclasses: JSON Schema, reference, starter spec.
+
+``acceptrun spec schema`` (for editors), ``acceptrun spec docs`` (docs/spec.md, kept in
+sync by a test) and ``acceptrun init`` (a commented starter that always validates) all
+read the one declaration in :mod:`acceptrun.spec.model`, so they cannot drift from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Union, get_args, get_origin
+
+from acceptrun.spec.model import _DURATION_RE, Duration, RunSpec, _fields, _to_plain
+
+__all__ = ["json_schema", "reference_markdown", "starter_spec"]
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of the spec, for editors (e.g. taplo, Even Better TOML)."""
+    schema = _schema_for(RunSpec)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "acceptrun run spec",
+        **schema,
+    }
+
+
+def _schema_for(tp: Any) -> dict[str, Any]:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return _schema_for(next(a for a in get_args(tp) if a is not type(None)))
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for name, f in _fields(tp).items():  # type: ignore[arg-type]
+            props[name] = {"description": f.metadata["doc"], **_schema_for(hints[name])}
+            if name == "command":
+                props[name] = {
+                    "description": f.metadata["doc"],
+                    "oneOf": [
+                        {"type": "string"},
+                        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    ],
+                }
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                required.append(name)
+            elif f.default is not dataclasses.MISSING and f.default is not None:
+                props[name]["default"] = f.default
+        out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+        if tp.__doc__:
+            out["description"] = tp.__doc__.strip().splitlines()[0]
+        if required:
+            out["required"] = required
+        return out
+    if tp is Duration:
+        return {
+            "oneOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": _DURATION_RE.pattern.join(["^(", ")+$"])},
+            ]
+        }
+    if origin is list:
+        return {"type": "array", "items": _schema_for(get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_for(get_args(tp)[1])}
+    return {
+        bool: {"type": "boolean"},
+        int: {"type": "integer"},
+        float: {"type": "number"},
+        str: {"type": "string"},
+    }[tp]
+
+
+def reference_markdown() -> str:
+    """The spec reference of docs/spec.md, derived from the dataclasses (a test keeps it in sync)."""
+    lines = [
+        "# Run spec reference",
+        "",
+        "Generated from `src/acceptrun/spec/model.py` by `acceptrun spec docs`; a test keeps the two in",
+        'sync. Durations are seconds as a number, or strings such as `"90s"`, `"10m"`,',
+        '`"2h"`, `"1h30m"`. Relative paths are relative to the spec file.',
+        "",
+    ]
+
+    def table(cls: Any, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        lines.extend(["| key | type | default | meaning |", "|---|---|---|---|"])
+        nested = []
+        for name, f in _fields(cls).items():
+            tp = hints[name]
+            if dataclasses.is_dataclass(tp):
+                nested.append((name, tp))
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = (
+                    "-" if f.default is None else f"`{_to_plain(f.default)!r}`".replace("'", '"')
+                )
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f"`{_to_plain(f.default_factory())!r}`".replace("'", '"')
+            else:
+                default = "required"
+            kind = _type_name(tp).replace("|", "or")
+            lines.append(f"| `{prefix}{name}` | {kind} | {default} | {f.metadata['doc']} |")
+        for name, tp in nested:
+            lines.extend(["", f"## [{name}]", "", (tp.__doc__ or "").strip().splitlines()[0], ""])
+            table(tp, "")
+
+    lines.extend(["## Top level", ""])
+    table(RunSpec, "")
+    return "\n".join(lines) + "\n"
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp) if a is not type(None))
+    if tp is Duration:
+        return "duration"
+    if origin is list:
+        return f"list of {_type_name(get_args(tp)[0])}"
+    if origin is dict:
+        return f"table of {_type_name(get_args(tp)[1])}"
+    return {bool: "bool", int: "integer", float: "number", str: "string"}.get(tp, str(tp))
+
+
+def starter_spec(name: str = "my-run", command: str = "python train.py") -> str:
+    """The commented starter spec that ``acceptrun init`` writes."""
+    from importlib.resources import files
+
+    text = files("acceptrun").joinpath("spec/templates/spec.toml").read_text(encoding="utf-8")
+    # JSON string syntax is valid TOML basic-string syntax: quotes and backslashes escaped.
+    return text.replace("{name}", json.dumps(name)).replace("{command}", json.dumps(command))

@@ -1,0 +1,233 @@
+"""``acceptrun scaling``: the same spec at 1, 2, ... processes, and how well it scales.
+
+Each process count is a real, short ``acceptrun run`` of the spec (its own record, the
+spec's name with ``-scaling-p<N>``): ``resources.processes = N``, at most ``--steps``
+steps (``ACCEPTRUN_MAX_STEPS`` in the workload's environment), fresh checkpoints in the
+record. Throughput is the median over the steady steps of rank 0's step events, in
+samples/s when the workload logs ``samples`` (all ranks' samples of the step), else
+steps/s. Efficiency is thr(N) / (N/B x thr(B)) for the smallest count B (1 by default):
+1.0 is perfect linear scaling.
+
+    $ acceptrun scaling examples/ddp/spec.toml --processes 1,2 --steps 200
+    processes  throughput        efficiency  steps  run
+            1  20714 samples/s         1.00    200  20261130-...-ddp-scaling-p1-3f0a
+            2  21866 samples/s         0.53    200  20261130-...-ddp-scaling-p2-9b1c
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceptrun.errors import UserError
+
+__all__ = ["ScalingPoint", "register", "run_scaling"]
+
+DEFAULT_STEPS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPoint:
+    """One process count: its run and its median throughput."""
+
+    processes: int
+    run_id: str
+    status: str  # the run's verdict, or why it produced no figure
+    steps: int  # step events recorded
+    throughput: float | None
+    unit: str  # "samples/s" or "steps/s"
+    efficiency: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "processes": self.processes,
+            "run_id": self.run_id,
+            "status": self.status,
+            "steps": self.steps,
+            "throughput": self.throughput,
+            "unit": self.unit,
+            "efficiency": self.efficiency,
+        }
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``scaling``."""
+    p = sub.add_parser(
+        "scaling",
+        help="run a spec at 1, 2, ... processes: throughput and scaling efficiency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("spec", help="the run spec (its command is launched through torchrun)")
+    p.add_argument(
+        "--processes",
+        default="1,2",
+        help="comma-separated process counts, e.g. 1,2,4 (default 1,2)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help=f"at most this many steps per run (default {DEFAULT_STEPS})",
+    )
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the runs' own output")
+    p.set_defaults(func=cmd_scaling)
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    counts = parse_counts(args.processes)
+    if args.steps < 1:
+        raise UserError(f"--steps {args.steps}: give a number of steps of 1 or more, e.g. 50")
+    say = (lambda _m: None) if args.json else _say
+    points = run_scaling(
+        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose, say=say
+    )
+    if args.json:
+        print(json.dumps([p.to_dict() for p in points], indent=2))
+    else:
+        print(format_scaling(points))
+    return 0 if all(p.throughput is not None for p in points) else 1
+
+
+def _say(message: str) -> None:
+    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+
+
+def parse_counts(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; raises UserError naming the bad item."""
+    counts: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) < 1:
+            raise UserError(
+                f"--processes {text!r}: {item!r} is not a process count; give counts of 1 or "
+                "more separated by commas, e.g. --processes 1,2,4"
+            )
+        if int(item) not in counts:
+            counts.append(int(item))
+    return sorted(counts)
+
+
+def run_scaling(
+    spec_path: str | Path,
+    counts: list[int],
+    *,
+    steps: int,
+    workspace: str | Path | None = None,
+    echo: bool = False,
+    say: Any = lambda _m: None,
+) -> list[ScalingPoint]:
+    """Run the spec once per process count and return the figures, smallest count first."""
+    from acceptrun.run.launch import launch
+    from acceptrun.spec.model import load_spec
+    from acceptrun.workload.client import ENV_MAX_STEPS
+    from acceptrun.workload.distributed import launch_command
+
+    specs = []
+    for n in counts:
+        spec = load_spec(spec_path)
+        spec.name = f"{spec.name}-scaling-p{n}"
+        spec.resources.processes = n
+        spec.env[ENV_MAX_STEPS] = str(steps)
+        spec.checkpoint.dir = None  # each run checkpoints into its own record
+        launch_command(spec)  # a command torchrun cannot start: SpecError before any run
+        specs.append((n, spec))
+    points: list[ScalingPoint] = []
+    with tempfile.TemporaryDirectory(prefix="acceptrun-scaling-") as tmp:
+        for n, spec in specs:
+            # The frozen form: absolute paths, so it loads the same from anywhere.
+            path = Path(tmp) / f"p{n}.toml"
+            path.write_text(spec.to_toml())
+            say(f"scaling: {n} process(es), at most {steps} steps")
+            result = launch(path, workspace=workspace, echo=echo, say=say if echo else _quiet)
+            status = "accepted" if result.verdict.accepted else "rejected"
+            points.append(_point(n, result.record.run_id, result.record.path, status))
+    return with_efficiency(points)
+
+
+def _quiet(_message: str) -> None:
+    return None
+
+
+def _point(n: int, run_id: str, run_dir: Path, status: str) -> ScalingPoint:
+    rate, unit, count = median_throughput(run_dir)
+    if rate is None:
+        status = f"{status}; no timed step events"
+    return ScalingPoint(n, run_id, status, count, rate, unit)
+
+
+def median_throughput(run_dir: Path) -> tuple[float | None, str, int]:
+    """(median rate, unit, step events) of a run: samples/s when logged, else steps/s."""
+    from acceptrun._util.durable import read_jsonl
+
+    steps = [e for e in read_jsonl(Path(run_dir) / "events.jsonl") if e.get("kind") == "step"]
+    try:
+        from acceptrun.telemetry.summary import summarize
+    except ImportError:  # the telemetry summary is optional here: the same median below
+        rates = _rates(steps)
+    else:
+        rates = summarize(Path(run_dir)).throughput
+    for unit in ("samples/s", "steps/s"):
+        if rates.get(unit):
+            return float(rates[unit]), unit, len(steps)
+    return None, "steps/s", len(steps)
+
+
+def _rates(steps: list[dict[str, Any]]) -> dict[str, float]:
+    timed = [s for s in steps if isinstance(s.get("step_time"), int | float) and s["step_time"] > 0]
+    out: dict[str, float] = {}
+    if timed:
+        out["steps/s"] = statistics.median(1.0 / s["step_time"] for s in timed)
+    with_samples = [s for s in timed if isinstance(s.get("samples"), int | float)]
+    if with_samples:
+        out["samples/s"] = statistics.median(s["samples"] / s["step_time"] for s in with_samples)
+    return out
+
+
+def with_efficiency(points: list[ScalingPoint]) -> list[ScalingPoint]:
+    """Each point's efficiency against the smallest count: thr(N) / (N/B x thr(B))."""
+    base = next((p for p in points if p.throughput), None)
+    out = []
+    for p in points:
+        eff = None
+        if base is not None and base.throughput and p.throughput and p.unit == base.unit:
+            eff = p.throughput / (p.processes / base.processes * base.throughput)
+        out.append(
+            ScalingPoint(p.processes, p.run_id, p.status, p.steps, p.throughput, p.unit, eff)
+        )
+    return out
+
+
+def format_scaling(points: list[ScalingPoint]) -> str:
+    """The table ``acceptrun scaling`` prints."""
+    rows = [("processes", "throughput", "efficiency", "steps", "run", "verdict")]
+    for p in points:
+        thr = "-" if p.throughput is None else f"{p.throughput:.6g} {p.unit}"
+        eff = "-" if p.efficiency is None else f"{p.efficiency:.2f}"
+        rows.append((str(p.processes), thr, eff, str(p.steps), p.run_id, p.status))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [
+            r[0].rjust(widths[0]),
+            r[1].ljust(widths[1]),
+            r[2].rjust(widths[2]),
+            r[3].rjust(widths[3]),
+            r[4].ljust(widths[4]),
+            r[5],
+        ]
+        lines.append("  ".join(cells).rstrip())
+    base = next((p for p in points if p.throughput), None)
+    if base is not None:
+        lines.append(
+            f"efficiency = throughput / (processes / {base.processes} x throughput at "
+            f"{base.processes}); 1.00 is linear scaling"
+        )
+    return "\n".join(lines)

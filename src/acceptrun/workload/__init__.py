@@ -1,0 +1,1 @@
+"""The workload side: the client API a training script calls, fault injection, ranks."""

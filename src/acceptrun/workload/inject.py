@@ -1,0 +1,283 @@
+"""Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit.
+
+A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally followed by
+``:attempt=K`` (default 1, so the resumed attempt runs clean)::
+
+    acceptrun run --inject kill@step=40 --inject term@step=90:attempt=2 spec.toml
+    ACCEPTRUN_INJECT="kill@step=40,term@step=90:attempt=2"     # what the workload sees
+
+=========  =====================================================================
+kill       SIGKILL to itself: a crash with no warning and no clean-up
+term       SIGTERM to itself: the client checkpoints the finished step, exits 143
+           (a preemption from outside)
+hang       sleep forever inside the step, holding no lock: heartbeats go on, steps stop
+nan        the loss logged for the step becomes NaN: the divergence check fires
+oom        lower RLIMIT_AS a little above current use and allocate until a real
+           MemoryError is raised; it propagates out of the training loop
+exit=N     ``os._exit(N)``: a hard exit with status N, no atexit handlers
+=========  =====================================================================
+
+Step faults are fired inside the workload by the client API (:func:`fire`, called when
+a step ends in ``run.steps()`` or is logged with ``run.log(step, ...)``). Time faults (``kill`` and ``term`` only) are fired by the supervisor,
+which sends the signal to the workload's process group ``after_s`` seconds after the
+attempt starts: they work for any command. For a black box whose steps are read from its
+output (``progress.pattern``/``progress.tensorboard``), the supervisor also fires ``kill``
+and ``term`` step faults, once it has read that step. Every fault
+fired is a ``fault_injected`` event; a requested fault with none (the run ended first,
+or its loop never logged that step) fails the verdict (:func:`unfired`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from acceptrun.errors import UserError
+
+__all__ = [
+    "ACTIONS",
+    "Fault",
+    "faults_for_attempt",
+    "fire",
+    "parse_faults",
+    "time_faults",
+    "unfired",
+]
+
+ACTIONS = ("kill", "term", "hang", "nan", "oom", "exit=N")
+TIMED_ACTIONS = ("kill", "term")  # the supervisor can only send signals from outside
+FORMS = (
+    "ACTION@step=N or ACTION@time=DURATION, optionally followed by :attempt=K, "
+    f"with ACTION one of {', '.join(ACTIONS)} "
+    "(e.g. kill@step=40, term@time=30s:attempt=2, exit=7@step=3)"
+)
+OOM_HEADROOM = 64 * 1024 * 1024  # bytes of address space above current use left to allocate
+OOM_CHUNK = 8 * 1024 * 1024  # bytes per allocation while exhausting it
+
+_ITEM_RE = re.compile(
+    r"(?P<action>[a-z]+)(?:=(?P<code>[^@]*))?@(?P<when>[a-z]+)=(?P<value>[^:]*)"
+    r"(?::(?P<key>[a-z]+)=(?P<attempt>.*))?"
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: what to do, when (a step or seconds after the attempt starts), in which attempt."""
+
+    action: str
+    """kill, term, hang, nan, oom or exit."""
+    step: int | None
+    """Fire when this step ends (step faults); None for time faults."""
+    after_s: float | None
+    """Fire this many seconds after the attempt starts (time faults); None for step faults."""
+    attempt: int = 1
+    """The attempt it fires in (1 = the first launch)."""
+    code: int | None = None
+    """Exit status for ``exit``; None for the other actions."""
+
+    def __str__(self) -> str:
+        """The canonical text form, which :func:`parse_faults` reads back."""
+        action = f"exit={self.code}" if self.action == "exit" else self.action
+        when = f"step={self.step}" if self.step is not None else f"time={self.after_s:g}s"
+        return f"{action}@{when}:attempt={self.attempt}"
+
+
+def parse_faults(text_or_items: str | Sequence[str]) -> list[Fault]:
+    """Parse ``"kill@step=40,term@time=30s:attempt=2"`` (or a list of such items).
+
+    Each item may itself hold several faults separated by commas; empty items are
+    skipped. Raises :class:`~acceptrun.errors.UserError` naming the bad item and the
+    accepted forms.
+
+    >>> parse_faults("exit=7@step=3")
+    [Fault(action='exit', step=3, after_s=None, attempt=1, code=7)]
+    """
+    items = [text_or_items] if isinstance(text_or_items, str) else list(text_or_items)
+    faults = []
+    for chunk in items:
+        for item in chunk.split(","):
+            if item.strip():
+                faults.append(_parse_item(item.strip()))
+    return faults
+
+
+def _parse_item(item: str) -> Fault:
+    def bad(why: str) -> UserError:
+        return UserError(f"fault {item!r}: {why}; expected {FORMS}")
+
+    m = _ITEM_RE.fullmatch(item)
+    if m is None:
+        raise bad("not a fault")
+    action, code_text = m["action"], m["code"]
+    if action not in ("kill", "term", "hang", "nan", "oom", "exit"):
+        raise bad(f"unknown action {action!r}")
+    code = None
+    if action == "exit":
+        if code_text is None or not code_text.isdigit() or int(code_text) > 255:
+            raise bad("exit needs a status from 0 to 255, as in exit=7")
+        code = int(code_text)
+    elif code_text is not None:
+        raise bad(f"only exit takes a value ({action}={code_text} given)")
+    step = after_s = None
+    if m["when"] == "step":
+        if not m["value"].isdigit():
+            raise bad(f"step={m['value']} is not a step number (0 or more)")
+        step = int(m["value"])
+    elif m["when"] == "time":
+        after_s = _parse_seconds(m["value"])
+        if after_s is None:
+            raise bad(f'time={m["value"]} is not a duration such as "30s", "2m" or 1.5')
+        if action not in TIMED_ACTIONS:
+            raise bad(
+                f"{action} cannot be timed: the supervisor fires @time faults from outside "
+                "and can only send kill or term; use @step=N for the others"
+            )
+    else:
+        raise bad(f"{m['when']}= is not a trigger; use step= or time=")
+    attempt = 1
+    if m["key"] is not None:
+        if m["key"] != "attempt":
+            raise bad(f"{m['key']}= is not an option; the only one is :attempt=K")
+        if not m["attempt"].isdigit() or int(m["attempt"]) < 1:
+            raise bad(f"attempt={m['attempt']} is not an attempt number (1 or more)")
+        attempt = int(m["attempt"])
+    return Fault(action, step, after_s, attempt, code)
+
+
+def _parse_seconds(text: str) -> float | None:
+    """Seconds from ``"30s"``, ``"2m"``, ``"1h30m"`` or a bare number; None if malformed."""
+    from acceptrun.spec.model import parse_duration
+
+    try:
+        return parse_duration(float(text) if re.fullmatch(r"\d+(\.\d+)?", text) else text)
+    except Exception:  # spec's validation error type is private; any failure means malformed
+        return None
+
+
+def faults_for_attempt(text: str, attempt: int) -> list[Fault]:
+    """The step faults the workload fires itself in ``attempt`` (time faults are the supervisor's)."""
+    return [f for f in parse_faults(text) if f.attempt == attempt and f.step is not None]
+
+
+def time_faults(faults: Sequence[Fault], attempt: int) -> list[Fault]:
+    """The ``@time`` faults of ``attempt``, soonest first, for the supervisor to fire.
+
+    The supervisor sends SIGKILL (``kill``) or SIGTERM (``term``) to the workload's
+    process group ``after_s`` seconds after the attempt started: an outside event, not
+    a stop request, so the attempt ends and is classified as any real crash or
+    preemption would be.
+    """
+    timed = [f for f in faults if f.attempt == attempt and f.after_s is not None]
+    return sorted(timed, key=lambda f: f.after_s or 0.0)
+
+
+def fire(run: Any, step: int, phase: str) -> None:
+    """Fire ``run``'s step faults due at ``step`` in ``phase``, each once.
+
+    Called when a step ends: by ``run.steps()``, or by ``run.log(step, ...)`` in a loop
+    of the script's own.
+
+    ``before_emit`` (the step's values are about to be written): ``nan`` replaces the
+    loss. ``after_step`` (the step event is written): every other action. Each fault is
+    recorded as a ``fault_injected`` event, synced to disk, before it is done, since a
+    kill leaves no chance to write it afterwards.
+    """
+    for fault in list(run._faults):
+        if fault.step != step or (fault.action == "nan") != (phase == "before_emit"):
+            continue
+        run._faults.remove(fault)  # once: a loop may log the same step twice
+        fields: dict[str, Any] = {"action": fault.action, "step": step, "attempt": run.attempt}
+        if fault.code is not None:
+            fields["code"] = fault.code
+        run.record.event("fault_injected", sync=True, **fields)
+        _do(run, fault)
+
+
+def unfired(requested: Sequence[str], events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The requested faults (run.json's ``injected``) no ``fault_injected`` event shows fired.
+
+    Each is a sentence for the verdict: what was asked and how far the run got.
+
+    >>> unfired(["kill@step=40"], [{"kind": "step", "attempt": 1, "step": 29}])
+    ['kill@step=40 requested, the run ended at step 29 without it firing']
+    """
+    fired = [e for e in events if e.get("kind") == "fault_injected"]
+    out = []
+    for fault in parse_faults(list(requested)):
+        if any(_fired_as(fault, e) for e in fired):
+            continue
+        shown = str(fault).removesuffix(":attempt=1")
+        steps = [e for e in events if e.get("kind") == "step"]
+        mine = [e for e in steps if e.get("attempt") == fault.attempt]
+        started = any(
+            e.get("kind") == "attempt_start" and e.get("attempt") == fault.attempt for e in events
+        )
+        if not started and fault.attempt > 1:
+            out.append(f"{shown} requested, the run never started attempt {fault.attempt}")
+        elif fault.step is not None and not mine:
+            last = max((int(e["step"]) for e in steps if "step" in e), default=None)
+            where = "no step" if last is None else f"step {last}"
+            out.append(
+                f"{shown} requested, attempt {fault.attempt} logged no step (the run ended at "
+                f"{where}); log steps with run.steps() or run.log(step, ...)"
+            )
+        elif fault.step is not None:
+            last = max(int(e["step"]) for e in mine if "step" in e)
+            out.append(f"{shown} requested, the run ended at step {last} without it firing")
+        else:
+            out.append(f"{shown} requested, attempt {fault.attempt} ended before it was due")
+    return out
+
+
+def _fired_as(fault: Fault, event: Mapping[str, Any]) -> bool:
+    if event.get("attempt") != fault.attempt or event.get("action") != fault.action:
+        return False
+    if fault.step is not None:
+        return event.get("step") == fault.step
+    return event.get("after_s") == fault.after_s
+
+
+def _do(run: Any, fault: Fault) -> None:
+    if fault.action == "nan":
+        run._pending["loss"] = float("nan")
+    elif fault.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault.action == "term":
+        # The client's handler runs as soon as this returns: it marks the stop, and the
+        # next step boundary checkpoints this step and exits 143.
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif fault.action == "hang":
+        while True:  # a hang holds no lock: the heartbeat thread keeps beating
+            time.sleep(3600)
+    elif fault.action == "oom":
+        _exhaust_memory()
+    elif fault.action == "exit":
+        os._exit(fault.code or 0)
+
+
+def _exhaust_memory() -> None:
+    """Raise a real MemoryError: cap the address space just above use, then fill it.
+
+    The cap is lifted again as the error propagates, so the traceback, the exit
+    handlers and the checkpointer can still allocate while the process exits.
+    """
+    import psutil
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = psutil.Process().memory_info().vms + OOM_HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    hoard = []
+    try:
+        while True:
+            hoard.append(bytearray(OOM_CHUNK))
+    finally:
+        hoard.clear()
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
