@@ -34,6 +34,7 @@ from typing import Any
 from acceptrun._util.durable import read_jsonl
 from acceptrun._util.hashing import hash_file
 from acceptrun.cost.billing import format_usd
+from acceptrun.record.view import read_attempts, run_timeline, work_lost
 from acceptrun.record.workspace import RunRecord, now_iso
 from acceptrun.spec.model import RunSpec, format_duration, load_spec, parse_condition
 
@@ -105,29 +106,6 @@ class Verdict:
             "failed": failed,
             "checks": [c.to_dict() for c in self.checks],
         }
-
-
-def run_timeline(record: RunRecord) -> dict[str, Any]:
-    """Launch, first step, last step and end times (unix seconds) from the events."""
-    launch = first_step = last_step = end = None
-    steps = 0
-    for ev in record.events():
-        kind, t = ev.get("kind"), ev.get("t")
-        if kind in ("attempt_start", "workload_start") and launch is None:
-            launch = t
-        elif kind == "step":
-            steps += 1
-            first_step = first_step or t
-            last_step = t
-        elif kind in ("attempt_exit", "workload_end"):
-            end = t
-    return {
-        "launch": launch,
-        "first_step": first_step,
-        "last_step": last_step,
-        "end": end,
-        "steps": steps,
-    }
 
 
 def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
@@ -390,18 +368,6 @@ def _checkpoint_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
     return out
 
 
-def read_attempts(record: RunRecord) -> list[dict[str, Any]]:
-    root = record.path / "attempts"
-    if not root.is_dir():
-        return []
-    found = []
-    for d in sorted(root.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
-        data = record.read_json(f"attempts/{d.name}/exit.json")
-        if isinstance(data, dict):
-            found.append(data)
-    return found
-
-
 def _operations_checks(record: RunRecord, spec: RunSpec, standalone: bool) -> list[Check]:
     out = []
     if standalone:
@@ -632,19 +598,6 @@ _CLASS_FIX = {
     "idle": "the workload sat idle: see what it waited for in stderr.log and telemetry.jsonl, "
     "or raise limits.idle_window / lower telemetry.idle_threshold",
 }
-
-
-def work_lost(attempts: list[dict[str, Any]]) -> dict[str, float]:
-    """Steps, seconds and device-seconds lost over all attempts (from exit.json "work")."""
-    totals = {"steps_lost": 0.0, "seconds_lost": 0.0, "device_seconds_lost": 0.0}
-    for a in attempts:
-        work = a.get("work") or {}
-        for key in totals:
-            value = work.get(key)
-            if isinstance(value, int | float):
-                totals[key] += value
-    totals["steps_lost"] = int(totals["steps_lost"])
-    return totals
 
 
 def _performance_checks(record: RunRecord, spec: RunSpec) -> list[Check]:
