@@ -14,7 +14,8 @@ from acceptrun.errors import (
     UserError,
     WorkspaceError,
 )
-from acceptrun.workload.client import ENV_VARS, Run, init
+from acceptrun.workload.contract import ENV_VARS
+from acceptrun.workload.run import Run, init
 
 __version__ = "0.1.0"
 

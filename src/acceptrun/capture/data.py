@@ -36,6 +36,7 @@ from typing import Any
 
 from acceptrun._util.durable import write_json_atomic
 from acceptrun._util.hashing import ALGORITHM, CHUNK, new_hasher
+from acceptrun._util.units import format_bytes
 from acceptrun.errors import DataError
 
 __all__ = [
@@ -103,7 +104,7 @@ class VerifyResult:
             noun = "file" if self.count == 1 else "files"
             algorithm = (self.root_hash or "").partition(":")[0]
             return (
-                f"{self.count} {noun}, {_human_bytes(self.checked_bytes)} verified in "
+                f"{self.count} {noun}, {format_bytes(self.checked_bytes, decimal=True)} verified in "
                 f"{self.seconds:.2f} s, root {algorithm}:{_short(self.root_hash or '')}."
             )
         kinds = [
@@ -531,13 +532,3 @@ def _name_some(paths: list[str]) -> str:
 def _short(value: str) -> str:
     """``"xxh3_128:abcd1234ef..."`` -> ``"abcd1234.."``: enough to tell hashes apart."""
     return value.partition(":")[2][:8] + ".."
-
-
-def _human_bytes(count: int) -> str:
-    """Decimal units, as disks and object stores report sizes: ``3.4 MB``."""
-    value = float(count)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"

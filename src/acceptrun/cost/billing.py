@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from acceptrun._util.units import format_bytes, format_usd
 from acceptrun.cost.catalog import Price
 
 __all__ = [
@@ -81,18 +82,3 @@ def storage_cost(
 def monthly_storage_cost(bytes_: int, price_per_gib_month: float) -> float:
     """USD for keeping ``bytes_`` for a whole month (720 h)."""
     return max(bytes_, 0) / GIB * price_per_gib_month
-
-
-def format_usd(x: float) -> str:
-    """USD with cents, or four decimals under a dollar (a CPU minute at 0.50 USD/h: 0.0083)."""
-    return f"{x:,.2f}" if abs(x) >= 1 or x == 0 else f"{x:.4f}"
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``: binary units, since storage is priced per GiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024:
-            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"

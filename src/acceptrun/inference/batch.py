@@ -39,7 +39,7 @@ from acceptrun.record.workspace import now_iso
 
 if TYPE_CHECKING:
     from acceptrun.spec.model import InferenceSpec
-    from acceptrun.workload.client import Run
+    from acceptrun.workload.run import Run
 
 __all__ = ["BatchJob", "Shard", "encode_output", "manifest_dir", "output_name"]
 

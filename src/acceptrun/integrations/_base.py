@@ -6,7 +6,7 @@ such a loop, framework-neutral and without torch:
 
 * :meth:`FrameworkRun.attach` joins the run (``acceptrun.init()``; a standalone run
   outside ``acceptrun run``) and takes SIGTERM as a stop request to poll
-  (:meth:`~acceptrun.workload.client.Run.handle_stops`) instead of dying at once;
+  (:meth:`~acceptrun.workload.run.Run.handle_stops`) instead of dying at once;
 * :meth:`FrameworkRun.capture` copies a file or directory the framework just wrote into
   the run's :class:`~acceptrun.checkpoint.store.CheckpointStore` as one verified
   checkpoint (hashed, manifest, retention by the spec's keep_*, mirrored when
@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 from acceptrun.checkpoint.files import CaptureStats, capture, put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import UserError
-from acceptrun.workload.client import Run, init
+from acceptrun.workload.run import Run, init
 
 __all__ = ["FrameworkRun"]
 

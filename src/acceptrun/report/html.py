@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import write_atomic
+from acceptrun._util.units import format_bytes
 from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
 from acceptrun.inference.report import batch_html
@@ -188,14 +189,7 @@ def _e(value: Any) -> str:
 
 
 def _bytes(n: Any) -> str:
-    if not isinstance(n, int | float):
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    return format_bytes(n) if isinstance(n, int | float) else "-"
 
 
 def _num(value: Any) -> str:

@@ -26,7 +26,7 @@ from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
 from acceptrun.verdict.core import Verdict
-from acceptrun.workload.client import ENV_INJECT
+from acceptrun.workload.contract import ENV_INJECT
 from acceptrun.workload.inject import parse_faults
 from acceptrun.workload.usage import detect_usage, raise_errors, spec_findings
 

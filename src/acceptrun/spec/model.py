@@ -30,6 +30,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from acceptrun._util.hashing import hash_bytes
+from acceptrun._util.units import format_duration  # re-exported: callers import it from here
 from acceptrun.errors import SpecError
 
 __all__ = [
@@ -843,6 +844,11 @@ class RunSpec:
         _require(
             bool(self.name.strip()), "name", self.name, 'a non-empty name such as "bert-squad"'
         )
+        # The name is shown in terminals, reports and run ids: no escape sequences in it.
+        _require(
+            not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in self.name),
+            "name", self.name, "a name without control characters (tab, newline, ESC, NUL)",
+        )  # fmt: skip
         _require(
             len(self.command) > 0 and bool(self.command[0]),
             "command",
@@ -1088,19 +1094,6 @@ def parse_duration(value: Any, path: str = "duration") -> float:
         if parts and "".join(n + u for n, u in parts) == text:
             return sum(float(n) * _UNITS[u] for n, u in parts)
     raise _Problem(path, value, 'a duration: seconds as a number, or "90s", "10m", "2h", "1h30m"')
-
-
-def format_duration(seconds: float | None) -> str:
-    """Seconds as ``"1h02m"``, ``"3m05s"``, ``"4.2s"`` or ``"-"``."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 # ---- conditions and patterns -----------------------------------------------------------------

@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from acceptrun.supervisor.lease import die_with_supervisor
+from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_ID
+
 __all__ = ["ChildProcess"]
 
 _CHUNK = 64 * 1024  # bytes per read from the child's pipes
@@ -68,6 +71,8 @@ class ChildProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            # SIGTERM from the kernel if the supervisor dies (supervisor/lease.py)
+            preexec_fn=die_with_supervisor(),  # noqa: PLW1509 - one prctl call, set up before the fork
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         # One thread blocks in waitpid: the supervisor then sleeps on an Event that wakes
@@ -159,8 +164,8 @@ class ChildProcess:
         ``ACCEPTRUN_RUN_ID`` and ``ACCEPTRUN_ATTEMPT`` in its environment, which is how
         they are found (a program that clears its environment is not).
         """
-        run_id = self.env.get("ACCEPTRUN_RUN_ID")
-        attempt = self.env.get("ACCEPTRUN_ATTEMPT")
+        run_id = self.env.get(ENV_RUN_ID)
+        attempt = self.env.get(ENV_ATTEMPT)
         if not run_id or not attempt:
             return []
         try:
@@ -176,7 +181,7 @@ class ChildProcess:
                 env = proc.environ()
             except (psutil.Error, OSError):
                 continue  # gone, a zombie, or another user's
-            if env.get("ACCEPTRUN_RUN_ID") == run_id and env.get("ACCEPTRUN_ATTEMPT") == attempt:
+            if env.get(ENV_RUN_ID) == run_id and env.get(ENV_ATTEMPT) == attempt:
                 with contextlib.suppress(psutil.Error, OSError):
                     proc.kill()
                     killed.append(proc.pid)

@@ -10,26 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.units import parse_size
 from acceptrun.errors import UserError
 
 __all__ = ["parse_size", "register", "run_tune"]
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """``"2GiB"``, ``"1.5G"``, ``"500MB"``, ``"4096"`` -> bytes (K/M/G/T: powers of 1024)."""
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise UserError(f"{what}: {text!r} is not a size; write e.g. 512MiB, 2GiB or 1073741824")
-    scale = 1024 ** ("kmgt".index(m.group(2).lower()) + 1) if m.group(2) else 1
-    return int(float(m.group(1)) * scale)
 
 
 def _duration(text: str, what: str) -> float:

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.units import format_bytes_exact
 from acceptrun.errors import UserError
 
 __all__ = ["CommOptions", "busbw", "format_comm", "run_comm"]
@@ -148,7 +149,7 @@ def format_comm(result: dict[str, Any]) -> str:
     lines.append(f"all-reduce (float32; {result['definition']})")
     lines.append(f"  {'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}")
     for row in result["allreduce"]:
-        lines.append(f"  {_size(row['bytes']):>10} {row['time_s'] * 1e6:>10.1f} "
+        lines.append(f"  {format_bytes_exact(row['bytes']):>10} {row['time_s'] * 1e6:>10.1f} "
                      f"{row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f}")  # fmt: skip
     lines.append(f"DDP bucket sweep ({result['model']})")
     lines.append(f"  {'bucket MB':>10} {'step ms':>10} {'samples/s':>10}")
@@ -162,13 +163,6 @@ def format_comm(result: dict[str, Any]) -> str:
         lines.append(f"  {row['procs']:>5} {row['step_s'] * 1e3:>10.2f} {row['samples_per_s']:>10.1f} "
                      f"{row['efficiency']:>10.1%}")  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
 
 
 # ---- the worker --------------------------------------------------------------------------

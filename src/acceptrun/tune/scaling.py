@@ -127,7 +127,7 @@ def run_scaling(
     """Run the spec once per process count and return the figures, smallest count first."""
     from acceptrun.run.launch import launch
     from acceptrun.spec.model import load_spec
-    from acceptrun.workload.client import ENV_MAX_STEPS
+    from acceptrun.workload.contract import ENV_MAX_STEPS
     from acceptrun.workload.distributed import launch_command
 
     specs = []

@@ -51,7 +51,7 @@ from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor.core import contract_env
 from acceptrun.supervisor.process import ChildProcess
-from acceptrun.workload.client import ENV_DRILL
+from acceptrun.workload.contract import ENV_DRILL
 
 __all__ = ["DrillResult", "restore_drill"]
 

@@ -1,0 +1,311 @@
+"""Checkpoint glue: register state, restore it on resume, save on the spec's interval.
+
+The saving itself (async, atomic, verified) is :mod:`acceptrun.checkpoint`; this part of
+the run decides what to save and when, and which checkpoint to resume from. A restore
+drill (``ACCEPTRUN_DRILL``) restores, runs one step and records the result.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from acceptrun.workload.base import RunBase
+
+__all__ = ["Checkpointing"]
+
+
+class Checkpointing(RunBase):
+    """Restore, checkpoint and restore drills (a part of :class:`~acceptrun.workload.run.Run`)."""
+
+    def _store(self) -> Any:
+        from acceptrun.checkpoint.store import CheckpointStore
+
+        ck = self.spec.checkpoint
+        best = tuple(ck.keep_best.rsplit(":", 1)) if ck.keep_best else None
+        return CheckpointStore(
+            self.checkpoint_dir,
+            keep_last=ck.keep_last,
+            keep_every=ck.keep_every,
+            keep_best=best,
+            on_event=self._lifecycle_event,
+        )
+
+    def restore(
+        self,
+        *,
+        map_location: str | None = None,
+        per_rank: dict[str, Any] | None = None,
+        **objects: Any,
+    ) -> int:
+        """Register what a checkpoint holds and restore it when resuming; returns the start step.
+
+        ``objects`` are things with ``state_dict()``/``load_state_dict()`` (model,
+        optimizer, scheduler, GradScaler, :class:`~acceptrun.checkpoint.ResumableLoader`)
+        or plain values (dicts, lists, tensors, numpy arrays, numbers, strings, tuples).
+        The RNG states (Python, NumPy, torch, CUDA) are always included. On a fresh
+        start nothing is loaded and 0 is returned; when the supervisor resumes the run,
+        the checkpoint is verified, loaded (tensors onto ``map_location``, default CPU,
+        then each object copies to its own device) and the step after the checkpoint's
+        is returned.
+
+        Plain values come back too. Mutable ones in place, so the script's own
+        references see them: a dict is cleared and updated, a list slice-assigned, a
+        tensor (an RNN hidden state) or numpy array copied into under ``no_grad`` (same
+        shape and dtype). Immutable ones (numbers, strings, tuples) cannot change in
+        place: read them from :attr:`restored` (or :meth:`state`), and hand their new
+        values to the next checkpoint with :meth:`update_state`. A value that cannot be
+        restored (a tensor of another shape, a list where a dict was saved) raises
+        :class:`~acceptrun.errors.UserError` naming it.
+
+        In a multi-process run ``objects`` are the state every rank holds the same copy
+        of (a DDP model, its optimizer): rank 0 saves them and every rank loads them.
+        ``per_rank`` names the state that differs between ranks (its data loader or
+        sampler position, its own generators): each rank saves and loads its own. With
+        one process both are saved together, as before.
+
+        ::
+
+            start = run.restore(model=model, optimizer=opt, scheduler=sched)
+            start = run.restore(model=ddp.module, optimizer=opt, per_rank={"loader": loader})
+            start = run.restore(model=model, history=history, best_loss=float("inf"))
+            best_loss = run.restored.get("best_loss", float("inf"))   # history: in place
+        """
+        both = sorted(set(objects) & set(per_rank or {}))
+        if both:
+            raise ValueError(f"{both}: a name is either shared (keyword) or in per_rank, not both")
+        self._objects = dict(objects)
+        self._per_rank = dict(per_rank or {})
+        if self.ranks.distributed:
+            self._rank_group()  # the collectives, while every rank is at the same point
+        resume = self.resume_from
+        if not resume:
+            return 0
+        from acceptrun.checkpoint.state import load_into, load_ranked, restore_values
+
+        store = self._store()
+        if self.ranks.distributed:
+            path = self._agreed_resume_path(store, resume)
+        else:
+            path = self._verified_resume_path(store, resume)
+        t0 = time.perf_counter()
+        if self.ranks.distributed:
+            loaded = load_ranked(
+                path, self._objects, self._per_rank, rank=self.rank,
+                world_size=self.world_size, device=map_location,
+            )  # fmt: skip
+        else:
+            loaded = load_into(path, {**self._objects, **self._per_rank}, device=map_location)
+        values = restore_values({**self._objects, **self._per_rank}, loaded["values"])
+        for name, value in values.items():  # the next checkpoint saves the restored value
+            (self._per_rank if name in self._per_rank else self._objects)[name] = value
+        self._values = values
+        manifest = store.get(int(path.name.split("-", 1)[1]))
+        step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
+        self._restored = {"step": step, "path": str(path), "seconds": time.perf_counter() - t0}
+        self._last_saved_step = step
+        if not self.drill and self.rank == 0:
+            self.record.event(
+                "restored", sync=True, attempt=self.attempt, step=step, path=str(path),
+                seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
+            )  # fmt: skip
+        return step + 1
+
+    @property
+    def restored(self) -> dict[str, Any]:
+        """The plain values :meth:`restore` loaded from a checkpoint; empty on a fresh start.
+
+        Mutable ones are the very objects that were registered, now filled in place.
+
+        ::
+
+            epoch = run.restored.get("epoch", 0)
+        """
+        return dict(self._values)
+
+    def state(self, name: str) -> Any:
+        """The current value of the plain value registered as ``name`` (restored, or as given).
+
+        ::
+
+            epoch = run.state("epoch")
+        """
+        registered = {**self._objects, **self._per_rank}
+        if name not in registered:
+            raise KeyError(
+                f"{name!r} is not registered; register it with run.restore({name}=...) "
+                f"(registered: {sorted(registered)})"
+            )
+        return registered[name]
+
+    def update_state(self, **values: Any) -> None:
+        """Replace registered plain values; the next checkpoint saves the new ones.
+
+        For immutable values (an epoch counter, the best loss so far) that the script
+        rebinds: the checkpoint holds what was last given here, or to :meth:`restore`.
+
+        ::
+
+            run.update_state(epoch=epoch, best_loss=best_loss)
+        """
+
+        def stateful(obj: Any) -> bool:  # checkpoint.state's test, without importing torch
+            return callable(getattr(obj, "state_dict", None)) and callable(
+                getattr(obj, "load_state_dict", None)
+            )
+
+        for name, value in values.items():
+            target = self._per_rank if name in self._per_rank else self._objects
+            if name not in target:
+                raise KeyError(
+                    f"{name!r} is not registered; register it first with "
+                    f"run.restore({name}=...) so that it is saved and restored"
+                )
+            if stateful(target[name]) or stateful(value):
+                raise ValueError(
+                    f"{name!r} is an object with state_dict(); it is saved from the object "
+                    "itself, update_state() is for plain values (numbers, dicts, lists)"
+                )
+            target[name] = value
+
+    def _agreed_resume_path(self, store: Any, resume: str) -> Path:
+        """Rank 0 verifies the checkpoint (one re-read, not one per rank); all load it."""
+        group = self._rank_group()
+        if group is None:  # no torch.distributed: each rank verifies for itself
+            return self._verified_resume_path(store, resume)
+        chosen: tuple[str | None, str | None] = (None, None)
+        if self.rank == 0:
+            try:
+                chosen = (str(self._verified_resume_path(store, resume)), None)
+            except Exception as exc:  # every rank raises it, not only rank 0
+                chosen = (None, str(exc))
+        path, error = group.broadcast(chosen)
+        if error is not None or path is None:
+            raise RuntimeError(error or "rank 0 found no checkpoint to resume from")
+        return Path(path)
+
+    def _verified_resume_path(self, store: Any, resume: str) -> Path:
+        """``resume`` if it verifies, else the newest checkpoint that does."""
+        path = Path(resume)
+        step_dir = int(path.name.split("-", 1)[1]) if path.name.startswith("step-") else None
+        result = (
+            store.verify(step_dir) if step_dir is not None and path.parent == store.root else None
+        )
+        if result is None or not result.ok:
+            info = store.latest_verified()
+            if info is None:
+                raise RuntimeError(
+                    f"cannot resume: {resume} failed verification and no older checkpoint in "
+                    f"{store.root} verifies; see the quarantine/ folder there"
+                )
+            path = info.path
+        return path
+
+    def checkpoint(
+        self, step: int, *, block: bool = False, metrics: dict[str, float] | None = None
+    ) -> None:
+        """Save the registered objects as the state after ``step`` (async, atomic, verified).
+
+        Blocks only while the state is copied to host memory; ``block=True`` waits for
+        the commit. A failed save is recorded at once and raised on the next call.
+        """
+        if self.drill:
+            return
+        if not self._objects and not self._per_rank:
+            raise RuntimeError(
+                "nothing to checkpoint: call run.restore(model=..., optimizer=...) first"
+            )
+        if self.ranks.distributed and self._rank_group() is None:
+            raise RuntimeError(
+                f"this run has {self.world_size} processes: call "
+                "torch.distributed.init_process_group() before run.checkpoint(), so that "
+                "the ranks can agree on the commit"
+            )
+        if self._checkpointer is None:
+            self._checkpointer = self._make_checkpointer()
+        values = {k: float(v) for k, v in (metrics or self._values_of(step)).items()}
+        if self.ranks.distributed:
+            self._checkpointer.save(
+                step, self._objects, per_rank=self._per_rank, metrics=values, block=block
+            )
+        else:
+            objects = {**self._objects, **self._per_rank}
+            self._checkpointer.save(step, objects, metrics=values, block=block)
+        self._last_saved_step = step
+        self._last_save_time = time.monotonic()
+
+    def _values_of(self, step: int) -> dict[str, Any]:
+        """The values logged for ``step``: what its checkpoint stores (keep_best ranks them).
+
+        Inside :meth:`steps` a checkpoint of the current step is taken before its event
+        is written, so its values are still pending.
+        """
+        if self._in_steps and self._phase[1] == step:
+            return {k: v for k, v in self._pending.items() if isinstance(v, int | float)}
+        return self._last_values if self._last_values_step == step else {}
+
+    def maybe_checkpoint(self, step: int) -> bool:
+        """Checkpoint when the spec's interval (``every_steps``, ``every``) says so; True if saved.
+
+        A stop request is also honoured here: the step just finished is saved, so a
+        graceful preemption loses no work.
+        """
+        ck = self.spec.checkpoint
+        due = self._stop_requested
+        due = due or (ck.every_steps is not None and (step + 1) % ck.every_steps == 0)
+        timed = ck.every is not None and time.monotonic() - self._last_save_time >= ck.every
+        if ck.every is not None and (group := self._rank_group()) is not None:
+            timed = group.agree(timed)  # clocks differ: all ranks save, or none
+        due = due or timed
+        if not due or self._last_saved_step == step:
+            return False
+        self.checkpoint(step, block=self._stop_requested)
+        return True
+
+    def _make_checkpointer(self) -> Any:
+        from acceptrun.checkpoint.mirror import Mirror
+        from acceptrun.checkpoint.saver import Checkpointer
+
+        store = self._store()
+        if self.rank == 0:  # rank 0 owns the root: the others write inside its saves
+            store.remove_stale_staging()
+        mirror = None
+        if self.spec.checkpoint.mirror and self.rank == 0:
+            mirror = Mirror(
+                f"{self.spec.checkpoint.mirror.rstrip('/')}/{self.run_id}",
+                state_path=self.record.file("mirror.json"),
+                on_event=self._event_sink,
+            )
+            mirror.start()
+        prov = self.record.read_json("provenance.json") or {}
+        meta = {
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "spec_hash": self.record.state.get("spec_hash") or self.spec.hash,
+            "provenance_hash": prov.get("hashes", {}).get("all"),
+        }
+        return Checkpointer(
+            store, mirror=mirror, meta=meta,
+            on_event=self._event_sink, ranks=self._group,
+        )  # fmt: skip
+
+    def _finish_drill(self, step: int, seconds: float) -> None:
+        restored = self._restored or {}
+        ok = bool(restored) and all(
+            isinstance(v, int | float) and v == v and abs(v) != float("inf")
+            for v in self._last_values.values()
+        )
+        values = (
+            ", ".join(f"{k}={v:.6g}" for k, v in self._last_values.items()) or "no values logged"
+        )
+        evidence = (
+            f"restored step {restored.get('step')} in {restored.get('seconds', 0):.2f}s and ran step {step} ({values})"
+            if restored
+            else "nothing was restored: the workload never called run.restore() or had no checkpoint"
+        )
+        self.record.event(
+            "drill", sync=True, drill=self.drill, ok=ok, step=step, evidence=evidence,
+            **self._rank_field(),
+        )  # fmt: skip
+        raise SystemExit(0 if ok else 1)
