@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 from acceptrun._util.durable import read_jsonl
 from acceptrun.errors import UserError
+from acceptrun.record.status import ATTEMPT_STOPPED_ON_PURPOSE, RUN_LIVE
 from acceptrun.record.workspace import RunRecord
 
 __all__ = ["ARTIFACTS", "default_tracking_uri", "export_run"]
@@ -45,8 +46,8 @@ PARAMS_PER_BATCH = 100  # MLflow's limit on params per log_batch call
 PARAM_MAX_CHARS = 6000  # MLflow's limit on a param value
 ARTIFACTS = ("spec.toml", "verdict.json", "provenance.json", "run.json")
 NOT_METRICS = frozenset({"t", "kind", "attempt", "step", "total_steps"})
-LIVE_STATES = ("created", "preflight", "running", "closing")
-STOPPED_OUTCOMES = ("stopped", "wall_time", "budget")  # attempt outcomes that were asked for
+LIVE_STATES = RUN_LIVE
+STOPPED_OUTCOMES = ATTEMPT_STOPPED_ON_PURPOSE  # attempt outcomes that were asked for
 
 
 def default_tracking_uri(run_dir: Path) -> str:

@@ -30,6 +30,7 @@ from acceptrun.cost.ledger import (
     price_of_run,
 )
 from acceptrun.errors import RecordError, UserError
+from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import format_duration
 
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 # Runs still in these states have no final cost yet; totals leave them out.
-LIVE = ("created", "preflight", "running", "closing")
+LIVE = RUN_LIVE
 
 # Plain words for each non-productive detail of the split (see acceptrun.cost.ledger).
 PHRASES = {

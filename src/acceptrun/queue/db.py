@@ -28,11 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.sqlite import migrate
+from acceptrun.record.status import JOB_ACTIVE, JOB_ENDED, JobState
+
 __all__ = ["ACTIVE", "ENDED", "STATES", "Job", "QueueDB", "WorkerRow", "format_devices"]
 
-STATES = ("queued", "running", "preempting", "done", "failed", "cancelled")
-ACTIVE = ("running", "preempting")  # a process works on the job
-ENDED = ("done", "failed", "cancelled")
+STATES = tuple(JobState)
+ACTIVE = JOB_ACTIVE  # a process works on the job
+ENDED = JOB_ENDED
 BUSY_TIMEOUT_S = 30.0  # seconds a writer waits for another's transaction before failing
 
 _SCHEMA = """
@@ -74,6 +77,9 @@ CREATE TABLE IF NOT EXISTS workers (
     heartbeat REAL NOT NULL
 );
 """
+# PRAGMA user_version history (acceptrun._util.sqlite.migrate): append a script for each
+# change of shape; never edit a released one.
+MIGRATIONS = (_SCHEMA,)
 
 
 def format_devices(devices: Sequence[int]) -> str:
@@ -170,10 +176,7 @@ class QueueDB:
         # Autocommit mode: transactions are the explicit BEGIN IMMEDIATE blocks below.
         self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        with self.transaction() as c:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    c.execute(statement)
+        migrate(self.conn, self.path, MIGRATIONS)
 
     def close(self) -> None:
         self.conn.close()

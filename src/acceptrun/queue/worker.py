@@ -50,6 +50,7 @@ from acceptrun.errors import RecordError, UserError
 from acceptrun.queue.db import ACTIVE, Job, QueueDB, WorkerRow, format_devices
 from acceptrun.queue.scheduler import Active, Pending, Policy, plan
 from acceptrun.queue.submit import queue_db, queue_dir
+from acceptrun.record.status import RUN_OWNED, RUN_SUPERVISED
 from acceptrun.record.workspace import RunRecord, Workspace, new_run_id
 
 __all__ = [
@@ -67,7 +68,7 @@ ENV_QUEUE_JOB = "ACCEPTRUN_QUEUE_JOB"  # the job's id in the queue
 PID_START_SLACK_S = 60.0  # a job's process starts within this many seconds of its claim
 STALE_AFTER_S = 30.0  # seconds without a heartbeat before a worker on another host is dead
 LOST_SUPERVISOR_RETRIES = 3  # requeues of a job whose supervisor keeps dying, then failed
-RUN_STATUSES_ACTIVE = ("preflight", "running", "closing")  # a supervisor owns the record
+RUN_STATUSES_ACTIVE = RUN_OWNED  # a supervisor owns the record
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +384,7 @@ def send_stop(ws: Workspace, db: QueueDB, job: Job, pid: int | None) -> bool:
     assert job.run_id is not None
     if not db.claim_stop(job.id, time.time()):
         return True  # another process delivered it
-    if state.get("status") in ("preflight", "running"):
+    if state.get("status") in RUN_SUPERVISED:
         from acceptrun.run.lifecycle import request_stop
 
         why = "cancelled" if job.stop_request == "cancel" else "preempted"

@@ -42,7 +42,9 @@ from acceptrun._util.durable import (
     write_atomic,
     write_json_atomic,
 )
+from acceptrun._util.sqlite import migrate
 from acceptrun.errors import RecordError, WorkspaceError
+from acceptrun.record.status import RunStatus
 
 __all__ = [
     "WORKSPACE_DIR",
@@ -53,6 +55,14 @@ __all__ = [
     "now_iso",
     "project_root",
 ]
+
+# The index's PRAGMA user_version history (acceptrun._util.sqlite.migrate): append a
+# script for each change of shape; never edit a released one.
+INDEX_MIGRATIONS = (
+    """CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY, name TEXT, status TEXT, verdict TEXT, mode TEXT,
+        created_at TEXT, ended_at TEXT, duration_s REAL, attempts INTEGER, path TEXT)""",
+)
 
 WORKSPACE_DIR = ".acceptrun"
 ENV_WORKSPACE = "ACCEPTRUN_WORKSPACE"
@@ -65,7 +75,7 @@ OWN_ENTRIES = frozenset(
 )  # fmt: skip
 
 # Run states written to run.json, in lifecycle order.
-STATES = ("created", "preflight", "running", "closing", "finished", "failed_preflight")
+STATES = tuple(RunStatus)
 
 
 def now_iso(t: float | None = None) -> str:
@@ -261,7 +271,7 @@ class Workspace:
                 "name": name,
                 "created_at": now_iso(),
                 "created_by": user_at_host(),
-                "status": "created",
+                "status": RunStatus.CREATED,
                 "verdict": None,
                 "attempts": 0,
                 **state,
@@ -326,13 +336,15 @@ class Workspace:
 
     # ---- index --------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.index_path, timeout=30)
-        conn.execute(
-            """CREATE TABLE IF NOT EXISTS runs (
-                run_id TEXT PRIMARY KEY, name TEXT, status TEXT, verdict TEXT, mode TEXT,
-                created_at TEXT, ended_at TEXT, duration_s REAL, attempts INTEGER, path TEXT)"""
-        )
+    def _connect(self, path: Path | None = None) -> sqlite3.Connection:
+        path = path or self.index_path
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            migrate(conn, path, INDEX_MIGRATIONS)
+        except BaseException:
+            conn.close()
+            raise
+        conn.isolation_level = ""  # back to implicit transactions for the callers
         return conn
 
     def index_run(self, record: RunRecord) -> None:
@@ -343,7 +355,7 @@ class Workspace:
             return
         row = _row_from_state(record, state)
         # `acceptrun index rebuild` recovers a stale index; never fail a run over its cache.
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(sqlite3.Error, WorkspaceError):
             self._upsert(row)
 
     def _upsert(self, row: IndexRow) -> None:
@@ -370,13 +382,8 @@ class Workspace:
         tmp.unlink(missing_ok=True)
         skipped: list[str] = []
         count = 0
-        conn = sqlite3.connect(tmp)
+        conn = self._connect(tmp)
         try:
-            conn.execute(
-                """CREATE TABLE runs (
-                    run_id TEXT PRIMARY KEY, name TEXT, status TEXT, verdict TEXT, mode TEXT,
-                    created_at TEXT, ended_at TEXT, duration_s REAL, attempts INTEGER, path TEXT)"""
-            )
             for run_id in self.run_ids():
                 record = RunRecord(self.runs_dir / run_id)
                 try:

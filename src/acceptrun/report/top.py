@@ -23,11 +23,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
 
 __all__ = ["LIVE_STATES", "format_rows", "live_rows", "run_row", "top"]
 
-LIVE_STATES = ("created", "preflight", "running", "closing")
+LIVE_STATES = RUN_LIVE
 TAIL_BYTES = 256 * 1024  # read at most this much of the end of a JSONL file per refresh
 RECENT_STEPS = 20  # steps whose median gives the throughput and the ETA
 

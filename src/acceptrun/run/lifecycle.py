@@ -36,12 +36,14 @@ from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import AcceptrunError, RecordError, UserError
+from acceptrun.record.status import RUN_CLOSED, RUN_SUPERVISED
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso, user_at_host
 from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, format_duration, load_spec
 from acceptrun.supervisor import Supervisor
+from acceptrun.supervisor.lease import start_lease, take_over
 from acceptrun.verdict.core import Check, Verdict
-from acceptrun.workload.client import ENV_INJECT
+from acceptrun.workload.contract import ENV_INJECT
 
 __all__ = [
     "ResumeResult",
@@ -56,8 +58,8 @@ __all__ = [
     "wait_closed",
 ]
 
-ACTIVE = ("preflight", "running")  # a supervisor may be working on the run
-ENDED = ("finished", "failed_preflight", "stopped")  # close_run has written the verdict
+ACTIVE = RUN_SUPERVISED  # a supervisor may be working on the run
+ENDED = RUN_CLOSED  # close_run has written the verdict
 PID_AGE_SLACK_S = 2.0  # psutil's create_time rests on the boot time, known to the second
 POLL_S = 0.25  # seconds between looks at run.json and the logs while waiting or following
 _CHUNK = 1 << 20  # bytes read from a log at a time: logs can be gigabytes
@@ -300,6 +302,8 @@ def resume_run(
         _check_resumable(record, force=force)
         spec = load_spec(record.spec_path)
         check_static(spec)  # this machine must have the workdir, the command and the data
+        # A dead supervisor's run: its attempt's leftovers killed, its exit.json written.
+        interrupted = take_over(record)  # supervisor/lease.py
         state = record.state
         done = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
         first = max([int(state.get("attempts") or 0), *done]) + 1
@@ -325,7 +329,8 @@ def resume_run(
         elif local is not None and url is not None:
             say(f"step {local.step} verifies locally; the mirror is not needed")
         # A batch inference run resumes from its committed shards, not from a checkpoint.
-        if from_step is None and not from_scratch and not spec.inference.enabled:
+        never_launched = interrupted is not None and not done  # died in preflight: no work yet
+        if from_step is None and not (from_scratch or spec.inference.enabled or never_launched):
             raise UserError(
                 f"run {record.run_id} has no checkpoint that verifies in {ckpt_dir}: resuming "
                 "would start it again from step 0. Pass --from-scratch to do that, or fetch one "
@@ -333,7 +338,7 @@ def resume_run(
             )
         audit(
             record, "resume", reason=reason, attempt=first, from_step=from_step, mirror=url,
-            record_path=str(record.path),
+            record_path=str(record.path), interrupted=interrupted,
         )  # fmt: skip
         say(f"resuming run {record.run_id}: attempt {first}, from step {from_step}")
         # Claim the run before the supervisor's first (slow) verification: `acceptrun stop`
@@ -342,9 +347,25 @@ def resume_run(
             status="running", verdict=None, ended_at=None, resumed_at=now_iso(),
             supervisor=user_at_host(), supervisor_pid=os.getpid(),
         )  # fmt: skip
+        start_lease(record)  # this process supervises it now; close_run ends the lease
+        if never_launched and not _preflight_again(record, spec, say):
+            verdict = close_run(record, Workspace(record.path.parent.parent), spec,
+                                status="failed_preflight", say=say)  # fmt: skip
+            return ResumeResult(record, spec, verdict, from_step)
         supervisor.run()
         verdict = close_run(record, Workspace(record.path.parent.parent), spec, say=say)
         return ResumeResult(record, spec, verdict, from_step)
+
+
+def _preflight_again(record: RunRecord, spec: RunSpec, say: Callable[[str], None]) -> bool:
+    """A run whose supervisor died in preflight runs its preflight again before launch."""
+    from acceptrun.capture.preflight import run_preflight
+
+    preflight = run_preflight(record, spec, say=say)
+    if not preflight.ok:
+        record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
+    record.update_state(started_at=now_iso())
+    return bool(preflight.ok)
 
 
 @contextlib.contextmanager

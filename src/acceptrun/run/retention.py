@@ -42,6 +42,7 @@ from acceptrun.checkpoint.store import LATEST, QUARANTINE, CheckpointStore
 from acceptrun.cost.billing import format_bytes, format_usd, monthly_storage_cost
 from acceptrun.cost.catalog import load_catalog, price_for
 from acceptrun.errors import AcceptrunError, UserError
+from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import RunSpec, _Problem, load_spec, parse_duration
 
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 # Statuses in which a supervisor may still be writing checkpoints.
-ACTIVE = ("created", "preflight", "running", "closing")
+ACTIVE = RUN_LIVE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.status import RETRYABLE_CLASSES, FailureClass
+
 __all__ = [
     "CLASSES",
     "RETRY_LIMITS",
@@ -70,15 +72,8 @@ __all__ = [
     "stderr_tail",
 ]
 
-CLASSES = (
-    "success", "preempted", "killed", "cuda_oom", "host_oom", "distributed", "gpu_fault",
-    "hang", "data_stall", "diverged", "user_error", "wall_time", "budget", "idle", "stopped",
-    "failed",
-)  # fmt: skip
-_RETRYABLE = frozenset(
-    ("preempted", "killed", "cuda_oom", "host_oom", "distributed", "gpu_fault", "hang",
-     "data_stall", "failed")
-)  # fmt: skip
+CLASSES = tuple(FailureClass)
+_RETRYABLE = RETRYABLE_CLASSES
 # Per-class caps on top of limits.max_restarts: an OOM that recurs after one restart
 # will recur on every restart (same model, same batch), so more would only burn GPU hours.
 RETRY_LIMITS: dict[str, int | None] = {name: None for name in CLASSES} | {

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.errors import UserError, WorkspaceError
+from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import IndexRow, RunRecord, Workspace
 
 __all__ = ["PAGE_SIZE", "Board", "RunFilter", "RunsPage", "thin_minmax", "thin_rows"]
 
 PAGE_SIZE = 50  # runs per page of the runs list
-LIVE_STATES = ("created", "preflight", "running", "closing")  # as acceptrun top has them
+LIVE_STATES = RUN_LIVE  # as acceptrun top has them
 _COLUMNS = "run_id, name, status, verdict, mode, created_at, ended_at, duration_s, attempts, path"
 
 

@@ -44,7 +44,9 @@ __all__ = [
     "Verdict",
     "compute_verdict",
     "format_verdict",
+    "read_attempts",
     "run_timeline",
+    "work_lost",
 ]
 
 PASS, FAIL, NOT_RECORDED = "pass", "fail", "not_recorded"
