@@ -231,6 +231,7 @@ def _listed_workspaces() -> tuple[list[tuple[str, Any]], list[str]]:
 
 
 def cmd_ls_all(args: argparse.Namespace) -> int:
+    from acceptrun.record.liveness import interrupted_note, interruption
     from acceptrun.spec.model import format_duration
 
     workspaces, notes = _listed_workspaces()
@@ -247,8 +248,11 @@ def cmd_ls_all(args: argparse.Namespace) -> int:
             f"{'PROJECT':<{width}} {'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}"
         )
     for project, r in rows[-args.limit :]:
+        status = r.status
+        if gone := interruption(r.path, r.status):  # its supervisor died (record/liveness.py)
+            status, notes = "interrupted", [*notes, interrupted_note(r.run_id, gone)]
         print(
-            f"{project:<{width}} {r.run_id:<40} {r.status:<16} {(r.verdict or '-'):<9} "
+            f"{project:<{width}} {r.run_id:<40} {status:<16} {(r.verdict or '-'):<9} "
             f"{r.attempts:>3} {format_duration(r.duration_s):>9}"
         )
     if not rows:
@@ -259,6 +263,7 @@ def cmd_ls_all(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from acceptrun.record.liveness import interrupted_note, interruption
     from acceptrun.spec.model import format_duration
 
     if args.all:
@@ -268,10 +273,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print("no runs yet; start one with `acceptrun run SPEC`")
         return 0
     print(f"{'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}")
+    notes: list[str] = []
     for r in rows[-args.limit :]:
+        status = r.status
+        if gone := interruption(r.path, r.status):  # its supervisor died (record/liveness.py)
+            status, notes = "interrupted", [*notes, interrupted_note(r.run_id, gone)]
         print(
-            f"{r.run_id:<40} {r.status:<16} {(r.verdict or '-'):<9} {r.attempts:>3} {format_duration(r.duration_s):>9}"
+            f"{r.run_id:<40} {status:<16} {(r.verdict or '-'):<9} {r.attempts:>3} {format_duration(r.duration_s):>9}"
         )
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 

@@ -50,8 +50,9 @@ from acceptrun.errors import RecordError, UserError
 from acceptrun.queue.db import ACTIVE, Job, QueueDB, WorkerRow, format_devices
 from acceptrun.queue.scheduler import Active, Pending, Policy, plan
 from acceptrun.queue.submit import queue_db, queue_dir
+from acceptrun.record.liveness import last_sign_of_life
 from acceptrun.record.status import RUN_OWNED, RUN_SUPERVISED
-from acceptrun.record.workspace import RunRecord, Workspace, new_run_id
+from acceptrun.record.workspace import RunRecord, Workspace, new_run_id, now_iso
 
 __all__ = [
     "ENV_QUEUE_JOB",
@@ -318,7 +319,9 @@ class Worker:
         if status in RUN_STATUSES_ACTIVE:
             if job.attempts - job.preemptions > LOST_SUPERVISOR_RETRIES:
                 return "failed", f"the supervisor of run {run} died {job.attempts} times; given up"
-            return "queued", f"the supervisor of run {run} died; requeued to resume it"
+            seen = last_sign_of_life(self.ws.runs_dir / run)  # record/liveness.py
+            when = "" if seen is None else f" (interrupted, last sign of life {now_iso(seen)})"
+            return "queued", f"the supervisor of run {run} died{when}; requeued to resume it"
         shown = f", exit {rc}" if rc is not None else ""
         return "failed", f"run {run} {status}, {str(verdict or 'no verdict').upper()}{shown}"
 

@@ -14,6 +14,7 @@ from typing import Any
 from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
 from acceptrun.inference.report import batch_lines
+from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.report import serving_lines
 from acceptrun.spec.model import format_duration
@@ -35,12 +36,18 @@ PART_NAMES = {
 
 def format_show(record: RunRecord) -> str:
     state = record.state
+    liveness = supervisor_state(record, state)  # record/liveness.py: derived, not written
     lines = [
         f"run      {record.run_id}",
         f"name     {state.get('name')}  ({state.get('mode', 'supervised')}, by {state.get('created_by', '?')})",
-        f"status   {state.get('status')}  created {state.get('created_at')}  ended {state.get('ended_at') or '-'}",
+        f"status   {'interrupted' if liveness.gone else state.get('status')}  created {state.get('created_at')}  ended {state.get('ended_at') or '-'}",
         f"record   {record.path}",
     ]
+    if liveness.gone:
+        lines[3:3] = [
+            f"         interrupted: {liveness.detail}; last sign of life {liveness.last_seen_iso}; "
+            f"`acceptrun resume {record.run_id}` continues it"
+        ]
     steps: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     for ev in record.events("step", "metric"):
@@ -128,8 +135,14 @@ def _format_tune(record: RunRecord) -> list[str]:
 
 def show_dict(record: RunRecord) -> dict[str, Any]:
     """What ``show --json`` prints: run.json, the verdict and the telemetry summary."""
+    liveness = supervisor_state(record)
     return {
         "state": record.state,
+        "supervisor": {  # record/liveness.py: alive | gone | ended, derived at read time
+            "state": liveness.state,
+            "last_sign_of_life": liveness.last_sign_of_life,
+            "detail": liveness.detail,
+        },
         "verdict": record.read_json("verdict.json"),
         "summary": summarize(record.path).to_dict(),
     }

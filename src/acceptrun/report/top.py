@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.liveness import interruption
 from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
 
@@ -159,6 +160,14 @@ def live_rows(ws: Workspace, now: float | None = None) -> list[dict[str, Any]]:
         if state.get("status") not in LIVE_STATES:
             continue
         if not _alive(record, state, _tail(record.events_path)):
+            # A supervisor that died leaves its run interrupted (record/liveness.py): shown,
+            # with its last sign of life, until `acceptrun resume` or retention acts on it.
+            gone = interruption(record, str(state.get("status")))
+            if gone is None or state.get("mode") == "standalone":
+                continue
+            row = run_row(record, state, now)
+            row.update(status="interrupted", eta_s=None, last_sign_of_life=gone.last_sign_of_life)
+            rows.append(row)
             continue
         rows.append(run_row(record, state, now))
     return rows
@@ -202,9 +211,15 @@ def format_rows(rows: list[dict[str, Any]]) -> Any:
         rate = "-" if r["throughput"] is None else f"{r['throughput']:,.1f} {r['throughput_unit']}"
         attempt = f"{r['attempt']}" + (f" ({r['restarts']} restarts)" if r["restarts"] else "")
         cost = "-" if r["cost_usd"] is None else f"${format_usd(r['cost_usd'])}"
+        eta, usage = format_duration(r["eta_s"]), _usage(r)
+        if r["status"] == "interrupted":  # its supervisor died: nothing runs
+            last = r.get("last_sign_of_life")
+            eta = "interrupted"
+            seen = time.strftime("%H:%M:%S", time.localtime(last)) if last else "unknown"
+            usage = f"last sign of life {seen}"
         table.add_row(
-            r["run_id"], str(r["name"]), attempt, step, rate, format_duration(r["eta_s"]),
-            _usage(r), format_duration(r["elapsed_s"]), cost,
+            r["run_id"], str(r["name"]), attempt, step, rate, eta,
+            usage, format_duration(r["elapsed_s"]), cost,
         )  # fmt: skip
     if not rows:
         table.caption = "no running runs in this workspace"

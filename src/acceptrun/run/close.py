@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.models import FORMAT
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
+from acceptrun.supervisor.lease import end_lease
 from acceptrun.verdict.core import Verdict, compute_verdict, read_attempts, run_timeline, work_lost
 
 __all__ = ["close_run", "close_standalone", "run_cleanup"]
@@ -84,7 +86,9 @@ def close_run(
     record.update_state(status="closing")
     if status == "finished":
         run_cleanup(record, spec, say=say)
-    return _finalize(record, workspace, spec, status)
+    verdict = _finalize(record, workspace, spec, status)
+    end_lease(record)  # closed: its supervisor lets go of the run (supervisor/lease.py)
+    return verdict
 
 
 def close_standalone(record: RunRecord, *, status: str) -> Verdict:
@@ -107,7 +111,7 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
     _ledger(record)  # the verdict's cost lines read it
     _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
     verdict = compute_verdict(record, spec)
-    record.write_json("verdict.json", verdict.to_dict())
+    record.write_json("verdict.json", {"format": FORMAT, **verdict.to_dict()})
     tl = run_timeline(record)
     duration = None
     if tl["launch"] is not None and tl["end"] is not None:

@@ -25,6 +25,7 @@ from acceptrun.record.workspace import RunRecord, find_workspace, now_iso, user_
 from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
+from acceptrun.supervisor.lease import start_lease
 from acceptrun.verdict.core import Verdict
 from acceptrun.workload.contract import ENV_INJECT
 from acceptrun.workload.inject import parse_faults
@@ -141,6 +142,7 @@ def launch(
         },
         run_id=run_id,
     )
+    start_lease(record)  # supervisor.json, renewed until the close (supervisor/lease.py)
     say(f"run {record.run_id}")
     say(f"record {record.path}")
     record.event("run_start", sync=True, spec_hash=spec.hash)

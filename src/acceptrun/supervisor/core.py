@@ -39,8 +39,10 @@ from typing import Any
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import RecordError, SpecError
+from acceptrun.record.models import FORMAT as RECORD_FORMAT
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, format_duration
+from acceptrun.supervisor import stops
 from acceptrun.supervisor.classify import (
     AttemptFacts,
     Classification,
@@ -52,10 +54,13 @@ from acceptrun.supervisor.classify import (
     stderr_tail,
 )
 from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
+from acceptrun.supervisor.lease import Watchdog, process_start_time
 from acceptrun.supervisor.process import ChildProcess
 from acceptrun.supervisor.progress import ProgressReader
+from acceptrun.supervisor.stops import PollState, Stop, StopCause
 from acceptrun.supervisor.watch import AttemptWatch
-from acceptrun.workload.client import (
+from acceptrun.workload.contract import (
+    CONTROL_FILE,
     ENV_ATTEMPT,
     ENV_CHECKPOINT_DIR,
     ENV_INJECT,
@@ -63,7 +68,9 @@ from acceptrun.workload.client import (
     ENV_RUN_DIR,
     ENV_RUN_ID,
     ENV_SPEC,
+    STACKS_FILE,
 )
+from acceptrun.workload.liveness import supervisor_env
 from acceptrun.workload.usage import detect_usage
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
@@ -98,6 +105,7 @@ class AttemptResult:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            "format": RECORD_FORMAT,
             "attempt": self.attempt,
             "outcome": self.outcome,
             "returncode": self.returncode,
@@ -132,6 +140,30 @@ class SupervisorResult:
         return self.last is not None and self.last.outcome == "success"
 
 
+@dataclass(slots=True)
+class _Attempt:
+    """One running attempt: its process, the helpers that watch it, and its stop so far."""
+
+    number: int
+    adir: Path
+    env: dict[str, str]
+    child: ChildProcess
+    watch: AttemptWatch
+    resume_step: int | None
+    oom_before: int | None
+    progress: ProgressReader | None  # a black box's step lines or TensorBoard files
+    step_faults: list[Any]  # kill/term@step=N the supervisor fires for a black box
+    watchdog: Watchdog
+    watcher: CheckpointWatcher | None
+    serving: Any  # serving.driver.ServingDriver of a serving run
+    poll: PollState = field(init=False)
+    stop_sent_at: float | None = None  # monotonic s of the SIGTERM; inf once killed
+    diverged_kill: bool = False  # a black box SIGKILLed for a diverged loss
+
+    def __post_init__(self) -> None:
+        self.poll = PollState(attempt=self.number, elapsed=0.0)
+
+
 class Supervisor:
     """Runs a spec's command as attempts 1..N under the spec's limits."""
 
@@ -161,14 +193,12 @@ class Supervisor:
         self._stop_reason: str | None = None
         self._kill_now = False
         self._wake = threading.Event()
-        # ---- telemetry (acceptrun.telemetry): samplers, idle stop, Prometheus ----
+        # Samplers, the idle detector (a stop cause), Prometheus (acceptrun.telemetry).
         from acceptrun.telemetry.sampler import RunTelemetry
 
         self.telemetry = RunTelemetry(
             record, spec, say=say, prometheus_port=prometheus_port, spend=self.spend
         )
-        self._idle: dict[str, Any] | None = None  # the idle event that stopped the attempt
-        # ---- end of telemetry ----
         # How the command uses acceptrun (acceptrun.workload.usage): a black box's steps come from
         # its logs or TensorBoard files (supervisor/progress.py), when the spec says how.
         self.usage = detect_usage(spec)
@@ -187,7 +217,7 @@ class Supervisor:
         # `acceptrun stop|kill RUN` writes control.json, then signals: it says who asked.
         control = None
         try:
-            control = self.record.read_json("control.json")
+            control = self.record.read_json(CONTROL_FILE)
         except Exception:  # a damaged control file must not crash the signal handler
             control = None
         if isinstance(control, dict) and control.get("action") in ("stop", "kill"):
@@ -201,6 +231,7 @@ class Supervisor:
     # ---- the attempts loop --------------------------------------------------------------------
 
     def run(self) -> SupervisorResult:
+        """Run attempts until one ends the run (or a limit or a stop request does)."""
         result = SupervisorResult()
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -212,69 +243,79 @@ class Supervisor:
                 if signal.getsignal(s) is not signal.SIG_IGN
             }
         # A stop or kill request was for an earlier supervisor of this run, not this one.
-        self.record.file("control.json").unlink(missing_ok=True)
+        self.record.file(CONTROL_FILE).unlink(missing_ok=True)
         start = time.monotonic()
-        limits = self.spec.limits
         self.telemetry.open()  # the Prometheus endpoint, when asked for
         try:
-            attempt = self.first_attempt - 1
-            while True:
-                attempt += 1
-                deadline = None if limits.wall_time is None else start + limits.wall_time
-                if attempt > self.first_attempt and self._budget_exhausted(attempt):
-                    result.stop_reason = f"not restarted: {self._stop_reason}"
-                    self.record.event(
-                        "give_up", sync=True, attempt=attempt - 1, reason=result.stop_reason
-                    )
-                    break
-                res = self._run_attempt(attempt, deadline)
-                result.attempts.append(res)
-                if res.outcome in (
-                    "success", "stopped", "wall_time", "budget", "idle", "not_started",
-                    "not_ready", "load_failed",  # serving runs (acceptrun.serving)
-                ):  # fmt: skip
-                    result.stop_reason = res.reason
-                    break
-                if self._stop_reason is not None:
-                    # The stop came as the attempt ended on its own: honour it, no restart.
-                    result.stop_reason = f"stopped on request ({self._stop_reason})"
-                    break
-                why_not = self._why_not_retry(res, result.attempts)
-                if why_not is not None:
-                    result.stop_reason = why_not
-                    self._decide(res, "stop", why_not)
-                    self.record.event("give_up", sync=True, attempt=attempt, reason=why_not)
-                    break
-                restarts = attempt - self.first_attempt  # this supervisor's, not a resumed run's
-                if restarts >= limits.max_restarts:
-                    result.stop_reason = f"gave up after {attempt} attempt(s): limits.max_restarts = {limits.max_restarts}"
-                    self._decide(res, "stop", result.stop_reason)
-                    self.record.event(
-                        "give_up", sync=True, attempt=attempt, reason=result.stop_reason
-                    )
-                    break
-                delay = min(limits.restart_backoff * 2**restarts, MAX_BACKOFF_S)
-                if deadline is not None and time.monotonic() + delay >= deadline:
-                    result.stop_reason = "wall time would pass during the restart backoff"
-                    break
-                why = f"{res.failure_class} is retried from the newest verified checkpoint"
-                self._decide(res, "restart", f"{why}, in {format_duration(delay)}")
-                self.say(
-                    f"attempt {attempt} {res.reason} ({res.failure_class}); restarting in {format_duration(delay)}"
-                )
-                self.record.event(
-                    "restart", sync=True, attempt=attempt + 1, after=res.outcome, backoff_s=delay
-                )
-                # _wake is only ever set together with _stop_reason: never clear it, or a
-                # stop that arrived since the attempt ended would be lost for the backoff.
-                if self._wake.wait(delay):
-                    result.stop_reason = f"stopped during restart backoff ({self._stop_reason})"
-                    break
+            self._attempts(result, start)
         finally:
             self.telemetry.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return result
+
+    def _attempts(self, result: SupervisorResult, start: float) -> None:
+        """Attempt after attempt, until :meth:`_why_stop` names a reason to stop."""
+        limits = self.spec.limits
+        attempt = self.first_attempt - 1
+        while True:
+            attempt += 1
+            deadline = None if limits.wall_time is None else start + limits.wall_time
+            if attempt > self.first_attempt and self._budget_exhausted(attempt):
+                result.stop_reason = f"not restarted: {self._stop_reason}"
+                self.record.event(
+                    "give_up", sync=True, attempt=attempt - 1, reason=result.stop_reason
+                )
+                return
+            res = self._run_attempt(attempt, deadline)
+            result.attempts.append(res)
+            result.stop_reason = self._why_stop(attempt, res, result.attempts, deadline)
+            if result.stop_reason is not None:
+                return
+
+    def _why_stop(
+        self,
+        attempt: int,
+        res: AttemptResult,
+        attempts: list[AttemptResult],
+        deadline: float | None,
+    ) -> str | None:
+        """After an attempt: why supervision ends, or None once the restart backoff passed."""
+        limits = self.spec.limits
+        if res.outcome in (
+            "success", "stopped", "wall_time", "budget", "idle", "not_started",
+            "not_ready", "load_failed",  # serving runs (acceptrun.serving)
+        ):  # fmt: skip
+            return res.reason
+        if self._stop_reason is not None:
+            # The stop came as the attempt ended on its own: honour it, no restart.
+            return f"stopped on request ({self._stop_reason})"
+        why_not = self._why_not_retry(res, attempts)
+        restarts = attempt - self.first_attempt  # this supervisor's, not a resumed run's
+        if why_not is None and restarts >= limits.max_restarts:
+            why_not = (
+                f"gave up after {attempt} attempt(s): limits.max_restarts = {limits.max_restarts}"
+            )
+        if why_not is not None:
+            self._decide(res, "stop", why_not)
+            self.record.event("give_up", sync=True, attempt=attempt, reason=why_not)
+            return why_not
+        delay = min(limits.restart_backoff * 2**restarts, MAX_BACKOFF_S)
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            return "wall time would pass during the restart backoff"
+        why = f"{res.failure_class} is retried from the newest verified checkpoint"
+        self._decide(res, "restart", f"{why}, in {format_duration(delay)}")
+        self.say(
+            f"attempt {attempt} {res.reason} ({res.failure_class}); restarting in {format_duration(delay)}"
+        )
+        self.record.event(
+            "restart", sync=True, attempt=attempt + 1, after=res.outcome, backoff_s=delay
+        )
+        # _wake is only ever set together with _stop_reason: never clear it, or a
+        # stop that arrived since the attempt ended would be lost for the backoff.
+        if self._wake.wait(delay):
+            return f"stopped during restart backoff ({self._stop_reason})"
+        return None
 
     def _why_not_retry(self, res: AttemptResult, attempts: list[AttemptResult]) -> str | None:
         """None when the failure is worth a restart; else the reason to stop (for the report)."""
@@ -351,11 +392,11 @@ class Supervisor:
         info = store.latest_verified()
         return ("", None) if info is None else (str(info.path), info.step)
 
-    # ---- watched checkpoints (supervisor/external.py) ----
     def _restore_watched(self, attempt: int, resume_step: int | None) -> str | None:
         """Put the resume checkpoint back where the script expects it, if it was captured.
 
-        Returns the restored file or directory ("{checkpoint}" in checkpoint.resume_args).
+        Returns the restored file or directory ("{checkpoint}" in checkpoint.resume_args);
+        checkpoint.watch, supervisor/external.py.
         """
         if resume_step is None or not self.spec.checkpoint.watch:
             return None
@@ -404,9 +445,6 @@ class Supervisor:
         watcher.start()
         return watcher
 
-    # ---- end of watched checkpoints ----
-
-    # ---- serving runs (acceptrun.serving) ----
     def _start_serving(self, attempt: int, child: ChildProcess, adir: Path) -> Any:
         """A ServingDriver thread beside the server (spec.serving), or None for other runs."""
         if not self.spec.serving.enabled:
@@ -420,8 +458,6 @@ class Supervisor:
         driver.start()
         return driver
 
-    # ---- end of serving runs ----
-
     def _event(self, kind: str, attempt: int, fields: dict[str, Any]) -> None:
         self.record.event(kind, sync=True, attempt=attempt, **fields)
 
@@ -431,38 +467,40 @@ class Supervisor:
             checkpoint_dir=self.checkpoint_dir,
         )  # fmt: skip
 
-    # ---- multi-process launch (acceptrun.workload.distributed) ----
     def _command(self, env: dict[str, str]) -> list[str]:
         """The argv to start: the spec's command, or torchrun around it (processes > 1).
 
         Adds torchrun's shutdown timeout (the grace period) and forwarded signals to
-        ``env``; raises SpecError for a command torchrun cannot start.
+        ``env``; raises SpecError for a command torchrun cannot start
+        (acceptrun.workload.distributed).
         """
         from acceptrun.workload.distributed import launch_command
 
         return launch_command(self.spec, env)
 
-    # ---- end of multi-process launch ----
-
     def _run_attempt(self, attempt: int, deadline: float | None) -> AttemptResult:
+        """Start attempt ``attempt``, watch it until it exits, and record how it ended."""
+        started = self._launch(attempt)
+        if isinstance(started, AttemptResult):
+            return started  # not started
+        returncode = self._supervise(started, self._stop_causes(started, deadline))
+        return self._conclude(started, returncode)
+
+    def _launch(self, attempt: int) -> _Attempt | AttemptResult:
+        """Start the attempt's process; an AttemptResult ``not_started`` when it cannot start."""
         adir = self.record.attempt_dir(attempt)
         adir.mkdir(parents=True, exist_ok=True)
         resume_from, resume_step = self._resume_point(attempt)
         env = self._env(attempt, resume_from)
         try:
             command = self._command(env)
-            # ---- watched checkpoints (supervisor/external.py): put back, resume args ----
-            restored = self._restore_watched(attempt, resume_step)
+            restored = self._restore_watched(attempt, resume_step)  # supervisor/external.py
             if restored is not None:
                 command = with_resume_args(command, self.spec, restored)
-            # ---- end of watched checkpoints ----
         except (SpecError, RecordError, OSError) as exc:
             # processes > 1 with a command torchrun cannot run, or a watched checkpoint
             # that could not be put back where the script expects it
-            stamp = now_iso()
-            res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0, str(exc))
-            self._record_exit(adir, res)
-            return res
+            return self._not_started(attempt, adir, str(exc))
         child = ChildProcess(
             command,
             cwd=self.spec.workdir_path,
@@ -485,10 +523,40 @@ class Supervisor:
             child.start()
         except OSError as exc:
             reason = f"could not start {self.spec.command[0]!r}: {exc.strerror or exc}"
-            stamp = now_iso()
-            res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0, reason)
-            self._record_exit(adir, res)
-            return res
+            return self._not_started(attempt, adir, reason)
+        # If this process dies, the watchdog stops the attempt's tree (supervisor/lease.py).
+        watchdog = Watchdog(
+            leader=child.pid, env=env, grace_s=self.spec.limits.grace_period,
+            group_term=bool(self.spec.shell), events_path=self.record.events_path, attempt=attempt,
+        )  # fmt: skip
+        watchdog.start()
+        self._announce(attempt, child, resume_step, restored)
+        watch = AttemptWatch(
+            self.record.events_path,
+            attempt,
+            (adir / "stdout.log", adir / "stderr.log"),
+            child.pid,
+            offset=offset,
+            steps_only=progress is not None,  # progress = step lines, not any output
+        )
+        self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
+        return _Attempt(
+            number=attempt, adir=adir, env=env, child=child, watch=watch,
+            resume_step=resume_step, oom_before=oom_before, progress=progress,
+            step_faults=step_faults, watchdog=watchdog,
+            watcher=self._start_watcher(attempt, child.pid, watch, resume_step),  # its thread
+            serving=self._start_serving(attempt, child, adir),  # a serving run's load, its thread
+        )  # fmt: skip
+
+    def _not_started(self, attempt: int, adir: Path, reason: str) -> AttemptResult:
+        stamp = now_iso()
+        res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0, reason)
+        self._record_exit(adir, res)
+        return res
+
+    def _announce(
+        self, attempt: int, child: ChildProcess, resume_step: int | None, restored: str | None
+    ) -> None:
         self.record.event(
             "attempt_start",
             sync=True,
@@ -501,140 +569,164 @@ class Supervisor:
         resumed = "" if resume_step is None else f", resuming after step {resume_step}"
         resumed += "" if restored is None else f" from {restored}"
         self.say(f"attempt {attempt} started (pid {child.pid}{resumed})")
-        watch = AttemptWatch(
-            self.record.events_path,
-            attempt,
-            (adir / "stdout.log", adir / "stderr.log"),
-            child.pid,
-            offset=offset,
-            steps_only=progress is not None,  # progress = step lines, not any output
+
+    def _stop_causes(self, a: _Attempt, deadline: float | None) -> list[StopCause]:
+        """The reasons to end this attempt, in the order each poll asks them (supervisor/stops.py)."""
+        causes: list[StopCause] = []
+        if a.serving is not None:
+            causes.append(stops.ServingDone(a.serving.finished, lambda: a.serving.stop_reason))
+        causes.append(stops.UserStop(lambda: self._stop_reason))
+        causes.append(
+            stops.Budget(lambda n: self._stop_reason if self._budget_exhausted(n) else None)
         )
-        self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
-        watcher = self._start_watcher(attempt, child.pid, watch, resume_step)  # its own thread
-        serving = self._start_serving(attempt, child, adir)  # a serving run's load, its thread
-        faults = _time_faults(env, attempt)
-        hang_window = self.spec.limits.hang_window
-        stop_sent_at: float | None = None
-        cause: str | None = None
-        stall_evidence: str | None = None
-        injected: str | None = None  # the time fault sent, e.g. "kill@time=3s"
+        causes.append(stops.WallTime(deadline, self.spec.limits.wall_time))
+        if self.telemetry.idle is not None:  # the attempt's, made by telemetry.begin()
+            causes.append(stops.Idle(self.telemetry.idle))
+        if faults := _time_faults(a.env, a.number):
+            causes.append(stops.TimedFaults(faults, lambda f: self._fire_time_fault(a, f)))
+        if self.spec.limits.hang_window is not None:
+            causes.append(stops.Hang(a.watch, self.spec.limits.hang_window))
+        return causes
+
+    def _supervise(self, a: _Attempt, causes: list[StopCause]) -> int:
+        """Poll the attempt until it exits: its progress, then each stop cause; its status."""
         returncode: int | None = None
-        diverged_kill = False
         while returncode is None:
-            returncode = child.wait(POLL_S)
-            if progress is not None and (div := progress.poll()) is not None:
-                diverged_kill = self._kill_diverged(child, attempt, div)
-            if step_faults and progress is not None and not diverged_kill:
-                self._fire_step_faults(child, attempt, step_faults, progress.last_step)
-            watch.poll()
+            returncode = a.child.wait(POLL_S)
+            self._poll_black_box(a)
+            a.watch.poll()
             if returncode is not None:
                 break
-            if diverged_kill:
+            if a.diverged_kill:
                 continue  # killed: wait for the exit only
             now = time.monotonic()
-            if cause is None and serving is not None and serving.finished.is_set():
-                cause, self._stop_reason = "serving", serving.stop_reason  # load done: stop it
-            if cause is None and self._stop_reason is not None:
-                cause = "user"
-            if cause is None and self._budget_exhausted(attempt):
-                cause = "budget"
-            if cause is None and deadline is not None and now >= deadline:
-                cause = "wall_time"
-                self._stop_reason = (
-                    f"wall time {format_duration(self.spec.limits.wall_time)} reached"
-                )
-            # ---- idle stop (acceptrun.telemetry.idle): the same graceful stop path ----
-            if cause is None and (idle := self.telemetry.idle_stop()) is not None:
-                cause, self._stop_reason = "idle", idle
-                self._idle = self.telemetry.idle_event()
-                self.record.event("idle_stop", sync=True, **(self._idle or {}), reason=idle)
-            # ---- end of idle stop ----
-            for fault in [f for f in faults if child.duration >= f.after_s]:
-                faults.remove(fault)
-                injected = str(fault).removesuffix(f":attempt={fault.attempt}")
-                sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
-                self.record.event(
-                    "fault_injected",
-                    sync=True,
-                    attempt=attempt,
-                    action=fault.action,
-                    after_s=fault.after_s,
-                )
-                self._signal_stop(child, sig)  # an outside event, not a stop request
-            if cause is None and hang_window is not None and (stall := watch.stalled(hang_window)):
-                cause = stall.kind
-                stall_evidence = stall.evidence
-                self._stop_hung(child, adir, attempt, stall.kind, stall.evidence)
-                stop_sent_at = float("inf")  # killed: wait for the exit only
-            if cause is not None and stop_sent_at is None:
-                stop_sent_at = now
-                self.record.event(
-                    "stop_sent",
-                    sync=True,
-                    attempt=attempt,
-                    signal="SIGTERM",
-                    reason=self._stop_reason,
-                )
-                grace = format_duration(self.spec.limits.grace_period)
-                self.say(f"{self._stop_reason}: asking the workload to stop (grace {grace})")
-                self._signal_stop(child, signal.SIGTERM)
-            if stop_sent_at is not None and (
-                self._kill_now or now - stop_sent_at >= self.spec.limits.grace_period
+            a.poll.elapsed = a.child.duration
+            for cause in causes:
+                if a.poll.stop is None or cause.after_stop:
+                    stop = cause.check(now, a.poll)
+                    if stop is not None and a.poll.stop is None:
+                        self._take_stop(a, stop)
+            if a.poll.stop is not None and a.stop_sent_at is None:
+                self._send_stop(a, now)
+            if a.stop_sent_at is not None and (
+                self._kill_now or now - a.stop_sent_at >= self.spec.limits.grace_period
             ):
-                self.record.event(
-                    "kill_sent",
-                    sync=True,
-                    attempt=attempt,
-                    signal="SIGKILL",
-                    after_s=round(now - stop_sent_at, 3),
-                )
-                child.signal_group(signal.SIGKILL)
-                self._kill_now = False
-                stop_sent_at = float("inf")
-        child.finish()
-        if serving is not None:  # the server is gone: end the load, keep what it measured
-            serving.server_exited()
-            serving.join(self.spec.serving.request_timeout + 30.0)
-        self.telemetry.end()
-        if progress is not None:
-            progress.poll(final=True)  # the lines written just before the exit
-        watch.poll()
-        if watcher is not None:
-            # The final pass trusts a file written just before the exit only when the
-            # workload exited by itself: a process killed mid-save leaves it torn.
-            clean = returncode == 0 or (returncode > 0 and cause in STOP_CAUSES)
-            why = f"attempt {attempt} ended (status {returncode}) before the file settled"
-            watcher.stop(final=clean, why_not=why)
-            watch.poll()  # its checkpoint_commit events, for the lost-work accounting
+                self._kill_after_grace(a, now)
+        return returncode
+
+    def _poll_black_box(self, a: _Attempt) -> None:
+        """A black box's logged steps: a diverged loss kills it, due step faults fire."""
+        if a.progress is None:
+            return
+        if (div := a.progress.poll()) is not None:
+            a.diverged_kill = self._kill_diverged(a.child, a.number, div)
+        if a.step_faults and not a.diverged_kill:
+            self._fire_step_faults(a.child, a.number, a.step_faults, a.progress.last_step)
+
+    def _take_stop(self, a: _Attempt, stop: Stop) -> None:
+        """The attempt ends for ``stop``: its reason, its event; a hang is killed at once."""
+        a.poll.stop = stop
+        if stop.reason is not None:
+            self._stop_reason = stop.reason
+        if stop.event is not None:
+            kind, fields = stop.event
+            self.record.event(kind, sync=True, **fields)
+        if not stop.graceful:
+            self._stop_hung(a.child, a.adir, a.number, stop.cause, stop.evidence or "")
+            a.stop_sent_at = float("inf")  # killed: wait for the exit only
+
+    def _send_stop(self, a: _Attempt, now: float) -> None:
+        """A graceful stop: SIGTERM ("checkpoint now, then exit"); the grace period starts."""
+        a.stop_sent_at = now
+        self.record.event(
+            "stop_sent", sync=True, attempt=a.number, signal="SIGTERM", reason=self._stop_reason
+        )
+        grace = format_duration(self.spec.limits.grace_period)
+        self.say(f"{self._stop_reason}: asking the workload to stop (grace {grace})")
+        self._signal_stop(a.child, signal.SIGTERM)
+
+    def _kill_after_grace(self, a: _Attempt, now: float) -> None:
+        """The grace period is over (or a second Ctrl-C came): SIGKILL the attempt's group."""
+        assert a.stop_sent_at is not None
+        self.record.event(
+            "kill_sent",
+            sync=True,
+            attempt=a.number,
+            signal="SIGKILL",
+            after_s=round(now - a.stop_sent_at, 3),
+        )
+        a.child.signal_group(signal.SIGKILL)
+        self._kill_now = False
+        a.stop_sent_at = float("inf")
+
+    def _fire_time_fault(self, a: _Attempt, fault: Any) -> None:
+        """An injected time fault is due: record it and send its signal."""
+        sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
+        self.record.event(
+            "fault_injected",
+            sync=True,
+            attempt=a.number,
+            action=fault.action,
+            after_s=fault.after_s,
+        )
+        self._signal_stop(a.child, sig)  # an outside event, not a stop request
+
+    def _conclude(self, a: _Attempt, returncode: int) -> AttemptResult:
+        """The attempt exited: settle its threads, classify it, record exit.json."""
+        self._settle_exit(a, returncode)
         oom_after = oom_kill_count()
-        res = self._result(attempt, child, returncode, cause, injected=injected)
+        stop, injected = a.poll.stop, a.poll.injected
+        cause = None if stop is None else stop.cause
+        res = self._result(a.number, a.child, returncode, stop, injected=injected)
         facts = AttemptFacts(
             returncode=returncode if returncode >= 0 else None,
             signal=res.signal,
             stop_cause=None if cause == "serving" else cause,
-            stderr_tail=stderr_tail(adir / "stderr.log"),
-            events=watch.events,
-            oom_kills=None if oom_before is None or oom_after is None else oom_after - oom_before,
+            stderr_tail=stderr_tail(a.adir / "stderr.log"),
+            events=a.watch.events,
+            oom_kills=None
+            if a.oom_before is None or oom_after is None
+            else oom_after - a.oom_before,
             # NVML Xid events the telemetry sampler saw during the attempt
-            xid_errors=[str(e.get("detail")) for e in watch.events if e.get("kind") == "xid"],
+            xid_errors=[str(e.get("detail")) for e in a.watch.events if e.get("kind") == "xid"],
             injected=injected,
         )
         res.failure = classify(facts)
-        if stall_evidence is not None:  # what the watch saw comes first
+        if stop is not None and stop.evidence is not None:  # what the watch saw comes first
             res.failure = dataclasses.replace(
-                res.failure, evidence=[stall_evidence, *res.failure.evidence]
+                res.failure, evidence=[stop.evidence, *res.failure.evidence]
             )
-        if serving is not None:
-            serving.settle(res, returncode)  # served: success; never ready: not_ready
-        res.work = self._work(watch, child, resume_step, res)
+        if a.serving is not None:
+            a.serving.settle(res, returncode)  # served: success; never ready: not_ready
+        res.work = self._work(a.watch, a.child, a.resume_step, res, stop)
         if self.spec.outputs:
             from acceptrun.supervisor.outputs import check_declared_outputs
 
             check_declared_outputs(
-                self.record, self.spec, attempt, step=watch.last_step, since=self.billing_start
+                self.record, self.spec, a.number, step=a.watch.last_step, since=self.billing_start
             )
-        self._record_exit(adir, res)
+        self._record_exit(a.adir, res)
         return res
+
+    def _settle_exit(self, a: _Attempt, returncode: int) -> None:
+        """Stop the attempt's helpers and read what it wrote last."""
+        a.watchdog.stop()
+        a.child.finish()
+        if a.serving is not None:  # the server is gone: end the load, keep what it measured
+            a.serving.server_exited()
+            a.serving.join(self.spec.serving.request_timeout + 30.0)
+        self.telemetry.end()
+        if a.progress is not None:
+            a.progress.poll(final=True)  # the lines written just before the exit
+        a.watch.poll()
+        if a.watcher is not None:
+            # The final pass trusts a file written just before the exit only when the
+            # workload exited by itself: a process killed mid-save leaves it torn.
+            cause = None if a.poll.stop is None else a.poll.stop.cause
+            clean = returncode == 0 or (returncode > 0 and cause in STOP_CAUSES)
+            why = f"attempt {a.number} ended (status {returncode}) before the file settled"
+            a.watcher.stop(final=clean, why_not=why)
+            a.watch.poll()  # its checkpoint_commit events, for the lost-work accounting
 
     def _progress_reader(self, attempt: int, adir: Path) -> ProgressReader | None:
         """A reader of the attempt's step lines or TensorBoard files; None for a client script."""
@@ -748,7 +840,7 @@ class Supervisor:
         self.say(
             f"attempt {attempt}: {kind.replace('_', ' ')} ({evidence}); collecting stacks, then killing it"
         )
-        stacks = adir / "stacks.txt"
+        stacks = adir / STACKS_FILE
         before = stacks.stat().st_size if stacks.exists() else 0
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGUSR2)  # the client's faulthandler writes stacks.txt
@@ -777,7 +869,12 @@ class Supervisor:
         child.signal_group(signal.SIGKILL)
 
     def _work(
-        self, watch: AttemptWatch, child: ChildProcess, resume_step: int | None, res: AttemptResult
+        self,
+        watch: AttemptWatch,
+        child: ChildProcess,
+        resume_step: int | None,
+        res: AttemptResult,
+        stop: Stop | None = None,
     ) -> dict[str, Any]:
         """Work done and lost by an attempt: what the cost ledger and the report count.
 
@@ -820,9 +917,10 @@ class Supervisor:
             since = commits[-1] if commits else None
             lost_steps = 0
             lost_s = ended - (since if isinstance(since, int | float) else child.started_at)
-        if res.outcome == "idle" and self._idle is not None:
+        idle_since = None if stop is None else stop.detail.get("since")
+        if res.outcome == "idle" and idle_since is not None:
             # The idle streak at the end is idle time (the ledger's), not work thrown away.
-            lost_s = max(0.0, lost_s - (ended - float(self._idle["since"])))
+            lost_s = max(0.0, lost_s - (ended - float(idle_since)))
         devices = max(self.spec.resources.gpus, 1)
         work.update(
             steps_lost=lost_steps,
@@ -836,38 +934,21 @@ class Supervisor:
         attempt: int,
         child: ChildProcess,
         rc: int,
-        cause: str | None,
+        stop: Stop | None,
         *,
         injected: str | None = None,
     ) -> AttemptResult:
         """How the attempt ended mechanically (the failure class comes from classify())."""
         sig = _signal_name(-rc) if rc < 0 else None
-        hang = format_duration(self.spec.limits.hang_window)
-        if cause == "wall_time":
-            outcome = "wall_time"
-            reason = (
-                f"stopped at the wall-time limit ({format_duration(self.spec.limits.wall_time)})"
-            )
-        elif cause == "user":
-            outcome, reason = "stopped", f"stopped on request ({self._stop_reason})"
-        elif cause == "budget":
-            outcome, reason = "budget", f"stopped before the budget ran out ({self._stop_reason})"
-        elif cause == "idle":  # e.g. "stopped: idle for 2m00s (process CPU 0.3% < 5%)"
-            outcome, reason = "idle", f"stopped: {self._stop_reason}"
-        elif cause == "serving":  # named by ServingDriver.settle
-            outcome, reason = "serving", f"stopped after the load ({self._stop_reason})"
-        elif cause in ("hang", "data_stall"):
-            outcome, reason = (
-                cause,
-                f"killed after no progress for {hang} ({cause.replace('_', ' ')})",
-            )
+        if stop is not None:
+            outcome, reason = stop.outcome, stop.summary
         elif rc == 0:
             outcome, reason = "success", "exited 0"
         elif sig is not None:
             outcome, reason = "signaled", f"killed by {sig}"
         else:
             outcome, reason = "failed", f"exited {rc}"
-        if injected is not None and cause is None and rc != 0:
+        if injected is not None and stop is None and rc != 0:
             verb = "killed" if injected.startswith("kill") else "stopped"
             reason = f"{verb} by an injected fault {injected} ({reason})"
         return AttemptResult(
@@ -906,6 +987,7 @@ def contract_env(
     env[ENV_RESUME_FROM] = resume_from
     env[ENV_CHECKPOINT_DIR] = str(checkpoint_dir)
     env[ENV_SPEC] = str(record.spec_path)
+    env.update(supervisor_env(os.getpid(), process_start_time()))  # workload/liveness.py
     return env
 
 

@@ -72,7 +72,7 @@ class ChildProcess:
             stderr=subprocess.PIPE,
             start_new_session=True,
             # SIGTERM from the kernel if the supervisor dies (supervisor/lease.py)
-            preexec_fn=die_with_supervisor(),  # noqa: PLW1509 - one prctl call, set up before the fork
+            preexec_fn=die_with_supervisor(),  # one prctl call, looked up before the fork
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         # One thread blocks in waitpid: the supervisor then sleeps on an Event that wakes

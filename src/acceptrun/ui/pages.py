@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from acceptrun.cost.billing import format_bytes, format_usd
+from acceptrun.record.liveness import interruption
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import format_duration
 from acceptrun.ui.board import (
@@ -158,6 +159,11 @@ def runs_page(board: Board, flt: RunFilter, page: int) -> str:
             if live
             else esc(r.status)
         )
+        if not live and (gone := interruption(record, r.status)):  # record/liveness.py
+            seen = esc(gone.last_seen_iso)
+            status = (
+                f'<span title="{esc(gone.detail)}">interrupted</span> (last sign of life {seen})'
+            )
         verdict = r.verdict or "-"
         checks = failed_checks(record.path) if r.verdict == "rejected" else []
         shown = "".join(f"<li>{esc(c)}</li>" for c in checks[:4])

@@ -1,0 +1,215 @@
+"""Is the supervisor of a run record alive? Derived from its lease, never written here.
+
+The process that supervises a run (``acceptrun run``, ``acceptrun resume``) holds a
+lease in the run directory, ``supervisor.json`` (written by
+:mod:`acceptrun.supervisor.lease`)::
+
+    {"pid": 4242, "started": 1796101234.56, "host": "gpu-7", "renewed_at": 1796101300.1,
+     "interval_s": 2.0, "ended_at": null}
+
+A reader asks :func:`supervisor_state`:
+
+- ``ended``: run.json says the run is closed (a verdict was written);
+- ``alive``: on this host, the lease's pid runs and started when the lease says (a pid
+  reused by another process started later); on another host, the lease was renewed
+  within :data:`STALE_AFTER_S`;
+- ``gone``: anything else for a run that is not closed. ``last_sign_of_life`` is the
+  newest of the lease's renewal and the last event or telemetry sample.
+
+Readers show a gone supervisor's run as ``interrupted`` (:func:`shown_status`) and leave
+run.json alone: only ``acceptrun resume`` (under its lock) writes the record.
+
+>>> supervisor_state(record).state
+'gone'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceptrun.record.status import RUN_CLOSED, RunStatus
+from acceptrun.record.workspace import now_iso
+
+__all__ = [
+    "LEASE_FILE",
+    "STALE_AFTER_S",
+    "SupervisorLiveness",
+    "interrupted_note",
+    "interruption",
+    "last_sign_of_life",
+    "read_lease",
+    "shown_status",
+    "supervisor_state",
+]
+
+LEASE_FILE = "supervisor.json"
+# Seconds after its last renewal that a lease held on another host counts as lapsed: many
+# renewal intervals, so a loaded shared filesystem does not make a live run look dead.
+STALE_AFTER_S = 30.0
+START_SLACK_S = 1.0  # psutil's create_time rests on the boot time, known to the second
+# Statuses in which a supervisor works on the run; its death leaves the run interrupted.
+_SUPERVISED = (RunStatus.PREFLIGHT, RunStatus.RUNNING, RunStatus.CLOSING)
+_TAIL_BYTES = 64 * 1024  # the end of events.jsonl / telemetry.jsonl read for the last time
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorLiveness:
+    """What a reader can tell about the supervisor of one record."""
+
+    state: str  # alive | gone | ended
+    last_sign_of_life: float | None  # unix seconds; None when nothing was ever recorded
+    detail: str  # for messages: why gone, or who is alive
+
+    @property
+    def gone(self) -> bool:
+        return self.state == "gone"
+
+    @property
+    def last_seen_iso(self) -> str:
+        return "unknown" if self.last_sign_of_life is None else now_iso(self.last_sign_of_life)
+
+
+def read_lease(run_dir: str | Path) -> dict[str, Any] | None:
+    """The lease, or None when there is none or it cannot be read (a torn copy)."""
+    try:
+        data = json.loads((Path(run_dir) / LEASE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def supervisor_state(
+    record: Any, state: dict[str, Any] | None = None, *, now: float | None = None
+) -> SupervisorLiveness:
+    """``alive``, ``gone`` or ``ended`` for ``record`` (a RunRecord or a run directory).
+
+    ``state`` is run.json when the caller has read it already.
+    """
+    run_dir = Path(getattr(record, "path", record))
+    if state is None:
+        try:
+            loaded = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            loaded = {}
+        state = loaded if isinstance(loaded, dict) else {}
+    status = str(state.get("status"))
+    if status in RUN_CLOSED:
+        return SupervisorLiveness("ended", None, f"the run is {status}")
+    lease = read_lease(run_dir)
+    now = time.time() if now is None else now
+    alive, detail = _lease_alive(lease, state, now)
+    if alive or (status not in _SUPERVISED and status != RunStatus.INTERRUPTED):
+        # created (nothing supervises it yet), failed (a tune sweep): not ours to judge
+        return SupervisorLiveness("alive" if alive else "ended", None, detail)
+    return SupervisorLiveness("gone", last_sign_of_life(run_dir, lease), detail)
+
+
+def _lease_alive(
+    lease: dict[str, Any] | None, state: dict[str, Any], now: float
+) -> tuple[bool, str]:
+    if lease is None:
+        # A record written before leases, or in the instant before launch writes one:
+        # the pid in run.json, on this host.
+        pid = state.get("supervisor_pid")
+        host = str(state.get("supervisor") or "").rpartition("@")[2]
+        if type(pid) is not int or (host and host != socket.gethostname()):
+            return True, "no lease and no local pid to check: assumed alive"
+        return _pid_alive(pid, None)
+    if lease.get("ended_at") is not None:
+        return False, f"its supervisor (pid {lease.get('pid')}) exited without closing the run"
+    pid, started = lease.get("pid"), lease.get("started")
+    if lease.get("host") != socket.gethostname():
+        renewed = lease.get("renewed_at")
+        if isinstance(renewed, int | float) and now - renewed < STALE_AFTER_S:
+            return True, f"lease on host {lease.get('host')} renewed {now - renewed:.0f} s ago"
+        return False, f"its lease on host {lease.get('host')} lapsed"
+    if type(pid) is not int:
+        return False, "its lease names no pid"
+    return _pid_alive(pid, started if isinstance(started, int | float) else None)
+
+
+def _pid_alive(pid: int, started: float | None) -> tuple[bool, str]:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            zombie = proc.status() == psutil.STATUS_ZOMBIE
+            created = proc.create_time()
+    except psutil.NoSuchProcess:
+        return False, f"its supervisor (pid {pid}) is gone"
+    except psutil.AccessDenied:
+        return True, f"pid {pid} belongs to another user: assumed alive"
+    if zombie:
+        return False, f"its supervisor (pid {pid}) has exited"
+    if started is not None and abs(created - started) > START_SLACK_S:
+        return False, f"its supervisor (pid {pid}) is gone; the pid is now another process"
+    return True, f"supervisor pid {pid}"
+
+
+def last_sign_of_life(run_dir: str | Path, lease: dict[str, Any] | None = None) -> float | None:
+    """The newest of the lease's renewal and the last event and telemetry sample (unix s)."""
+    run_dir = Path(run_dir)
+    lease = read_lease(run_dir) if lease is None else lease
+    times: list[float] = []
+    for key in ("renewed_at", "ended_at"):
+        value = (lease or {}).get(key)
+        if isinstance(value, int | float):
+            times.append(float(value))
+    for name in ("events.jsonl", "telemetry.jsonl"):
+        t = _last_time(run_dir / name)
+        if t is not None:
+            times.append(t)
+    return max(times) if times else None
+
+
+def _last_time(path: Path) -> float | None:
+    """The largest ``t`` among the last lines of a JSON Lines file (its end only: files grow)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TAIL_BYTES))
+            tail = f.read()
+    except OSError:
+        return None
+    best: float | None = None
+    for line in tail.splitlines()[-50:]:
+        try:
+            t = json.loads(line).get("t")
+        except (ValueError, AttributeError):
+            continue  # the first, cut line, or a torn last one
+        if isinstance(t, int | float) and (best is None or t > best):
+            best = float(t)
+    return best
+
+
+def interruption(record: Any, status: str) -> SupervisorLiveness | None:
+    """The liveness of a supervised run whose supervisor is gone; None otherwise (cheap then:
+    a closed or never started run reads nothing)."""
+    if status not in _SUPERVISED and status != RunStatus.INTERRUPTED:
+        return None
+    liveness = supervisor_state(record)
+    return liveness if liveness.gone else None
+
+
+def interrupted_note(run_id: str, liveness: SupervisorLiveness) -> str:
+    """One line for listings: why the run reads interrupted and how to continue it."""
+    return (
+        f"{run_id} is interrupted: {liveness.detail}; last sign of life "
+        f"{liveness.last_seen_iso}; `acceptrun resume {run_id}` continues it"
+    )
+
+
+def shown_status(record: Any, status: str, state: dict[str, Any] | None = None) -> str:
+    """The status a reader shows: ``interrupted`` for a supervised run whose supervisor is gone."""
+    if status not in _SUPERVISED and status != RunStatus.INTERRUPTED:
+        return status
+    if supervisor_state(record, state).gone:
+        return str(RunStatus.INTERRUPTED)
+    return status

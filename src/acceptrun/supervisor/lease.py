@@ -1,0 +1,288 @@
+"""The supervisor's side of "the supervisor can die": a lease, a death signal, a watchdog.
+
+``kill -9`` of ``acceptrun run`` (the OOM killer, a node reboot) must neither leave the
+workload training unsupervised nor leave the record saying "running" for ever:
+
+- :class:`SupervisorLease` writes ``supervisor.json`` in the run directory (pid, process
+  start time, host) and renews it every :data:`RENEW_S` seconds from a thread of its own;
+  readers (:mod:`acceptrun.record.liveness`) show a run whose supervisor is gone as
+  ``interrupted``, with its last sign of life.
+- :func:`die_with_supervisor` runs in the forked child before exec: the kernel sends it
+  SIGTERM when the supervisor dies (Linux ``PR_SET_PDEATHSIG``). A script using the
+  client checkpoints at its next step boundary and exits; so does a script that handles
+  SIGTERM itself; any other dies of it. The signal follows the death of the *thread*
+  that forked: the supervisor forks from the thread that runs its attempts loop, which
+  lives as long as supervision does.
+- :class:`Watchdog`, a small process beside each attempt, enforces the grace period
+  once the supervisor is gone: SIGTERM (again; for a string command the whole group),
+  then after ``limits.grace_period`` SIGKILL to the group and to every process that
+  carries the attempt's ``ACCEPTRUN_RUN_ID``/``ACCEPTRUN_ATTEMPT`` (torchrun's ranks,
+  which live in sessions of their own). No process of the attempt outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from acceptrun._util.durable import write_json_atomic
+from acceptrun.record.liveness import LEASE_FILE
+from acceptrun.record.workspace import RunRecord
+
+__all__ = [
+    "RENEW_S",
+    "SupervisorLease",
+    "Watchdog",
+    "die_with_supervisor",
+    "end_lease",
+    "hold_lease",
+    "process_start_time",
+    "start_lease",
+    "take_over",
+]
+
+RENEW_S = 2.0  # seconds between lease renewals: one small atomic write each
+_PR_SET_PDEATHSIG = 1  # prctl(2) option, linux/prctl.h
+_WATCHDOG = Path(__file__).with_name("_watchdog.py")
+
+
+def process_start_time(pid: int | None = None) -> float:
+    """The process's start time (unix seconds, psutil's create_time): a pid plus this
+    names one process, not whichever reuses the pid later."""
+    import psutil
+
+    return float(psutil.Process(os.getpid() if pid is None else pid).create_time())
+
+
+class SupervisorLease:
+    """``supervisor.json`` of one run, renewed every :data:`RENEW_S` s while held."""
+
+    def __init__(self, record: RunRecord, *, interval_s: float = RENEW_S) -> None:
+        self.record = record
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._body = {
+            "pid": os.getpid(),
+            "started": process_start_time(),
+            "host": socket.gethostname(),
+            "interval_s": interval_s,
+            "ended_at": None,
+        }
+        self.failures = 0  # renewals that could not be written (a full disk): logged, not fatal
+
+    @property
+    def path(self) -> Path:
+        return self.record.file(LEASE_FILE)
+
+    def start(self) -> None:
+        """Write the lease now (a reader sees it at once), then renew it on a thread."""
+        self._write()
+        self._thread = threading.Thread(target=self._renew, name="acceptrun-lease", daemon=True)
+        self._thread.start()
+
+    def _write(self, **extra: Any) -> None:
+        body = {**self._body, "renewed_at": round(time.time(), 3), **extra}
+        try:
+            write_json_atomic(self.path, body)
+        except OSError as exc:
+            # Background work never kills the run: a reader then sees an older renewal.
+            self.failures += 1
+            if self.failures == 1:
+                print(f"acceptrun: could not renew {self.path}: {exc}", file=sys.stderr)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._write()
+
+    def end(self) -> None:
+        """Stop renewing and mark the lease ended (the supervisor exits on purpose)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._write(ended_at=round(time.time(), 3))
+
+
+_held: dict[Path, SupervisorLease] = {}  # run directory -> the lease this process holds
+_held_lock = threading.Lock()
+
+
+def start_lease(record: RunRecord) -> SupervisorLease:
+    """Take the run's lease for this process (``acceptrun run``, ``acceptrun resume``).
+
+    Held until :func:`end_lease` (called by the close of the run); a lease this process
+    already holds for the record is renewed, not doubled.
+    """
+    key = record.path.resolve()
+    with _held_lock:
+        lease = _held.get(key)
+        if lease is None:
+            lease = _held[key] = SupervisorLease(record)
+            lease.start()
+    return lease
+
+
+def end_lease(record: RunRecord) -> None:
+    """Mark the run's lease ended, if this process holds it (no-op otherwise)."""
+    with _held_lock:
+        lease = _held.pop(record.path.resolve(), None)
+    if lease is not None:
+        lease.end()
+
+
+@contextlib.contextmanager
+def hold_lease(record: RunRecord) -> Iterator[SupervisorLease]:
+    """Hold the run's lease for the body of the ``with``; mark it ended on the way out."""
+    lease = SupervisorLease(record)
+    lease.start()
+    try:
+        yield lease
+    finally:
+        lease.end()
+
+
+def die_with_supervisor(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for Popen that asks the kernel for ``sig`` when the parent dies.
+
+    Everything it needs is looked up here, before the fork: between fork and exec only
+    the prctl call runs. None where the kernel has no such signal (not Linux).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    getppid, getpid, kill = os.getppid, os.getpid, os.kill
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if getppid() != parent:  # the supervisor died before prctl took effect
+            kill(getpid(), sig)
+
+    return preexec
+
+
+class Watchdog:
+    """The process that stops an attempt's tree if the supervisor dies (``_watchdog.py``).
+
+    It is the supervisor's child in a session of its own (a Ctrl-C to the terminal does
+    not reach it), imports nothing but the standard library and psutil (~30 ms, ~10 MB),
+    and polls its parent pid every 0.2 s (a death signal could arrive before it can
+    handle one; a poll cannot be missed). :meth:`stop` ends it when the attempt ends.
+    """
+
+    def __init__(
+        self,
+        *,
+        leader: int,
+        env: Mapping[str, str],
+        grace_s: float,
+        group_term: bool,
+        events_path: Path,
+        attempt: int,
+    ) -> None:
+        self.argv = [
+            sys.executable, "-I", str(_WATCHDOG), str(os.getpid()), str(leader),
+            f"{grace_s:g}", "1" if group_term else "0", str(events_path),
+            str(env.get("ACCEPTRUN_RUN_ID", "")), str(attempt),
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it; an OSError is reported on stderr and supervision goes on without it."""
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            print(f"acceptrun: the attempt's watchdog did not start: {exc}", file=sys.stderr)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+def take_over(record: RunRecord) -> dict[str, Any] | None:
+    """Before ``acceptrun resume`` continues a run whose supervisor died: clean up after it.
+
+    Kills what is left of its last attempt (the watchdog normally has; a node that
+    rebooted has nothing left), writes that attempt's ``exit.json`` (outcome
+    ``interrupted``) when the dead supervisor could not, and returns what the resume
+    event records: ``{"attempt", "last_sign_of_life", "dead_s", "killed"}``. None when
+    the supervisor was not gone (a stopped or finished run resumed as before).
+    """
+    from acceptrun.record.liveness import supervisor_state
+
+    liveness = supervisor_state(record)
+    if not liveness.gone:
+        return None
+    now = time.time()
+    last = liveness.last_sign_of_life
+    attempts = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
+    attempt = max(attempts, default=None)
+    killed: list[int] = []
+    if attempt is not None:
+        killed = _kill_attempt(record.run_id, attempt)
+        if not record.exists(f"attempts/{attempt}/exit.json"):
+            steps = [
+                int(e["step"])
+                for e in record.events("step")
+                if e.get("attempt") == attempt and isinstance(e.get("step"), int)
+            ]
+            record.write_json(
+                f"attempts/{attempt}/exit.json",
+                {
+                    "attempt": attempt, "outcome": "interrupted", "returncode": None,
+                    "signal": None, "started_at": None, "ended_at": None, "duration_s": None,
+                    "reason": f"its supervisor died ({liveness.detail}); "
+                    f"last sign of life {liveness.last_seen_iso}",
+                    "work": {"last_step": max(steps) if steps else None},
+                    "decision": "resume: acceptrun resume",
+                },
+            )  # fmt: skip
+    return {
+        "attempt": attempt,
+        "last_sign_of_life": last,
+        "dead_s": None if last is None else round(max(0.0, now - last), 3),
+        "killed": killed,
+        "detail": liveness.detail,
+    }
+
+
+def _kill_attempt(run_id: str, attempt: int) -> list[int]:
+    """SIGKILL every process that carries the attempt's run id and number; their pids."""
+    import psutil
+
+    killed: list[int] = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("ACCEPTRUN_RUN_ID") == run_id and env.get("ACCEPTRUN_ATTEMPT") == str(attempt):
+            with contextlib.suppress(psutil.Error, OSError):
+                proc.kill()
+                killed.append(proc.pid)
+    return killed
