@@ -7,10 +7,22 @@
     │   ├── SpecError              a run spec that does not load or validate
     │   ├── WorkspaceError         no workspace, no such run, an unreadable record
     │   ├── DataError              data missing or not matching its manifest
-    │   └── PreflightError         an environment expectation or smoke test failed
-    └── RecordError                a run record that is damaged on disk (CLI exit code 1)
+    │   ├── PreflightError         an environment expectation or smoke test failed
+    │   └── GitError               git missing, timed out, or a git command failed
+    ├── RecordError                a run record that is damaged on disk (CLI exit code 1)
+    │
+    │   raised by the workload API (acceptrun.init, Run, ResumableLoader, CheckpointStore,
+    │   the framework callbacks) where it raised a built-in before; each is also that
+    │   built-in, so ``except ValueError`` in a training script still catches it:
+    ├── AcceptrunValueError        (also ValueError)    a bad argument or value
+    ├── AcceptrunTypeError         (also TypeError)     a value of a type that cannot be used
+    ├── AcceptrunKeyError          (also KeyError)      a name that is not there
+    ├── AcceptrunFileNotFoundError (also FileNotFoundError)
+    └── AcceptrunRuntimeError      (also RuntimeError)  a call in the wrong state or order
 
-Only ``acceptrun.cli.main`` catches these; it prints ``Type: message`` and exits non-zero.
+The CLI maps these to exit codes (``acceptrun.cli.main`` prints ``Type: message``).
+Elsewhere they are caught only where a failure is optional and then recorded (close,
+the verdict and the report write a ``best_effort_failed`` event), never swallowed.
 Messages name the thing, the bad value and the fix, so a user never needs the traceback.
 """
 
@@ -18,7 +30,13 @@ from __future__ import annotations
 
 __all__ = [
     "AcceptrunError",
+    "AcceptrunFileNotFoundError",
+    "AcceptrunKeyError",
+    "AcceptrunRuntimeError",
+    "AcceptrunTypeError",
+    "AcceptrunValueError",
     "DataError",
+    "GitError",
     "PreflightError",
     "RecordError",
     "SpecError",
@@ -69,5 +87,47 @@ class PreflightError(UserError):
     """A check before the first step failed; the run was not launched."""
 
 
+class GitError(UserError):
+    """git is not installed, did not finish in time, or a git command failed.
+
+    The message names the command, the checkout and git's own last line of complaint.
+    """
+
+
 class RecordError(AcceptrunError):
     """A run record on disk is damaged (for example a JSON file that does not parse)."""
+
+
+# ---- the workload API: acceptrun errors that are also the built-ins raised before ----------
+
+
+class AcceptrunValueError(AcceptrunError, ValueError):
+    """A bad argument or value passed to the workload API (also a :class:`ValueError`).
+
+    >>> run.metric("", 1.0)  # doctest: +SKIP
+    AcceptrunValueError: metric name is empty; use a name such as 'eval/accuracy'
+    """
+
+
+class AcceptrunTypeError(AcceptrunError, TypeError):
+    """A value of a type the workload API cannot use (also a :class:`TypeError`)."""
+
+
+class AcceptrunKeyError(AcceptrunError, KeyError):
+    """A name that is not where it was asked for (also a :class:`KeyError`)."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument as a repr; the message reads better as written.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class AcceptrunFileNotFoundError(AcceptrunError, FileNotFoundError):
+    """A file the workload API needs is not there (also a :class:`FileNotFoundError`)."""
+
+
+class AcceptrunRuntimeError(AcceptrunError, RuntimeError):
+    """A call made in the wrong state or order (also a :class:`RuntimeError`).
+
+    For example ``acceptrun.init()`` under a supervisor whose ``$ACCEPTRUN_RUN_DIR`` is
+    not a run record.
+    """

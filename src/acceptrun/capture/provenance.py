@@ -38,11 +38,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from acceptrun._util.durable import write_atomic
+from acceptrun._util.git import git as _git
 from acceptrun._util.hashing import hash_bytes, hash_stream
 from acceptrun.capture import _probe
+from acceptrun.errors import GitError
 
 __all__ = [
     "Change",
@@ -57,7 +59,6 @@ __all__ = [
 SCHEMA = 1
 PROBE = Path(__file__).with_name("_probe.py")
 PROBE_TIMEOUT = 60.0  # seconds for the python/packages/torch probe; torch import is ~1 s
-GIT_TIMEOUT = 30.0  # seconds per git command; `git status` on a huge tree can be slow
 PARTS = ("os", "host", "cpu", "memory", "python", "packages", "git", "torch", "gpus", "env")
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "SLURM_", "HF_", "TRANSFORMERS_",
@@ -201,40 +202,6 @@ def _packages_part(names: Mapping[str, str]) -> dict[str, Any]:
 # --- git ----------------------------------------------------------------------------------
 
 
-class _GitError(Exception):
-    """A git command failed; the message is the reason recorded in the absent part."""
-
-
-def _git(root: Path, *args: str, stdout: IO[bytes] | None = None, check: bool = True) -> str:
-    """Run ``git args`` in ``root``; returns stdout text (empty when ``stdout`` is a file)."""
-    # No optional locks: a concurrent `git commit` must not trip over our `git status`.
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
-    try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout if stdout is not None else subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=GIT_TIMEOUT,
-            check=False,
-        )
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError) and exc.filename == "git":
-            raise _GitError(f"git is not installed or not on PATH ({exc.strerror})") from exc
-        raise _GitError(f"could not run git in {root} ({exc.strerror or exc})") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise _GitError(f"`git {args[0]}` timed out after {GIT_TIMEOUT:g} s in {root}") from exc
-    if check and proc.returncode != 0:
-        message = proc.stderr.decode(errors="replace").strip().splitlines()
-        detail = message[-1] if message else f"exit status {proc.returncode}"
-        raise _GitError(f"`git {args[0]}` failed in {root}: {detail}")
-    if proc.returncode != 0 or stdout is not None:
-        return ""
-    return proc.stdout.decode(errors="surrogateescape").rstrip("\n")
-
-
 def _excluded(root: Path, paths: Sequence[Path]) -> list[str]:
     """``:(top,exclude)`` pathspecs for ``paths`` inside the checkout at ``root``."""
     specs = []
@@ -259,7 +226,7 @@ def _git_part(
         return _probe.absent(f"working directory {cwd} does not exist")
     try:
         root = Path(_git(cwd, "rev-parse", "--show-toplevel"))
-    except _GitError as exc:
+    except GitError as exc:
         return _probe.absent(str(exc))
     try:
         commit = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False) or None
@@ -291,7 +258,7 @@ def _git_part(
             if diff_path is not None:
                 tmp.seek(0)
                 write_atomic(diff_path, lambda out: shutil.copyfileobj(tmp, out))
-    except _GitError as exc:
+    except GitError as exc:
         return _probe.absent(str(exc))
     return {
         "root": str(root),

@@ -21,7 +21,6 @@ Compare the two with ``acceptrun diff RUN NEW_RUN``.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any
 
 import tomli_w
 
+from acceptrun._util import git as gitutil
 from acceptrun._util.durable import write_atomic
 from acceptrun.errors import RecordError, UserError
 from acceptrun.record.workspace import RunRecord, Workspace
@@ -71,23 +71,7 @@ class ReproducePlan:
 
 
 def _git(root: Path, *args: str, check: bool = True) -> str:
-    try:
-        proc = subprocess.run(
-            ["git", "-C", str(root), *args],
-            capture_output=True, text=True, timeout=GIT_TIMEOUT, check=False,
-        )  # fmt: skip
-    except FileNotFoundError:
-        raise UserError(
-            "git is not installed or not on PATH; install git to reproduce runs"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise UserError(f"`git {args[0]}` timed out after {GIT_TIMEOUT:g} s in {root}") from None
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise UserError(
-            f"`git {' '.join(args)}` failed in {root}: {detail[-1] if detail else proc.returncode}"
-        )
-    return proc.stdout.strip()
+    return gitutil.git(root, *args, check=check, timeout=GIT_TIMEOUT)
 
 
 def _has_patch(diff: Path) -> bool:
