@@ -13,7 +13,9 @@ import types
 import typing
 from typing import Any, Union, get_args, get_origin
 
-from acceptrun.spec.model import _DURATION_RE, Duration, RunSpec, _fields, _to_plain
+from acceptrun.spec.fields import Rules, fields_of, rules_of, rules_text, schema_rules, to_plain
+from acceptrun.spec.model import RunSpec
+from acceptrun.spec.units import DURATION_RE, Duration
 
 __all__ = ["json_schema", "reference_markdown", "starter_spec"]
 
@@ -28,22 +30,30 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def _schema_for(tp: Any) -> dict[str, Any]:
+def _schema_for(tp: Any, rules: Rules | None = None) -> dict[str, Any]:
+    """The schema of a value of type ``tp``; ``rules`` (a field's) go on its scalar values."""
+    rules = rules or Rules()
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
-        return _schema_for(next(a for a in get_args(tp) if a is not type(None)))
+        return _schema_for(next(a for a in get_args(tp) if a is not type(None)), rules)
     if dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         props: dict[str, Any] = {}
         required: list[str] = []
-        for name, f in _fields(tp).items():  # type: ignore[arg-type]
-            props[name] = {"description": f.metadata["doc"], **_schema_for(hints[name])}
-            if name == "command":
+        for name, f in fields_of(tp).items():  # type: ignore[arg-type]
+            field_rules = rules_of(f)
+            props[name] = {
+                "description": f.metadata["doc"],
+                **_schema_for(hints[name], field_rules),
+            }
+            if field_rules.unit:
+                props[name]["x-unit"] = field_rules.unit
+            if f.metadata.get("from_string") is not None:  # command: a string or a list
                 props[name] = {
                     "description": f.metadata["doc"],
                     "oneOf": [
-                        {"type": "string"},
-                        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                        {"type": "string", "minLength": 1},
+                        _schema_for(hints[name], field_rules),
                     ],
                 }
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -57,22 +67,36 @@ def _schema_for(tp: Any) -> dict[str, Any]:
             out["required"] = required
         return out
     if tp is Duration:
+        number = {"type": "number", "minimum": 0, **schema_rules(rules, "number")}
+        if "exclusiveMinimum" in number:
+            del number["minimum"]
         return {
             "oneOf": [
-                {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": _DURATION_RE.pattern.join(["^(", ")+$"])},
+                number,
+                {"type": "string", "pattern": DURATION_RE.pattern.join(["^(", ")+$"])},
             ]
         }
     if origin is list:
-        return {"type": "array", "items": _schema_for(get_args(tp)[0])}
+        array: dict[str, Any] = {"type": "array", "items": _schema_for(get_args(tp)[0], rules)}
+        length: dict[str, Any] = {}
+        if rules.min_items is not None:
+            length["minItems"] = rules.min_items
+        if rules.max_items is not None:
+            length["maxItems"] = rules.max_items
+        if length and rules.empty_ok:  # [] means "not set"
+            array["anyOf"] = [{"maxItems": 0}, length]
+        else:
+            array.update(length)
+        return array
     if origin is dict:
-        return {"type": "object", "additionalProperties": _schema_for(get_args(tp)[1])}
-    return {
-        bool: {"type": "boolean"},
-        int: {"type": "integer"},
-        float: {"type": "number"},
-        str: {"type": "string"},
-    }[tp]
+        return {"type": "object", "additionalProperties": _schema_for(get_args(tp)[1], rules)}
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp in (int, float):
+        return {"type": "integer" if tp is int else "number", **schema_rules(rules, "number")}
+    if tp is str:
+        return {"type": "string", **schema_rules(rules, "string")}
+    raise TypeError(f"no schema for {tp!r}")  # internal invariant: a new field type
 
 
 def reference_markdown() -> str:
@@ -82,7 +106,9 @@ def reference_markdown() -> str:
         "",
         "Generated from `src/acceptrun/spec/model.py` by `acceptrun spec docs`; a test keeps the two in",
         'sync. Durations are seconds as a number, or strings such as `"90s"`, `"10m"`,',
-        '`"2h"`, `"1h30m"`. Relative paths are relative to the spec file.',
+        '`"2h"`, `"1h30m"`. Relative paths are relative to the spec file. The type column',
+        "shows each field's constraints (bounds, allowed values, formats, units): `acceptrun",
+        "spec check` enforces them and `acceptrun spec schema` states them.",
         "",
     ]
 
@@ -90,20 +116,23 @@ def reference_markdown() -> str:
         hints = typing.get_type_hints(cls)
         lines.extend(["| key | type | default | meaning |", "|---|---|---|---|"])
         nested = []
-        for name, f in _fields(cls).items():
+        for name, f in fields_of(cls).items():
             tp = hints[name]
             if dataclasses.is_dataclass(tp):
                 nested.append((name, tp))
                 continue
             if f.default is not dataclasses.MISSING:
                 default = (
-                    "-" if f.default is None else f"`{_to_plain(f.default)!r}`".replace("'", '"')
+                    "-" if f.default is None else f"`{to_plain(f.default)!r}`".replace("'", '"')
                 )
             elif f.default_factory is not dataclasses.MISSING:
-                default = f"`{_to_plain(f.default_factory())!r}`".replace("'", '"')
+                default = f"`{to_plain(f.default_factory())!r}`".replace("'", '"')
             else:
                 default = "required"
             kind = _type_name(tp).replace("|", "or")
+            constraints = rules_text(rules_of(f))
+            if constraints:  # a "|" inside a pattern would end the table cell
+                kind += "; " + constraints.replace("|", "\\|")
             lines.append(f"| `{prefix}{name}` | {kind} | {default} | {f.metadata['doc']} |")
         for name, tp in nested:
             lines.extend(["", f"## [{name}]", "", (tp.__doc__ or "").strip().splitlines()[0], ""])

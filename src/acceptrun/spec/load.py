@@ -1,0 +1,69 @@
+"""Reading a spec file: TOML, then the declared fields, then the paths resolved.
+
+``load_spec(path)`` is the one way to read a spec, the user's or a run record's frozen
+copy: every problem is reported at once, each naming the field path, the bad value and
+what is accepted ("did you mean" for unknown keys, line:column for TOML syntax errors).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from acceptrun.errors import SpecError
+from acceptrun.spec.fields import build
+
+if TYPE_CHECKING:
+    from acceptrun.spec.model import RunSpec
+
+__all__ = ["load_spec", "parse_spec"]
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read, parse and validate a spec file; raises :class:`SpecError` with every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(path), ["file not found; create one with `acceptrun init`"]) from None
+    except IsADirectoryError:
+        raise SpecError(str(path), ["is a directory; give the path of a .toml spec file"]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            str(path), [f"is not UTF-8 text ({exc.reason} at byte {exc.start})"]
+        ) from None
+    return parse_spec(text, source=str(path), base_dir=path.resolve().parent)
+
+
+def parse_spec(text: str, *, source: str = "<spec>", base_dir: str | Path = ".") -> RunSpec:
+    """Parse spec text; paths in it are relative to ``base_dir``."""
+    # model.py re-exports this module's functions, so the model is imported when called.
+    from acceptrun.spec.model import RunSpec
+
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, [toml_error(exc)]) from None
+    problems: list[str] = []
+    spec: RunSpec | None = build(RunSpec, raw, "", problems)
+    if problems or spec is None:
+        raise SpecError(source, problems)
+    spec.source = source
+    spec.base_dir = str(Path(base_dir).resolve())
+    return spec
+
+
+def toml_error(exc: tomllib.TOMLDecodeError) -> str:
+    """A TOML syntax error with its line and column, e.g. ``TOML syntax error at line 3, ...``."""
+    message = str(exc)
+    match = re.search(r"\(at line (\d+), column (\d+)\)", message)
+    if match:
+        where = f"line {match[1]}, column {match[2]}"
+        what = message[: match.start()].strip()
+        return f"TOML syntax error at {where}: {what}"
+    if "end of document" in message:
+        what = message.split("(")[0].strip()
+        return f"TOML syntax error at the end of the file: {what}"
+    return f"TOML syntax error: {message}"
