@@ -52,6 +52,7 @@ from acceptrun._util.durable import append_jsonl, read_jsonl
 from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage_cost, storage_cost
 from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
+from acceptrun.record.models import FORMAT
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
 
@@ -550,6 +551,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "switching_usd": round(switching_usd, 6),
     }
     ledger: dict[str, Any] = {
+        "format": FORMAT,
         "schema": SCHEMA,
         "run_id": record.run_id,
         "name": state.get("name"),

@@ -88,6 +88,7 @@ class AttemptOutcome(enum.StrEnum):
     HANG = "hang"
     DATA_STALL = "data_stall"
     NOT_STARTED = "not_started"
+    INTERRUPTED = "interrupted"  # its supervisor died (supervisor/lease.py take_over)
 
 
 class JobState(enum.StrEnum):

@@ -44,6 +44,7 @@ from acceptrun._util.durable import (
 )
 from acceptrun._util.sqlite import migrate
 from acceptrun.errors import RecordError, WorkspaceError
+from acceptrun.record.models import FORMAT, record_format
 from acceptrun.record.status import RunStatus
 
 __all__ = [
@@ -203,6 +204,7 @@ class RunRecord:
         data = self.read_json("run.json")
         if not isinstance(data, dict):
             raise RecordError(f"{self.path / 'run.json'} is missing; this is not a run record")
+        record_format(data, self.path / "run.json")  # a newer format raises, naming the fix
         return data
 
     def update_state(self, **changes: Any) -> dict[str, Any]:
@@ -267,6 +269,7 @@ class Workspace:
         try:
             write_atomic(tmp / "spec.toml", spec_text)
             record_state = {
+                "format": FORMAT,
                 "run_id": run_id,
                 "name": name,
                 "created_at": now_iso(),

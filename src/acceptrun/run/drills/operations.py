@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.errors import UserError
+from acceptrun.record.models import FORMAT as RECORD_FORMAT
 from acceptrun.record.workspace import RunRecord, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
 
@@ -661,7 +662,7 @@ def _decide_again(record: RunRecord) -> str:
 
     verdict = compute_verdict(record)
     label = "accepted" if verdict.accepted else "rejected"
-    record.write_json("verdict.json", verdict.to_dict())
+    record.write_json("verdict.json", {"format": RECORD_FORMAT, **verdict.to_dict()})
     record.update_state(verdict=label)  # also refreshes the index
     record.event("verdict", sync=True, verdict=label, after="drill")
     return label

@@ -1,0 +1,217 @@
+"""Typed models of the record's JSON files: run.json, exit.json, verdict.json, ledger.json.
+
+Each file carries ``"format": FORMAT`` (written by its writer). Reading:
+
+- no ``format``: a record written before formats existed; read as format 1;
+- ``format`` up to :data:`FORMAT`: read;
+- a newer ``format``: :class:`~acceptrun.errors.RecordError` naming the file, its format
+  and the fix (upgrade acceptrun), never a silent misreading.
+
+The models keep the whole parsed object in ``raw``: a field a newer writer added within
+the same format is never lost by a reader that passes the data on.
+
+>>> RunState.from_json({"run_id": "r", "status": "finished"}, "run.json").status
+'finished'
+>>> RunState.from_json({"format": 99}, "runs/r/run.json")
+Traceback (most recent call last):
+...
+acceptrun.errors.RecordError: runs/r/run.json has format 99, newer than this acceptrun reads (up to 1); upgrade acceptrun (pip install -U acceptrun) to read this record
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceptrun.errors import RecordError
+from acceptrun.record.status import RunStatus
+
+__all__ = [
+    "FORMAT",
+    "AttemptExit",
+    "LedgerFile",
+    "RunState",
+    "VerdictFile",
+    "record_format",
+]
+
+FORMAT = 1  # the record format this code writes and the newest it reads
+
+
+def record_format(data: Any, path: str | Path) -> int:
+    """The format of a record file's parsed JSON (1 when absent); a newer one raises."""
+    if not isinstance(data, dict):
+        raise RecordError(
+            f"{path} holds a JSON {type(data).__name__}, not an object; the record is "
+            "damaged. Restore it from a copy, or run `acceptrun index rebuild` to skip it."
+        )
+    fmt = data.get("format", 1)
+    if type(fmt) is not int or fmt < 1:
+        raise RecordError(
+            f"{path} has format {fmt!r}, which is not a format number (1, 2, ...); "
+            "the record is damaged. Restore it from a copy."
+        )
+    if fmt > FORMAT:
+        raise RecordError(
+            f"{path} has format {fmt}, newer than this acceptrun reads (up to {FORMAT}); "
+            "upgrade acceptrun (pip install -U acceptrun) to read this record"
+        )
+    return fmt
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _opt_num(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState:
+    """run.json: where the run is, when it started and ended, and its verdict."""
+
+    format: int
+    run_id: str | None
+    name: str | None
+    status: str  # a RunStatus value; kept as written so a newer status still reads
+    mode: str | None  # None (supervised), standalone, tune
+    created_at: str | None
+    ended_at: str | None
+    verdict: str | None  # accepted | rejected | None (not decided)
+    attempts: int
+    steps: int | None
+    duration_s: float | None
+    work: dict[str, Any]  # steps, seconds and device-seconds lost (record.view.work_lost)
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path) -> RunState:
+        fmt = record_format(data, path)
+        attempts = data.get("attempts")
+        steps = data.get("steps")
+        work = data.get("work")
+        return cls(
+            format=fmt,
+            run_id=_opt_str(data.get("run_id")),
+            name=_opt_str(data.get("name")),
+            status=str(data.get("status", "unknown")),
+            mode=_opt_str(data.get("mode")),
+            created_at=_opt_str(data.get("created_at")),
+            ended_at=_opt_str(data.get("ended_at")),
+            verdict=_opt_str(data.get("verdict")),
+            attempts=attempts if type(attempts) is int else 0,
+            steps=steps if type(steps) is int else None,
+            duration_s=_opt_num(data.get("duration_s")),
+            work=work if isinstance(work, dict) else {},
+            raw=data,
+        )
+
+    @property
+    def run_status(self) -> RunStatus | None:
+        """The status as a :class:`RunStatus`; None for a status this code does not know."""
+        try:
+            return RunStatus(self.status)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptExit:
+    """attempts/<n>/exit.json: how one attempt ended and why."""
+
+    format: int
+    attempt: int | None
+    outcome: str  # an AttemptOutcome value
+    failure_class: str | None  # "class": a FailureClass value, when classified
+    returncode: int | None
+    signal: str | None
+    started_at: str | None
+    ended_at: str | None
+    duration_s: float | None
+    reason: str
+    work: dict[str, Any]
+    decision: str | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path) -> AttemptExit:
+        fmt = record_format(data, path)
+        attempt, rc, work = data.get("attempt"), data.get("returncode"), data.get("work")
+        return cls(
+            format=fmt,
+            attempt=attempt if type(attempt) is int else None,
+            outcome=str(data.get("outcome", "unknown")),
+            failure_class=_opt_str(data.get("class")),
+            returncode=rc if type(rc) is int else None,
+            signal=_opt_str(data.get("signal")),
+            started_at=_opt_str(data.get("started_at")),
+            ended_at=_opt_str(data.get("ended_at")),
+            duration_s=_opt_num(data.get("duration_s")),
+            reason=str(data.get("reason") or ""),
+            work=work if isinstance(work, dict) else {},
+            decision=_opt_str(data.get("decision")),
+            raw=data,
+        )
+
+    @property
+    def ended_as(self) -> str:
+        """The failure class when classified, else the outcome (as the reports show it)."""
+        return self.failure_class or self.outcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerdictFile:
+    """verdict.json: the decision and every check with its evidence."""
+
+    format: int
+    run_id: str | None
+    accepted: bool
+    decided_at: str | None
+    failed: list[str]
+    checks: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path) -> VerdictFile:
+        fmt = record_format(data, path)
+        failed, checks = data.get("failed"), data.get("checks")
+        return cls(
+            format=fmt,
+            run_id=_opt_str(data.get("run_id")),
+            accepted=data.get("accepted") is True,
+            decided_at=_opt_str(data.get("decided_at")),
+            failed=[str(f) for f in failed] if isinstance(failed, list) else [],
+            checks=[c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else [],
+            raw=data,
+        )
+
+    @property
+    def label(self) -> str:
+        return "ACCEPTED" if self.accepted else "REJECTED"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerFile:
+    """ledger.json: what the run cost, by attempt and by kind (cost/ledger.py)."""
+
+    format: int
+    run_id: str | None
+    priced: bool
+    total_usd: float | None
+    totals: dict[str, Any]
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path) -> LedgerFile:
+        fmt = record_format(data, path)
+        totals = data.get("totals")
+        return cls(
+            format=fmt,
+            run_id=_opt_str(data.get("run_id")),
+            priced=data.get("priced") is True,
+            total_usd=_opt_num(data.get("total_usd")),
+            totals=totals if isinstance(totals, dict) else {},
+            raw=data,
+        )
