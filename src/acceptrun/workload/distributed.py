@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceptrun.errors import SpecError
+from acceptrun.errors import AcceptrunRuntimeError, SpecError
 
 __all__ = ["RankGroup", "RankInfo", "die_with_parent", "launch_command", "rank_info"]
 
@@ -64,8 +64,10 @@ def launch_command(spec: Any, env: MutableMapping[str, str] | None = None) -> li
     naming the command and the fix. ``env`` (the attempt's environment) gets torchrun's
     shutdown timeout (the grace period) and the signals it forwards, unless set already.
 
-    >>> launch_command(spec)  # resources.processes = 2
-    ['python', '-m', 'torch.distributed.run', '--standalone', ..., 'train.py']
+    For ``command = ["python", "train.py"]`` and ``resources.processes = 2``::
+
+        launch_command(spec)
+        # ['python', '-m', 'torch.distributed.run', '--standalone', ..., 'train.py']
     """
     processes = int(spec.resources.processes)
     if processes <= 1:
@@ -183,11 +185,13 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
         rank = int(env.get("RANK") or 0)
         local = int(env.get("LOCAL_RANK") or 0)
     except ValueError as exc:
-        raise RuntimeError(
+        raise AcceptrunRuntimeError(
             f"RANK/WORLD_SIZE/LOCAL_RANK must be integers ({exc}); they are set by torchrun"
         ) from None
     if world < 1 or not 0 <= rank < world:
-        raise RuntimeError(f"RANK={rank} is not a rank of WORLD_SIZE={world}; set by torchrun")
+        raise AcceptrunRuntimeError(
+            f"RANK={rank} is not a rank of WORLD_SIZE={world}; set by torchrun"
+        )
     return RankInfo(rank, world, local)
 
 

@@ -18,11 +18,12 @@ command is a warning; a key that would make the verdict say what it cannot know 
 error (a required restore drill on a black box without watched checkpoints and resume
 arguments, or without a progress source to prove the resume; a required output that
 nothing declares or registers). ``acceptrun spec check`` prints them and
-``acceptrun run`` refuses the errors before any record exists.
+``acceptrun run`` refuses the errors before any record exists. For a black box whose spec
+sets ``checkpoint.every_steps = 100``::
 
->>> usage = detect_usage(spec)
->>> [str(f) for f in spec_findings(spec, usage)]
-['warning: checkpoint.every_steps = 100: ...']
+    usage = detect_usage(spec)
+    [str(f) for f in spec_findings(spec, usage)]
+    # ['warning: checkpoint.every_steps = 100: ...']
 """
 
 from __future__ import annotations
