@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler
 
+from acceptrun.errors import AcceptrunValueError
+
 __all__ = ["ResumableLoader", "ResumableSampler"]
 
 
@@ -48,7 +50,9 @@ class ResumableSampler(Sampler[int]):
         super().__init__()
         n = data_source_or_len if isinstance(data_source_or_len, int) else len(data_source_or_len)
         if n < 0:
-            raise ValueError(f"ResumableSampler: length {n} is negative; pass a dataset or a size")
+            raise AcceptrunValueError(
+                f"ResumableSampler: length {n} is negative; pass a dataset or a size"
+            )
         self.num_samples = n
         self.shuffle = shuffle
         self.seed = seed
@@ -59,7 +63,7 @@ class ResumableSampler(Sampler[int]):
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Yield epoch ``epoch``'s order from its ``start``-th sample on."""
         if epoch < 0 or not 0 <= start <= self.num_samples:
-            raise ValueError(
+            raise AcceptrunValueError(
                 f"ResumableSampler.set_epoch({epoch}, start={start}): need epoch >= 0 and "
                 f"0 <= start <= {self.num_samples}"
             )
@@ -94,7 +98,7 @@ class ResumableSampler(Sampler[int]):
         """Restore the position; refuse a state from another seed, order or data size."""
         for key in ("seed", "shuffle", "num_samples"):
             if key in state and state[key] != getattr(self, key):
-                raise ValueError(
+                raise AcceptrunValueError(
                     f"ResumableSampler: the checkpoint has {key}={state[key]!r}, this sampler "
                     f"{key}={getattr(self, key)!r}; resuming would serve a different order. "
                     f"Build the sampler with {key}={state[key]!r} (and the same dataset)"
@@ -113,7 +117,7 @@ def _find_sampler(loader: DataLoader[Any]) -> tuple[ResumableSampler, int, bool]
         batch_sampler.sampler, ResumableSampler
     ):
         return batch_sampler.sampler, batch_sampler.batch_size, batch_sampler.drop_last
-    raise ValueError(
+    raise AcceptrunValueError(
         "ResumableLoader needs a DataLoader over a ResumableSampler, e.g. "
         "DataLoader(dataset, batch_size=32, sampler=ResumableSampler(dataset, seed=0)); "
         f"this one has sampler={type(loader.sampler).__name__}, "
@@ -167,7 +171,9 @@ class ResumableLoader:
     def infinite(self) -> Iterator[Any]:
         """Batches forever, epoch after epoch (for loops counted in steps)."""
         if len(self) == 0:
-            raise ValueError("ResumableLoader.infinite(): an epoch has no batch (empty data)")
+            raise AcceptrunValueError(
+                "ResumableLoader.infinite(): an epoch has no batch (empty data)"
+            )
         while True:
             yield from self
 
@@ -212,7 +218,7 @@ class ResumableLoader:
         """Restore the position; the next iteration starts at the first unconsumed batch."""
         epoch, consumed = int(state["epoch"]), int(state["batches_consumed"])
         if epoch < 0 or not 0 <= consumed <= len(self):
-            raise ValueError(
+            raise AcceptrunValueError(
                 f"ResumableLoader: epoch {epoch}, batches_consumed {consumed} is not a "
                 f"position in an epoch of {len(self)} batches; was the dataset or batch "
                 "size changed?"

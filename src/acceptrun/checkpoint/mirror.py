@@ -55,7 +55,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from acceptrun._util.durable import fsync_dir, read_json, write_atomic, write_json_atomic
 from acceptrun._util.hashing import CHUNK, hash_bytes, new_hasher
-from acceptrun.errors import RecordError, UserError
+from acceptrun.errors import AcceptrunValueError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
 __all__ = ["Mirror", "fetch", "remote_steps"]
@@ -102,12 +102,12 @@ class Mirror:
         verify: Literal["hash", "size"] = "hash",
     ) -> None:
         if retry_base_s <= 0 or retry_max_s < retry_base_s:
-            raise ValueError(
+            raise AcceptrunValueError(
                 f"retry_base_s={retry_base_s}, retry_max_s={retry_max_s}: need "
                 "0 < retry_base_s <= retry_max_s (seconds), e.g. 1.0 and 60.0"
             )
         if verify not in ("hash", "size"):
-            raise ValueError(f"verify={verify!r}: use 'hash' (re-read the copy) or 'size'")
+            raise AcceptrunValueError(f"verify={verify!r}: use 'hash' (re-read the copy) or 'size'")
         self.url = url
         self.state_path = Path(state_path)
         self.verify = verify

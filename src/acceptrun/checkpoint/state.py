@@ -43,7 +43,13 @@ from typing import Any, Protocol
 
 import torch
 
-from acceptrun.errors import RecordError, UserError
+from acceptrun.errors import (
+    AcceptrunRuntimeError,
+    AcceptrunTypeError,
+    AcceptrunValueError,
+    RecordError,
+    UserError,
+)
 
 __all__ = [
     "STATE",
@@ -160,17 +166,17 @@ class _Encoder:
         np = _numpy()
         if np is not None and isinstance(value, np.ndarray | np.generic):
             return _encode_ndarray(np, value, path)
-        raise TypeError(_unsupported(value, path))
+        raise AcceptrunTypeError(_unsupported(value, path))
 
     def _add_tensor(self, tensor: torch.Tensor, path: str) -> str:
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
-            raise TypeError(
+            raise AcceptrunTypeError(
                 f"{path}: cannot save a {type(tensor).__name__} (a tensor subclass) without "
                 "pickle; convert it to a plain tensor in state_dict() (for a DTensor: "
                 ".full_tensor(), or save sharded state with torch.distributed.checkpoint)"
             )
         if tensor.layout != torch.strided or tensor.dtype not in _DTYPES:
-            raise TypeError(
+            raise AcceptrunTypeError(
                 f"{path}: cannot save a {tensor.layout} tensor of {tensor.dtype} in "
                 f"safetensors; convert it to a dense tensor of one of "
                 f"{sorted(str(d) for d in _DTYPES)} in state_dict()"
@@ -202,7 +208,7 @@ def _unsupported(value: Any, path: str) -> str:
 def _encode_ndarray(np: ModuleType, value: Any, path: str) -> dict[str, Any]:
     arr = np.asarray(value)
     if arr.dtype.kind in "OV":  # objects need pickle; structured dtypes lose fields in .str
-        raise TypeError(_unsupported(value, path))
+        raise AcceptrunTypeError(_unsupported(value, path))
     return {
         "__ndarray__": base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii"),
         "dtype": arr.dtype.str,  # with byte order, e.g. "<u4"
@@ -278,7 +284,7 @@ class StagingBuffers:
 
     def _acquire(self) -> None:
         if self._in_use:
-            raise RuntimeError(
+            raise AcceptrunRuntimeError(
                 "StagingBuffers still hold an unwritten snapshot; call write_staged() (or "
                 "Staged.release()) before staging again, or use one StagingBuffers per save"
             )
@@ -332,7 +338,7 @@ def _is_stateful(obj: Any) -> bool:
 def _check_names(objects: Mapping[str, Any]) -> None:
     for name in objects:
         if not isinstance(name, str) or not name or "/" in name or name.startswith("__"):
-            raise ValueError(
+            raise AcceptrunValueError(
                 f"object name {name!r}: use a non-empty name without '/' that does not "
                 "start with '__', e.g. 'model' or 'optimizer'"
             )
@@ -457,7 +463,9 @@ def _write_safetensors(
 ) -> None:
     """8-byte little-endian header length, JSON header padded to 8 bytes, raw data."""
     if sys.byteorder != "little":
-        raise RuntimeError("safetensors stores little-endian data; this host is big-endian")
+        raise AcceptrunRuntimeError(
+            "safetensors stores little-endian data; this host is big-endian"
+        )
     # Widest elements first: with the 8-byte-aligned header every tensor starts at a
     # multiple of its element size, so readers can map it without copying.
     order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))

@@ -43,8 +43,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
 
 from acceptrun._util.durable import fsync_dir, write_atomic
-from acceptrun._util.hashing import ALGORITHM, hash_file, new_hasher, split_hash
-from acceptrun.errors import RecordError, UserError
+from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, new_hasher, split_hash
+from acceptrun.errors import AcceptrunValueError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
 __all__ = [
@@ -63,6 +63,9 @@ QUARANTINE = "quarantine"
 KIND = "acceptrun.checkpoint"
 SCHEMA = 1
 _REQUIRED = ("kind", "schema", "step", "created_at", "files", "total_bytes", "metrics", "meta")
+# "digest" (since 0.x): the hash of the manifest's own text without it, so a flipped byte
+# in the metrics, meta or times of a manifest is caught like one in a tensor file.
+_KNOWN_KEYS = frozenset((*_REQUIRED, "algorithm", "digest"))
 _STEP_DIR = re.compile(r"step-(0|[1-9][0-9]*)")
 # What a killed writer leaves, named with its pid: a save, a retention delete, and
 # write_atomic's temporary LATEST.
@@ -266,11 +269,17 @@ class CheckpointStore:
         on_event: EventSink | None = None,
     ) -> None:
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise ValueError(f"keep_last must be an integer >= 1 (2 is safe), got {keep_last!r}")
+            raise AcceptrunValueError(
+                f"keep_last must be an integer >= 1 (2 is safe), got {keep_last!r}"
+            )
         if keep_every is not None and (not isinstance(keep_every, int) or keep_every < 1):
-            raise ValueError(f"keep_every must be None or an integer >= 1, got {keep_every!r}")
+            raise AcceptrunValueError(
+                f"keep_every must be None or an integer >= 1, got {keep_every!r}"
+            )
         if keep_best is not None and (len(keep_best) != 2 or keep_best[1] not in ("min", "max")):
-            raise ValueError(f"keep_best must be (metric, 'min' | 'max'), got {keep_best!r}")
+            raise AcceptrunValueError(
+                f"keep_best must be (metric, 'min' | 'max'), got {keep_best!r}"
+            )
         self.root = Path(root)
         self.keep_last = keep_last
         self.keep_every = keep_every
@@ -341,7 +350,8 @@ class CheckpointStore:
             "meta": dict(meta or {}),
         }
         try:  # strict JSON, so that any tool can read a manifest
-            text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+            manifest["digest"] = hash_bytes(_manifest_text(manifest).encode())
+            text = _manifest_text(manifest)
         except (TypeError, ValueError) as exc:
             raise UserError(f"checkpoint metrics/meta of step {writer.step}: {exc}") from exc
         final = self.root / f"step-{writer.step}"
@@ -595,7 +605,8 @@ class CheckpointStore:
         """Parse and check ``path/MANIFEST.json``: (info, None), or (None, the problem)."""
         where = f"{path.name}/{MANIFEST}"
         try:
-            doc = json.loads((path / MANIFEST).read_bytes())
+            raw = (path / MANIFEST).read_bytes()
+            doc = json.loads(raw)
         except (FileNotFoundError, NotADirectoryError):
             return None, f"{where}: missing (the save never finished, or it was removed)"
         except OSError as exc:
@@ -609,6 +620,8 @@ class CheckpointStore:
             return None, f"{where}: missing keys {missing}"
         if doc["schema"] != SCHEMA:
             return None, f"{where}: schema {doc['schema']!r} is not supported (expected {SCHEMA})"
+        if "digest" in doc and (problem := _digest_problem(doc, raw)):
+            return None, f"{where}: {problem}"
         if type(doc["step"]) is not int or _step_of(path.name) not in (None, doc["step"]):
             return None, f"{where}: step {doc['step']!r} does not match the directory name"
         files, metrics, meta = doc["files"], doc["metrics"], doc["meta"]
@@ -659,6 +672,28 @@ class CheckpointStore:
                 problems.append(f"{path.name}/{rel}: unexpected file, not in the manifest")
         seconds = time.monotonic() - started
         return VerifyResult(not problems, step, path, problems, seconds, checked), info
+
+
+def _manifest_text(manifest: Mapping[str, Any]) -> str:
+    """The one way a manifest is written: sorted keys, indented, strict JSON, a newline."""
+    return json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _digest_problem(doc: dict[str, Any], raw: bytes) -> str | None:
+    """Why a manifest with a ``digest`` is not the one committed, or None when it is."""
+    if unknown := sorted(set(doc) - _KNOWN_KEYS):
+        return f"unknown keys {unknown} (edited or corrupted)"
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    try:
+        expected = hash_bytes(_manifest_text(body).encode(), split_hash(str(doc["digest"]))[0])
+        canonical = _manifest_text(doc).encode()
+    except (TypeError, ValueError) as exc:
+        return f"digest {doc['digest']!r} cannot be checked ({exc})"
+    if expected != doc["digest"]:
+        return f"content does not match its digest {doc['digest']!r} (edited or corrupted)"
+    if canonical != raw:  # same content, other bytes: whitespace or escapes were changed
+        return "bytes differ from the committed text (edited or corrupted)"
+    return None
 
 
 def _pid_alive(pid: int) -> bool:

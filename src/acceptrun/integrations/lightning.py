@@ -55,7 +55,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO
 from torch.utils.data import DataLoader, IterableDataset
 
-from acceptrun.errors import UserError
+from acceptrun.errors import AcceptrunRuntimeError, UserError
 from acceptrun.integrations._base import FrameworkRun
 
 __all__ = ["AcceptrunCallback"]
@@ -222,7 +222,7 @@ class AcceptrunCallback(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._expected_step is not None and trainer.global_step != self._expected_step:
-            raise RuntimeError(
+            raise AcceptrunRuntimeError(
                 f"acceptrun put back the checkpoint of step {self.resumed_from} but Lightning "
                 f"{_LIGHTNING} starts at global_step {trainer.global_step}: its fit path "
                 "no longer calls _checkpoint_connector.resume_start after setup. Resume by "

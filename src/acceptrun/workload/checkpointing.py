@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptrun.errors import AcceptrunKeyError, AcceptrunRuntimeError, AcceptrunValueError
 from acceptrun.workload.base import RunBase
 
 __all__ = ["Checkpointing"]
@@ -74,7 +75,9 @@ class Checkpointing(RunBase):
         """
         both = sorted(set(objects) & set(per_rank or {}))
         if both:
-            raise ValueError(f"{both}: a name is either shared (keyword) or in per_rank, not both")
+            raise AcceptrunValueError(
+                f"{both}: a name is either shared (keyword) or in per_rank, not both"
+            )
         self._objects = dict(objects)
         self._per_rank = dict(per_rank or {})
         if self.ranks.distributed:
@@ -133,7 +136,7 @@ class Checkpointing(RunBase):
         """
         registered = {**self._objects, **self._per_rank}
         if name not in registered:
-            raise KeyError(
+            raise AcceptrunKeyError(
                 f"{name!r} is not registered; register it with run.restore({name}=...) "
                 f"(registered: {sorted(registered)})"
             )
@@ -158,12 +161,12 @@ class Checkpointing(RunBase):
         for name, value in values.items():
             target = self._per_rank if name in self._per_rank else self._objects
             if name not in target:
-                raise KeyError(
+                raise AcceptrunKeyError(
                     f"{name!r} is not registered; register it first with "
                     f"run.restore({name}=...) so that it is saved and restored"
                 )
             if stateful(target[name]) or stateful(value):
-                raise ValueError(
+                raise AcceptrunValueError(
                     f"{name!r} is an object with state_dict(); it is saved from the object "
                     "itself, update_state() is for plain values (numbers, dicts, lists)"
                 )
@@ -182,7 +185,7 @@ class Checkpointing(RunBase):
                 chosen = (None, str(exc))
         path, error = group.broadcast(chosen)
         if error is not None or path is None:
-            raise RuntimeError(error or "rank 0 found no checkpoint to resume from")
+            raise AcceptrunRuntimeError(error or "rank 0 found no checkpoint to resume from")
         return Path(path)
 
     def _verified_resume_path(self, store: Any, resume: str) -> Path:
@@ -195,7 +198,7 @@ class Checkpointing(RunBase):
         if result is None or not result.ok:
             info = store.latest_verified()
             if info is None:
-                raise RuntimeError(
+                raise AcceptrunRuntimeError(
                     f"cannot resume: {resume} failed verification and no older checkpoint in "
                     f"{store.root} verifies; see the quarantine/ folder there"
                 )
@@ -213,11 +216,11 @@ class Checkpointing(RunBase):
         if self.drill:
             return
         if not self._objects and not self._per_rank:
-            raise RuntimeError(
+            raise AcceptrunRuntimeError(
                 "nothing to checkpoint: call run.restore(model=..., optimizer=...) first"
             )
         if self.ranks.distributed and self._rank_group() is None:
-            raise RuntimeError(
+            raise AcceptrunRuntimeError(
                 f"this run has {self.world_size} processes: call "
                 "torch.distributed.init_process_group() before run.checkpoint(), so that "
                 "the ranks can agree on the commit"

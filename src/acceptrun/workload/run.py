@@ -65,6 +65,7 @@ from typing import Any
 
 from acceptrun._util.durable import write_atomic
 from acceptrun._util.hashing import hash_file
+from acceptrun.errors import AcceptrunFileNotFoundError, AcceptrunRuntimeError, AcceptrunValueError
 from acceptrun.record.workspace import RunRecord, find_workspace, now_iso
 from acceptrun.workload.base import _number
 from acceptrun.workload.checkpointing import Checkpointing
@@ -103,7 +104,7 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
     def metric(self, name: str, value: float, *, step: int | None = None) -> None:
         """Record a final (or evaluation) metric; acceptance thresholds read the last value."""
         if not name:
-            raise ValueError("metric name is empty; use a name such as 'eval/accuracy'")
+            raise AcceptrunValueError("metric name is empty; use a name such as 'eval/accuracy'")
         if self.drill or self.rank != 0:
             return
         fields: dict[str, Any] = {"attempt": self.attempt, "name": name, "value": _number(value)}
@@ -124,7 +125,7 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
         if self.drill or self.rank != 0:
             return {}
         if not src.is_file():
-            raise FileNotFoundError(
+            raise AcceptrunFileNotFoundError(
                 f"output {name!r}: {src} is not a file; write it before run.output()"
             )
         digest, size = hash_file(src)
@@ -193,7 +194,7 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
     run_dir = os.environ.get(ENV_RUN_DIR)
     world = os.environ.get("WORLD_SIZE")
     if not run_dir and world not in (None, "", "1"):
-        raise RuntimeError(
+        raise AcceptrunRuntimeError(
             f"WORLD_SIZE={world}: a run of several processes is recorded by the supervisor; "
             "start it with `acceptrun run spec.toml` and resources.processes in the spec, "
             "not with torchrun directly"
@@ -201,7 +202,7 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
     if run_dir:
         record = RunRecord(run_dir)
         if not record.exists("run.json"):
-            raise RuntimeError(f"${ENV_RUN_DIR} is {run_dir!r}, which is not a run record")
+            raise AcceptrunRuntimeError(f"${ENV_RUN_DIR} is {run_dir!r}, which is not a run record")
         run = Run(record, attempt=int(os.environ.get(ENV_ATTEMPT, "1")), supervised=True)
     else:
         run = Run(_create_standalone(name, workspace), attempt=1, supervised=False)
