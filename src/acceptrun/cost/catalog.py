@@ -13,21 +13,23 @@ or gives ``cost.price_per_hour`` directly::
 from __future__ import annotations
 
 import difflib
-import math
 import tomllib
 from dataclasses import dataclass, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from acceptrun.errors import UserError
-from acceptrun.spec.model import CostSpec
+from acceptrun.spec.fields import build, check_fields
+from acceptrun.spec.load import toml_error
+from acceptrun.spec.model import CostSpec, doc
 
 __all__ = [
     "BILLING_MODES",
     "START_RULES",
     "Catalog",
     "Price",
+    "PriceEntry",
     "check_budget",
     "format_prices",
     "load_catalog",
@@ -44,38 +46,79 @@ START_RULES = ("health_check", "launch")
 PRICES_FILE = "prices.toml"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class PriceEntry:
+    """One ``[[price]]`` table of a ``prices.toml``, as written (declared like the spec)."""
+
+    provider: str = doc("Provider, as it spells itself, e.g. lambda.", pattern=r"\S")
+    instance: str = doc("Instance type, as the provider spells it.", pattern=r"\S")
+    gpus: int = doc("GPUs in the instance; 0: none.", ge=0)
+    gpu: str | None = doc("GPU model, e.g. H100; absent: no GPU.", None)
+    price_per_hour: float = doc("On-demand price of the whole instance.", ge=0, unit="USD per hour")
+    billing: str = doc(
+        "How billed time is rounded: per_minute, per_second (60 s minimum) or weekly.",
+        choices=tuple(BILLING_MODES),
+    )
+    start_rule: str = doc(
+        "When billing starts: health_check (the instance passed them) or launch.",
+        choices=START_RULES,
+    )
+    storage_per_gib_month: float = doc(
+        "Attached filesystem price; 0: none.", 0.0, ge=0, unit="USD per GiB-month"
+    )
+    minimum_s: float | None = doc(
+        "Seconds billed at least when anything ran; default: the billing mode's.",
+        None,
+        ge=0,
+        unit="seconds",
+    )
+    source: str = doc("Where the figures come from.")
+    date: str = doc("When they were read, e.g. 2026-12-01.")
+
+    def __post_init__(self) -> None:
+        check_fields(self, "")
+
+    def price(self) -> Price:
+        """The entry with its billing mode resolved to increments."""
+        increment_s, minimum_s = BILLING_MODES[self.billing]
+        # A provider whose minimum differs from its mode's (AWS Windows: none; some: 10 min).
+        return Price(
+            provider=self.provider,
+            instance=self.instance,
+            gpus=self.gpus,
+            gpu=self.gpu,
+            price_per_hour=self.price_per_hour,
+            increment_s=increment_s,
+            minimum_s=minimum_s if self.minimum_s is None else self.minimum_s,
+            start_rule=self.start_rule,
+            storage_per_gib_month=self.storage_per_gib_month,
+            source=self.source,
+            date=self.date,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Price:
     """One instance's price and billing rules, e.g. ``lambda:gpu_1x_h100_sxm5`` at 3.78 USD/h."""
 
-    provider: str
-    instance: str
-    gpus: int
-    gpu: str | None
-    price_per_hour: float  # USD per hour, whole instance
-    increment_s: float  # billed time is rounded up to this many seconds
-    minimum_s: float  # at least this many seconds are billed when anything ran
-    start_rule: str  # "health_check" or "launch": when billing starts
-    storage_per_gib_month: float  # USD per GiB-month of filesystem; 0 when none
-    source: str
-    date: str
+    SECTION: ClassVar[str] = "price"
+
+    provider: str = doc("Provider name; custom for a spec's own price.")
+    instance: str = doc("Instance type; custom for a spec's own price.")
+    gpus: int = doc("GPUs in the instance.", ge=0)
+    gpu: str | None = doc("GPU model; None: no GPU.")
+    price_per_hour: float = doc("Price of the whole instance.", ge=0, unit="USD per hour")
+    increment_s: float = doc("Billed time is rounded up to this.", gt=0, unit="seconds")
+    minimum_s: float = doc("Billed at least this when anything ran.", ge=0, unit="seconds")
+    start_rule: str = doc("When billing starts.", choices=START_RULES)
+    storage_per_gib_month: float = doc(
+        "Filesystem price; 0 when none.", ge=0, unit="USD per GiB-month"
+    )
+    source: str = doc("Where the price comes from (spec: the spec's own).")
+    date: str = doc("When the price was read.")
 
     def __post_init__(self) -> None:
-        numbers = {
-            "gpus": self.gpus,
-            "price_per_hour": self.price_per_hour,
-            "minimum_s": self.minimum_s,
-            "storage_per_gib_month": self.storage_per_gib_month,
-        }
-        for name, value in numbers.items():
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}: {value!r} is not valid; expected 0 or more")
-        if not (math.isfinite(self.increment_s) and self.increment_s > 0):
-            raise ValueError(f"increment_s: {self.increment_s!r} is not valid; expected > 0 s")
-        if self.start_rule not in START_RULES:
-            raise ValueError(
-                f"start_rule: {self.start_rule!r} is not valid; expected {' or '.join(START_RULES)}"
-            )
+        check_fields(self, self.SECTION)
 
     @property
     def label(self) -> str:
@@ -135,21 +178,6 @@ def _near(name: str, known: list[str]) -> str:
 
 # ---- loading ---------------------------------------------------------------------------------
 
-_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    # name: (TOML type, required)
-    "provider": (str, True),
-    "instance": (str, True),
-    "gpus": (int, True),
-    "gpu": (str, False),
-    "price_per_hour": ((int, float), True),
-    "billing": (str, True),
-    "start_rule": (str, True),
-    "storage_per_gib_month": ((int, float), False),
-    "minimum_s": ((int, float), False),
-    "source": (str, True),
-    "date": (str, True),
-}
-
 
 def load_catalog(workspace_root: Path | None = None) -> Catalog:
     """The packaged catalog, then ``<workspace_root>/prices.toml`` over it when present."""
@@ -172,10 +200,11 @@ def load_catalog(workspace_root: Path | None = None) -> Catalog:
 
 
 def _parse(text: str, source: str) -> list[Price]:
+    """Every entry of one prices.toml; a UserError lists every problem, each with its entry."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{source}: not valid TOML ({exc})") from None
+        raise UserError(f"{source}: not valid TOML ({toml_error(exc)})") from None
     unknown = [k for k in raw if k != "price"]
     entries = raw.get("price", [])
     if unknown or not isinstance(entries, list):
@@ -183,54 +212,23 @@ def _parse(text: str, source: str) -> list[Price]:
             f"{source}: expected only [[price]] tables, found {', '.join(unknown) or 'price'}; "
             f"one [[price]] table per instance, fields as in the packaged acceptrun/cost/{PRICES_FILE}"
         )
-    return [_entry(item, f"{source}: price[{i}]") for i, item in enumerate(entries)]
-
-
-def _entry(item: Any, where: str) -> Price:
-    if not isinstance(item, dict):
-        raise UserError(f"{where}: expected a table ([[price]])")
-    if isinstance(item.get("provider"), str) and isinstance(item.get("instance"), str):
-        where = f"{where} ({item['provider']}:{item['instance']})"
-    for key in item:
-        if key not in _FIELDS:
-            raise UserError(f"{where}: unknown field {key!r}{_near(key, list(_FIELDS))}")
-    for key, (tp, required) in _FIELDS.items():
-        if key not in item:
-            if required:
-                raise UserError(f"{where}: missing field {key!r}")
-            continue
-        value = item[key]
-        if isinstance(value, bool) or not isinstance(value, tp):
-            kind = (
-                "a number"
-                if tp == (int, float)
-                else ("a whole number" if tp is int else "a string")
-            )
-            raise UserError(f"{where}: field {key!r} is {value!r}; expected {kind}")
-    billing = item["billing"]
-    if billing not in BILLING_MODES:
-        raise UserError(
-            f"{where}: field 'billing' is {billing!r}; expected one of {', '.join(BILLING_MODES)}"
-        )
-    increment_s, minimum_s = BILLING_MODES[billing]
-    # A provider whose minimum differs from its mode's (AWS Windows: none; some: 10 min).
-    minimum_s = float(item.get("minimum_s", minimum_s))
-    try:
-        return Price(
-            provider=item["provider"],
-            instance=item["instance"],
-            gpus=item["gpus"],
-            gpu=item.get("gpu"),
-            price_per_hour=float(item["price_per_hour"]),
-            increment_s=increment_s,
-            minimum_s=minimum_s,
-            start_rule=item["start_rule"],
-            storage_per_gib_month=float(item.get("storage_per_gib_month", 0.0)),
-            source=item["source"],
-            date=item["date"],
-        )
-    except ValueError as exc:
-        raise UserError(f"{where}: field {exc}") from None
+    problems: list[str] = []
+    prices: list[Price] = []
+    for i, item in enumerate(entries):
+        where = f"price[{i}]"
+        if isinstance(item, dict) and all(
+            isinstance(item.get(k), str) for k in ("provider", "instance")
+        ):
+            where = f"{where} ({item['provider']}:{item['instance']})"
+        entry: PriceEntry | None = build(PriceEntry, item, f"{where}.", problems)
+        if entry is not None:
+            prices.append(entry.price())
+    if len(problems) == 1:
+        raise UserError(f"{source}: {problems[0]}")
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise UserError(f"{source}: {len(problems)} problems\n{lines}")
+    return prices
 
 
 # ---- specs and budgets -----------------------------------------------------------------------
