@@ -1,51 +1,261 @@
-"""Derived views of one run record: attempts, timeline and the work lost.
+"""One run record, read once: its attempts, timeline, steps, work lost and checkpoints.
 
-These read the record only (events.jsonl, attempts/*/exit.json), so every reader (the
-verdict, the telemetry summary, the reports, the exports) derives them the same way.
+Every reader (the verdict, the telemetry summary, the reports, ``acceptrun top``, the
+MLflow export, the operations drill) derives these the same way, from the record only
+(run.json, events.jsonl, attempts/*/exit.json), through :class:`RecordView`::
+
+    view = RecordView(RunRecord(path))
+    view.timeline()      # launch, first step, last step, end, steps
+    view.spans()         # attempts as the events tell them, with their steps
+    view.work_lost()     # steps, seconds and device-seconds lost (exit.json "work")
+
+Each file is read at most once per view, and only when asked for (``timeline()`` reads
+events.jsonl, not run.json). A view is a snapshot: make a new one to see new events.
+
+The functions :func:`run_timeline`, :func:`read_attempts` and :func:`work_lost` keep their
+old signatures for callers that need one figure.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
+from acceptrun.record.events import validate_event
+from acceptrun.record.liveness import last_sign_of_life
+from acceptrun.record.models import AttemptExit, LedgerFile, RunState, VerdictFile, record_format
 from acceptrun.record.workspace import RunRecord
 
-__all__ = ["read_attempts", "run_timeline", "work_lost"]
+__all__ = [
+    "AttemptSpan",
+    "CheckpointHistory",
+    "RecordView",
+    "read_attempts",
+    "run_timeline",
+    "work_lost",
+]
+
+
+@dataclass(slots=True)
+class AttemptSpan:
+    """One attempt as its events tell it: when it started and ended, and its steps."""
+
+    number: int
+    start: float  # unix seconds of attempt_start (workload_start for a standalone run)
+    end: float | None = None  # unix seconds of attempt_exit; None while it runs
+    outcome: str | None = None  # attempt_exit "outcome"
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    client: bool = False  # a workload_start event: the client API ran in this attempt
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointHistory:
+    """What the events say about checkpoints (the store itself is checkpoint/store.py)."""
+
+    committed: list[int]  # steps, in commit order (a step saved twice appears twice)
+    deleted: list[int]  # steps removed by retention or gc
+    quarantined: list[int | None]  # steps set aside after a failed verification
+    failed: int  # checkpoint_failed events
+
+    @property
+    def last_committed(self) -> int | None:
+        return self.committed[-1] if self.committed else None
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None (bools, strings, NaN and missing values are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+class RecordView:
+    """A read-only view over one run record; see the module docstring."""
+
+    def __init__(self, record: RunRecord | str | Path) -> None:
+        self.record = record if isinstance(record, RunRecord) else RunRecord(Path(record))
+
+    # ---- the files, each read once ---------------------------------------------------
+
+    @cached_property
+    def raw_state(self) -> dict[str, Any]:
+        """run.json as written (RecordError when it is missing or of a newer format)."""
+        return self.record.state
+
+    @cached_property
+    def state(self) -> RunState:
+        return RunState.from_json(self.raw_state, self.record.path / "run.json")
+
+    @cached_property
+    def all_events(self) -> list[dict[str, Any]]:
+        """Every event of events.jsonl, in file order (a torn or garbled line is skipped)."""
+        return list(self.record.events())
+
+    @cached_property
+    def exits(self) -> list[AttemptExit]:
+        """attempts/<n>/exit.json of the attempts that ended, by attempt number."""
+        return [
+            AttemptExit.from_json(data, self.record.path / "attempts" / name / "exit.json")
+            for name, data in self._exit_files
+        ]
+
+    @cached_property
+    def _exit_files(self) -> list[tuple[str, dict[str, Any]]]:
+        root = self.record.path / "attempts"
+        if not root.is_dir():
+            return []
+        found = []
+        for d in sorted(root.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+            data = self.record.read_json(f"attempts/{d.name}/exit.json")
+            if isinstance(data, dict):
+                record_format(data, d / "exit.json")  # a newer format raises, naming the fix
+                found.append((d.name, data))
+        return found
+
+    def verdict(self) -> VerdictFile | None:
+        """verdict.json, or None before the run was decided."""
+        data = self.record.read_json("verdict.json")
+        return (
+            None if data is None else VerdictFile.from_json(data, self.record.file("verdict.json"))
+        )
+
+    def ledger(self) -> LedgerFile | None:
+        """ledger.json, or None when it was not built."""
+        data = self.record.read_json("ledger.json")
+        return None if data is None else LedgerFile.from_json(data, self.record.file("ledger.json"))
+
+    # ---- events ----------------------------------------------------------------------
+
+    def events(self, *kinds: str) -> list[dict[str, Any]]:
+        """Events in order, optionally only those of the given kinds."""
+        if not kinds:
+            return self.all_events
+        return [ev for ev in self.all_events if ev.get("kind") in kinds]
+
+    def event_problems(self) -> list[str]:
+        """Known events that lack a required field (unknown kinds are not problems)."""
+        return [p for ev in self.all_events for p in validate_event(ev).problems]
+
+    def steps(self) -> list[dict[str, Any]]:
+        """The step events, all attempts together, in file order."""
+        return self.events("step")
+
+    def metrics(self) -> dict[str, Any]:
+        """Metric name -> the last value recorded for it."""
+        return {str(ev.get("name")): ev.get("value") for ev in self.events("metric")}
+
+    def last_outcome(self) -> str | None:
+        """The outcome of the last attempt_exit event, None before any attempt ended."""
+        exits = self.events("attempt_exit")
+        outcome = exits[-1].get("outcome") if exits else None
+        return None if outcome is None else str(outcome)
+
+    # ---- derived ---------------------------------------------------------------------
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """The exit.json of each attempt that ended, as written, by attempt number."""
+        return [data for _name, data in self._exit_files]
+
+    def timeline(self) -> dict[str, Any]:
+        """Launch, first step, last step and end times (unix seconds), and the step count."""
+        launch = first_step = last_step = end = None
+        steps = 0
+        for ev in self.all_events:
+            kind, t = ev.get("kind"), ev.get("t")
+            if kind in ("attempt_start", "workload_start") and launch is None:
+                launch = t
+            elif kind == "step":
+                steps += 1
+                first_step = first_step or t
+                last_step = t
+            elif kind in ("attempt_exit", "workload_end"):
+                end = t
+        return {
+            "launch": launch,
+            "first_step": first_step,
+            "last_step": last_step,
+            "end": end,
+            "steps": steps,
+        }
+
+    def spans(self) -> list[AttemptSpan]:
+        """Attempts in start order, from attempt_start (workload_start when standalone).
+
+        Only events with a numeric ``t`` count. An attempt whose start is not in the
+        record (a truncated record) starts at its first step.
+        """
+        by_number: dict[int, AttemptSpan] = {}
+        for ev in self.all_events:
+            t = _num(ev.get("t"))
+            number = ev.get("attempt")
+            if t is None or not isinstance(number, int):
+                continue
+            kind = ev.get("kind")
+            a = by_number.get(number)
+            if kind == "attempt_start" or (kind == "workload_start" and a is None):
+                if a is None:
+                    a = by_number[number] = AttemptSpan(number, t)
+            elif a is None and kind == "step":
+                a = by_number[number] = AttemptSpan(number, t)
+            if a is None:
+                continue
+            if kind == "attempt_exit":
+                a.end, a.outcome = t, str(ev.get("outcome"))
+            elif kind == "step":
+                a.steps.append(ev)
+            elif kind == "workload_start":
+                a.client = True
+        return sorted(by_number.values(), key=lambda a: a.start)
+
+    def trajectory(self, key: str = "loss") -> dict[int, tuple[float, int]]:
+        """Step -> (value of ``key``, attempt) from the last attempt that logged the step."""
+        out: dict[int, tuple[float, int]] = {}
+        for ev in self.steps():
+            step, value, attempt = ev.get("step"), ev.get(key), int(ev.get("attempt") or 0)
+            if not isinstance(step, int) or not isinstance(value, int | float):
+                continue
+            if step not in out or attempt >= out[step][1]:
+                out[step] = (float(value), attempt)
+        return out
+
+    def work_lost(self) -> dict[str, float]:
+        """Steps, seconds and device-seconds lost over all attempts (exit.json "work")."""
+        return work_lost(self.attempts())
+
+    def checkpoints(self) -> CheckpointHistory:
+        """Checkpoints committed, deleted, quarantined and failed, from the events."""
+        committed: list[int] = []
+        deleted: list[int] = []
+        quarantined: list[int | None] = []
+        failed = 0
+        for ev in self.all_events:
+            kind, step = ev.get("kind"), ev.get("step")
+            if kind == "checkpoint_commit" and isinstance(step, int):
+                committed.append(step)
+            elif kind == "checkpoint_delete" and isinstance(step, int):
+                deleted.append(step)
+            elif kind == "checkpoint_quarantine":
+                quarantined.append(step if isinstance(step, int) else None)
+            elif kind == "checkpoint_failed":
+                failed += 1
+        return CheckpointHistory(committed, deleted, quarantined, failed)
+
+    def last_sign_of_life(self) -> float | None:
+        """Unix seconds of the newest of the lease renewal, last event and last sample."""
+        return last_sign_of_life(self.record.path)
 
 
 def run_timeline(record: RunRecord) -> dict[str, Any]:
     """Launch, first step, last step and end times (unix seconds) from the events."""
-    launch = first_step = last_step = end = None
-    steps = 0
-    for ev in record.events():
-        kind, t = ev.get("kind"), ev.get("t")
-        if kind in ("attempt_start", "workload_start") and launch is None:
-            launch = t
-        elif kind == "step":
-            steps += 1
-            first_step = first_step or t
-            last_step = t
-        elif kind in ("attempt_exit", "workload_end"):
-            end = t
-    return {
-        "launch": launch,
-        "first_step": first_step,
-        "last_step": last_step,
-        "end": end,
-        "steps": steps,
-    }
+    return RecordView(record).timeline()
 
 
 def read_attempts(record: RunRecord) -> list[dict[str, Any]]:
-    root = record.path / "attempts"
-    if not root.is_dir():
-        return []
-    found = []
-    for d in sorted(root.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
-        data = record.read_json(f"attempts/{d.name}/exit.json")
-        if isinstance(data, dict):
-            found.append(data)
-    return found
+    """The exit.json of each attempt that ended, by attempt number."""
+    return RecordView(record).attempts()
 
 
 def work_lost(attempts: list[dict[str, Any]]) -> dict[str, float]:
