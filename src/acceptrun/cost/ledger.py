@@ -52,6 +52,7 @@ from acceptrun._util.durable import append_jsonl, read_jsonl
 from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage_cost, storage_cost
 from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
+from acceptrun.record.liveness import dead_periods
 from acceptrun.record.models import FORMAT
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
@@ -550,6 +551,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "human_usd": round(human_usd, 6),
         "switching_usd": round(switching_usd, 6),
     }
+    dead = dead_periods(events)  # record/liveness.py
     ledger: dict[str, Any] = {
         "format": FORMAT,
         "schema": SCHEMA,
@@ -564,6 +566,9 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "unpriced_reason": unpriced_why,
         "gpus": gpus,
         "segments": seg_rows,
+        # No supervisor from the last sign of life to `acceptrun resume`: not billed as
+        # compute (a resume opens a new segment); shown apart (docs/architecture.md, "Cost").
+        "interrupted": {"periods": dead, "seconds": round(sum(p["seconds"] or 0 for p in dead), 3)},
         "wall_s": round(wall, 6),
         "billed_s": round(billed, 6),
         "device_seconds": round(billed * gpus, 3),

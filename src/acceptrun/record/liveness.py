@@ -40,6 +40,7 @@ __all__ = [
     "LEASE_FILE",
     "STALE_AFTER_S",
     "SupervisorLiveness",
+    "dead_periods",
     "interrupted_note",
     "interruption",
     "last_sign_of_life",
@@ -213,3 +214,27 @@ def shown_status(record: Any, status: str, state: dict[str, Any] | None = None) 
     if supervisor_state(record, state).gone:
         return str(RunStatus.INTERRUPTED)
     return status
+
+
+def dead_periods(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stretches during which a run had no supervisor: last sign of life -> resume.
+
+    Read from the ``audit`` events of ``acceptrun resume`` that took over an interrupted
+    run (their ``interrupted`` field); the cost ledger reports them apart from compute.
+    """
+    periods = []
+    for ev in events:
+        gap = ev.get("interrupted") if ev.get("kind") == "audit" else None
+        if not isinstance(gap, dict) or not isinstance(ev.get("t"), int | float):
+            continue
+        since = gap.get("last_sign_of_life")
+        start = float(since) if isinstance(since, int | float) else None
+        periods.append(
+            {
+                "attempt": gap.get("attempt"),
+                "last_sign_of_life": start,
+                "resumed_at": float(ev["t"]),
+                "seconds": None if start is None else round(max(0.0, ev["t"] - start), 3),
+            }
+        )
+    return periods
