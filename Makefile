@@ -5,13 +5,25 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo drill test check fmt clean gpu-check system-deps
+.PHONY: demo drill test test-unit test-integration check fmt clean gpu-check system-deps lock
 
-$(STAMP): pyproject.toml constraints.txt
+# requirements/dev.lock pins every package of the dev/CI environment; `make lock` regenerates
+# it (and requirements/test.lock, the core test tier's) with uv from pyproject.toml.
+$(STAMP): pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,dev]'
+	$(PY) -m pip install --quiet -c requirements/dev.lock -e '.[torch,dev]'
 	touch $(STAMP)
+
+# Regenerate the locks after a dependency change in pyproject.toml. Versions already locked
+# are kept where they still fit; torch stays at requirements/pins.txt's 2.13.0 (a CPU build,
+# from /opt/wheels on these machines).
+UV := $(VENV)/bin/uv
+LOCK_ARGS := -c requirements/pins.txt --find-links /opt/wheels --python-version 3.11 --no-header --annotation-style line
+lock: $(STAMP)
+	$(PY) -m pip install --quiet uv
+	$(UV) pip compile pyproject.toml --extra torch --extra dev $(LOCK_ARGS) -o requirements/dev.lock
+	$(UV) pip compile pyproject.toml --extra torch --extra test $(LOCK_ARGS) -o requirements/test.lock
 
 # The venv's bin goes first on PATH: the demo spec runs `python train.py`.
 demo: $(STAMP)
@@ -22,8 +34,20 @@ demo: $(STAMP)
 drill: $(STAMP)
 	cd examples/charlm && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" acceptrun drill spec.toml
 
+# Two tiers (docs/architecture.md, Tests): tests/unit starts no process and runs in well
+# under a minute; tests/integration runs real child processes, spread over xdist workers
+# (most of its time is spent waiting on children, so more workers than cores pays off).
+# `pytest` alone runs the unit tier.
+TEST_WORKERS ?= 4
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/integration
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+test-integration: $(STAMP) system-deps
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/integration
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
 # report is opened in a browser), Slurm and munge (a single-node cluster on localhost).
@@ -41,6 +65,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples bench tools
 	$(VENV)/bin/ruff format --check src tests examples bench tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # the layering contract in .importlinter
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format src tests examples bench tools

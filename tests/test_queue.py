@@ -321,7 +321,9 @@ def test_priority_order_devices_and_backfill(queue: Queue) -> None:
 
 @pytest.mark.slow
 def test_preemption_stops_gracefully_and_resumes_the_same_run(queue: Queue) -> None:
-    low = queue.submit(queue.spec("low", ["30", "0.1", "0"], script="step_job.py"), priority=0)
+    # The low job steps once a second before its preemption: 30 s of work, so even a
+    # loaded machine preempts it long before it could finish on its own.
+    low = queue.submit(queue.spec("low", ["30", "1.0", "0"], script="step_job.py"), priority=0)
     worker = queue.worker("--slots", "1", "--preempt-after", "0")
     first = queue.wait(lambda: queue.jobs()[low].run_id and queue.jobs()[low], what="low started")
     ckpts = queue.ws / "runs" / str(first.run_id) / "checkpoints"
