@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import configure_console
 from acceptrun.errors import AcceptrunError
 
 __all__ = ["main"]
@@ -831,6 +832,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_console()  # the library's log lines: "acceptrun: ..." on stderr
     try:
         code: int = args.func(args)
         return code

@@ -11,10 +11,12 @@ import glob
 import shutil
 import subprocess
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun.record.models import FORMAT
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
@@ -24,12 +26,17 @@ from acceptrun.verdict.core import Verdict, compute_verdict, read_attempts, run_
 __all__ = ["close_run", "close_standalone", "run_cleanup"]
 
 CLEANUP_TIMEOUT_S = 600.0
+# The event an optional part of closing leaves when it fails (the verdict writes it too).
+BEST_EFFORT_FAILED = "best_effort_failed"
+
+log = get_logger(__name__)
 
 
-def run_cleanup(
-    record: RunRecord, spec: RunSpec, *, say: Callable[[str], None] = lambda _m: None
-) -> list[dict[str, Any]]:
-    """Run ``[cleanup]``: shell commands in the workdir, then removals. Failures are recorded."""
+def run_cleanup(record: RunRecord, spec: RunSpec) -> list[dict[str, Any]]:
+    """Run ``[cleanup]``: shell commands in the workdir, then removals.
+
+    Failures are recorded (``cleanup`` events with ``ok: false``) and logged as warnings.
+    """
     results: list[dict[str, Any]] = []
     for command in spec.cleanup.commands:
         t0 = time.perf_counter()
@@ -69,7 +76,9 @@ def run_cleanup(
     for r in results:
         record.event("cleanup", sync=True, **r)
         if not r["ok"]:
-            say(f"cleanup: {r.get('command') or r.get('remove')} failed: {r.get('detail')}")
+            log.warning(
+                "cleanup: %s failed: %s", r.get("command") or r.get("remove"), r.get("detail")
+            )
     return results
 
 
@@ -79,13 +88,12 @@ def close_run(
     spec: RunSpec | None = None,
     *,
     status: str = "finished",
-    say: Callable[[str], None] = lambda _m: None,
 ) -> Verdict:
     """Clean up, decide, and write verdict.json and the final run.json."""
     spec = spec or load_spec(record.spec_path)
     record.update_state(status="closing")
     if status == "finished":
-        run_cleanup(record, spec, say=say)
+        run_cleanup(record, spec)
     verdict = _finalize(record, workspace, spec, status)
     end_lease(record)  # closed: its supervisor lets go of the run (supervisor/lease.py)
     return verdict
@@ -97,14 +105,32 @@ def close_standalone(record: RunRecord, *, status: str) -> Verdict:
     return _finalize(record, workspace, load_spec(record.spec_path), "finished")
 
 
+def _best_effort(record: RunRecord, component: str, action: Callable[[], object]) -> None:
+    """Run an optional part of closing (ledger, batch summary, report); never lose the close.
+
+    A failure is a ``best_effort_failed`` event (component, error, traceback) and a
+    one-line warning; the verdict reads "not recorded" where it needed that part, and
+    ``acceptrun report RUN`` or ``acceptrun cost`` can build it again later.
+    """
+    try:
+        action()
+    except Exception as exc:  # recorded and logged below, never swallowed
+        error = f"{type(exc).__name__}: {exc}"
+        try:
+            record.event(BEST_EFFORT_FAILED, sync=True, component=component, error=error,
+                         traceback=traceback.format_exc())  # fmt: skip
+            where = f"the traceback is in {record.path / 'events.jsonl'}"
+        except OSError as write_exc:  # a read-only or full record: say that as well
+            where = f"recording it in events.jsonl failed too ({write_exc})"
+        first = error.splitlines()[0] if error.strip() else type(exc).__name__
+        log.warning("run %s: %s failed at close: %s; %s", record.run_id, component, first, where)
+
+
 def _ledger(record: RunRecord) -> None:
-    """Write ledger.json; a ledger that cannot be built is an event, never a lost verdict."""
+    """Write ledger.json; the verdict's cost lines say "not recorded" when it fails."""
     from acceptrun.cost.ledger import build_ledger
 
-    try:
-        build_ledger(record)
-    except Exception as exc:  # recorded: the verdict's cost lines then say "not recorded"
-        record.event("ledger_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
+    _best_effort(record, "ledger", lambda: build_ledger(record))
 
 
 def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: str) -> Verdict:
@@ -132,22 +158,24 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
 
 
 def _batch_manifest(record: RunRecord, spec: RunSpec) -> None:
-    """inference.json for a batch run; a failure is an event (the verdict then recomputes)."""
+    """inference.json for a batch run; when it fails the coverage check reads the shards."""
     if not spec.inference.enabled:
         return
-    try:
+
+    def write() -> None:
         from acceptrun.inference.summary import write_batch_manifest
 
         write_batch_manifest(record, spec)
-    except Exception as exc:  # recorded: the coverage check reads the shards itself
-        record.event("inference_summary_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
+
+    _best_effort(record, "inference_summary", write)
 
 
 def _report(record: RunRecord) -> None:
-    """Write report.html; a report that cannot be built is an event, never a failed run."""
-    try:
+    """Write report.html; when it fails `acceptrun report RUN` tries again later."""
+
+    def write() -> None:
         from acceptrun.report.html import write_report
 
         write_report(record)
-    except Exception as exc:  # recorded: `acceptrun report RUN` tries again later
-        record.event("report_failed", sync=True, error=f"{type(exc).__name__}: {exc}")
+
+    _best_effort(record, "report", write)

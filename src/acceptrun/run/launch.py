@@ -157,11 +157,11 @@ def launch(
     except _StoppedBeforeLaunch as exc:
         say(f"{exc} during preflight: the run was not launched")
         record.event("stopped_before_launch", sync=True, signal=str(exc))
-        verdict = close_run(record, ws, spec, status="stopped", say=say)
+        verdict = close_run(record, ws, spec, status="stopped")
         return LaunchResult(record, spec, verdict, False, None, interrupted=True)
     if not preflight.ok:
         record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
-        verdict = close_run(record, ws, spec, status="failed_preflight", say=say)
+        verdict = close_run(record, ws, spec, status="failed_preflight")
         return LaunchResult(record, spec, verdict, False, None)
     record.update_state(started_at=now_iso())
     result = Supervisor(
@@ -174,5 +174,5 @@ def launch(
         billing_start=billing_start,
         prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
     ).run()
-    verdict = close_run(record, ws, spec, say=say)
+    verdict = close_run(record, ws, spec)
     return LaunchResult(record, spec, verdict, True, result)

@@ -350,10 +350,10 @@ def resume_run(
         start_lease(record)  # this process supervises it now; close_run ends the lease
         if never_launched and not _preflight_again(record, spec, say):
             verdict = close_run(record, Workspace(record.path.parent.parent), spec,
-                                status="failed_preflight", say=say)  # fmt: skip
+                                status="failed_preflight")  # fmt: skip
             return ResumeResult(record, spec, verdict, from_step)
         supervisor.run()
-        verdict = close_run(record, Workspace(record.path.parent.parent), spec, say=say)
+        verdict = close_run(record, Workspace(record.path.parent.parent), spec)
         return ResumeResult(record, spec, verdict, from_step)
 
 
