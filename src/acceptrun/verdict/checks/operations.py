@@ -1,0 +1,302 @@
+"""Group 4, operations: how the run ended, resumes, failures and the work they lost,
+restarts, drills, clean-up, injected faults, budget and cost.
+
+Also, for a script without step events, that its lost work cannot be counted in steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acceptrun.cost.billing import format_usd
+from acceptrun.record.view import read_attempts, work_lost
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import format_duration
+from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
+
+__all__ = [
+    "black_box_lost_work",
+    "budget",
+    "cleanup",
+    "cost",
+    "drill_check",
+    "drills",
+    "exit_status",
+    "failures",
+    "injected_faults",
+    "restarts",
+    "resumed",
+]
+
+_CLASS_FIX = {
+    "user_error": "fix the error in stderr.log (import, syntax, missing file, or an exception that recurs at the same place); it is never retried",
+    "cuda_oom": "lower the batch size, or use bf16 / activation checkpointing (acceptrun tune)",
+    "host_oom": "the host ran out of memory: fewer data-loader workers, smaller prefetch, a bigger machine",
+    "diverged": 'lower the learning rate, or set limits.on_divergence = "rollback"',
+    "hang": "read stacks.txt in the attempt's directory: where the workload was stuck",
+    "data_stall": "the data loader stopped delivering: check the data source and num_workers",
+    "distributed": "a collective or rendezvous failed: check every rank's log and the network",
+    "gpu_fault": "a GPU error (Xid, ECC, illegal address): check the GPU, or move to another machine",
+    "wall_time": "raise limits.wall_time, or make the run faster",
+    "idle": "the workload sat idle: see what it waited for in stderr.log and telemetry.jsonl, "
+    "or raise limits.idle_window / lower telemetry.idle_threshold",
+}
+
+_DRILL_FIX = {
+    "restore": "run `acceptrun ckpt drill RUN` (restores the newest checkpoint in a fresh process)",
+    "kill": "run `acceptrun drill SPEC` once for this spec (a reference run vs a killed one)",
+    "preempt": "run `acceptrun drill SPEC` once for this spec (it also preempts the run)",
+}
+
+
+def _attempts(given: CheckInput) -> list[dict[str, Any]]:
+    """The attempts' exit.json of a supervised run; [] for a standalone one."""
+    return [] if given.standalone else read_attempts(given.record)
+
+
+def exit_status(given: CheckInput) -> list[Check]:
+    """The run ended well: the last attempt succeeded (a standalone run: its workload_end)."""
+    if given.standalone:
+        ends = list(given.record.events("workload_end"))
+        if not ends:
+            return [Check("operations", "exit", NOT_RECORDED, True,
+                          "the workload never reported its end",
+                          "call run.finish() or let the script exit")]  # fmt: skip
+        status = str(ends[-1].get("status"))
+        return [Check("operations", "exit", PASS if status == "ok" else FAIL, True,
+                      f"workload ended: {status}",
+                      None if status == "ok" else "read the traceback above")]  # fmt: skip
+    attempts = read_attempts(given.record)
+    if not attempts:
+        return [Check("operations", "exit", NOT_RECORDED, True, "no attempt ran",
+                      "see preflight.json for why the run did not launch")]  # fmt: skip
+    last = attempts[-1]
+    ok = last["outcome"] == "success"
+    fix = None if ok else f"read attempts/{last['attempt']}/stderr.log"
+    if not ok and last.get("class"):
+        fix = _CLASS_FIX.get(last["class"], fix)
+    if last["outcome"] == "wall_time":
+        fix = "raise limits.wall_time, or make the run faster"
+    evidence = (
+        f"attempt {last['attempt']} {last['reason']} after {format_duration(last['duration_s'])}"
+    )
+    return [Check("operations", "exit", PASS if ok else FAIL, True, evidence, fix)]
+
+
+def resumed(given: CheckInput) -> list[Check]:
+    """Where each later attempt resumed from (information)."""
+    if not _attempts(given):
+        return []
+    resumes = [e for e in given.record.events("restored") if e.get("attempt", 0) >= 1]
+    if not resumes:
+        return []
+    text = "; ".join(
+        f"attempt {e['attempt']} from step {e['step']} ({e.get('seconds', 0):.2f}s)"
+        for e in resumes
+    )
+    return [Check("operations", "resumed", PASS, False, text)]
+
+
+def failures(given: CheckInput) -> list[Check]:
+    """The attempts that failed, why, and the work they lost (information)."""
+    attempts = _attempts(given)
+    failed = [a for a in attempts if a["outcome"] != "success"]
+    if not failed:
+        return []
+    lost = work_lost(attempts)
+    text = "; ".join(
+        f"attempt {a['attempt']}: {a.get('class', a['outcome'])} ({a.get('class_reason') or a['reason']})"
+        for a in failed
+    )
+    n = int(lost["steps_lost"])
+    text += f"; lost {n} step{'' if n == 1 else 's'}, {format_duration(lost['seconds_lost'])} ({lost['device_seconds_lost']:.1f} device-s)"
+    return [Check("operations", "failures", PASS, False, text)]
+
+
+def restarts(given: CheckInput) -> list[Check]:
+    """Restarts the supervisor chose, at most limits.max_restarts.
+
+    A resume (`acceptrun resume`) is a person's decision and does not count.
+    """
+    if not _attempts(given):
+        return []
+    n = sum(1 for _ in given.record.events("restart"))
+    most = given.spec.limits.max_restarts
+    return [
+        Check("operations", "restarts", PASS if n <= most else FAIL, True, f"{n} of at most {most}")
+    ]
+
+
+def drills(given: CheckInput) -> list[Check]:
+    """The kill and preempt drills the spec requires (restore belongs to the data group)."""
+    if not _attempts(given):
+        return []
+    return [drill_check(given, d) for d in given.spec.acceptance.drills if d != "restore"]
+
+
+def cleanup(given: CheckInput) -> list[Check]:
+    """Every [cleanup] command and removal ran and succeeded (cleanup events)."""
+    spec = given.spec
+    if not _attempts(given) or (not spec.cleanup.commands and not spec.cleanup.remove):
+        return []
+    events = list(given.record.events("cleanup"))
+    if not events:
+        return [Check("operations", "cleanup", NOT_RECORDED, True, "no clean-up ran (the run did not finish)",
+                      "run the [cleanup] commands by hand, then remove what [cleanup] remove names")]  # fmt: skip
+    failed = [e for e in events if not e.get("ok")]
+    if failed:
+        what = "; ".join(
+            f"{e.get('command') or e.get('remove')}: {e.get('detail')}" for e in failed
+        )
+        return [Check("operations", "cleanup", FAIL, True, f"{len(failed)} of {len(events)} failed: {what}",
+                      "fix the failing clean-up step and run it by hand; the run left things behind")]  # fmt: skip
+    removed = sum(len(e.get("removed") or []) for e in events)
+    return [Check("operations", "cleanup", PASS, True,
+                  f"{len(events)} step{'' if len(events) == 1 else 's'} done, {removed} path{'' if removed == 1 else 's'} removed")]  # fmt: skip
+
+
+def injected_faults(given: CheckInput) -> list[Check]:
+    """Every fault asked for with ``--inject`` happened: a drill whose fault never fired
+    proved nothing, and must not pass as one that did."""
+    from acceptrun.workload.inject import unfired
+
+    requested = given.record.state.get("injected") or []
+    if not requested:
+        return []
+    missed = unfired(requested, list(given.record.events()))
+    if missed:
+        return [Check("operations", "injected faults", FAIL, True, "; ".join(missed),
+                      "inject at a step the run reaches (a step it logs with run.steps() or "
+                      "run.log(step, ...)), or at a time before the attempt ends")]  # fmt: skip
+    n = len(requested)
+    return [Check("operations", "injected faults", PASS, True,
+                  f"{n} fault{'' if n == 1 else 's'} fired as requested: {', '.join(requested)}")]  # fmt: skip
+
+
+def _priced_ledger(given: CheckInput) -> dict[str, Any] | None:
+    ledger = given.record.read_json("ledger.json")
+    return ledger if isinstance(ledger, dict) and ledger.get("priced") else None
+
+
+def budget(given: CheckInput) -> list[Check]:
+    """The compute spent is within limits.budget_usd (ledger.json), when the spec has one."""
+    limit = given.spec.limits.budget_usd
+    if limit is None:
+        return []
+    ledger = _priced_ledger(given)
+    if ledger is None:
+        return [Check("operations", "budget", NOT_RECORDED, True, "no priced ledger.json", "set cost.price_per_hour or cost.provider/instance")]  # fmt: skip
+    usd = float(ledger.get("compute", {}).get("usd", 0.0))
+    label = (ledger.get("price") or {}).get("label", "?")
+    ok = usd <= limit + 1e-9
+    return [Check("operations", "budget", PASS if ok else FAIL, True, f"{format_usd(usd)} of {format_usd(limit)} USD ({label})", None if ok else "raise limits.budget_usd, or find the waste in `acceptrun cost show`")]  # fmt: skip
+
+
+def cost(given: CheckInput) -> list[Check]:
+    """Where the money went, from a priced ledger.json (information)."""
+    ledger = _priced_ledger(given)
+    if ledger is None:
+        return []
+    compute = ledger.get("compute", {})
+    usd = float(compute.get("usd", 0.0))
+    label = (ledger.get("price") or {}).get("label", "?")
+    split = compute.get("split_s", {})
+    billed = sum(v for v in split.values() if isinstance(v, int | float))
+    parts = ", ".join(
+        f"{k.replace('_', ' ')} {100 * v / billed:.0f}%"
+        for k, v in sorted(split.items(), key=lambda kv: -kv[1])
+        if isinstance(v, int | float) and billed > 0
+    )
+    total = float(ledger.get("total_usd", usd))
+    text = f"{format_usd(total)} USD in all; compute {format_usd(usd)} USD, billed {format_duration(billed)}"
+    text += f" ({parts})" if parts else ""
+    behind = (ledger.get("storage") or {}).get("left_behind") or {}
+    left = float(behind.get("monthly_usd") or 0.0) + float(behind.get("mirror_monthly_usd") or 0.0)
+    if left > 0:
+        text += f"; left behind costs {format_usd(left)} USD/month"
+    return [Check("operations", "cost", PASS, False, f"{text} ({label})")]
+
+
+def black_box_lost_work(given: CheckInput) -> list[Check]:
+    """A script without step events loses all of a failed attempt, uncounted (information)."""
+    what = given.black_box
+    if what is None or "step" in given.event_kinds():
+        return []
+    return [Check("operations", "lost work", NOT_RECORDED, False,
+                  f"not measured in steps: {what} without step events loses all of a "
+                  "failed attempt; set progress.pattern so lost steps are counted")]  # fmt: skip
+
+
+def drill_check(given: CheckInput, drill: str) -> Check:
+    """A required drill: its result in this run, or (kill, preempt) in a drill of this spec.
+
+    `acceptrun drill SPEC` proves the operations of a spec once, in runs of its own; every
+    later run of the same spec (same spec hash) counts that proof. The restore drill
+    belongs to the data and checkpoints test, the others to operations.
+    """
+    check = _drill_result(given, drill)
+    if drill == "restore":
+        return Check("data", check.name, check.status, check.required, check.evidence, check.fix)
+    return check
+
+
+def _drill_result(given: CheckInput, drill: str) -> Check:
+    name = f"drill {drill}"
+    own = [e for e in given.record.events("drill") if e.get("drill") == drill]
+    if own and own[-1].get("skipped"):
+        # Not applicable to this script (e.g. a preemption of a black box): neither a pass
+        # it did not earn nor a failure of the script; the required check stays unproven.
+        ev = own[-1]
+        return Check("operations", name, NOT_RECORDED, True, str(ev.get("evidence", "")),
+                     str(ev.get("fix") or _DRILL_FIX.get(drill) or ""))  # fmt: skip
+    if own:
+        ok = bool(own[-1].get("ok"))
+        return Check("operations", name, PASS if ok else FAIL, True,
+                     str(own[-1].get("evidence", "")), None if ok else _DRILL_FIX.get(drill))  # fmt: skip
+    unread: list[str] = []
+    found = _drill_elsewhere(given, drill, unread) if drill in ("kill", "preempt") else None
+    note = (
+        f"; {len(unread)} other run record(s) could not be read: {'; '.join(unread)}"
+        if unread
+        else ""
+    )
+    if found is None:
+        return Check("operations", name, NOT_RECORDED, True,
+                     "no result recorded for this drill" + note, _DRILL_FIX.get(drill))  # fmt: skip
+    run_id, ev = found
+    if ev.get("skipped"):
+        return Check("operations", name, NOT_RECORDED, True,
+                     f"skipped in drill run {run_id} of the same spec: {ev.get('evidence', '')}{note}",
+                     str(ev.get("fix") or _DRILL_FIX.get(drill) or ""))  # fmt: skip
+    ok = bool(ev.get("ok"))
+    evidence = f"{'passed' if ok else 'failed'} in drill run {run_id} of the same spec: {ev.get('evidence', '')}{note}"
+    return Check("operations", name, PASS if ok else FAIL, True, evidence,
+                 None if ok else _DRILL_FIX.get(drill))  # fmt: skip
+
+
+def _drill_elsewhere(
+    given: CheckInput, drill: str, unread: list[str]
+) -> tuple[str, dict[str, Any]] | None:
+    """The newest result of ``drill`` in a drill run of the same spec (same spec hash).
+
+    A neighbouring record that cannot be read does not break this verdict: it is skipped,
+    recorded (``best_effort_failed``) and named in ``unread``.
+    """
+    spec_hash = given.record.state.get("spec_hash")
+    runs = given.record.path.parent
+    if not spec_hash or not runs.is_dir():
+        return None
+    latest: tuple[str, dict[str, Any]] | None = None
+    for d in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        other = RunRecord(d)
+        try:
+            state = other.state
+        except Exception as exc:  # recorded: a damaged neighbour must not break this verdict
+            unread.append(given.record_failure(f"drill {drill}: reading run {d.name}", exc))
+            continue
+        if state.get("spec_hash") != spec_hash or "drill" not in state:
+            continue
+        for ev in other.events("drill"):
+            if ev.get("drill") == drill:
+                latest = (other.run_id, ev)
+    return latest
