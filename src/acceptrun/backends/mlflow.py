@@ -27,17 +27,17 @@ import math
 import re
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from acceptrun._util.durable import read_jsonl
 from acceptrun.errors import UserError
 from acceptrun.record.status import ATTEMPT_STOPPED_ON_PURPOSE, RUN_LIVE
+from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import load_spec
 
 __all__ = ["ARTIFACTS", "default_tracking_uri", "export_run"]
 
@@ -211,7 +211,7 @@ def export_run(
 
     spec: dict[str, Any] = {}
     if record.spec_path.exists():
-        spec = tomllib.loads(record.spec_path.read_text(encoding="utf-8"))
+        spec = load_spec(record.spec_path).to_dict()  # a damaged spec: a SpecError naming it
     params = dict(_flatten(spec))
     prov = record.read_json("provenance.json")
     if isinstance(prov, dict):
@@ -221,11 +221,11 @@ def export_run(
         client.log_batch(run_id, params=items[i : i + PARAMS_PER_BATCH])
 
     metrics: list[Any] = []
-    last_step, last_outcome = 0, None
-    for ev in read_jsonl(record.events_path):
+    last_step = 0
+    view = RecordView(record)  # events.jsonl, read once
+    last_outcome = view.last_outcome()
+    for ev in view.events("step", "metric"):
         kind = ev.get("kind")
-        if kind == "attempt_exit":
-            last_outcome = ev.get("outcome")
         if kind == "step" and isinstance(ev.get("step"), int):
             last_step = ev["step"]
             ts = _ms(ev["t"])

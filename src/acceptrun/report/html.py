@@ -23,11 +23,13 @@ from acceptrun._util.units import format_bytes
 from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
 from acceptrun.inference.report import batch_html
+from acceptrun.record.status import CheckStatus
+from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
 from acceptrun.serving.report import serving_html
 from acceptrun.spec.model import format_duration
-from acceptrun.verdict.core import GROUPS, PASS, read_attempts
+from acceptrun.verdict.core import GROUPS, PASS
 
 __all__ = ["REPORT_FILE", "render_html", "report_data", "write_report"]
 
@@ -38,17 +40,17 @@ SCHEMA = 1
 # ---- the data ---------------------------------------------------------------------------------
 
 
-def _verdict(record: RunRecord) -> dict[str, Any]:
+def _verdict(record: RunRecord, view: RecordView) -> dict[str, Any]:
     """verdict.json as decided at close; a run not closed yet is decided now (and says so)."""
-    data = record.read_json("verdict.json")
-    if isinstance(data, dict):
-        return {**data, "provisional": False}
+    decided = view.verdict()  # a newer format raises RecordError naming the fix
+    if decided is not None:
+        return {**decided.raw, "provisional": False}
     from acceptrun.verdict.core import compute_verdict
 
     return {**compute_verdict(record).to_dict(), "provisional": True}
 
 
-def _checkpoints(record: RunRecord) -> dict[str, Any]:
+def _checkpoints(record: RunRecord, view: RecordView) -> dict[str, Any]:
     from acceptrun.checkpoint.store import CheckpointStore
     from acceptrun.spec.model import load_spec
 
@@ -79,7 +81,7 @@ def _checkpoints(record: RunRecord) -> dict[str, Any]:
     latest = store.latest()
     quarantine = root / "quarantine"
     quarantined = sorted(p.name for p in quarantine.iterdir()) if quarantine.is_dir() else []
-    commits = len(list(record.events("checkpoint_commit")))
+    commits = len(view.checkpoints().committed)
     return {
         "dir": str(root),
         "mirror": mirror,
@@ -133,14 +135,13 @@ def report_data(record: RunRecord) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-able data (``--format json``)."""
     from acceptrun.verdict.portability import check_run
 
-    state = record.state
+    view = RecordView(record)  # events.jsonl and the exits, read once
+    state = view.raw_state
     prov = record.read_json("provenance.json") or {}
     summary, tl = _summary_and_timelines(record)
-    events = list(record.events("run_start", "attempt_start", "workload_start"))
+    events = view.events("run_start", "attempt_start", "workload_start")
     origin = float(events[0]["t"]) if events else None
-    metrics: dict[str, Any] = {}
-    for ev in record.events("metric"):
-        metrics[str(ev.get("name"))] = ev.get("value")
+    metrics = view.metrics()
     try:
         portability: dict[str, Any] = check_run(record).to_dict()
     except Exception as exc:
@@ -153,7 +154,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "run_id": record.run_id,
         "record": str(record.path),
         "state": state,
-        "verdict": _verdict(record),
+        "verdict": _verdict(record, view),
         "groups": GROUPS,
         "summary": summary,
         "timelines": tl,
@@ -163,8 +164,8 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "ledger": record.read_json("ledger.json"),
         "provenance": prov,
         "provenance_text": provmod.format_provenance(prov) if prov else None,
-        "attempts": read_attempts(record),
-        "checkpoints": _checkpoints(record),
+        "attempts": view.attempts(),
+        "checkpoints": _checkpoints(record, view),
         "outputs": _lineage(record, prov),
         "portability": portability,
         "preflight": record.read_json("preflight.json"),
@@ -236,7 +237,11 @@ svg .legend{font-size:11px;fill:#374151}svg .chart-title{font-size:13px;font-wei
 .note{background:#fffbeb;border:1px solid #fde68a;padding:6px 10px;border-radius:6px}
 """
 
-_STATUS_TEXT = {"pass": "pass", "fail": "FAIL", "not_recorded": "not recorded"}
+_STATUS_TEXT = {
+    CheckStatus.PASS: "pass",
+    CheckStatus.FAIL: "FAIL",
+    CheckStatus.NOT_RECORDED: "not recorded",
+}
 
 
 def render_html(data: dict[str, Any]) -> str:
@@ -476,19 +481,18 @@ def _by_attempt(
 
 
 def _throughput_unit(data: dict[str, Any]) -> str:
-    from acceptrun.spec.model import THROUGHPUT_UNITS
+    import contextlib
+
+    from acceptrun.errors import SpecError
+    from acceptrun.spec.model import AcceptanceSpec, load_spec
 
     steps = (data.get("timelines") or {}).get("steps", [])
-    spec_unit = "samples/s"
+    spec_unit = AcceptanceSpec().throughput_unit  # a missing or damaged spec: the default
     with_unit = [s for s in steps if s.get("throughput") is not None]
-    try:
-        import tomllib
-
-        spec = tomllib.loads((Path(data["record"]) / "spec.toml").read_text(encoding="utf-8"))
-        spec_unit = str((spec.get("acceptance") or {}).get("throughput_unit") or spec_unit)
-    except Exception:
-        pass
-    if spec_unit not in THROUGHPUT_UNITS or not with_unit:
+    # no record in the report data (KeyError, TypeError) or a damaged spec: the default
+    with contextlib.suppress(SpecError, KeyError, TypeError):
+        spec_unit = load_spec(Path(data["record"]) / "spec.toml").acceptance.throughput_unit
+    if not with_unit:
         return spec_unit
     rates = (data.get("summary") or {}).get("throughput") or {}
     return spec_unit if spec_unit in rates else "steps/s"

@@ -21,7 +21,6 @@ Compare the two with ``acceptrun diff RUN NEW_RUN``.
 from __future__ import annotations
 
 import shutil
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from acceptrun._util import git as gitutil
 from acceptrun._util.durable import write_atomic
 from acceptrun.errors import RecordError, UserError
 from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.spec.model import load_spec
 
 __all__ = ["ReproducePlan", "plan_reproduction", "prepare", "reproduce"]
 
@@ -183,8 +183,7 @@ def _moved(value: str, plan: ReproducePlan) -> str:
 
 def _spec_data(record: RunRecord, plan: ReproducePlan) -> dict[str, Any]:
     """The frozen spec as data, its paths moved into the worktree, isolated from the run."""
-    with open(record.spec_path, "rb") as f:
-        data = tomllib.load(f)
+    data = load_spec(record.spec_path).to_dict()
     if plan.worktree is not None and plan.root is not None:
         workdir = Path(str(data.get("workdir", ".")))
         try:

@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_json, read_jsonl
+from acceptrun.record.view import AttemptSpan, attempt_spans
+from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.telemetry.hints import Evidence, make_hints
 from acceptrun.telemetry.peaks import peak_tflops
 
@@ -111,20 +113,10 @@ class Summary:
 
 
 @dataclass
-class _Attempt:
-    number: int
-    start: float
-    end: float | None = None
-    outcome: str | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    client: bool = False  # a workload_start event: the client API ran in this attempt
-
-
-@dataclass
 class _Record:
     events: list[dict[str, Any]]
     samples: list[dict[str, Any]]
-    spec: dict[str, Any]
+    spec: RunSpec  # the frozen spec; a default one when it is missing or damaged
     provenance: dict[str, Any]
 
 
@@ -132,11 +124,9 @@ def _load(run_dir: Path) -> _Record:
     """Everything summarize reads; a missing or damaged file reads as empty."""
     events = _timed(read_jsonl(run_dir / "events.jsonl"))
     samples = _timed(read_jsonl(run_dir / "telemetry.jsonl"))
-    spec: dict[str, Any] = {}
+    spec = RunSpec(name="-", command=["-"])  # every section at its defaults
     with contextlib.suppress(Exception):  # a damaged spec: defaults, never an exception
-        import tomllib
-
-        spec = tomllib.loads((run_dir / "spec.toml").read_text(encoding="utf-8"))
+        spec = load_spec(run_dir / "spec.toml")
     provenance: dict[str, Any] = {}
     with contextlib.suppress(Exception):
         found = read_json(run_dir / "provenance.json")
@@ -159,36 +149,6 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _section(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    value = spec.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def _attempts(events: list[dict[str, Any]]) -> list[_Attempt]:
-    """Attempts in order, from attempt_start (workload_start for a standalone run)."""
-    by_number: dict[int, _Attempt] = {}
-    for ev in events:
-        kind, t = ev.get("kind"), float(ev["t"])
-        number = ev.get("attempt")
-        if not isinstance(number, int):
-            continue
-        a = by_number.get(number)
-        if kind == "attempt_start" or (kind == "workload_start" and a is None):
-            if a is None:
-                a = by_number[number] = _Attempt(number, t)
-        elif a is None and kind == "step":
-            a = by_number[number] = _Attempt(number, t)  # started before a truncated record
-        if a is None:
-            continue
-        if kind == "attempt_exit":
-            a.end, a.outcome = t, str(ev.get("outcome"))
-        elif kind == "step":
-            a.steps.append(ev)
-        elif kind == "workload_start":
-            a.client = True
-    return sorted(by_number.values(), key=lambda a: a.start)
-
-
 def _span(step: dict[str, Any]) -> int:
     """Steps one event stands for: ``span`` of a log line every N steps, else 1."""
     span = step.get("span")
@@ -201,7 +161,7 @@ def _black_box(events: list[dict[str, Any]]) -> bool:
     return usage is not None and usage.get("usage") != "client"
 
 
-def _redone(attempts: list[_Attempt]) -> set[tuple[int, int]]:
+def _redone(attempts: list[AttemptSpan]) -> set[tuple[int, int]]:
     """(attempt, step) of steps that a later attempt ran again: work thrown away."""
     latest: dict[Any, int] = {}
     for a in attempts:
@@ -233,7 +193,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def _steady(attempts: list[_Attempt]) -> list[dict[str, Any]]:
+def _steady(attempts: list[AttemptSpan]) -> list[dict[str, Any]]:
     """Timed steps without each attempt's warm-up; all timed steps if that leaves none."""
     timed = [[s for s in a.steps if (_num(s.get("step_time")) or 0) > 0] for a in attempts]
     steady = [s for steps in timed for s in steps[WARMUP_STEPS:]]
@@ -277,19 +237,18 @@ def _throughput(steady: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _mfu(throughput: dict[str, float], rec: _Record, gpu_name: str | None) -> float | None:
-    tel, res = _section(rec.spec, "telemetry"), _section(rec.spec, "resources")
-    per_token, per_sample = _num(tel.get("flops_per_token")), _num(tel.get("flops_per_sample"))
+    tel, res = rec.spec.telemetry, rec.spec.resources
+    per_token, per_sample = tel.flops_per_token, tel.flops_per_sample
     if per_token is not None and "tokens/s" in throughput:
         flops = throughput["tokens/s"] * per_token
     elif per_sample is not None and "samples/s" in throughput:
         flops = throughput["samples/s"] * per_sample
     else:
         return None
-    peak = _num(tel.get("peak_tflops")) or peak_tflops(gpu_name)
+    peak = tel.peak_tflops or peak_tflops(gpu_name)
     if peak is None:
         return None
-    gpus = int(_num(res.get("gpus")) or 0)
-    devices = max(gpus, 1) * max(int(_num(res.get("nodes")) or 1), 1)
+    devices = max(res.gpus, 1) * res.nodes
     return flops / (peak * 1e12 * devices)
 
 
@@ -406,11 +365,11 @@ class _Breakdown:
 
 def _breakdown(
     events: list[dict[str, Any]],
-    attempts: list[_Attempt],
+    attempts: list[AttemptSpan],
     start: float,
     end: float,
-    samples: list[dict[str, Any]] | None = None,
-    threshold: float = 5.0,
+    samples: list[dict[str, Any]] | None,
+    threshold: float,  # telemetry.idle_threshold of the spec
 ) -> _Breakdown:
     parts = dict.fromkeys(BREAKDOWN_PARTS, 0.0)
     black_box = samples is not None and _black_box(events)
@@ -496,10 +455,8 @@ def summarize(run_dir: Path) -> Summary:
     first_step_s = (
         max(0.0, float(steps[0]["t"]) - run_start) if steps and run_start is not None else None
     )
-    attempts = _attempts(events)
-    tel = _section(rec.spec, "telemetry")
-    threshold = _num(tel.get("idle_threshold"))
-    threshold = 5.0 if threshold is None else threshold
+    attempts = attempt_spans(events)  # record/view.py
+    threshold = rec.spec.telemetry.idle_threshold
     if start is not None and end is not None:
         bd = _breakdown(events, attempts, start, end, rec.samples, threshold)
     else:
@@ -549,7 +506,7 @@ def timelines(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     the step logged that quantity, else in steps/s.
     """
     rec = _load(Path(run_dir))
-    unit = str(_section(rec.spec, "acceptance").get("throughput_unit") or "samples/s")
+    unit = rec.spec.acceptance.throughput_unit
     key = {"samples/s": "samples", "tokens/s": "tokens"}.get(unit)
     steps: list[dict[str, Any]] = []
     marks: list[dict[str, Any]] = []

@@ -94,14 +94,14 @@ def _steps(lines: list[bytes], key: str | None) -> list[dict[str, Any]]:
 
 def throughput_key(record: RunRecord) -> tuple[str | None, str]:
     """The step field that throughput counts (samples, tokens, or none: steps/s), and its unit."""
-    import tomllib
+    import contextlib
 
-    unit = "samples/s"
-    try:
-        spec = tomllib.loads(record.spec_path.read_text(encoding="utf-8"))
-        unit = str((spec.get("acceptance") or {}).get("throughput_unit") or unit)
-    except (OSError, ValueError):
-        pass
+    from acceptrun.errors import SpecError
+    from acceptrun.spec.model import AcceptanceSpec, load_spec
+
+    unit = AcceptanceSpec().throughput_unit  # a missing or damaged spec: the default
+    with contextlib.suppress(SpecError):
+        unit = load_spec(record.spec_path).acceptance.throughput_unit
     return {"samples/s": "samples", "tokens/s": "tokens"}.get(unit), unit
 
 
