@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import torch
 
 from acceptrun.errors import (
+    AcceptrunError,
     AcceptrunRuntimeError,
     AcceptrunTypeError,
     AcceptrunValueError,
@@ -699,6 +700,54 @@ def _load(
             "is damaged, resume from an earlier one"
         ) from exc
 
+    try:
+        values, loads, rng_state, notes = _decode_all(root, meta, tensors, objects, rng, strict)
+    except AcceptrunError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+        # Valid JSON of the wrong shape: a damaged (or hand-edited) state file.
+        raise RecordError(
+            f"{root / STATE} does not describe saved objects ({type(exc).__name__}: {exc}); "
+            "the checkpoint is damaged, resume from an earlier one (`acceptrun ckpt verify`)"
+        ) from exc
+
+    for name, obj, state in loads:
+        try:
+            if isinstance(obj, torch.Generator):
+                obj.set_state(state.cpu())
+            elif isinstance(obj, torch.nn.Module):
+                obj.load_state_dict(state, strict=strict)
+            else:
+                before = _group_values(obj)
+                obj.load_state_dict(state)
+                _keep_group_identity(obj, before)
+        except AcceptrunError as exc:
+            exc.add_note(f"while loading {name!r} from {root}")
+            raise
+        except Exception as exc:
+            # The object refused the state: saved from another model, or damaged.
+            error = AcceptrunRuntimeError(
+                f"{name!r} does not load from {root}: {exc} (a checkpoint of another model, "
+                "or a damaged one: `acceptrun ckpt verify` tells which)"
+            )
+            error.add_note(f"while loading {name!r} from {root}")
+            raise error from exc
+    if rng_state is not None:
+        notes += _restore_rng(rng_state)
+    elif rng:
+        notes.append("no RNG state in this checkpoint (saved with rng=False)")
+    return {"values": values, "meta": meta, "notes": notes}
+
+
+def _decode_all(
+    root: Path,
+    meta: dict[str, Any],
+    tensors: Mapping[str, torch.Tensor],
+    objects: Mapping[str, Any],
+    rng: bool,
+    strict: bool,
+) -> tuple[dict[str, Any], list[tuple[str, Any, Any]], Any, list[str]]:
+    """Decode every saved entry against ``objects``: (values, loads, RNG state, notes)."""
     saved: dict[str, Any] = meta["objects"]
     missing = [n for n in objects if n not in saved]
     unexpected = [n for n in saved if n not in objects]
@@ -741,25 +790,7 @@ def _load(
                 state = ordered
             loads.append((name, obj, state))
     rng_state = _decode(meta["rng"], tensors, _RNG) if rng and meta.get("rng") else None
-
-    for name, obj, state in loads:
-        try:
-            if isinstance(obj, torch.Generator):
-                obj.set_state(state.cpu())
-            elif isinstance(obj, torch.nn.Module):
-                obj.load_state_dict(state, strict=strict)
-            else:
-                before = _group_values(obj)
-                obj.load_state_dict(state)
-                _keep_group_identity(obj, before)
-        except Exception as exc:
-            exc.add_note(f"while loading {name!r} from {root}")
-            raise
-    if rng_state is not None:
-        notes += _restore_rng(rng_state)
-    elif rng:
-        notes.append("no RNG state in this checkpoint (saved with rng=False)")
-    return {"values": values, "meta": meta, "notes": notes}
+    return values, loads, rng_state, notes
 
 
 def _group_values(obj: Any) -> list[dict[str, Any]] | None:
