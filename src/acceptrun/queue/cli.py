@@ -14,14 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
+
 __all__ = ["register"]
 
 BACKENDS = ("local", "slurm")
 RECENT_ENDED = 10  # ended jobs `acceptrun queue` shows without --all
 
 
-def _say(message: str) -> None:
-    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+log = get_logger("acceptrun.queue")  # printed by the CLI as "acceptrun: ..." on stderr
 
 
 def _workspace(args: argparse.Namespace, *, create: bool = False) -> Any:
@@ -71,7 +72,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         f"job {job.id} queued: {job.name}, {what}, priority {job.priority}, {ahead} queued ahead of it"
     )
     flag = "--gpus 0,1,..." if job.kind == "gpu" else f"--slots {job.slots}"
-    _say(f"a worker runs it: `acceptrun worker {flag}`; follow it with `acceptrun queue`")
+    log.info(f"a worker runs it: `acceptrun worker {flag}`; follow it with `acceptrun queue`")
     return 0
 
 
@@ -224,7 +225,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         kind=kind, devices=devices, poll_s=max(args.poll, 0.05), once=args.once,
         policy=Policy(reserve_after=args.reserve_after, preempt_after=args.preempt_after),
     )  # fmt: skip
-    worker = Worker(_workspace(args, create=True), config, say=_say)
+    worker = Worker(_workspace(args, create=True), config)
     return worker.run()
 
 

@@ -38,13 +38,13 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
+from acceptrun._util.console import get_logger
 from acceptrun._util.durable import read_json, write_atomic
 from acceptrun.errors import RecordError, UserError
 from acceptrun.queue.db import ACTIVE, Job, QueueDB, WorkerRow, format_devices
@@ -63,6 +63,8 @@ __all__ = [
     "send_stop",
     "worker_alive",
 ]
+
+_log = get_logger(__name__)  # what a worker tells: jobs started, ended, adopted
 
 ENV_SLOTS = "ACCEPTRUN_SLOTS"  # the job's device numbers: "0,1" (GPU indices or CPU slots)
 ENV_QUEUE_JOB = "ACCEPTRUN_QUEUE_JOB"  # the job's id in the queue
@@ -102,12 +104,9 @@ class Worker:
         self,
         workspace: Workspace,
         config: WorkerConfig,
-        *,
-        say: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.ws = workspace
         self.config = config
-        self.say = say
         self.dir = queue_dir(workspace)
         self.db = queue_db(workspace)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000) % 100000}"
@@ -130,7 +129,7 @@ class Worker:
             self.id, pid=os.getpid(), kind=self.config.kind, devices=self.config.devices,
             now=time.time(),
         )  # fmt: skip
-        self.say(f"worker {self.id}: {label} {format_devices(self.config.devices)}")
+        _log.info(f"worker {self.id}: {label} {format_devices(self.config.devices)}")
         try:
             while not self._stopping:
                 if self.tick() and self.config.once:
@@ -144,7 +143,7 @@ class Worker:
                 self.db.remove_worker(self.id)
             running = sorted(self.children)
             if running:
-                self.say(f"worker exits; jobs {running} run on, the next worker adopts them")
+                _log.info(f"worker exits; jobs {running} run on, the next worker adopts them")
             for child in self.children.values():
                 if child.log is not None:
                     child.log.close()
@@ -185,7 +184,7 @@ class Worker:
                 victim, "preempt", f"preempted by job {for_job}; resumes when devices free up"
             )
             if stopping is not None:
-                self.say(f"job {victim} ({stopping.name}) preempted for job {for_job}")
+                _log.info(f"job {victim} ({stopping.name}) preempted for job {for_job}")
                 self._send_stop(stopping)
         by_id = {j.id: j for j in queued}
         for job_id, devices in decided.start:
@@ -198,7 +197,7 @@ class Worker:
     def _warn_too_big(self, job: Job) -> bool:
         if job.id not in self._warned:
             self._warned.add(job.id)
-            self.say(
+            _log.info(
                 f"job {job.id} ({job.name}) needs {job.slots} devices; this worker has "
                 f"{len(self.config.devices)}: it waits for a larger worker"
             )
@@ -245,7 +244,7 @@ class Worker:
             fresh = self.db.job(job.id)
             if fresh is not None:
                 self.db.settle(fresh, "failed", note=f"could not start: {exc}", now=time.time())
-            self.say(f"job {job.id} ({job.name}) could not start: {exc}")
+            _log.info(f"job {job.id} ({job.name}) could not start: {exc}")
             return
         what = "resuming" if resume else "run"
         self.db.set_pid(job.id, proc.pid, f"{what} {run_id}" if run_id else "running")
@@ -253,7 +252,7 @@ class Worker:
         threading.Thread(target=self._wait_child, args=(proc,), daemon=True).start()
         label = "GPUs" if self.config.kind == "gpu" else "slots"
         where = f"{what} {run_id}" if run_id else f"pid {proc.pid}"
-        self.say(f"job {job.id} ({job.name}) started on {label} {devs}: {where}")
+        _log.info(f"job {job.id} ({job.name}) started on {label} {devs}: {where}")
 
     def _acceptrun(self, *args: str) -> list[str]:
         # `python -m acceptrun`: lifecycle recognises the process as a run's supervisor.
@@ -291,7 +290,7 @@ class Worker:
                 continue
             state, note = self._outcome(job, rc)
             self.db.settle(job, state, note=note, now=time.time(), exit_code=rc)
-            self.say(f"job {job.id} ({job.name}) {state}: {note}")
+            _log.info(f"job {job.id} ({job.name}) {state}: {note}")
 
     def _outcome(self, job: Job, rc: int | None) -> tuple[str, str]:
         """The job's next state after its process ended (``rc`` None: not our child)."""
@@ -354,7 +353,7 @@ class Worker:
                 continue
             state, note = self._outcome(job, None)
             if self.db.settle(job, state, note=f"{note} (its worker is gone)", now=now):
-                self.say(f"job {job.id} ({job.name}): its worker is gone; {state}: {note}")
+                _log.info(f"job {job.id} ({job.name}): its worker is gone; {state}: {note}")
 
     def _adopt(self, job: Job) -> None:
         used = {d for c in self.children for d in (self._devices_of(c))}
@@ -367,7 +366,7 @@ class Worker:
             return  # another worker owns these devices: it adopts the job
         if self.db.adopt(job, self.id, f"adopted by {self.id}; run {job.run_id}"):
             self.children[job.id] = _Child(job.id, job.pid, None)
-            self.say(f"job {job.id} ({job.name}) adopted: its run {job.run_id} is still going")
+            _log.info(f"job {job.id} ({job.name}) adopted: its run {job.run_id} is still going")
 
     def _devices_of(self, job_id: int) -> tuple[int, ...]:
         job = self.db.job(job_id)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun._util.units import parse_size
 from acceptrun.errors import UserError
 
@@ -30,16 +31,13 @@ def _duration(text: str, what: str) -> float:
         raise UserError(f"{what}: {text!r} is not a duration; write e.g. 90s, 5m or 1h") from None
 
 
-def _say(message: str) -> None:
-    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+_log = get_logger("acceptrun.tune")  # printed by the CLI as "acceptrun: ..." on stderr
 
 
 # ---- tune --------------------------------------------------------------------------------
 
 
-def run_tune(
-    options: Any, *, workspace: str | None, out: str | None, say: Any = None
-) -> tuple[Any, Any]:
+def run_tune(options: Any, *, workspace: str | None, out: str | None) -> tuple[Any, Any]:
     """Run a sweep inside a new run record (mode "tune"); returns (report, record).
 
     The record holds the provenance of the machine, ``tune.json`` (rewritten after every
@@ -62,8 +60,7 @@ def run_tune(
         name, spec_text=spec.to_toml(),
         state={"mode": "tune", "status": "running", "started_at": now_iso(), "attempts": 0},
     )  # fmt: skip
-    if say:
-        say(f"tune record {record.run_id}")
+    _log.info(f"tune record {record.run_id}")
     record.write_json("provenance.json", provenance.capture(diff_path=record.file("git.diff")))
     started = time.time()
 
@@ -73,7 +70,7 @@ def run_tune(
                      numerics=trial.get("numerics"), error=trial.get("error"))  # fmt: skip
         record.write_json("tune.json", report.to_dict())
 
-    tuner = Tuner(options, target, on_trial=on_trial, say=say)
+    tuner = Tuner(options, target, on_trial=on_trial)
     status = "finished"
     try:
         report = tuner.run()
@@ -111,7 +108,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         peak_tflops=args.peak_tflops, threads=args.threads, seed=args.seed,
         confirm=not args.no_confirm,
     )  # fmt: skip
-    report, record = run_tune(options, workspace=args.workspace, out=args.out, say=_say)
+    report, record = run_tune(options, workspace=args.workspace, out=args.out)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -151,7 +148,7 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
             raise UserError(
                 f"--buckets: {args.buckets!r} is not a list of MB, e.g. 1,5,25"
             ) from None
-    result = run_comm(options, say=_say)
+    result = run_comm(options)
     if args.out:
         from acceptrun._util.durable import write_json_atomic
 

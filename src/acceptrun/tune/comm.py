@@ -29,15 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun._util.units import format_bytes_exact
 from acceptrun.errors import UserError
 
 __all__ = ["CommOptions", "busbw", "format_comm", "run_comm"]
+
+_log = get_logger(__name__)
 
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
 GPU_SIZES = [1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
@@ -90,7 +92,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_comm(options: CommOptions, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_comm(options: CommOptions) -> dict[str, Any]:
     """Start the workers, wait for them, return rank 0's figures."""
     gpus = _gpu_count()
     backend = options.backend or ("nccl" if gpus else "gloo")
@@ -108,8 +110,7 @@ def run_comm(options: CommOptions, *, say: Callable[[str], None] | None = None) 
     job_path, result_path = workdir / "job.json", workdir / "result.json"
     job_path.write_text(json.dumps(job))
     port = _free_port()
-    if say:
-        say(f"bench comm: {procs} processes, {backend}, {len(sizes)} sizes")
+    _log.info(f"bench comm: {procs} processes, {backend}, {len(sizes)} sizes")
     workers = []
     deadline = time.monotonic() + options.timeout
     for rank in range(procs):

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import configure_console, get_logger
 from acceptrun.errors import UserError
 
 __all__ = ["ScalingPoint", "register", "run_scaling"]
+
+_log = get_logger(__name__)
 
 DEFAULT_STEPS = 50
 
@@ -85,19 +88,16 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     counts = parse_counts(args.processes)
     if args.steps < 1:
         raise UserError(f"--steps {args.steps}: give a number of steps of 1 or more, e.g. 50")
-    say = (lambda _m: None) if args.json else _say
+    if args.json:  # stdout is one JSON document; progress lines would only be noise
+        configure_console(logging.WARNING)
     points = run_scaling(
-        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose, say=say
+        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose
     )
     if args.json:
         print(json.dumps([p.to_dict() for p in points], indent=2))
     else:
         print(format_scaling(points))
     return 0 if all(p.throughput is not None for p in points) else 1
-
-
-def _say(message: str) -> None:
-    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
 
 
 def parse_counts(text: str) -> list[int]:
@@ -122,9 +122,11 @@ def run_scaling(
     steps: int,
     workspace: str | Path | None = None,
     echo: bool = False,
-    say: Any = lambda _m: None,
 ) -> list[ScalingPoint]:
-    """Run the spec once per process count and return the figures, smallest count first."""
+    """Run the spec once per process count and return the figures, smallest count first.
+
+    Each run's own lines (launch, preflight, attempts) are shown only with ``echo``.
+    """
     from acceptrun.run.launch import launch
     from acceptrun.spec.model import load_spec
     from acceptrun.workload.contract import ENV_MAX_STEPS
@@ -145,8 +147,8 @@ def run_scaling(
             # The frozen form: absolute paths, so it loads the same from anywhere.
             path = Path(tmp) / f"p{n}.toml"
             path.write_text(spec.to_toml())
-            say(f"scaling: {n} process(es), at most {steps} steps")
-            result = launch(path, workspace=workspace, echo=echo, say=say if echo else _quiet)
+            _log.info(f"scaling: {n} process(es), at most {steps} steps")
+            result = launch(path, workspace=workspace, echo=echo, say=_log.info if echo else _quiet)
             status = "accepted" if result.verdict.accepted else "rejected"
             points.append(_point(n, result.record.run_id, result.record.path, status))
     return with_efficiency(points)

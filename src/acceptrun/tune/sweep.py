@@ -35,11 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun.telemetry.peaks import peak_tflops
 from acceptrun.tune.search import batch_candidates
 from acceptrun.tune.target import TuneConfig, target_name
 
 __all__ = ["AXES", "TuneOptions", "TuneReport", "Tuner", "run_child"]
+
+_log = get_logger(__name__)  # the sweep's progress: each trial as it starts
 
 AXES = ("precision", "batch", "optimizer", "attention", "checkpointing", "loader", "compile")
 
@@ -188,12 +191,10 @@ class Tuner:
         target: Any,
         *,
         on_trial: Callable[[TuneReport, dict[str, Any]], None] | None = None,
-        say: Callable[[str], None] | None = None,
     ) -> None:
         self.opt = options
         self.target = target
         self.on_trial = on_trial or (lambda report, trial: None)
-        self.say = say or (lambda message: None)
         self.deadline = 0.0
         self.workdir = Path(tempfile.mkdtemp(prefix="acceptrun-tune-"))
         self.report = TuneReport(target=options.target, name=target_name(target), device={},
@@ -235,7 +236,7 @@ class Tuner:
 
     def trial(self, axis: str, config: TuneConfig, *, force: bool = False) -> dict[str, Any]:
         """Time ``config`` in a child; record it with its gain, MFU and numerics verdict."""
-        self.say(f"trial {len(self.report.trials)}: {axis}: {config.label()}")
+        _log.info(f"trial {len(self.report.trials)}: {axis}: {config.label()}")
         started = time.monotonic()
         result = self._child(
             self._job("trial", config, warmup=self.opt.warmup, steps=self.opt.steps,
@@ -371,7 +372,7 @@ class Tuner:
         )
 
     def _search(self, config: TuneConfig) -> dict[str, Any]:
-        self.say(f"batch search: {config.label()} up to {self.opt.max_batch}")
+        _log.info(f"batch search: {config.label()} up to {self.opt.max_batch}")
         job = self._job("search", config, search={
             "start": config.batch_size, "limit": self.opt.max_batch,
             "multiple": self.opt.batch_multiple, "headroom": self.opt.headroom,

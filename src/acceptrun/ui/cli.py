@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import sys
 from typing import Any
+
+from acceptrun._util.console import get_logger
 
 __all__ = ["ENV_TOKEN", "register"]
 
@@ -18,8 +19,7 @@ ENV_TOKEN = "ACCEPTRUN_UI_TOKEN"
 DEFAULT_PORT = 8765
 
 
-def _say(message: str) -> None:
-    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
+_log = get_logger("acceptrun.ui")  # printed by the CLI as "acceptrun: ..." on stderr
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -53,7 +53,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             f"(--token or ${ENV_TOKEN}), or leave both unset to have one generated"
         )
     if not is_loopback(args.host):
-        _say(
+        _log.warning(
             f"listening on {args.host}: reachable from other machines; every request needs "
             "the token, and the traffic is plain HTTP (use an SSH tunnel where you can)"
         )
