@@ -237,7 +237,7 @@ svg .legend{font-size:11px;fill:#374151}svg .chart-title{font-size:13px;font-wei
 .note{background:#fffbeb;border:1px solid #fde68a;padding:6px 10px;border-radius:6px}
 """
 
-_STATUS_TEXT = {
+_STATUS_TEXT: dict[str, str] = {
     CheckStatus.PASS: "pass",
     CheckStatus.FAIL: "FAIL",
     CheckStatus.NOT_RECORDED: "not recorded",

@@ -10,12 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
+from acceptrun.record.status import CheckStatus
 from acceptrun.spec.model import format_duration
 from acceptrun.verdict.core import PASS
 
 __all__ = ["render_markdown"]
 
-_STATUS = {"pass": "✓ pass", "fail": "✗ FAIL", "not_recorded": "– not recorded"}
+_STATUS: dict[str, str] = {
+    CheckStatus.PASS: "✓ pass",
+    CheckStatus.FAIL: "✗ FAIL",
+    CheckStatus.NOT_RECORDED: "– not recorded",
+}
 
 
 def _cell(value: Any) -> str:

@@ -15,6 +15,7 @@ from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
 from acceptrun.inference.report import batch_lines
 from acceptrun.record.liveness import supervisor_state
+from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.report import serving_lines
 from acceptrun.spec.model import format_duration
@@ -35,7 +36,8 @@ PART_NAMES = {
 
 
 def format_show(record: RunRecord) -> str:
-    state = record.state
+    view = RecordView(record)  # run.json, events.jsonl and the exits, read once
+    state = view.raw_state
     liveness = supervisor_state(record, state)  # record/liveness.py: derived, not written
     lines = [
         f"run      {record.run_id}",
@@ -48,13 +50,8 @@ def format_show(record: RunRecord) -> str:
             f"         interrupted: {liveness.detail}; last sign of life {liveness.last_seen_iso}; "
             f"`acceptrun resume {record.run_id}` continues it"
         ]
-    steps: list[dict[str, Any]] = []
-    metrics: dict[str, Any] = {}
-    for ev in record.events("step", "metric"):
-        if ev["kind"] == "step":
-            steps.append(ev)
-        else:
-            metrics[str(ev.get("name"))] = ev.get("value")
+    steps = view.steps()
+    metrics = view.metrics()
     if steps:
         times = [s["step_time"] for s in steps if isinstance(s.get("step_time"), int | float)]
         waits = [s.get("data_wait", 0.0) for s in steps]
@@ -76,25 +73,21 @@ def format_show(record: RunRecord) -> str:
                 for k, v in metrics.items()
             )
         )
-    attempts_dir = record.path / "attempts"
-    if attempts_dir.is_dir():
-        for d in sorted(
-            attempts_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0
-        ):
-            ex = record.read_json(f"attempts/{d.name}/exit.json")
-            if isinstance(ex, dict):
-                lines.append(
-                    f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
-                )
+    for ex in view.attempts():
+        lines.append(
+            f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
+        )
     if state.get("mode") == "tune":
         return "\n".join(lines + _format_tune(record))
     lines += format_telemetry(summarize(record.path), _gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
     lines += serving_lines(record)  # serving runs only
-    data = record.read_json("verdict.json")
-    if isinstance(data, dict):
-        checks = [Check(**c) for c in data.get("checks", [])]
-        verdict = Verdict(str(data.get("run_id")), checks, str(data.get("decided_at")))
+    decided = view.verdict()  # a newer format raises RecordError naming the fix
+    if decided is not None:
+        checks = [Check(**c) for c in decided.checks]
+        verdict = Verdict(
+            str(decided.raw.get("run_id")), checks, str(decided.raw.get("decided_at"))
+        )
         lines += ["", format_verdict(verdict, name=str(state.get("name", "")))]
     else:
         lines += [

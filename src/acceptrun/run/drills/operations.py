@@ -43,6 +43,7 @@ from typing import Any
 
 from acceptrun.errors import UserError
 from acceptrun.record.models import FORMAT as RECORD_FORMAT
+from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
 
@@ -154,26 +155,20 @@ class DrillReport:
 
 def final_trajectory(record: RunRecord) -> dict[int, tuple[float, int]]:
     """Step -> (loss, attempt) from the last attempt that logged the step."""
-    out: dict[int, tuple[float, int]] = {}
-    for ev in record.events("step"):
-        step, loss, attempt = ev.get("step"), ev.get("loss"), int(ev.get("attempt") or 0)
-        if not isinstance(step, int) or not isinstance(loss, int | float):
-            continue
-        if step not in out or attempt >= out[step][1]:
-            out[step] = (float(loss), attempt)
-    return out
+    return RecordView(record).trajectory("loss")
 
 
 def startup_seconds(record: RunRecord, attempt: int = 1) -> float | None:
     """The workload's own start-up: ``attempt_start`` to its first ``step`` event, seconds."""
-    start = next((e["t"] for e in record.events("attempt_start") if e["attempt"] == attempt), None)
-    first = next((e["t"] for e in record.events("step") if e.get("attempt") == attempt), None)
+    view = RecordView(record)  # one read of events.jsonl
+    start = next((e["t"] for e in view.events("attempt_start") if e["attempt"] == attempt), None)
+    first = next((e["t"] for e in view.steps() if e.get("attempt") == attempt), None)
     return None if start is None or first is None else first - start
 
 
 def measure_restarts(record: RunRecord, startup_s: float) -> list[Restart]:
     """Each attempt followed by another one: what it lost and how long the resume took."""
-    events = list(record.events())
+    events = RecordView(record).all_events
     exits = {e["attempt"]: e for e in events if e["kind"] == "attempt_exit"}
     starts = {e["attempt"]: e for e in events if e["kind"] == "attempt_start"}
     out = []
