@@ -139,8 +139,13 @@ class Worker:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
-            with contextlib.suppress(Exception):  # the jobs' records and rows stay true
+            try:
                 self.db.remove_worker(self.id)
+            except Exception as exc:  # the jobs' records and rows stay true; say it, go on
+                _log.warning(
+                    f"worker {self.id}: could not remove its row from the queue ({exc}); "
+                    "the next worker sees it as stale and takes over"
+                )
             running = sorted(self.children)
             if running:
                 _log.info(f"worker exits; jobs {running} run on, the next worker adopts them")

@@ -27,7 +27,7 @@ def _duration(text: str, what: str) -> float:
 
     try:
         return parse_duration(text, what)
-    except Exception:
+    except ValueError:  # spec's Problem: the value is not a duration
         raise UserError(f"{what}: {text!r} is not a duration; write e.g. 90s, 5m or 1h") from None
 
 
