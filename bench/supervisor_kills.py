@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
 from supervisor_kill_harness import (  # lives with the tests that use it
     MOMENTS,
@@ -38,7 +38,7 @@ from supervisor_kill_harness import (  # lives with the tests that use it
 TOTAL_STEPS = 30
 
 
-def campaign(kills: int, root: Path, seed: int) -> dict[str, Any]:
+def campaign(kills: int, root: Path, seed: int, max_minutes: float | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     t0 = time.monotonic()
     reference = reference_digest(root, root / "ws-reference", total=TOTAL_STEPS)
@@ -48,6 +48,8 @@ def campaign(kills: int, root: Path, seed: int) -> dict[str, Any]:
     moments = dict.fromkeys(MOMENTS, 0)
     failures: list[str] = []
     for n in range(kills):
+        if max_minutes is not None and time.monotonic() - t0 > 60 * max_minutes:
+            break  # out of time: the figures count the kills done
         moment = rng.choice(MOMENTS)
         step = rng.randrange(1, TOTAL_STEPS - 1)
         name = f"kill-{n:04d}"
@@ -77,14 +79,14 @@ def campaign(kills: int, root: Path, seed: int) -> dict[str, Any]:
             flush=True,
         )
     return {
-        **counts, "moments": moments, "failures": failures,
+        **counts, "asked": kills, "moments": moments, "failures": failures,
         "seconds": round(time.monotonic() - t0, 1), "root": str(root),
     }  # fmt: skip
 
 
 def table(f: dict[str, Any]) -> str:
     rows = [
-        ("kills", f["kills"]),
+        ("kills", f"{f['kills']} (of {f['asked']} asked)"),
         ("orphans", f["orphans"]),
         ("shown interrupted", f["interrupted"]),
         ("resumes accepted", f["resumes_accepted"]),
@@ -104,10 +106,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="seeds the moments (0)")
     parser.add_argument("--root", type=Path, help="work directory (default: a new temp dir)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--max-minutes", type=float, help="start no kill after this many minutes (no limit)"
+    )
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="supervisor-kills-"))
     root.mkdir(parents=True, exist_ok=True)
-    figures = campaign(args.kills, root, args.seed)
+    figures = campaign(args.kills, root, args.seed, args.max_minutes)
     print(json.dumps(figures) if args.json else table(figures), flush=True)
     for line in figures["failures"]:
         print(f"FAILED {line}", file=sys.stderr)
