@@ -275,4 +275,3 @@ def reference_digest(root: Path, ws: Path, *, total: int = 30) -> str:
     if rc != 0:
         raise RuntimeError(f"the reference run exited {rc}; see {job / 'supervisor.log'}")
     return (job / "weights.sha256").read_text()
-

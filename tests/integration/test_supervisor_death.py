@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared harness
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness
 
 from conftest import wait_for
 from supervisor_kill_harness import (
