@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from verdict_records import RecordBuilder
+from tests.unit.verdict_records import RecordBuilder
 
 from acceptrun._util.hashing import hash_file
 from acceptrun.spec.model import load_spec
 from acceptrun.verdict import GROUPS, compute_verdict, format_verdict
 from acceptrun.verdict.core import BEST_EFFORT_FAILED, Check, registered_checks
+from acceptrun.verdict.diff import diff_runs, format_run_diff
 
 # ---- the registry --------------------------------------------------------------------------
 
@@ -815,3 +816,25 @@ def test_verdict_to_dict_lists_the_failed_required_checks(tmp_path: Path) -> Non
     assert d["verdict"] == "rejected" and d["failed"] == ["provenance", "expectations"]
     assert json.loads(json.dumps(d))["checks"][0]["status"] == "not_recorded"
     assert all(isinstance(c, Check) for c in rb.verdict().checks)
+
+
+# ---- verdict/diff.py -----------------------------------------------------------------------
+
+
+def test_diff_with_run_a_spec_that_no_longer_loads_compares_exactly_and_says_why(
+    tmp_path: Path,
+) -> None:
+    a = RecordBuilder(tmp_path, '[acceptance.tolerances]\n"loss" = 0.1\n')
+    b = RecordBuilder(tmp_path, run_id="20261201-130000-t-0002")
+    for rb, loss in ((a, 0.50), (b, 0.55)):
+        rb.event("metric", name="loss", value=loss)
+    assert diff_runs(a.record, b.record).reproduced  # within the tolerance
+    a.record.spec_path.write_text("name = [unclosed\n")
+    d = diff_runs(a.record, b.record)
+    assert not d.reproduced and d.differences[0].startswith("metric loss: 0.5 vs 0.55")
+    [note] = d.notes
+    assert note.startswith("diff: tolerances of run A failed: SpecError: ")
+    assert note.endswith("; see events; every metric and the loss must match exactly")
+    assert f"  note: {note}" in format_run_diff(d) and d.to_dict()["notes"] == [note]
+    [ev] = a.record.events(BEST_EFFORT_FAILED)
+    assert ev["component"] == "diff: tolerances of run A" and "load_spec" in ev["traceback"]

@@ -93,14 +93,14 @@ FORMATS: dict[str, Format] = {
         VERSION_PATTERN_HELP,
         lambda v: None if valid_version_pattern(v) else "",
         {"format": "version-pattern", "pattern": r"^\s*[0-9<>=!~]"},
-        invalid=">>3",
+        invalid="latest",
         words="version pattern",
     ),
     "cuda-pattern": Format(
         VERSION_PATTERN_HELP + ', or "none" for a CPU build of torch',
         lambda v: None if v == "none" or valid_version_pattern(v) else "",
         {"format": "version-pattern", "pattern": r"^(none$|\s*[0-9<>=!~])"},
-        invalid=">>3",
+        invalid="latest",
         words='version pattern or "none"',
     ),
     "condition": Format(

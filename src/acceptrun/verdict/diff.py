@@ -32,6 +32,7 @@ from typing import Any
 from acceptrun.capture import provenance
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import load_spec
+from acceptrun.verdict.core import record_failure
 
 __all__ = ["RunDiff", "diff_runs", "format_run_diff", "loss_curve"]
 
@@ -53,6 +54,8 @@ class RunDiff:
     compared: dict[str, Any] = field(default_factory=dict)
     """What was compared: ``data`` (bool), and the ``metrics``, ``loss_steps`` and
     ``outputs`` both runs have."""
+    notes: list[str] = field(default_factory=list)
+    """What went wrong while comparing (run A's spec that no longer loads), one sentence each."""
 
     @property
     def real_comparisons(self) -> int:
@@ -144,6 +147,7 @@ class RunDiff:
             "loss": self.loss,
             "outputs": self.outputs,
             "provenance": [{"path": c.path, "a": c.a, "b": c.b} for c in self.provenance],
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -180,10 +184,14 @@ def _data(record: RunRecord) -> dict[str, Any] | None:
     }
 
 
-def _tolerances(record: RunRecord) -> dict[str, float]:
+def _tolerances(record: RunRecord, notes: list[str]) -> dict[str, float]:
+    """Run A's acceptance.tolerances; none (everything must match exactly) when its frozen
+    spec no longer loads, which is recorded (``best_effort_failed``) and noted."""
     try:
         return dict(load_spec(record.spec_path).acceptance.tolerances)
-    except Exception:  # a spec that no longer loads: everything must match exactly
+    except Exception as exc:  # recorded: the comparison goes on, exactly
+        failed = record_failure(record, "diff: tolerances of run A", exc)
+        notes.append(f"{failed}; every metric and the loss must match exactly")
         return {}
 
 
@@ -195,7 +203,8 @@ def _equal(x: Any, y: Any) -> bool:
 
 def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     """Compare run ``b`` against run ``a`` (the original, whose tolerances apply)."""
-    tolerances = _tolerances(a)
+    notes: list[str] = []
+    tolerances = _tolerances(a, notes)
     differences: list[str] = []
     compared: dict[str, Any] = {"data": False, "metrics": 0, "loss_steps": 0, "outputs": 0}
 
@@ -297,7 +306,9 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
         outputs.append({"name": name, "a": ha, "b": hb, "same": ha is not None and ha == hb})
         if ha is None or hb is None:
             differences.append(f"output {name}: only in run {a.run_id if ha else b.run_id}")
-    return RunDiff(a.run_id, b.run_id, changes, data, metrics, loss, outputs, differences, compared)
+    return RunDiff(
+        a.run_id, b.run_id, changes, data, metrics, loss, outputs, differences, compared, notes
+    )
 
 
 def format_run_diff(d: RunDiff) -> str:
@@ -337,4 +348,6 @@ def format_run_diff(d: RunDiff) -> str:
         lines.append("  environment: no differences")
     for text in d.not_compared:
         lines.append(f"  not compared: {text}")
+    for text in d.notes:
+        lines.append(f"  note: {text}")
     return "\n".join(lines)
