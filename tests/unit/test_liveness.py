@@ -18,6 +18,7 @@ from acceptrun.record.liveness import (
     interruption,
     last_sign_of_life,
     shown_status,
+    status_text,
     supervisor_state,
 )
 from acceptrun.workload.liveness import SupervisorCheck, supervisor_env
@@ -107,3 +108,12 @@ def test_the_workload_sees_its_supervisor_alive_or_gone() -> None:
     reused = SupervisorCheck(ME, STARTED - 3600)
     assert reused.gone() and reused.lost_at is not None
     assert SupervisorCheck.from_env({}) is None
+
+
+def test_reports_say_interrupted_with_the_last_sign_of_life(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "running", lease(started=STARTED - 3600, renewed_at=0.0), (1e9,))
+    sup = supervisor_state(run).to_dict()
+    assert sup["state"] == "gone" and sup["last_sign_of_life"] == 1e9
+    text = status_text({"status": "running"}, sup)
+    assert text.startswith("interrupted") and sup["last_seen"] in text
+    assert status_text({"status": "running"}, {"state": "alive"}) == "running"

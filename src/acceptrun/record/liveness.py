@@ -46,6 +46,7 @@ __all__ = [
     "last_sign_of_life",
     "read_lease",
     "shown_status",
+    "status_text",
     "supervisor_state",
 ]
 
@@ -74,6 +75,15 @@ class SupervisorLiveness:
     @property
     def last_seen_iso(self) -> str:
         return "unknown" if self.last_sign_of_life is None else now_iso(self.last_sign_of_life)
+
+    def to_dict(self) -> dict[str, Any]:
+        """For JSON readers (``show --json``, ``report --format json``)."""
+        return {
+            "state": self.state,
+            "last_sign_of_life": self.last_sign_of_life,
+            "last_seen": None if self.last_sign_of_life is None else self.last_seen_iso,
+            "detail": self.detail,
+        }
 
 
 def read_lease(run_dir: str | Path) -> dict[str, Any] | None:
@@ -205,6 +215,14 @@ def interrupted_note(run_id: str, liveness: SupervisorLiveness) -> str:
         f"{run_id} is interrupted: {liveness.detail}; last sign of life "
         f"{liveness.last_seen_iso}; `acceptrun resume {run_id}` continues it"
     )
+
+
+def status_text(state: dict[str, Any], supervisor: dict[str, Any] | None) -> str:
+    """A report's status line from run.json and :meth:`SupervisorLiveness.to_dict`."""
+    if (supervisor or {}).get("state") == "gone":
+        seen = (supervisor or {}).get("last_seen") or "unknown"
+        return f"interrupted (its supervisor is gone; last sign of life {seen})"
+    return str(state.get("status"))
 
 
 def shown_status(record: Any, status: str, state: dict[str, Any] | None = None) -> str:

@@ -23,6 +23,7 @@ from acceptrun._util.units import format_bytes
 from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
 from acceptrun.inference.report import batch_html
+from acceptrun.record.liveness import status_text, supervisor_state
 from acceptrun.record.status import CheckStatus
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
@@ -154,6 +155,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "run_id": record.run_id,
         "record": str(record.path),
         "state": state,
+        "supervisor": supervisor_state(record, state).to_dict(),  # record/liveness.py
         "verdict": _verdict(record, view),
         "groups": GROUPS,
         "summary": summary,
@@ -295,7 +297,7 @@ def _banner(data: dict[str, Any], label: str, accepted: bool) -> list[str]:
     cls = "accepted" if accepted else "rejected"
     out = [f'<section class="banner {cls}" id="verdict"><div class="label">{_e(label)}</div>']
     facts = [
-        f"status {state.get('status')}",
+        f"status {status_text(state, data.get('supervisor'))}",  # interrupted: record/liveness.py
         f"{state.get('attempts', 0)} attempt(s)",
         f"created {state.get('created_at')} by {state.get('created_by')}",
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
+from acceptrun.record.liveness import status_text
 from acceptrun.record.status import CheckStatus
 from acceptrun.spec.model import format_duration
 from acceptrun.verdict.core import PASS
@@ -32,7 +33,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     state, verdict = data["state"], data["verdict"]
     label = "ACCEPTED" if verdict.get("accepted") else "REJECTED"
     out = [f"# {label}: {_cell(state.get('name'))} `{data['run_id']}`", ""]
-    facts = f"status {state.get('status')}, {state.get('attempts', 0)} attempt(s), created {state.get('created_at')} by {state.get('created_by')}"
+    facts = f"status {status_text(state, data.get('supervisor'))}, {state.get('attempts', 0)} attempt(s), created {state.get('created_at')} by {state.get('created_by')}"
     if state.get("reproduces"):
         facts += f", reproduces `{state['reproduces']}`"
     out += [facts, ""]

@@ -131,11 +131,7 @@ def show_dict(record: RunRecord) -> dict[str, Any]:
     liveness = supervisor_state(record)
     return {
         "state": record.state,
-        "supervisor": {  # record/liveness.py: alive | gone | ended, derived at read time
-            "state": liveness.state,
-            "last_sign_of_life": liveness.last_sign_of_life,
-            "detail": liveness.detail,
-        },
+        "supervisor": liveness.to_dict(),  # record/liveness.py: alive | gone | ended, derived
         "verdict": record.read_json("verdict.json"),
         "summary": summarize(record.path).to_dict(),
     }
