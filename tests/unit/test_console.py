@@ -14,6 +14,7 @@ from acceptrun._util.console import (
     ConsoleHandler,
     collect_messages,
     configure_console,
+    format_table,
     get_logger,
 )
 from acceptrun.record.workspace import RunRecord, Workspace
@@ -109,3 +110,39 @@ def test_a_report_that_cannot_be_written_is_an_event_and_a_warning(
     assert warnings[0].startswith(f"run {record.run_id}: report failed at close: IsADirectoryError")
     # The close still ended: the verdict and the final state are written.
     assert json.loads((record.path / "verdict.json").read_text())["accepted"] is False
+
+
+# ---- tables ------------------------------------------------------------------------------
+
+
+def test_a_table_is_as_wide_as_its_cells_and_aligns_numbers() -> None:
+    run_id = "20261201-140604-a-run-name-longer-than-forty-characters-3ccb"
+    text = format_table(
+        ["RUN", "STATUS", "BYTES FREED"],
+        [[run_id, "finished/accepted", "1.5 KiB"], ["TOTAL", "", "12.0 MiB"]],
+        right={"BYTES FREED"},
+    )
+    header, row, total = text.splitlines()
+    assert header.split() == ["RUN", "STATUS", "BYTES", "FREED"]
+    assert row.split() == [run_id, "finished/accepted", "1.5", "KiB"]  # nothing cut
+    assert total.split() == ["TOTAL", "12.0", "MiB"]
+    assert len({len(header), len(row), len(total)}) == 1  # right-aligned: all end together
+    assert row.index("finished") == header.index("STATUS") == len(run_id) + 2
+    assert not any(line.endswith(" ") for line in text.splitlines())
+
+
+def test_a_table_measures_wide_characters_as_a_terminal_shows_them() -> None:
+    text = format_table(["NAME", "N"], [["日本語", 1], ["x", 22]], right={"N"})
+    lines = text.splitlines()
+    # Three wide characters take six cells: the N column lines up under its header.
+    assert lines[1] == "日本語   1"
+    assert lines[2] == "x       22"
+
+
+def test_the_docstring_examples_of_the_console_module_run() -> None:
+    import doctest
+
+    from acceptrun._util import console
+
+    result = doctest.testmod(console)
+    assert result.attempted >= 2 and result.failed == 0

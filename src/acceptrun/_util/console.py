@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "ConsoleHandler",
     "collect_messages",
     "configure_console",
+    "format_table",
     "get_logger",
 ]
 
@@ -92,8 +93,8 @@ class _ListHandler(logging.Handler):
 def collect_messages(level: int = logging.INFO) -> Iterator[list[str]]:
     """Collect the ``acceptrun`` logger's messages (without the prefix) while inside.
 
-    >>> with collect_messages() as said:   # doctest: +SKIP
-    ...     close_run(record, workspace)
+    >>> with collect_messages() as said:
+    ...     get_logger("acceptrun.run.close").warning("cleanup: rm -rf tmp failed: exit 1")
     >>> said
     ['cleanup: rm -rf tmp failed: exit 1']
     """
@@ -110,3 +111,39 @@ def collect_messages(level: int = logging.INFO) -> Iterator[list[str]]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+
+
+# ---- tables ------------------------------------------------------------------------------
+
+
+def format_table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, right: Collection[str] = ()
+) -> str:
+    """Rows under their headers as plain text: each column as wide as its widest cell.
+
+    Columns are two spaces apart, the ones named in ``right`` right-aligned (numbers);
+    no line ends in spaces, and nothing is cut or wrapped, so ``line.split()`` and
+    ``grep`` read it the same in a terminal, a pipe or a test. Widths count what a
+    terminal shows (rich measures wide characters and emoji as two cells).
+
+    >>> print(format_table(["RUN", "STEPS"], [["a", 10], ["b-long", 7]], right={"STEPS"}))
+    RUN     STEPS
+    a          10
+    b-long      7
+    """
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1), header_style="")
+    for name in headers:
+        table.add_column(name, justify="right" if name in right else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    out = io.StringIO()
+    # Wide enough never to wrap; no colour, markup or highlighting: the text as given.
+    console = Console(file=out, width=1 << 16, color_system=None, markup=False, highlight=False,
+                      emoji=False, soft_wrap=False)  # fmt: skip
+    console.print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())

@@ -37,6 +37,7 @@ from typing import Any
 
 import psutil
 
+from acceptrun._util.console import format_table
 from acceptrun._util.durable import fsync_dir, write_atomic
 from acceptrun.checkpoint.store import LATEST, QUARANTINE, CheckpointStore
 from acceptrun.cost.billing import format_bytes, format_usd, monthly_storage_cost
@@ -347,15 +348,12 @@ def format_gc(plans: Iterable[RunPlan], *, applied: bool) -> str:
     plans = list(plans)
     changing = [p for p in plans if p.delete or p.skipped]
     head = "acceptrun gc: freed" if applied else "acceptrun gc (dry run): would free"
-    lines = [
-        f"{'RUN':<40} {'STATUS/VERDICT':<22} {'CHECKPOINTS':>11} {'BYTES FREED':>12} "
-        f"{'USD/MONTH SAVED':>15}"
-    ]
+    rows: list[tuple[str, ...]] = []
     total_bytes, total_usd, priced = 0, 0.0, False
     for p in changing:
         state = f"{p.status}/{p.verdict or '-'}"
         if p.skipped:
-            lines.append(f"{p.run_id:<40} {state:<22} {'-':>11} {'skipped':>12} {'-':>15}")
+            rows.append((p.run_id, state, "-", "skipped", "-"))
             continue
         nbytes = p.freed if applied else p.nbytes
         usd = _monthly_usd(nbytes, p.price_per_gib_month)
@@ -363,13 +361,15 @@ def format_gc(plans: Iterable[RunPlan], *, applied: bool) -> str:
         if usd is not None:
             total_usd, priced = total_usd + usd, True
         cost = format_usd(usd) if usd is not None else "-"
-        counts = f"{p.kept}/{p.total}"
-        lines.append(
-            f"{p.run_id:<40} {state:<22} {counts:>11} {format_bytes(nbytes):>12} {cost:>15}"
-        )
+        rows.append((p.run_id, state, f"{p.kept}/{p.total}", format_bytes(nbytes), cost))
     cost = format_usd(total_usd) if priced else "-"
-    lines.append(f"{'TOTAL':<40} {'':<22} {'':>11} {format_bytes(total_bytes):>12} {cost:>15}")
-    lines.insert(0, f"{head} {format_bytes(total_bytes)} in {len(plans)} runs checked")
+    rows.append(("TOTAL", "", "", format_bytes(total_bytes), cost))
+    headers = ("RUN", "STATUS/VERDICT", "CHECKPOINTS", "BYTES FREED", "USD/MONTH SAVED")
+    numbers = {"CHECKPOINTS", "BYTES FREED", "USD/MONTH SAVED"}
+    lines = [
+        f"{head} {format_bytes(total_bytes)} in {len(plans)} runs checked",
+        format_table(headers, rows, right=numbers),
+    ]
     for p in plans:
         if p.skipped:
             lines.append(f"skipped {p.run_id}: {p.skipped}")

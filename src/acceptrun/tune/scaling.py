@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.console import configure_console, get_logger
+from acceptrun._util.console import configure_console, format_table, get_logger
 from acceptrun.errors import UserError
 
 __all__ = ["ScalingPoint", "register", "run_scaling"]
@@ -209,23 +209,13 @@ def with_efficiency(points: list[ScalingPoint]) -> list[ScalingPoint]:
 
 def format_scaling(points: list[ScalingPoint]) -> str:
     """The table ``acceptrun scaling`` prints."""
-    rows = [("processes", "throughput", "efficiency", "steps", "run", "verdict")]
+    rows = []
     for p in points:
         thr = "-" if p.throughput is None else f"{p.throughput:.6g} {p.unit}"
         eff = "-" if p.efficiency is None else f"{p.efficiency:.2f}"
-        rows.append((str(p.processes), thr, eff, str(p.steps), p.run_id, p.status))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for r in rows:
-        cells = [
-            r[0].rjust(widths[0]),
-            r[1].ljust(widths[1]),
-            r[2].rjust(widths[2]),
-            r[3].rjust(widths[3]),
-            r[4].ljust(widths[4]),
-            r[5],
-        ]
-        lines.append("  ".join(cells).rstrip())
+        rows.append((p.processes, thr, eff, p.steps, p.run_id, p.status))
+    headers = ("processes", "throughput", "efficiency", "steps", "run", "verdict")
+    lines = [format_table(headers, rows, right={"processes", "efficiency", "steps"})]
     base = next((p for p in points if p.throughput), None)
     if base is not None:
         lines.append(
