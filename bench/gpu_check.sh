@@ -27,8 +27,8 @@ PY
 cat "$out/provenance.json"
 
 step "checkpoint state on CUDA (save on CUDA, restore on CPU and back)"
-"$py" -m pytest -q -p no:cacheprovider --noconftest -m gpu tests/test_checkpoint_state.py \
-  tests/test_resumable_loader.py 2>&1 | tail -n 5 | tee "$out/gpu_tests.txt" || status=1
+"$py" -m pytest -q -p no:cacheprovider --noconftest -m gpu tests/unit/test_checkpoint_state.py \
+  tests/integration/test_resumable_loader.py 2>&1 | tail -n 5 | tee "$out/gpu_tests.txt" || status=1
 
 step "checkpoint benchmark on CUDA (500 MB state)"
 "$py" bench/checkpoint.py --device cuda --repeats 5 2>"$out/bench_checkpoint.err" \

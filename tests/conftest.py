@@ -27,6 +27,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 PYTHON = sys.executable  # the venv's interpreter: specs never depend on PATH
 
 
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:
+    """Test modules import this file's helpers as ``from conftest import ...``.
+
+    Under --import-mode=importlib pytest loads this file as ``tests.conftest`` and leaves
+    ``conftest`` unbound (or bound to a tier's conftest.py); bind it to this module before
+    each test module is imported, so that both names are the one module.
+    """
+    sys.modules["conftest"] = sys.modules[__name__]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The user's list of workspaces (acceptrun.record.registry) goes to the session's own directory.

@@ -29,7 +29,7 @@ from conftest import PYTHON, Project, toml_str
 
 HERE = Path(__file__).parent
 SERVER = HERE / "serving_server.py"
-EXAMPLE = HERE.parent / "examples" / "serving"
+EXAMPLE = HERE.parents[1] / "examples" / "serving"
 RUN_TIMEOUT = 240  # seconds: a generous bound on a whole run on a busy 2-core machine
 
 

@@ -23,7 +23,7 @@ from acceptrun.errors import UserError
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 from slurm_local import LocalSlurm  # noqa: E402
 

@@ -34,7 +34,7 @@ from acceptrun.tune.scaling import (
 from acceptrun.workload.distributed import launch_command, rank_info
 from conftest import PYTHON, Project, toml_str, wait_for
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp"
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
 WRAP = [*TORCHRUN, "--nproc-per-node", "2", "--max-restarts", "0"]
 

@@ -17,7 +17,7 @@ from acceptrun.tune.report import table_rows, write_best
 from acceptrun.tune.search import batch_candidates, find_max_batch
 from acceptrun.tune.sweep import TuneReport, run_child
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = f"{ROOT / 'examples' / 'tune_tiny' / 'target.py'}:target"
 
 # 4 MiB of activations per sample, nothing else of note: the boundary under a cap is sharp.

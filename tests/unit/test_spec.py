@@ -270,5 +270,5 @@ def test_starter_spec_validates() -> None:
 def test_spec_reference_doc_is_in_sync() -> None:
     from acceptrun.spec.schema import reference_markdown
 
-    doc = Path(__file__).parent.parent / "docs" / "spec.md"
+    doc = Path(__file__).parents[2] / "docs" / "spec.md"
     assert doc.read_text() == reference_markdown(), "regenerate: acceptrun spec docs > docs/spec.md"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "bert_squad"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "bert_squad"))
 
 from squad import (
     WordPiece,
