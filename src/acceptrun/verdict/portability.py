@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from acceptrun._util.git import run_git
 from acceptrun._util.hashing import hash_file
+from acceptrun.errors import GitError
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec, load_spec
 
@@ -52,7 +53,6 @@ __all__ = [
 
 BLOCKER, WARNING, NOTE = "blocker", "warning", "note"
 _ORDER = {BLOCKER: 0, WARNING: 1, NOTE: 2}
-GIT_TIMEOUT = 30.0  # seconds per git command
 
 # Mount points that exist on one provider's or one cluster's machines only.
 PROVIDER_MOUNTS: tuple[tuple[str, str], ...] = (
@@ -434,13 +434,10 @@ def _tracked(path: str, home: Path) -> bool:
         return True  # the checkout is not on this machine: trust that it was committed
     try:
         rel = Path(path).resolve().relative_to(home.resolve())
-        proc = subprocess.run(
-            ["git", "-C", str(home), "ls-files", "--", str(rel)],
-            capture_output=True, text=True, timeout=GIT_TIMEOUT, check=False,
-        )  # fmt: skip
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+        res = run_git(home, "ls-files", "--", str(rel))
+    except (OSError, ValueError, GitError):
         return False
-    return proc.returncode == 0 and bool(proc.stdout.strip())
+    return res.returncode == 0 and bool(res.stdout.strip())
 
 
 # ---- what a clone lacks: files git ignores, files not committed ---------------------------------
@@ -469,14 +466,12 @@ def _checkout_of(directory: Path) -> Path | None:
 
 
 def _git_out(root: Path, *args: str) -> str | None:
+    """git's output, or None when git could not answer (1 is an answer: check-ignore's "no")."""
     try:
-        proc = subprocess.run(
-            ["git", "-C", str(root), *args],
-            capture_output=True, text=True, timeout=GIT_TIMEOUT, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
+        res = run_git(root, *args)
+    except GitError:
         return None
-    return proc.stdout if proc.returncode in (0, 1) else None
+    return res.stdout if res.returncode in (0, 1) else None
 
 
 def git_state(path: str | Path, root: Path) -> GitState | None:
