@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.cli import workspace_of
+
 __all__ = ["register"]
 
 
@@ -96,6 +98,7 @@ def cmd_howto(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
+    _register_show(sub)
     report = sub.add_parser(
         "report", help="a run's report: verdict, five tests, charts, cost, lineage (HTML)"
     )
@@ -142,3 +145,22 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     howto.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
     howto.set_defaults(func=cmd_howto)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from acceptrun.report import format_show
+    from acceptrun.report.terminal import show_dict
+
+    record = workspace_of(args).get_run(args.run)
+    if args.json:
+        print(json.dumps(show_dict(record), indent=2))
+    else:
+        print(format_show(record))
+    return 0
+
+
+def _register_show(sub: argparse._SubParsersAction[Any]) -> None:
+    show = sub.add_parser("show", help="a run at a glance: verdict, attempts, steps, metrics")
+    show.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_show)

@@ -1,0 +1,161 @@
+"""``acceptrun prices`` and ``acceptrun cost`` (totals, show, add, whatif)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from acceptrun._util.console import get_logger
+from acceptrun.errors import AcceptrunError
+from acceptrun.record.cli import listed_workspaces, workspace_of
+
+__all__ = ["register"]
+
+_log = get_logger(__name__)
+_say = _log.info
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import format_prices, load_catalog
+
+    root = None
+    try:
+        root = workspace_of(args).root
+    except AcceptrunError:  # no workspace: the packaged catalog alone
+        root = None
+    print(format_prices(load_catalog(root)))
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_summary, parse_since, select_ledgers, summarize
+
+    since = parse_since(args.since) if args.since else None
+    if args.all:
+        return cmd_cost_all(args, since)
+    ws = workspace_of(args)
+    ledgers, live = select_ledgers(
+        ws, load_catalog(ws.root), since=since,
+        spec=args.spec, provider=args.provider, gpu=args.gpu,
+    )  # fmt: skip
+    summary = summarize(ledgers)
+    if args.json:
+        print(json.dumps({**summary, "live": live}, indent=2))
+    else:
+        print(format_summary(summary, live=live))
+    return 0
+
+
+def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_by_workspace, select_ledgers, summarize
+
+    workspaces, notes = listed_workspaces()
+    rows, every, live = [], [], []
+    for project, ws in workspaces:
+        try:
+            ledgers, running = select_ledgers(
+                ws, load_catalog(ws.root), since=since,
+                spec=args.spec, provider=args.provider, gpu=args.gpu,
+            )  # fmt: skip
+        except (AcceptrunError, OSError) as exc:
+            notes.append(f"skipped {ws.root} ({project}): {exc}")
+            continue
+        rows.append({"project": project, "workspace": str(ws.root), **summarize(ledgers)})
+        every += ledgers
+        live += running
+    total = summarize(every)
+    if args.json:
+        print(
+            json.dumps({"workspaces": rows, "total": total, "live": live, "notes": notes}, indent=2)
+        )
+    else:
+        print(format_by_workspace(rows, total, live=live, notes=notes))
+    return 0
+
+
+def cmd_cost_add(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.ledger import add_costs, build_ledger
+
+    ws = workspace_of(args)
+    record = ws.get_run(args.run)
+    add_costs(
+        record, human_minutes=args.human_minutes, rate_per_hour=args.rate,
+        switching_usd=args.switching_usd, note=args.note,
+    )  # fmt: skip
+    ledger = build_ledger(record, load_catalog(ws.root))
+    t = ledger["totals"]
+    print(
+        f"{record.run_id}: people ${t['human_usd']:,.2f}, switching ${t['switching_usd']:,.2f}, "
+        f"total ${ledger['total_usd']:,.2f}"
+    )
+    return 0
+
+
+def cmd_cost_show(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_ledger, ledger_for
+
+    ws = workspace_of(args)
+    ledger = ledger_for(ws.get_run(args.run), load_catalog(ws.root))
+    print(json.dumps(ledger, indent=2) if args.json else format_ledger(ledger))
+    return 0
+
+
+def cmd_cost_whatif(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_projection, ledger_for, project
+    from acceptrun.errors import UserError
+
+    ws = workspace_of(args)
+    record = ws.get_run(args.run)
+    provider, sep, instance = args.on.partition(":")
+    if not sep or not provider or not instance:
+        raise UserError(
+            f"--on: {args.on!r} is not PROVIDER:INSTANCE; e.g. --on lambda:gpu_1x_h100_sxm5 "
+            "(`acceptrun prices` lists them)"
+        )
+    catalog = load_catalog(ws.root)
+    target = catalog.lookup(provider, instance)
+    projection = project(ledger_for(record, catalog), target)
+    print(json.dumps(projection, indent=2) if args.json else format_projection(projection))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    prices = sub.add_parser("prices", help="the price catalog: instances, prices, billing rules")
+    prices.set_defaults(func=cmd_prices)
+    cost = sub.add_parser(
+        "cost", help="what runs cost: totals, split, cost per accepted run; show, add, whatif"
+    )
+    cost.add_argument("--since", metavar="DATE", help="runs created on or after DATE (2026-11-01)")
+    cost.add_argument("--spec", metavar="NAME", help="runs of the spec with this name")
+    cost.add_argument("--provider", metavar="P", help="runs priced on this provider")
+    cost.add_argument("--gpu", metavar="G", help="runs on this GPU model (e.g. H100)")
+    cost.add_argument(
+        "--all", action="store_true", help="every workspace in the user's list, by project"
+    )
+    cost.add_argument("--json", action="store_true")
+    cost.set_defaults(func=cmd_cost)
+    cost_sub = cost.add_subparsers(dest="cost_command", metavar="ACTION")
+    cadd = cost_sub.add_parser("add", help="add people's time or a switching cost to a run")
+    cadd.add_argument("run", help="run id, unique prefix, or latest")
+    cadd.add_argument("--human-minutes", type=float, metavar="MIN", help="minutes people spent")
+    cadd.add_argument("--rate", type=float, metavar="USD", help="their rate in USD per hour")
+    cadd.add_argument("--switching-usd", type=float, metavar="USD", help="a one-off cost in USD")
+    cadd.add_argument("--note", help="what it was for")
+    cadd.set_defaults(func=cmd_cost_add)
+    cshow = cost_sub.add_parser("show", help="one run's cost ledger")
+    cshow.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    cshow.add_argument("--json", action="store_true")
+    cshow.set_defaults(func=cmd_cost_show)
+    cwhat = cost_sub.add_parser(
+        "whatif", help="project a run's cost on another instance (same wall time)"
+    )
+    cwhat.add_argument("run", help="run id, unique prefix, or latest")
+    cwhat.add_argument("--on", required=True, metavar="PROVIDER:INSTANCE")
+    cwhat.add_argument("--json", action="store_true")
+    cwhat.set_defaults(func=cmd_cost_whatif)

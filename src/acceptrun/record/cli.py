@@ -1,0 +1,137 @@
+"""``acceptrun ls``, ``logs`` and ``index rebuild``: the records of a workspace."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+from typing import Any
+
+from acceptrun._util.console import get_logger
+from acceptrun.errors import AcceptrunError
+
+__all__ = ["register"]
+
+_log = get_logger(__name__)
+_say = _log.info
+
+
+def workspace_of(args: argparse.Namespace, create: bool = False) -> Any:
+    """The workspace of a command: ``--workspace``, else the nearest ``.acceptrun/``."""
+    from acceptrun.record.workspace import find_workspace
+
+    return find_workspace(args.workspace, create=create)
+
+
+def listed_workspaces() -> tuple[list[tuple[str, Any]], list[str]]:
+    """The user's listed workspaces that exist as (project, Workspace); notes on the others."""
+    from acceptrun.record import registry
+    from acceptrun.record.workspace import Workspace
+
+    found, notes = [], []
+    for entry in registry.listed():
+        if entry.exists:
+            found.append((entry.project, Workspace(entry.path)))
+        else:
+            notes.append(f"skipped {entry.path} ({entry.project}): it no longer exists")
+    if not found and not notes:
+        notes.append(
+            f"no workspace is listed in {registry.config_dir() / registry.FILE}; "
+            "`acceptrun run SPEC` lists the one it uses"
+        )
+    return found, notes
+
+
+def cmd_ls_all(args: argparse.Namespace) -> int:
+    from acceptrun.record.liveness import interrupted_note, interruption
+    from acceptrun.spec.model import format_duration
+
+    workspaces, notes = listed_workspaces()
+    rows = []
+    for project, ws in workspaces:
+        try:
+            rows += [(project, r) for r in ws.list_runs()]
+        except (AcceptrunError, OSError, sqlite3.Error) as exc:
+            notes.append(f"skipped {ws.root} ({project}): {exc}")
+    rows.sort(key=lambda pr: pr[1].run_id)  # run ids start with their UTC start time
+    width = max([len("PROJECT"), *(len(p) for p, _ in rows)])
+    if rows:
+        print(
+            f"{'PROJECT':<{width}} {'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}"
+        )
+    for project, r in rows[-args.limit :]:
+        status = r.status
+        if gone := interruption(r.path, r.status):  # its supervisor died (record/liveness.py)
+            status, notes = "interrupted", [*notes, interrupted_note(r.run_id, gone)]
+        print(
+            f"{project:<{width}} {r.run_id:<40} {status:<16} {(r.verdict or '-'):<9} "
+            f"{r.attempts:>3} {format_duration(r.duration_s):>9}"
+        )
+    if not rows:
+        print("no runs yet in any listed workspace")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from acceptrun.record.liveness import interrupted_note, interruption
+    from acceptrun.spec.model import format_duration
+
+    if args.all:
+        return cmd_ls_all(args)
+    rows = workspace_of(args).list_runs()
+    if not rows:
+        print("no runs yet; start one with `acceptrun run SPEC`")
+        return 0
+    print(f"{'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}")
+    notes: list[str] = []
+    for r in rows[-args.limit :]:
+        status = r.status
+        if gone := interruption(r.path, r.status):  # its supervisor died (record/liveness.py)
+            status, notes = "interrupted", [*notes, interrupted_note(r.run_id, gone)]
+        print(
+            f"{r.run_id:<40} {status:<16} {(r.verdict or '-'):<9} {r.attempts:>3} {format_duration(r.duration_s):>9}"
+        )
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from acceptrun.run.lifecycle import show_logs
+
+    record = workspace_of(args).get_run(args.run)
+    show_logs(
+        record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow, say=_say
+    )
+    return 0
+
+
+def cmd_index_rebuild(args: argparse.Namespace) -> int:
+    ws = workspace_of(args)
+    count, skipped = ws.rebuild_index()
+    print(f"indexed {count} runs from {ws.runs_dir}")
+    for s in skipped:
+        print(f"  skipped {s}: run.json missing or damaged")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    ls = sub.add_parser("ls", help="list runs in the workspace")
+    ls.add_argument("-n", "--limit", type=int, default=50, help="show the newest N (default 50)")
+    ls.add_argument(
+        "--all", action="store_true", help="runs of every workspace in the user's list, together"
+    )
+    ls.set_defaults(func=cmd_ls)
+    logs = sub.add_parser("logs", help="print a run's stdout and stderr; -f follows it")
+    logs.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing until the run ends"
+    )
+    logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
+    logs.add_argument("--stderr-only", action="store_true", help="only stderr")
+    logs.set_defaults(func=cmd_logs)
+    index = sub.add_parser("index", help="maintain the workspace index")
+    index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
+    rebuild = index_sub.add_parser("rebuild", help="recreate index.sqlite from the run directories")
+    rebuild.set_defaults(func=cmd_index_rebuild)

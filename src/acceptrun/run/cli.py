@@ -1,0 +1,307 @@
+"""``acceptrun run``, ``drill``, ``ckpt``, ``stop``, ``kill``, ``resume`` and ``gc``: running a spec
+and acting on a run and its checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from acceptrun._util.console import get_logger
+from acceptrun.record.cli import workspace_of
+
+__all__ = ["register"]
+
+_log = get_logger(__name__)
+_say = _log.info
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from acceptrun.run.launch import launch
+    from acceptrun.verdict.core import format_verdict
+
+    result = launch(
+        args.spec, workspace=args.workspace, echo=not args.quiet, say=_say, inject=args.inject,
+        run_id=args.run_id, prometheus_port=args.prometheus_port,
+    )  # fmt: skip
+    print()
+    print(format_verdict(result.verdict, name=result.spec.name))
+    print(f"record: {result.record.path}")
+    return result.exit_code
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    from acceptrun.run.drills.operations import format_drill, run_ops_drill
+
+    report = run_ops_drill(
+        args.spec,
+        workspace=args.workspace,
+        tolerance=args.tolerance,
+        echo=args.verbose,
+        say=_say,
+    )
+    print()
+    print(format_drill(report))
+    return 0 if report.ok else 1
+
+
+def _store_of(record: Any) -> Any:
+    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.spec.model import load_spec
+
+    spec = load_spec(record.spec_path)
+    root = (
+        Path(spec.resolve_path(spec.checkpoint.dir))
+        if spec.checkpoint.dir
+        else record.checkpoints_dir
+    )
+    return CheckpointStore(root)
+
+
+def cmd_ckpt_ls(args: argparse.Namespace) -> int:
+    record = workspace_of(args).get_run(args.run)
+    store = _store_of(record)
+    infos = store.list()
+    if not infos:
+        print(f"no checkpoints in {store.root}")
+        return 0
+    latest = store.latest()
+    mirror = {
+        int(k): v for k, v in (record.read_json("mirror.json") or {}).get("steps", {}).items()
+    }
+    print(f"{'STEP':>8}  {'CREATED':<24} {'SIZE':>10} {'FILES':>5}  {'MIRROR':<8} METRICS")
+    for i in infos:
+        mark = "*" if latest is not None and i.step == latest.step else " "
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(i.metrics.items()))
+        state = mirror.get(i.step, {}).get("state", "-")
+        print(
+            f"{i.step:>7}{mark}  {i.created_at:<24} {i.total_bytes / 1e6:>8.1f}MB {len(i.files):>5}  {state:<8} {metrics}"
+        )
+    print(f"(* = LATEST; {store.root})")
+    return 0
+
+
+def cmd_ckpt_verify(args: argparse.Namespace) -> int:
+    record = workspace_of(args).get_run(args.run)
+    store = _store_of(record)
+    result = store.verify(args.step)
+    rate = result.checked_bytes / 1e6 / max(result.seconds, 1e-9)
+    if result.ok:
+        print(f"step {result.step}: ok, {len(store.get(result.step).files)} files, "
+              f"{result.checked_bytes / 1e6:.1f} MB hashed in {result.seconds:.2f}s ({rate:.0f} MB/s)")  # fmt: skip
+        return 0
+    print(f"{result.path}: FAILED verification")
+    for problem in result.problems:
+        print(f"  - {problem}")
+    print("restarts skip it and use the previous good checkpoint (it is quarantined then)")
+    return 1
+
+
+def cmd_ckpt_drill(args: argparse.Namespace) -> int:
+    from acceptrun.run.drills.restore import restore_drill
+
+    record = workspace_of(args).get_run(args.run)
+    _say(f"restore drill of {record.run_id}{' on CPU' if args.cpu else ''}")
+    result = restore_drill(record, cpu=args.cpu, timeout=args.timeout, echo=args.verbose)
+    print(f"restore drill {'PASSED' if result.ok else 'FAILED'}: {result.evidence}")
+    print(f"logs: {result.log_dir}")
+    return 0 if result.ok else 1
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from acceptrun.run.lifecycle import ENDED, load_verdict, request_stop, stop_promise, wait_closed
+    from acceptrun.spec.model import load_spec
+    from acceptrun.verdict.core import format_verdict
+
+    record = workspace_of(args).get_run(args.run)
+    pid = request_stop(record, args.action, reason=args.reason)
+    what = stop_promise(record, args.action)
+    _say(f"{args.action} sent to run {record.run_id} (supervisor pid {pid}): {what}")
+    if not args.wait:
+        _say(f"follow it with `acceptrun logs -f {record.run_id}`")
+        return 0
+    # A stop may take the grace period, then the close re-verifies the last checkpoint.
+    timeout = args.timeout
+    if timeout is None:
+        timeout = load_spec(record.spec_path).limits.grace_period + 120.0
+    state = wait_closed(record, timeout)
+    if state is None:
+        _say(
+            f"run {record.run_id} is still running after {timeout:.0f} s; "
+            f"see `acceptrun show {record.run_id}`"
+        )
+        return 1
+    verdict = load_verdict(record)
+    if state.get("status") not in ENDED or verdict is None:
+        _say(
+            f"the supervisor of run {record.run_id} exited without closing it; "
+            f"`acceptrun resume {record.run_id}` continues it"
+        )
+        return 1
+    print(format_verdict(verdict, name=str(state.get("name", ""))))
+    print(f"record: {record.path}")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    return cmd_stop(args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from acceptrun.run.lifecycle import resume_run
+    from acceptrun.verdict.core import format_verdict
+
+    record = workspace_of(args).get_run(args.run)
+    result = resume_run(
+        record, mirror=args.mirror, from_mirror=args.from_mirror, force=args.force,
+        from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet, say=_say,
+    )  # fmt: skip
+    print()
+    print(format_verdict(result.verdict, name=result.spec.name))
+    print(f"record: {record.path}")
+    return result.exit_code
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from acceptrun.record.workspace import RunRecord
+    from acceptrun.run.retention import GcOptions, apply_plan, format_gc, parse_age, plan_gc
+
+    older_than = parse_age(args.older_than) if args.older_than is not None else None
+    ws = workspace_of(args)
+    options = GcOptions(
+        older_than=older_than,
+        keep_rejected=args.keep_rejected,
+        include_quarantine=args.include_quarantine,
+    )
+    plans = plan_gc(ws, options)
+    if args.apply:
+        for plan in plans:
+            if plan.delete and not plan.skipped:
+                apply_plan(RunRecord(ws.runs_dir / plan.run_id), plan)
+    print(format_gc(plans, applied=args.apply))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    run = sub.add_parser("run", help="run a spec: preflight, supervise, verdict")
+    run.add_argument("spec", help="the run spec (TOML)")
+    run.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
+    run.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="FAULT",
+        help="inject a fault for a drill: kill|term|hang|nan|oom|exit=N @step=N or @time=30s "
+        "(kill and term only), optionally :attempt=K; repeatable",
+    )
+    run.add_argument(
+        "--run-id", help="id of the new record, chosen in advance by a queue or a batch job"
+    )
+    run.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics during the run (0: a free "
+        "port); overrides telemetry.prometheus_port",
+    )
+    run.set_defaults(func=cmd_run)
+    drill = sub.add_parser(
+        "drill",
+        help="operations drill: run a spec clean, then killed and preempted; compare, time the recoveries",
+    )
+    drill.add_argument(
+        "spec",
+        help="the run spec (TOML): a client workload, or a script with checkpoint.watch and "
+        "progress.pattern (its preemption is skipped)",
+    )
+    drill.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="allowed relative difference of losses and metrics (default 0: bitwise equal)",
+    )
+    drill.add_argument("-v", "--verbose", action="store_true", help="echo the workload's output")
+    drill.set_defaults(func=cmd_drill)
+    ckpt = sub.add_parser("ckpt", help="list, verify and drill a run's checkpoints")
+    ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="ACTION")
+    cls = ckpt_sub.add_parser(
+        "ls", help="checkpoints of a run, with sizes, metrics and mirror state"
+    )
+    cls.add_argument("run", nargs="?", default="latest")
+    cls.set_defaults(func=cmd_ckpt_ls)
+    cver = ckpt_sub.add_parser("verify", help="re-read and hash a checkpoint (default: LATEST)")
+    cver.add_argument("run", nargs="?", default="latest")
+    cver.add_argument("--step", type=int, help="the step to verify")
+    cver.set_defaults(func=cmd_ckpt_verify)
+    cdrill = ckpt_sub.add_parser(
+        "drill", help="restore the latest checkpoint in a fresh process and run one step"
+    )
+    cdrill.add_argument("run", nargs="?", default="latest")
+    cdrill.add_argument(
+        "--cpu", action="store_true", help="hide the GPUs: prove it restores on CPU"
+    )
+    cdrill.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds (default 600); a script without the client has that long to log a step "
+        "after the checkpoint's",
+    )
+    cdrill.add_argument("-v", "--verbose", action="store_true", help="show the workload's output")
+    cdrill.set_defaults(func=cmd_ckpt_drill)
+    for action, func, text in (
+        ("stop", cmd_stop, "stop a running run gracefully: checkpoint, then exit"),
+        ("kill", cmd_kill, "kill a running run's workload now: no checkpoint, no restart"),
+    ):
+        lc = sub.add_parser(action, help=text)
+        lc.add_argument("run", help="run id, unique prefix, or latest")
+        lc.add_argument("--reason", help="why, for the audit trail")
+        lc.add_argument("--wait", action="store_true", help="wait for the verdict")
+        lc.add_argument(
+            "--timeout",
+            type=float,
+            help="seconds to wait (default: grace period + 120); exit 1 after",
+        )
+        lc.set_defaults(func=func, action=action)
+    resume = sub.add_parser(
+        "resume", help="continue a stopped or failed run from its last checkpoint"
+    )
+    resume.add_argument("run", help="run id, unique prefix, or latest")
+    resume.add_argument(
+        "--mirror",
+        metavar="URL",
+        help="fetch the newest checkpoint from this mirror if none is here",
+    )
+    resume.add_argument(
+        "--from-mirror", action="store_true", help="the same, from the spec's checkpoint.mirror"
+    )
+    resume.add_argument(
+        "--from-scratch", action="store_true", help="start from step 0 when there is no checkpoint"
+    )
+    resume.add_argument("--force", action="store_true", help="resume even an ACCEPTED run")
+    resume.add_argument("--reason", help="why, for the audit trail")
+    resume.add_argument(
+        "-q", "--quiet", action="store_true", help="do not echo the workload's output"
+    )
+    resume.set_defaults(func=cmd_resume)
+    gc = sub.add_parser(
+        "gc", help="free checkpoint space across runs by retention and age (dry run by default)"
+    )
+    gc.add_argument("--apply", action="store_true", help="delete; without it nothing changes")
+    gc.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        help="runs ended before this (e.g. 30d) lose all checkpoints but an accepted "
+        "run's newest verified one",
+    )
+    gc.add_argument(
+        "--keep-rejected",
+        action="store_true",
+        help="old runs that were not accepted keep what retention keeps",
+    )
+    gc.add_argument(
+        "--include-quarantine",
+        action="store_true",
+        help="also delete quarantined checkpoints (kept by default as evidence)",
+    )
+    gc.set_defaults(func=cmd_gc)
