@@ -16,6 +16,14 @@ State: a stack of square Linear layers plus AdamW's two moments, sized to about 
   number of bytes on the same disk. Target >= 0.8.
 - restore_ratio: verify + load + load_state_dict through acceptrun, divided by
   ``torch.load(weights_only=True)`` + load_state_dict of the same state. Target <= 1.0.
+
+Each ratio is the median over ``--repeats`` rounds and comes with its spread
+(``spread``: min/median/max of every timing and of the per-round ratios) and the
+conditions it was measured in (``conditions``: load average before and after, CPUs, the
+file system's free space). A figure that is not physically possible, such as a persist
+(which writes, hashes and fsyncs the same bytes) faster than a raw write and fsync of them
+by more than 10%, or a negative duration, is listed under ``suspect`` with the likely
+cause, and a warning goes to stderr: rerun on a quiet machine with more repeats.
 """
 
 from __future__ import annotations
@@ -54,6 +62,25 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """min / median / max, rounded: how far one figure moved over the repeats."""
+    return {
+        "min": round(min(values), 4),
+        "median": round(statistics.median(values), 4),
+        "max": round(max(values), 4),
+        "n": len(values),
+    }
+
+
+def conditions(root: Path) -> dict[str, object]:
+    usage = os.statvfs(root)
+    return {
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "free_disk_gb": round(usage.f_bavail * usage.f_frsize / 1e9, 1),
+    }
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -80,6 +107,7 @@ def main() -> None:
         if torch.is_tensor(v)
     )
     log(f"state: {nbytes / 1e6:.0f} MB on {args.device}, disk {root}")
+    before = conditions(root)
 
     # Baseline 1: synchronous torch.save (what the loop would block on).
     ts_path = root / "torch_save.pt"
@@ -142,6 +170,22 @@ def main() -> None:
         sync(args.device)
         theirs.append(time.perf_counter() - t0)
     restore, torch_load = statistics.median(ours), statistics.median(theirs)
+    # Per-round ratios (round 0 skipped, as above): their spread says how much one run of
+    # this bench can be trusted.
+    persist_ratios = [r / c for r, c in zip(raw_times[1:], commits[1:], strict=True)]
+    suspect = []
+    if statistics.median(persist_ratios) > 1.1:
+        suspect.append(
+            "persist_ratio > 1.1: the persist writes, hashes and fsyncs the same bytes as the "
+            "raw baseline, so it cannot be faster; the baseline was slowed (page-cache "
+            "allocation, other load on the disk or the CPUs). Rerun on a quiet machine with "
+            "--repeats 7."
+        )
+    timings = save_times + raw_times + stalls + commits + ours + theirs
+    if any(t < 0 for t in timings):
+        suspect.append("a negative duration was measured: the clock or the events are wrong")
+    for line in suspect:
+        log(f"warning: {line}")
 
     result = {
         "bench": "checkpoint",
@@ -158,6 +202,17 @@ def main() -> None:
         "torch_load_s": round(torch_load, 4),
         "restore_ratio": round(restore / torch_load, 3),
         "targets": {"stall_ratio": "<= 0.05", "persist_ratio": ">= 0.8", "restore_ratio": "<= 1.0"},
+        "spread": {
+            "torch_save_s": spread(save_times),
+            "stall_s": spread(stalls[1:]),
+            "persist_s": spread(commits[1:]),
+            "raw_write_fsync_s": spread(raw_times[1:]),
+            "persist_ratio": spread(persist_ratios),
+            "restore_s": spread(ours),
+            "torch_load_s": spread(theirs),
+        },
+        "conditions": {"before": before, "after": conditions(root)},
+        "suspect": suspect,
     }
     print(json.dumps(result), flush=True)
     if not args.dir:

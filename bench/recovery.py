@@ -114,6 +114,12 @@ def measure_recovery(root: Path, ws: Path) -> dict[str, Any]:
     return {
         "recovery_s": round(statistics.median(deaths), 3),
         "recovery_target_s": RECOVERY_TARGET_S,
+        "recovery_spread_s": {
+            "min": round(min(deaths), 3),
+            "median": round(statistics.median(deaths), 3),
+            "max": round(max(deaths), 3),
+            "n": len(deaths),
+        },
         "recoveries_s": deaths,
         "recovery_from_exit_s": round(statistics.median(exits), 3),
         "startup_s": round(startup, 3),
@@ -130,10 +136,10 @@ def measure_recovery(root: Path, ws: Path) -> dict[str, Any]:
     }
 
 
-def measure_idle_cpu(root: Path, ws: Path) -> float:
+def measure_idle_cpu(root: Path, ws: Path, idle_s: float = IDLE_S) -> float:
     """Percent of one core used by a real `acceptrun run` process while its child sleeps."""
     job = root / "idle"
-    spec = write_spec(job, "idle", [sys.executable, "-c", f"import time; time.sleep({IDLE_S})"])
+    spec = write_spec(job, "idle", [sys.executable, "-c", f"import time; time.sleep({idle_s})"])
     proc = subprocess.Popen(
         [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", str(spec)],
         cwd=job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -145,10 +151,10 @@ def measure_idle_cpu(root: Path, ws: Path) -> float:
         time.sleep(max(0.0, t_start + 0.5 - time.time()))
         sup = psutil.Process(proc.pid)
         c0, w0 = sup.cpu_times(), time.monotonic()
-        time.sleep(IDLE_S - 2.0)
+        time.sleep(max(0.5, idle_s - 2.0))
         c1, w1 = sup.cpu_times(), time.monotonic()
     finally:
-        proc.wait(timeout=IDLE_S + 60)
+        proc.wait(timeout=idle_s + 60)
     used = (c1.user - c0.user) + (c1.system - c0.system)
     return round(100.0 * used / (w1 - w0), 3)
 
@@ -166,13 +172,22 @@ def _wait_for_attempt(runs: Path, name: str, timeout: float) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, help="where the jobs and workspace go (a temp dir)")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=IDLE_S, help="length of the idle measurement (10)"
+    )
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     ws = root / "ws"
     os.environ.pop("ACCEPTRUN_INJECT", None)
     t0 = time.monotonic()
+    load_before = round(os.getloadavg()[0], 2)
     figures = measure_recovery(root, ws)
-    figures["idle_cpu_pct"] = measure_idle_cpu(root, ws)
+    figures["idle_cpu_pct"] = measure_idle_cpu(root, ws, args.idle_seconds)
+    figures["conditions"] = {
+        "loadavg_1m_before": load_before,
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
     figures["idle_cpu_target_pct"] = IDLE_CPU_TARGET_PCT
     figures["seconds"] = round(time.monotonic() - t0, 1)
     figures["root"] = str(root)

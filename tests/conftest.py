@@ -131,7 +131,7 @@ class Project:
         return RunRecord(self.runs_dir / ids[0])
 
     def cli(
-        self, *args: str, timeout: float = 30, check_rc: int | None = None
+        self, *args: str, timeout: float = 300, check_rc: int | None = None
     ) -> subprocess.CompletedProcess[str]:
         """``acceptrun --workspace WS ARGS`` as a real process, run in the project root."""
         proc = subprocess.run(

@@ -347,7 +347,7 @@ class Workspace:
         except BaseException:
             conn.close()
             raise
-        conn.isolation_level = ""  # back to implicit transactions for the callers
+        conn.isolation_level = "DEFERRED"  # back to implicit transactions for the callers
         return conn
 
     def index_run(self, record: RunRecord) -> None:
