@@ -81,7 +81,9 @@ def test_bench_script_runs_at_tiny_size(script: str, tmp_path: Path) -> None:
         [sys.executable, str(BENCH / script), *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
-    report = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    report = (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )
     assert "Traceback (most recent call last)" not in proc.stderr, report
     allowed = {0, 1} if script in TARGET_EXIT else {0}
     assert proc.returncode in allowed, report
