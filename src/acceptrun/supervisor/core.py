@@ -2,10 +2,11 @@
 
 For each attempt it picks the newest checkpoint that verifies, starts the workload as a
 :class:`ChildProcess` with the contract's environment variables, and watches it
-(:class:`~acceptrun.supervisor.watch.AttemptWatch`): stop requests (SIGTERM, SIGINT,
-SIGUSR1, SIGHUP to the supervisor, or ``acceptrun stop|kill``), the wall-time limit, no
-progress for ``limits.hang_window`` (a hang or a data stall), and time-based injected
-faults. When it ends, :func:`~acceptrun.supervisor.classify.classify` names the failure
+(:class:`~acceptrun.supervisor.watch.AttemptWatch`). Each poll asks the attempt's stop
+causes (:mod:`acceptrun.supervisor.stops`): a serving run's finished load, stop requests
+(SIGTERM, SIGINT, SIGUSR1, SIGHUP to the supervisor, or ``acceptrun stop|kill``), the
+budget, the wall-time limit, idleness, time-based injected faults, and no progress for
+``limits.hang_window`` (a hang or a data stall). When it ends, :func:`~acceptrun.supervisor.classify.classify` names the failure
 class from the exit status, the stderr tail and the events; ``attempts/<n>/exit.json``
 holds the class, its evidence, the decision taken and the work lost.
 
