@@ -1,0 +1,149 @@
+"""Run records written directly, for tests that read records in milliseconds.
+
+:class:`RecordBuilder` writes what ``acceptrun run``, the supervisor and the client leave
+in a run directory (run.json, spec.toml, events.jsonl, attempts/N/exit.json, committed
+checkpoints) without starting a process. Calls chain; ``build()`` returns the
+:class:`~acceptrun.record.workspace.RunRecord`::
+
+    record = (
+        RecordBuilder(tmp_path)
+        .run(status="finished")
+        .attempt(outcome="signaled", steps=range(1, 6))
+        .checkpoint(5)
+        .attempt(outcome="success", steps=range(6, 11), resume_step=5)
+        .build()
+    )
+
+Times are unix seconds from ``T0``, advancing ``step_time`` per step, so a test can
+compute every expected figure by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.record.workspace import RunRecord
+
+__all__ = ["T0", "RecordBuilder"]
+
+T0 = 1_796_000_000.0  # unix seconds of run_start
+
+
+class RecordBuilder:
+    """One run record under ``root/runs/<run_id>``, written file by file."""
+
+    def __init__(
+        self, root: Path, *, run_id: str = "20261201-120000-t-0001", name: str = "t"
+    ) -> None:
+        self.record = RunRecord(Path(root) / "runs" / run_id)
+        self.record.path.mkdir(parents=True)
+        self.name = name
+        self.t = T0  # the clock of the next event
+        self.attempts = 0
+        self.record.spec_path.write_text(f'name = "{name}"\ncommand = ["python", "train.py"]\n')
+
+    # ---- files -----------------------------------------------------------------------
+
+    def write_json(self, name: str, obj: Any) -> RecordBuilder:
+        path = self.record.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(obj))
+        return self
+
+    def event(self, kind: str, *, dt: float = 0.0, **fields: Any) -> RecordBuilder:
+        """Append one event ``dt`` seconds after the previous one."""
+        self.t += dt
+        with self.record.events_path.open("a") as f:
+            f.write(json.dumps({"t": self.t, "kind": kind, **fields}) + "\n")
+        return self
+
+    # ---- what a run leaves -----------------------------------------------------------
+
+    def run(
+        self, status: str = "finished", *, format: int | None = 1, **state: Any
+    ) -> RecordBuilder:
+        """run.json (``format=None``: an old record without one) and the run_start event."""
+        data: dict[str, Any] = {"format": format} if format is not None else {}
+        data |= {"run_id": self.record.run_id, "name": self.name, "status": status,
+                 "verdict": None, "attempts": 0, **state}  # fmt: skip
+        self.write_json("run.json", data)
+        return self.event("run_start", spec_hash="0" * 64)
+
+    def attempt(
+        self,
+        outcome: str = "success",
+        steps: Iterable[int] = (),
+        *,
+        step_time: float = 1.0,
+        loss: float | None = None,
+        failure_class: str | None = None,
+        resume_step: int | None = None,
+        work: dict[str, Any] | None = None,
+        **exit_fields: Any,
+    ) -> RecordBuilder:
+        """One attempt: attempt_start, a step event per step, attempt_exit and exit.json.
+
+        ``loss`` (when given) is logged on each step as ``loss / step``.
+        """
+        self.attempts += 1
+        n = self.attempts
+        self.event("attempt_start", dt=1.0, attempt=n, pid=1000 + n, command=["python"],
+                   resume_step=resume_step)  # fmt: skip
+        started = self.t
+        for step in steps:
+            values = {} if loss is None else {"loss": loss / max(step, 1)}
+            self.event("step", dt=step_time, attempt=n, step=step, step_time=step_time, **values)
+        exit_json: dict[str, Any] = {
+            "format": 1,
+            "attempt": n,
+            "outcome": outcome,
+            "returncode": 0 if outcome == "success" else None,
+            "signal": None,
+            "started_at": None,
+            "ended_at": None,
+            "duration_s": round(self.t + 0.5 - started, 3),
+            "reason": "exited 0" if outcome == "success" else outcome,
+            "work": work or {},
+            "decision": None,
+            **exit_fields,
+        }
+        if failure_class is not None:
+            exit_json["class"] = failure_class
+        self.event("attempt_exit", dt=0.5, **exit_json)
+        self.write_json(f"attempts/{n}/exit.json", exit_json)
+        self.write_json("run.json", {**self._state(), "attempts": n})
+        return self
+
+    def checkpoint(self, step: int, data: bytes = b"weights") -> RecordBuilder:
+        """Commit a real checkpoint of ``step`` (manifest, LATEST) and its commit event."""
+
+        def on_event(kind: str, fields: dict[str, Any]) -> None:
+            self.event(kind, attempt=self.attempts, **fields)
+
+        store = CheckpointStore(self.record.checkpoints_dir, on_event=on_event)
+        writer = store.begin(step)
+        writer.write_bytes("model.pt", data)
+        store.commit(writer)
+        return self
+
+    def metric(self, name: str, value: Any) -> RecordBuilder:
+        return self.event("metric", attempt=self.attempts, name=name, value=value)
+
+    def verdict(self, accepted: bool = True, *, format: int | None = 1) -> RecordBuilder:
+        """verdict.json with no checks (enough for readers of the file)."""
+        data: dict[str, Any] = {"format": format} if format is not None else {}
+        data |= {"run_id": self.record.run_id, "verdict": "accepted" if accepted else "rejected",
+                 "accepted": accepted, "decided_at": "2026-12-01T12:00:00Z", "failed": [],
+                 "checks": []}  # fmt: skip
+        return self.write_json("verdict.json", data)
+
+    def build(self) -> RunRecord:
+        return self.record
+
+    def _state(self) -> dict[str, Any]:
+        found = self.record.read_json("run.json")
+        return found if isinstance(found, dict) else {}
