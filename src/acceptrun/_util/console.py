@@ -31,6 +31,7 @@ __all__ = [
     "configure_console",
     "format_table",
     "get_logger",
+    "quieted",
 ]
 
 LOGGER_NAME = "acceptrun"
@@ -110,6 +111,22 @@ def collect_messages(level: int = logging.INFO) -> Iterator[list[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+@contextmanager
+def quieted(level: int = logging.WARNING) -> Iterator[None]:
+    """Hide the ``acceptrun`` logger's messages below ``level`` while inside.
+
+    For a command that runs others and shows only its own progress (``acceptrun
+    scaling`` without ``--verbose``): warnings still get through.
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    previous = logger.level
+    logger.setLevel(max(level, previous))
+    try:
+        yield
+    finally:
         logger.setLevel(previous)
 
 

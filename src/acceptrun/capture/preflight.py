@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun.capture import data as datamod
 from acceptrun.capture import provenance
 from acceptrun.errors import PreflightError, SpecError
@@ -38,6 +39,8 @@ __all__ = [
     "storage_smoke",
     "workload_python",
 ]
+
+_log = get_logger(__name__)  # each check's outcome, as `acceptrun run` shows it
 
 SMOKE_BYTES = 8 * 1024 * 1024  # written, fsynced and read back per directory
 _SHELL_WORDS = {
@@ -205,10 +208,11 @@ def check_static(spec: RunSpec) -> None:
 # ---- inside the record ---------------------------------------------------------------------
 
 
-def run_preflight(
-    record: RunRecord, spec: RunSpec, *, say: Callable[[str], None] = lambda _m: None
-) -> Preflight:
-    """Run every preflight check, write provenance.json and preflight.json."""
+def run_preflight(record: RunRecord, spec: RunSpec) -> Preflight:
+    """Run every preflight check, write provenance.json and preflight.json.
+
+    Each check's outcome is logged (``preflight data: ok - ...``) as it is decided.
+    """
     result = Preflight()
     started = now_iso()
 
@@ -239,13 +243,13 @@ def run_preflight(
     if spec.resources.gpus > 0 or (not gpus.get("absent") and gpus.get("count", 0) > 0):
         result.checks.append(_timed("device", lambda: check_device(python)))
     if spec.data.path:
-        result.checks.append(_timed("data", lambda: check_data(spec, say)))
+        result.checks.append(_timed("data", lambda: check_data(spec)))
     if spec.resources.processes > 1:
         result.checks.append(_timed("backend", lambda: check_backend(spec)))
 
     for c in result.checks:
         status = "FAILED" if not c.ok else "WARNING" if c.details.get("warning") else "ok"
-        say(f"preflight {c.name}: {status} - {c.message}")
+        _log.info(f"preflight {c.name}: {status} - {c.message}")
     record.write_json(
         "preflight.json",
         {
@@ -465,7 +469,7 @@ def check_device(python: str | None) -> tuple[bool, str, dict[str, Any]]:
     return True, "; ".join(parts) or "ok", smoke
 
 
-def check_data(spec: RunSpec, say: Callable[[str], None]) -> tuple[bool, str, dict[str, Any]]:
+def check_data(spec: RunSpec) -> tuple[bool, str, dict[str, Any]]:
     assert spec.data.path is not None
     source = spec.resolve_path(spec.data.path)
     if not spec.data.manifest:

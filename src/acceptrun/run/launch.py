@@ -153,7 +153,7 @@ def launch(
         record.event("spec_warning", sync=True, **finding.to_dict())
     try:
         with _stop_signals_raise():
-            preflight = run_preflight(record, spec, say=say)
+            preflight = run_preflight(record, spec)
     except _StoppedBeforeLaunch as exc:
         say(f"{exc} during preflight: the run was not launched")
         record.event("stopped_before_launch", sync=True, signal=str(exc))

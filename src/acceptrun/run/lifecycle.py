@@ -348,7 +348,7 @@ def resume_run(
             supervisor=user_at_host(), supervisor_pid=os.getpid(),
         )  # fmt: skip
         start_lease(record)  # this process supervises it now; close_run ends the lease
-        if never_launched and not _preflight_again(record, spec, say):
+        if never_launched and not _preflight_again(record, spec):
             verdict = close_run(record, Workspace(record.path.parent.parent), spec,
                                 status="failed_preflight")  # fmt: skip
             return ResumeResult(record, spec, verdict, from_step)
@@ -357,11 +357,11 @@ def resume_run(
         return ResumeResult(record, spec, verdict, from_step)
 
 
-def _preflight_again(record: RunRecord, spec: RunSpec, say: Callable[[str], None]) -> bool:
+def _preflight_again(record: RunRecord, spec: RunSpec) -> bool:
     """A run whose supervisor died in preflight runs its preflight again before launch."""
     from acceptrun.capture.preflight import run_preflight
 
-    preflight = run_preflight(record, spec, say=say)
+    preflight = run_preflight(record, spec)
     if not preflight.ok:
         record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
     record.update_state(started_at=now_iso())

@@ -17,6 +17,7 @@ steps/s. Efficiency is thr(N) / (N/B x thr(B)) for the smallest count B (1 by de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import statistics
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.console import configure_console, format_table, get_logger
+from acceptrun._util.console import configure_console, format_table, get_logger, quieted
 from acceptrun.errors import UserError
 
 __all__ = ["ScalingPoint", "register", "run_scaling"]
@@ -148,14 +149,12 @@ def run_scaling(
             path = Path(tmp) / f"p{n}.toml"
             path.write_text(spec.to_toml())
             _log.info(f"scaling: {n} process(es), at most {steps} steps")
-            result = launch(path, workspace=workspace, echo=echo, say=_log.info if echo else _quiet)
+            # Each run's own lines (launch, preflight) only with echo; warnings always.
+            with contextlib.nullcontext() if echo else quieted():
+                result = launch(path, workspace=workspace, echo=echo, say=_log.info)
             status = "accepted" if result.verdict.accepted else "rejected"
             points.append(_point(n, result.record.run_id, result.record.path, status))
     return with_efficiency(points)
-
-
-def _quiet(_message: str) -> None:
-    return None
 
 
 def _point(n: int, run_id: str, run_dir: Path, status: str) -> ScalingPoint:
