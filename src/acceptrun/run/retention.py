@@ -45,7 +45,8 @@ from acceptrun.cost.catalog import load_catalog, price_for
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
-from acceptrun.spec.model import RunSpec, _Problem, load_spec, parse_duration
+from acceptrun.spec.model import RunSpec, load_spec, parse_duration
+from acceptrun.spec.problem import Problem
 
 __all__ = [
     "GcOptions",
@@ -112,7 +113,7 @@ def parse_age(text: str) -> float:
     """``"30d"`` -> seconds; a bad value raises :class:`UserError` naming it."""
     try:
         return parse_duration(text, "--older-than")
-    except _Problem as exc:
+    except Problem as exc:
         raise UserError(f"{exc}; for example --older-than 30d") from None
 
 
