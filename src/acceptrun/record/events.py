@@ -94,6 +94,12 @@ class ErrorEvent(Event, total=False):
     error: Required[str]  # "Type: message"
 
 
+class BestEffortFailedEvent(Event, total=False):
+    component: Required[str]  # ledger, report, telemetry summary, portability, ...
+    error: Required[str]  # "Type: message"
+    traceback: str
+
+
 class VerdictEvent(Event, total=False):
     verdict: Required[str]  # accepted | rejected
     after: str  # the operations drill: what it decided again after
@@ -547,9 +553,10 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("preflight_failed", PreflightFailedEvent, "preflight failed: no attempt ran", "run/launch"),
     _E("mirror_fetch", MirrorFetchEvent, "a resume fetched a checkpoint back from the mirror", "run/lifecycle"),
     _E("cleanup", CleanupEvent, "one cleanup command or remove pattern at the close", "run/close"),
-    _E("ledger_failed", ErrorEvent, "ledger.json could not be built", "run/close"),
-    _E("report_failed", ErrorEvent, "report.html could not be written", "run/close"),
-    _E("inference_summary_failed", ErrorEvent, "the batch inference summary could not be built", "run/close"),
+    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary) failed; recorded, not fatal", "run/close, verdict/core"),
+    _E("ledger_failed", ErrorEvent, "ledger.json could not be built (older records; now best_effort_failed)", "run/close"),
+    _E("report_failed", ErrorEvent, "report.html could not be written (older records; now best_effort_failed)", "run/close"),
+    _E("inference_summary_failed", ErrorEvent, "the batch inference summary failed (older records; now best_effort_failed)", "run/close"),
     _E("verdict", VerdictEvent, "the verdict was decided and written", "run/close"),
     _E("reproduces", ReproducesEvent, "this run reproduces another: commit, diff, spec", "run/reproduce"),
     # attempts
