@@ -16,7 +16,6 @@ import typing
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
-import jsonschema
 import pytest
 import tomli_w
 from hypothesis import given
@@ -160,9 +159,59 @@ def _raw(section: str, name: str, value: Any) -> dict[str, Any]:
 
 
 CASES = _cases()
-VALIDATOR = jsonschema.Draft202012Validator(
-    json_schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
-)
+SCHEMA = json_schema()
+try:  # a full JSON Schema validator when the environment has one (dev extra)
+    import jsonschema
+
+    VALIDATOR: Any = jsonschema.Draft202012Validator(
+        SCHEMA, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+except ImportError:
+    VALIDATOR = None
+
+
+def _nodes(node: Any) -> list[dict[str, Any]]:
+    """Every schema object under ``node``, itself included."""
+    if isinstance(node, list):
+        return [n for item in node for n in _nodes(item)]
+    if not isinstance(node, dict):
+        return []
+    return [node, *(n for v in node.values() for n in _nodes(v))]
+
+
+def _schema_states(case: Case) -> bool:
+    """Does the field's schema carry the keyword of the constraint the case breaks?"""
+    props = SCHEMA["properties"]
+    node = props[case.section]["properties"][case.name] if case.section else props[case.name]
+    cls = dict(_sections())[case.section]
+    rules = rules_of(fields_of(cls)[case.name])
+    nodes = _nodes(node)
+    patterns = [n["pattern"] for n in nodes if isinstance(n.get("pattern"), str)]
+    if case.rule in BOUNDS:
+        keyword = {
+            "ge": "minimum",
+            "gt": "exclusiveMinimum",
+            "le": "maximum",
+            "lt": "exclusiveMaximum",
+        }
+        bound = getattr(rules, case.rule)
+        return any(n.get(keyword[case.rule]) == bound for n in nodes)
+    if case.rule == "choices":
+        enums = [n["enum"] for n in nodes if "enum" in n]
+        if enums:
+            return any(list(rules.choices) == e for e in enums)
+        return any(
+            all(re.search(p, c) for c in rules.choices) and not re.search(p, "not-a-choice")
+            for p in patterns
+        )
+    if case.rule == "pattern":
+        return rules.pattern in patterns
+    if case.rule == "format":
+        wanted = FORMATS[str(rules.format)].schema
+        found = {k: v for n in nodes for k, v in n.items() if k in ("format", "pattern")}
+        return all(v == found.get(k) or v in patterns for k, v in wanted.items())
+    key = {"min_items": "minItems", "max_items": "maxItems"}[case.rule]
+    return any(n.get(key) == getattr(rules, case.rule) for n in nodes)
 
 
 def test_every_declared_constraint_has_a_case() -> None:
@@ -191,14 +240,17 @@ def test_loader_schema_and_dataclass_refuse_the_value(case: Case) -> None:
     named = [p for p in info.value.problems if p.startswith(f"{case.path}: ")]
     assert named, info.value.problems
     assert "is not valid; expected " in named[0]
-    assert not VALIDATOR.is_valid(raw), f"the schema accepts {case.id} = {case.value!r}"
+    assert _schema_states(case), f"the schema of {case.path} does not state {case.rule}"
+    if VALIDATOR is not None:
+        assert not VALIDATOR.is_valid(raw), f"the schema accepts {case.id} = {case.value!r}"
 
 
 @pytest.mark.parametrize("section", [s for s, _ in _sections()])
 def test_the_valid_base_passes_loader_and_schema(section: str) -> None:
     raw: dict[str, Any] = {**TOP, **({section: BASE[section]} if section in BASE else {})}
     parse_spec(tomli_w.dumps(raw))
-    VALIDATOR.validate(raw)
+    if VALIDATOR is not None:
+        VALIDATOR.validate(raw)
 
 
 @pytest.mark.parametrize("case", CASES[::7], ids=[c.id for c in CASES[::7]])
@@ -264,7 +316,9 @@ def test_any_number_is_accepted_by_both_or_refused_by_both(
         loaded = True
     except SpecError:
         loaded = False
-    assert loaded == inside == VALIDATOR.is_valid(raw), (section, name, value)
+    assert loaded == inside, (section, name, value)
+    if VALIDATOR is not None:
+        assert VALIDATOR.is_valid(raw) == inside, (section, name, value)
 
 
 # ---- the price catalog uses the same mechanism -----------------------------------------------
