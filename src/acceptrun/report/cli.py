@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,6 @@ def _workspace(args: argparse.Namespace) -> Any:
     from acceptrun.record.workspace import find_workspace
 
     return find_workspace(args.workspace)
-
-
-def _say(message: str) -> None:
-    print(f"acceptrun: {message}", file=sys.stderr, flush=True)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -60,7 +55,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     ws = _workspace(args)
     record = ws.get_run(args.run)
-    result = reproduce(ws, record, worktree=args.worktree, echo=not args.quiet, say=_say)
+    result = reproduce(ws, record, worktree=args.worktree, echo=not args.quiet)
     print()
     print(format_verdict(result.verdict, name=result.spec.name))
     print(f"record: {result.record.path}")

@@ -14,14 +14,13 @@ and ``checkpoint.mirror`` is dropped (a shared mirror's ``LATEST`` would move). 
 run records ``"reproduces": <run_id>`` in run.json and a ``reproduces`` event.
 Compare the two with ``acceptrun diff RUN NEW_RUN``.
 
->>> result = reproduce(ws, ws.get_run("latest"), say=print)
+>>> result = reproduce(ws, ws.get_run("latest"))   # logs where the code comes from
 >>> result.record.state["reproduces"]
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,15 @@ from typing import Any
 import tomli_w
 
 from acceptrun._util import git as gitutil
+from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_atomic
 from acceptrun.errors import RecordError, UserError
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import load_spec
 
 __all__ = ["ReproducePlan", "plan_reproduction", "prepare", "reproduce"]
+
+_log = get_logger(__name__)  # where the code comes from, then the new run's own lines
 
 GIT_TIMEOUT = 300.0  # seconds: a worktree of a large repository takes a while to check out
 # Variables of the original environment that steer numerics (threads, allocator, kernels):
@@ -241,7 +243,6 @@ def reproduce(
     *,
     worktree: bool = False,
     echo: bool = True,
-    say: Callable[[str], None] = lambda _m: None,
 ) -> Any:
     """Run ``record`` again (see the module docstring); returns the new run's LaunchResult."""
     from acceptrun.run.launch import launch
@@ -249,15 +250,15 @@ def reproduce(
     plan = plan_reproduction(ws, record, worktree=worktree)
     spec_path = prepare(ws, record, plan)
     if plan.worktree is not None:
-        say(
+        _log.info(
             f"code: worktree {plan.worktree} at {str(plan.commit)[:12]} ({'; '.join(plan.reasons)})"
         )
         if plan.apply_diff:
-            say("code: the recorded git.diff applied")
+            _log.info("code: the recorded git.diff applied")
     elif plan.commit:
-        say(f"code: the checkout {plan.root} at {plan.commit[:12]}, clean")
+        _log.info(f"code: the checkout {plan.root} at {plan.commit[:12]}, clean")
     for note in plan.notes:
-        say(note)
+        _log.info(note)
     marked: list[Path] = []
 
     def hook(message: str) -> None:
@@ -268,7 +269,7 @@ def reproduce(
             if (path / "run.json").is_file():
                 _mark(path, plan)
                 marked.append(path)
-        say(message)
+        _log.info(message)
 
     result = launch(spec_path, workspace=ws.root, echo=echo, say=hook)
     _mark(result.record.path, plan)
