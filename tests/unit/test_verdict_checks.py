@@ -778,6 +778,10 @@ def test_summary_failure_is_recorded_and_named_in_the_checks_that_need_it(tmp_pa
         "pass",
         f"1.0s after the first attempt's start ({expected})",
     )
+    # Computed again over the same record: the same evidence, the failure recorded once.
+    again = {c.name: c for c in rb.verdict().checks}
+    assert again["throughput"].evidence == expected
+    assert len(list(rb.record.events(BEST_EFFORT_FAILED))) == 1
 
 
 def test_summary_failure_without_steps_leaves_first_step_not_recorded(tmp_path: Path) -> None:

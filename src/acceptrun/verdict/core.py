@@ -188,14 +188,21 @@ CheckFn = Callable[[CheckInput], list[Check]]
 def record_failure(record: RunRecord, component: str, exc: BaseException) -> str:
     """Leave a failed best-effort part in the run's events; the text for a check's evidence.
 
-    The event names the component, the exception and its traceback. Writing it can fail
-    too (a read-only record): the returned text then says so, it never goes unseen.
+    The event names the component, the exception and its traceback. The same failure
+    already in the events (a verdict computed again over the same record) is not written
+    twice. Writing it can fail too (a read-only record): the returned text then says so,
+    it never goes unseen.
     """
     error = f"{type(exc).__name__}: {exc}"
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        record.event(BEST_EFFORT_FAILED, sync=True, component=component, error=error,
-                     traceback=trace)  # fmt: skip
+        seen = any(
+            ev.get("component") == component and ev.get("error") == error
+            for ev in record.events(BEST_EFFORT_FAILED)
+        )
+        if not seen:
+            record.event(BEST_EFFORT_FAILED, sync=True, component=component, error=error,
+                         traceback=trace)  # fmt: skip
     except OSError as write_exc:
         return f"{component} failed: {error}; recording it in events.jsonl failed too: {write_exc}"
     return f"{component} failed: {error}; see events"
