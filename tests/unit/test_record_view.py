@@ -134,3 +134,14 @@ def test_a_known_event_missing_a_required_field_is_reported_not_raised(tmp_path:
     (problem,) = view.event_problems()
     assert "step event" in problem and "lacks required field step" in problem
     assert view.timeline()["steps"] == 3  # still counted, as before
+
+
+def test_show_names_events_that_lack_a_required_field(tmp_path: Path) -> None:
+    from acceptrun.report.terminal import format_show
+
+    rb = RecordBuilder(tmp_path).run().attempt(steps=range(1, 3))
+    clean = format_show(rb.build())
+    assert "events   " not in clean
+    rb.event("attempt_exit", dt=1.0, attempt=2)  # no outcome
+    assert "events   attempt_exit event at t=" in format_show(rb.build())
+    assert "lacks required field outcome" in format_show(rb.build())

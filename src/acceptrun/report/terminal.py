@@ -77,6 +77,9 @@ def format_show(record: RunRecord) -> str:
         lines.append(
             f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
         )
+    if problems := view.event_problems():  # known events lacking a field: shown, not fatal
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        lines.append(f"events   {'; '.join(problems[:3])}{more}")
     if state.get("mode") == "tune":
         return "\n".join(lines + _format_tune(record))
     lines += format_telemetry(summarize(record.path), _gpu_absent(record))
