@@ -276,6 +276,23 @@ def test_a_section_built_in_code_obeys_the_same_rules(case: Case) -> None:
     assert str(info.value).startswith(f"{case.path}: "), info.value
 
 
+@pytest.mark.parametrize(
+    ("section", "name", "typo", "meant"),
+    [
+        pytest.param("limits", "on_divergence", "rolback", "rollback", id="enum"),
+        pytest.param("serving", "method", "pots", "POST", id="any-case"),
+        pytest.param("acceptance", "drills", ["restor"], "restore", id="list-item"),
+    ],
+)
+def test_a_typo_in_an_allowed_value_gets_did_you_mean(
+    section: str, name: str, typo: Any, meant: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(tomli_w.dumps(_raw(section, name, typo)))
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{section}.{name}: ") and f"did you mean {meant!r}?" in problem
+
+
 def test_the_docs_table_shows_each_constraint() -> None:
     doc = reference_markdown()
     rows = {

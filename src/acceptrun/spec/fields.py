@@ -193,9 +193,13 @@ def _check_one(rules: Rules, value: Any, path: str) -> list[Problem]:
                 ]
         if rules.choices:
             found = value.lower() if rules.any_case else value
-            allowed = [c.lower() for c in rules.choices] if rules.any_case else rules.choices
+            allowed = [c.lower() if rules.any_case else c for c in rules.choices]
             if found not in allowed:
-                return [Problem(path, value, _accepted(rules))]
+                close = difflib.get_close_matches(found, list(allowed), n=1, cutoff=0.6)
+                hint = (
+                    f"; did you mean {rules.choices[allowed.index(close[0])]!r}?" if close else ""
+                )
+                return [Problem(path, value, _accepted(rules) + hint)]
         if rules.pattern is not None and re.search(rules.pattern, value) is None:
             return [Problem(path, value, _accepted(rules))]
         return []
