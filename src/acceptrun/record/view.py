@@ -19,6 +19,7 @@ old signatures for callers that need one figure.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "AttemptSpan",
     "CheckpointHistory",
     "RecordView",
+    "attempt_spans",
     "read_attempts",
     "run_timeline",
     "work_lost",
@@ -182,33 +184,8 @@ class RecordView:
         }
 
     def spans(self) -> list[AttemptSpan]:
-        """Attempts in start order, from attempt_start (workload_start when standalone).
-
-        Only events with a numeric ``t`` count. An attempt whose start is not in the
-        record (a truncated record) starts at its first step.
-        """
-        by_number: dict[int, AttemptSpan] = {}
-        for ev in self.all_events:
-            t = _num(ev.get("t"))
-            number = ev.get("attempt")
-            if t is None or not isinstance(number, int):
-                continue
-            kind = ev.get("kind")
-            a = by_number.get(number)
-            if kind == "attempt_start" or (kind == "workload_start" and a is None):
-                if a is None:
-                    a = by_number[number] = AttemptSpan(number, t)
-            elif a is None and kind == "step":
-                a = by_number[number] = AttemptSpan(number, t)
-            if a is None:
-                continue
-            if kind == "attempt_exit":
-                a.end, a.outcome = t, str(ev.get("outcome"))
-            elif kind == "step":
-                a.steps.append(ev)
-            elif kind == "workload_start":
-                a.client = True
-        return sorted(by_number.values(), key=lambda a: a.start)
+        """Attempts in start order, from their events (see :func:`attempt_spans`)."""
+        return attempt_spans(self.all_events)
 
     def trajectory(self, key: str = "loss") -> dict[int, tuple[float, int]]:
         """Step -> (value of ``key``, attempt) from the last attempt that logged the step."""
@@ -246,6 +223,36 @@ class RecordView:
     def last_sign_of_life(self) -> float | None:
         """Unix seconds of the newest of the lease renewal, last event and last sample."""
         return last_sign_of_life(self.record.path)
+
+
+def attempt_spans(events: Iterable[dict[str, Any]]) -> list[AttemptSpan]:
+    """Attempts in start order, from attempt_start (workload_start when standalone).
+
+    Only events with a numeric ``t`` count. An attempt whose start is not in the record
+    (a truncated record) starts at its first step.
+    """
+    by_number: dict[int, AttemptSpan] = {}
+    for ev in events:
+        t = _num(ev.get("t"))
+        number = ev.get("attempt")
+        if t is None or not isinstance(number, int):
+            continue
+        kind = ev.get("kind")
+        a = by_number.get(number)
+        if kind == "attempt_start" or (kind == "workload_start" and a is None):
+            if a is None:
+                a = by_number[number] = AttemptSpan(number, t)
+        elif a is None and kind == "step":
+            a = by_number[number] = AttemptSpan(number, t)
+        if a is None:
+            continue
+        if kind == "attempt_exit":
+            a.end, a.outcome = t, str(ev.get("outcome"))
+        elif kind == "step":
+            a.steps.append(ev)
+        elif kind == "workload_start":
+            a.client = True
+    return sorted(by_number.values(), key=lambda a: a.start)
 
 
 def run_timeline(record: RunRecord) -> dict[str, Any]:
