@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.unit.verdict_records import RecordBuilder
+from tests.unit.verdict_records import VerdictRecord
 
 from acceptrun._util.hashing import hash_file
 from acceptrun.spec.model import load_spec
@@ -28,10 +28,10 @@ def test_each_registered_check_lives_in_its_group_module() -> None:
 
 
 def test_checks_are_sorted_by_group_in_the_order_of_the_acceptance_tests(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance.metrics]\n"loss" = "<= 1"\n')
+    rb = VerdictRecord(tmp_path, '[acceptance.metrics]\n"loss" = "<= 1"\n')
     rb.training()
-    rb.event("metric", t=20.0, name="loss", value=0.5)
-    groups = [c.group for c in rb.verdict().checks]
+    rb.at(20.0, "metric", name="loss", value=0.5)
+    groups = [c.group for c in rb.compute().checks]
     order = list(GROUPS)
     assert groups == sorted(groups, key=order.index)
     assert groups[0] == "setup" and groups[-1] == "results"
@@ -41,48 +41,48 @@ def test_checks_are_sorted_by_group_in_the_order_of_the_acceptance_tests(tmp_pat
 
 
 def test_provenance_pass_names_what_is_absent(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.write_json("provenance.json", {"python": {"version": "3.11"}, "git": {"absent": True}})
     c = rb.check("provenance")
     assert (c.status, c.required, c.evidence) == ("pass", True, "environment recorded; absent: git")
 
 
 def test_provenance_missing_is_not_recorded_and_required(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path).check("provenance")
+    c = VerdictRecord(tmp_path).check("provenance")
     assert (c.status, c.required) == ("not_recorded", True)
     assert c.fix and "acceptrun run" in c.fix
 
 
 def test_preflight_checks_pass_and_fail_with_their_fix(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.preflight(("expectations", True, "torch 2.13 as expected"),
                  ("resources", False, "1 GPU asked, 0 found"), ("data", True, "ignored here"))  # fmt: skip
     assert rb.check("expectations").status == "pass"
     res = rb.check("resources")
     assert (res.status, res.required, res.evidence) == ("fail", True, "1 GPU asked, 0 found")
     assert res.fix and "[resources]" in res.fix
-    assert not [c for c in rb.verdict().checks if c.group == "setup" and c.name == "data"]
+    assert not [c for c in rb.compute().checks if c.group == "setup" and c.name == "data"]
 
 
 def test_preflight_missing_is_not_recorded_and_required(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path).check("expectations")
+    c = VerdictRecord(tmp_path).check("expectations")
     assert (c.status, c.required, c.evidence) == ("not_recorded", True, "no preflight.json")
 
 
 def test_standalone_run_has_no_preflight_to_require(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path, mode="standalone").check("expectations")
+    c = VerdictRecord(tmp_path, mode="standalone").check("expectations")
     assert (c.status, c.required) == ("not_recorded", False)
 
 
 def test_first_step_within_max_first_step_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')
+    rb = VerdictRecord(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')
     rb.training(start=2.0, step_time=1.0)
     c = rb.check("first step")
     assert (c.status, c.required, c.evidence) == ("pass", True, "3.0s after launch, at most 10s")
 
 
 def test_first_step_later_than_max_first_step_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')
+    rb = VerdictRecord(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')
     rb.training(start=20.0, step_time=1.0)
     c = rb.check("first step")
     assert (c.status, c.required) == ("fail", True)
@@ -90,21 +90,20 @@ def test_first_step_later_than_max_first_step_fails(tmp_path: Path) -> None:
 
 
 def test_first_step_without_steps_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')
-    rb.event("run_start")
+    rb = VerdictRecord(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')  # run_start only
     c = rb.check("first step")
     assert (c.status, c.required, c.evidence) == ("not_recorded", True, "no step events")
 
 
 def test_first_step_without_a_limit_is_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training(start=2.0, step_time=1.0)
     c = rb.check("first step")
     assert (c.status, c.required) == ("pass", False)
 
 
 def test_spec_warning_is_an_information_check(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.event("spec_warning", key="checkpoint.every_steps", message="no effect", fix="use run.maybe_checkpoint")  # fmt: skip
     c = rb.check("spec checkpoint.every_steps")
     assert (c.group, c.status, c.required) == ("setup", "not_recorded", False)
@@ -117,14 +116,14 @@ DATA = '[data]\npath = "data"\nmanifest = "data.manifest.json"\n'
 
 
 def test_data_verified_against_its_manifest_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DATA)
+    rb = VerdictRecord(tmp_path, DATA)
     rb.preflight(("data", True, "12 files match the manifest"), data={"verified": True})
     c = rb.check("data verified")
     assert (c.status, c.required, c.evidence) == ("pass", True, "12 files match the manifest")
 
 
 def test_data_that_differs_from_its_manifest_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DATA)
+    rb = VerdictRecord(tmp_path, DATA)
     rb.preflight(("data", False, "2 files changed"), data={"verified": True})
     c = rb.check("data verified")
     assert (c.status, c.required) == ("fail", True)
@@ -132,21 +131,21 @@ def test_data_that_differs_from_its_manifest_fails(tmp_path: Path) -> None:
 
 
 def test_data_without_a_preflight_check_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DATA)
+    rb = VerdictRecord(tmp_path, DATA)
     rb.preflight(("expectations", True, "ok"))
     c = rb.check("data verified")
     assert (c.status, c.required) == ("not_recorded", True)
 
 
 def test_data_without_a_manifest_is_not_verified_and_not_required(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[data]\npath = "data"\n')
+    rb = VerdictRecord(tmp_path, '[data]\npath = "data"\n')
     rb.preflight(("data", True, "data found, no manifest"), data={"verified": False})
     c = rb.check("data verified")
     assert (c.status, c.required, c.fix) == ("not_recorded", False, "add data.manifest to the spec")
 
 
 def test_no_data_in_the_spec_is_information(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path).check("data verified")
+    c = VerdictRecord(tmp_path).check("data verified")
     assert (c.status, c.required, c.evidence) == ("not_recorded", False, "the spec names no data")
 
 
@@ -154,7 +153,7 @@ CKPT = "[checkpoint]\nevery_steps = 5\n"
 
 
 def test_last_checkpoint_that_verifies_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CKPT)
+    rb = VerdictRecord(tmp_path, CKPT)
     rb.checkpoint(5)
     rb.checkpoint(10)
     c = rb.check("last checkpoint")
@@ -163,25 +162,25 @@ def test_last_checkpoint_that_verifies_passes(tmp_path: Path) -> None:
 
 
 def test_damaged_last_checkpoint_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CKPT)
-    path = rb.checkpoint(10, b"weights")
-    (path / "model.pt").write_bytes(b"WEIGHTS")  # same size, other bytes
+    rb = VerdictRecord(tmp_path, CKPT)
+    rb.checkpoint(10, b"weights")
+    (rb.record.checkpoints_dir / "step-10" / "model.pt").write_bytes(b"WEIGHTS")  # same size
     c = rb.check("last checkpoint")
     assert (c.status, c.required) == ("fail", True)
     assert "model.pt" in c.evidence and c.fix and "ckpt verify" in c.fix
 
 
 def test_configured_checkpoints_never_committed_are_not_recorded(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path, CKPT).check("last checkpoint")
+    c = VerdictRecord(tmp_path, CKPT).check("last checkpoint")
     assert (c.status, c.required) == ("not_recorded", True)
 
 
 def test_no_checkpoint_check_when_none_configured_or_committed(tmp_path: Path) -> None:
-    assert RecordBuilder(tmp_path).checks("last checkpoint") == []
+    assert VerdictRecord(tmp_path).checks("last checkpoint") == []
 
 
 def test_mirror_ok_passes_and_behind_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CKPT + 'mirror = "/srv/mirror"\n')
+    rb = VerdictRecord(tmp_path, CKPT + 'mirror = "/srv/mirror"\n')
     rb.checkpoint(10)
     rb.write_json("mirror.json", {"steps": {"10": {"state": "ok"}}})
     assert rb.check("mirror").status == "pass"
@@ -191,7 +190,7 @@ def test_mirror_ok_passes_and_behind_fails(tmp_path: Path) -> None:
 
 
 def test_mirror_without_mirror_json_fails_as_not_recorded_state(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CKPT + 'mirror = "/srv/mirror"\n')
+    rb = VerdictRecord(tmp_path, CKPT + 'mirror = "/srv/mirror"\n')
     rb.checkpoint(10)
     c = rb.check("mirror")
     assert (c.status, c.evidence) == ("fail", "step 10 on /srv/mirror: not recorded")
@@ -205,9 +204,9 @@ DRILLS = '[acceptance]\ndrills = ["restore", "kill"]\n'
     [pytest.param(True, "pass", id="pass"), pytest.param(False, "fail", id="fail")],
 )
 def test_restore_drill_result_is_a_data_check(tmp_path: Path, ok: bool, status: str) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS)
+    rb = VerdictRecord(tmp_path, DRILLS)
     rb.training()
-    rb.event("drill", t=30.0, drill="restore", ok=ok, evidence="restored step 10 in 0.4s")
+    rb.at(30.0, "drill", drill="restore", ok=ok, evidence="restored step 10 in 0.4s")
     c = rb.check("drill restore")
     assert (c.group, c.status, c.required, c.evidence) == (
         "data",
@@ -219,7 +218,7 @@ def test_restore_drill_result_is_a_data_check(tmp_path: Path, ok: bool, status: 
 
 
 def test_restore_drill_never_run_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS)
+    rb = VerdictRecord(tmp_path, DRILLS)
     rb.training()
     c = rb.check("drill restore")
     assert (c.group, c.status, c.required) == ("data", "not_recorded", True)
@@ -227,7 +226,7 @@ def test_restore_drill_never_run_is_not_recorded(tmp_path: Path) -> None:
 
 
 def test_black_box_checkpoints_unknown_is_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.event("usage", usage="black box")
     rb.training()
     c = rb.check("checkpoints")
@@ -236,7 +235,7 @@ def test_black_box_checkpoints_unknown_is_information(tmp_path: Path) -> None:
 
 
 def test_black_box_with_watched_checkpoints_has_no_such_check(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[checkpoint]\nwatch = ["ckpt/*.pt"]\n')
+    rb = VerdictRecord(tmp_path, '[checkpoint]\nwatch = ["ckpt/*.pt"]\n')
     rb.event("usage", usage="black box")
     assert rb.checks("checkpoints") == []
 
@@ -247,7 +246,7 @@ RUNTIME = '[limits]\nexpected_runtime = ["5s", "1m"]\n'
 
 
 def test_runtime_in_range_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, RUNTIME)
+    rb = VerdictRecord(tmp_path, RUNTIME)
     rb.training(steps=10)
     c = rb.check("runtime")
     assert (c.status, c.required, c.evidence) == ("pass", True, "10s, expected 5.0s to 1m00s")
@@ -258,7 +257,7 @@ def test_runtime_in_range_passes(tmp_path: Path) -> None:
     [pytest.param(2, "ended early", id="short"), pytest.param(100, "slowed", id="long")],
 )
 def test_runtime_out_of_range_fails(tmp_path: Path, steps: int, fix: str) -> None:
-    rb = RecordBuilder(tmp_path, RUNTIME)
+    rb = VerdictRecord(tmp_path, RUNTIME)
     rb.training(steps=steps)
     c = rb.check("runtime")
     assert (c.status, c.required) == ("fail", True)
@@ -266,7 +265,7 @@ def test_runtime_out_of_range_fails(tmp_path: Path, steps: int, fix: str) -> Non
 
 
 def test_runtime_without_start_and_end_is_not_recorded(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path, RUNTIME).check("runtime")
+    c = VerdictRecord(tmp_path, RUNTIME).check("runtime")
     assert (c.status, c.required) == ("not_recorded", True)
 
 
@@ -274,7 +273,7 @@ THROUGHPUT = '[acceptance]\nthroughput = [5, 20]\nthroughput_unit = "samples/s"\
 
 
 def test_throughput_in_range_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, THROUGHPUT)
+    rb = VerdictRecord(tmp_path, THROUGHPUT)
     rb.training(steps=10, step_time=1.0, samples=10)
     c = rb.check("throughput")
     assert (c.status, c.required, c.evidence) == (
@@ -289,7 +288,7 @@ def test_throughput_in_range_passes(tmp_path: Path) -> None:
     [pytest.param(2, "bottleneck", id="slow"), pytest.param(50, "faster than expected", id="fast")],
 )
 def test_throughput_out_of_range_fails(tmp_path: Path, samples: int, fix: str) -> None:
-    rb = RecordBuilder(tmp_path, THROUGHPUT)
+    rb = VerdictRecord(tmp_path, THROUGHPUT)
     rb.training(steps=10, step_time=1.0, samples=samples)
     c = rb.check("throughput")
     assert (c.status, c.required) == ("fail", True)
@@ -297,7 +296,7 @@ def test_throughput_out_of_range_fails(tmp_path: Path, samples: int, fix: str) -
 
 
 def test_throughput_in_another_unit_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, THROUGHPUT)
+    rb = VerdictRecord(tmp_path, THROUGHPUT)
     rb.training(steps=10, step_time=1.0)
     c = rb.check("throughput")
     assert (c.status, c.required, c.evidence) == (
@@ -308,7 +307,7 @@ def test_throughput_in_another_unit_is_not_recorded(tmp_path: Path) -> None:
 
 
 def test_throughput_without_a_range_is_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training(steps=10, step_time=0.5, samples=5)
     c = rb.check("throughput")
     assert (c.status, c.required, c.evidence) == (
@@ -319,7 +318,7 @@ def test_throughput_without_a_range_is_information(tmp_path: Path) -> None:
 
 
 def test_data_wait_below_the_limit_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[acceptance]\nmax_data_wait = 0.25\n")
+    rb = VerdictRecord(tmp_path, "[acceptance]\nmax_data_wait = 0.25\n")
     rb.training(steps=10, step_time=1.0, data_wait=0.1)
     c = rb.check("data wait")
     assert (c.status, c.required, c.evidence) == (
@@ -327,7 +326,7 @@ def test_data_wait_below_the_limit_passes(tmp_path: Path) -> None:
 
 
 def test_data_wait_above_the_limit_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[acceptance]\nmax_data_wait = 0.25\n")
+    rb = VerdictRecord(tmp_path, "[acceptance]\nmax_data_wait = 0.25\n")
     rb.training(steps=10, step_time=1.0, data_wait=0.5)
     c = rb.check("data wait")
     assert (c.status, c.required) == ("fail", True)
@@ -335,7 +334,7 @@ def test_data_wait_above_the_limit_fails(tmp_path: Path) -> None:
 
 
 def test_data_wait_over_too_little_step_time_is_not_required(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[acceptance]\nmax_data_wait = 0.25\n")
+    rb = VerdictRecord(tmp_path, "[acceptance]\nmax_data_wait = 0.25\n")
     rb.training(steps=2, step_time=1.0, data_wait=0.5)
     c = rb.check("data wait")
     assert (c.status, c.required) == ("fail", False)
@@ -343,21 +342,21 @@ def test_data_wait_over_too_little_step_time_is_not_required(tmp_path: Path) -> 
 
 
 def test_data_wait_never_timed_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training()
     c = rb.check("data wait")
     assert (c.status, c.required) == ("not_recorded", False)
     assert c.fix == "wrap the batch fetch in `with run.data_wait():`"
 
 
-def _gpu_samples(rb: RecordBuilder, util: float, n: int = 10) -> None:
+def _gpu_samples(rb: VerdictRecord, util: float, n: int = 10) -> None:
     for i in range(n):
         rb.sample("host", t=3.0 + i, cpu_pct=50.0, proc_cpu_pct=90.0)
         rb.sample("gpu", t=3.0 + i, index=0, util_pct=util, name="H100")
 
 
 def test_idle_gpu_below_the_limit_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[resources]\ngpus = 1\n")
+    rb = VerdictRecord(tmp_path, "[resources]\ngpus = 1\n")
     rb.training()
     _gpu_samples(rb, util=95.0)
     c = rb.check("idle")
@@ -366,7 +365,7 @@ def test_idle_gpu_below_the_limit_passes(tmp_path: Path) -> None:
 
 
 def test_idle_gpu_above_the_limit_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[resources]\ngpus = 1\n")
+    rb = VerdictRecord(tmp_path, "[resources]\ngpus = 1\n")
     rb.training()
     _gpu_samples(rb, util=0.0)
     c = rb.check("idle")
@@ -375,7 +374,7 @@ def test_idle_gpu_above_the_limit_fails(tmp_path: Path) -> None:
 
 
 def test_idle_on_cpu_is_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training()
     rb.sample("host", t=3.0, proc_cpu_pct=1.0)
     c = rb.check("idle")
@@ -384,20 +383,20 @@ def test_idle_on_cpu_is_information(tmp_path: Path) -> None:
 
 
 def test_idle_without_samples_has_no_check(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training()
     assert rb.checks("idle") == []
 
 
 def test_telemetry_with_gpu_samples_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[resources]\ngpus = 1\n")
+    rb = VerdictRecord(tmp_path, "[resources]\ngpus = 1\n")
     _gpu_samples(rb, util=95.0, n=3)
     c = rb.check("telemetry")
     assert (c.status, c.required, c.evidence) == ("pass", True, "3 host samples, 3 GPU samples")
 
 
 def test_gpu_run_without_gpu_samples_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[resources]\ngpus = 1\n")
+    rb = VerdictRecord(tmp_path, "[resources]\ngpus = 1\n")
     rb.sample("host", cpu_pct=10.0)
     rb.sample("gpu_absent", reason="NVML not found")
     rb.sample("sampler_error", sampler="gpu", error="NVMLError")
@@ -410,12 +409,12 @@ def test_gpu_run_without_gpu_samples_fails(tmp_path: Path) -> None:
 
 
 def test_telemetry_without_samples_is_not_recorded(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path, "[resources]\ngpus = 1\n").check("telemetry")
+    c = VerdictRecord(tmp_path, "[resources]\ngpus = 1\n").check("telemetry")
     assert (c.status, c.required) == ("not_recorded", True)
 
 
 def test_black_box_without_step_events_says_step_time_was_not_checked(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.event("usage", usage="unknown")
     c = rb.check("step time")
     assert (c.group, c.status, c.required) == ("performance", "not_recorded", False)
@@ -423,9 +422,9 @@ def test_black_box_without_step_events_says_step_time_was_not_checked(tmp_path: 
 
 
 def test_client_run_has_no_black_box_checks(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.event("usage", usage="client")
-    names = {c.name for c in rb.verdict().checks}
+    names = {c.name for c in rb.compute().checks}
     assert not names & {"step time", "lost work", "checkpoints", "outputs"}
 
 
@@ -433,13 +432,13 @@ def test_client_run_has_no_black_box_checks(tmp_path: Path) -> None:
 
 
 def test_exit_of_a_successful_last_attempt_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training()
     c = rb.check("exit")
     assert (c.status, c.required, c.evidence) == (
         "pass",
         True,
-        "attempt 1 exited with code 0 after 10s",
+        "attempt 1 exited 0 after 10s",
     )
 
 
@@ -454,16 +453,15 @@ def test_exit_of_a_successful_last_attempt_passes(tmp_path: Path) -> None:
 def test_exit_of_a_failed_last_attempt_fails_with_the_fix(
     tmp_path: Path, outcome: str, cls: str | None, fix: str
 ) -> None:
-    rb = RecordBuilder(tmp_path)
-    extra = {"class": cls} if cls else {}
-    rb.attempt(1, outcome=outcome, reason="exited with code 1", **extra)
+    rb = VerdictRecord(tmp_path)
+    rb.attempt(outcome, reason="exited 1", failure_class=cls)
     c = rb.check("exit")
     assert (c.status, c.required) == ("fail", True)
     assert c.fix and c.fix.startswith(fix)
 
 
 def test_exit_without_attempts_is_not_recorded(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path).check("exit")
+    c = VerdictRecord(tmp_path).check("exit")
     assert (c.status, c.required, c.evidence) == ("not_recorded", True, "no attempt ran")
 
 
@@ -475,7 +473,7 @@ def test_exit_without_attempts_is_not_recorded(tmp_path: Path) -> None:
 def test_exit_of_a_standalone_run_reads_workload_end(
     tmp_path: Path, ends: list[str], status: str
 ) -> None:
-    rb = RecordBuilder(tmp_path, mode="standalone")
+    rb = VerdictRecord(tmp_path, mode="standalone")
     for s in ends:
         rb.event("workload_end", status=s)
     c = rb.check("exit")
@@ -484,12 +482,12 @@ def test_exit_of_a_standalone_run_reads_workload_end(
 
 
 def test_resumed_and_failures_describe_earlier_attempts(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
-    rb.attempt(1, outcome="signaled", reason="killed by SIGKILL", **{"class": "killed"},
+    rb = VerdictRecord(tmp_path)
+    rb.attempt("signaled", reason="killed by SIGKILL", failure_class="killed",
                work={"steps_lost": 3, "seconds_lost": 4.0, "device_seconds_lost": 4.0})  # fmt: skip
-    rb.attempt(2)
-    rb.event("restart", t=5.0, attempt=1)
-    rb.event("restored", t=6.0, attempt=2, step=5, seconds=0.25)
+    rb.attempt()
+    rb.at(5.0, "restart", attempt=1)
+    rb.at(6.0, "restored", attempt=2, step=5, seconds=0.25)
     resumed, failures = rb.check("resumed"), rb.check("failures")
     assert (resumed.status, resumed.required) == ("pass", False)
     assert resumed.evidence == "attempt 2 from step 5 (0.25s)"
@@ -501,34 +499,34 @@ def test_resumed_and_failures_describe_earlier_attempts(tmp_path: Path) -> None:
 
 
 def test_restarts_beyond_max_restarts_fail(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[limits]\nmax_restarts = 1\n")
+    rb = VerdictRecord(tmp_path, "[limits]\nmax_restarts = 1\n")
     rb.training()
-    rb.event("restart", t=30.0)
-    rb.event("restart", t=31.0)
+    rb.at(30.0, "restart")
+    rb.at(31.0, "restart")
     c = rb.check("restarts")
     assert (c.status, c.required, c.evidence) == ("fail", True, "2 of at most 1")
 
 
 def test_kill_drill_passed_in_this_run(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS)
+    rb = VerdictRecord(tmp_path, DRILLS)
     rb.training()
-    rb.event("drill", t=30.0, drill="kill", ok=True, evidence="bitwise equal")
+    rb.at(30.0, "drill", drill="kill", ok=True, evidence="bitwise equal")
     c = rb.check("drill kill")
     assert (c.group, c.status, c.evidence) == ("operations", "pass", "bitwise equal")
 
 
 def test_kill_drill_skipped_stays_unproven(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS)
+    rb = VerdictRecord(tmp_path, DRILLS)
     rb.training()
-    rb.event("drill", t=30.0, drill="kill", skipped=True, evidence="not applicable")
+    rb.at(30.0, "drill", drill="kill", skipped=True, evidence="not applicable")
     c = rb.check("drill kill")
     assert (c.status, c.required, c.evidence) == ("not_recorded", True, "not applicable")
 
 
 def test_kill_drill_failed_in_a_drill_run_of_the_same_spec(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS, spec_hash="xxh3:1")
+    rb = VerdictRecord(tmp_path, DRILLS, spec_hash="xxh3:1")
     rb.training()
-    drill = RecordBuilder(tmp_path, DRILLS, run_id="20261201-110000-t-0000", spec_hash="xxh3:1",
+    drill = VerdictRecord(tmp_path, DRILLS, run_id="20261201-110000-t-0000", spec_hash="xxh3:1",
                           drill={"reference": "r"})  # fmt: skip
     drill.event("drill", drill="kill", ok=False, evidence="losses differ at step 7")
     c = rb.check("drill kill")
@@ -540,14 +538,14 @@ def test_kill_drill_failed_in_a_drill_run_of_the_same_spec(tmp_path: Path) -> No
 
 
 def test_kill_drill_never_run_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS, spec_hash="xxh3:1")
+    rb = VerdictRecord(tmp_path, DRILLS, spec_hash="xxh3:1")
     rb.training()
     c = rb.check("drill kill")
     assert (c.status, c.evidence) == ("not_recorded", "no result recorded for this drill")
 
 
 def test_unreadable_neighbour_is_recorded_and_named(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, DRILLS, spec_hash="xxh3:1")
+    rb = VerdictRecord(tmp_path, DRILLS, spec_hash="xxh3:1")
     rb.training()
     (rb.record.path.parent / "20261201-100000-t-dead").mkdir()  # a run directory without run.json
     c = rb.check("drill kill")
@@ -562,31 +560,31 @@ CLEANUP = '[cleanup]\ncommands = ["rm -rf /tmp/scratch"]\n'
 
 
 def test_cleanup_done_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CLEANUP)
+    rb = VerdictRecord(tmp_path, CLEANUP)
     rb.training()
-    rb.event("cleanup", t=30.0, command="rm -rf /tmp/scratch", ok=True, removed=["/tmp/scratch"])
+    rb.at(30.0, "cleanup", command="rm -rf /tmp/scratch", ok=True, removed=["/tmp/scratch"])
     c = rb.check("cleanup")
     assert (c.status, c.required, c.evidence) == ("pass", True, "1 step done, 1 path removed")
 
 
 def test_cleanup_that_failed_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CLEANUP)
+    rb = VerdictRecord(tmp_path, CLEANUP)
     rb.training()
-    rb.event("cleanup", t=30.0, command="rm -rf /tmp/scratch", ok=False, detail="exit 1")
+    rb.at(30.0, "cleanup", command="rm -rf /tmp/scratch", ok=False, detail="exit 1")
     c = rb.check("cleanup")
     assert (c.status, c.evidence) == ("fail", "1 of 1 failed: rm -rf /tmp/scratch: exit 1")
 
 
 def test_cleanup_never_ran_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, CLEANUP)
+    rb = VerdictRecord(tmp_path, CLEANUP)
     rb.training()
     assert rb.check("cleanup").status == "not_recorded"
 
 
 def test_injected_fault_that_fired_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, injected=["kill@step=5"])
+    rb = VerdictRecord(tmp_path, injected=["kill@step=5"])
     rb.training()
-    rb.event("fault_injected", t=8.0, attempt=1, action="kill", step=5)
+    rb.at(8.0, "fault_injected", attempt=1, action="kill", step=5)
     c = rb.check("injected faults")
     assert (c.status, c.required, c.evidence) == (
         "pass",
@@ -596,7 +594,7 @@ def test_injected_fault_that_fired_passes(tmp_path: Path) -> None:
 
 
 def test_injected_fault_that_never_fired_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, injected=["kill@step=40"])
+    rb = VerdictRecord(tmp_path, injected=["kill@step=40"])
     rb.training(steps=10)
     c = rb.check("injected faults")
     assert (c.status, c.required) == ("fail", True)
@@ -616,7 +614,7 @@ LEDGER = {
     [pytest.param(10, "pass", id="within"), pytest.param(2, "fail", id="over")],
 )
 def test_budget_against_the_priced_ledger(tmp_path: Path, budget: int, status: str) -> None:
-    rb = RecordBuilder(tmp_path, f"[limits]\nbudget_usd = {budget}\n")
+    rb = VerdictRecord(tmp_path, f"[limits]\nbudget_usd = {budget}\n")
     rb.write_json("ledger.json", LEDGER)
     c = rb.check("budget")
     assert (c.status, c.required) == (status, True)
@@ -627,7 +625,7 @@ def test_budget_against_the_priced_ledger(tmp_path: Path, budget: int, status: s
 
 
 def test_budget_without_a_priced_ledger_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, "[limits]\nbudget_usd = 10\n")
+    rb = VerdictRecord(tmp_path, "[limits]\nbudget_usd = 10\n")
     rb.write_json("ledger.json", {"priced": False})
     c = rb.check("budget")
     assert (c.status, c.required, c.evidence) == ("not_recorded", True, "no priced ledger.json")
@@ -635,7 +633,7 @@ def test_budget_without_a_priced_ledger_is_not_recorded(tmp_path: Path) -> None:
 
 
 def test_black_box_lost_work_is_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.event("usage", usage="black box")
     c = rb.check("lost work")
     assert (c.group, c.status, c.required) == ("operations", "not_recorded", False)
@@ -645,13 +643,13 @@ def test_black_box_lost_work_is_information(tmp_path: Path) -> None:
 
 
 def test_portability_without_blockers_passes_with_its_warnings(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path).check("portability")
+    c = VerdictRecord(tmp_path).check("portability")
     assert (c.status, c.required) == ("pass", True)
     assert c.evidence.startswith("no blockers; 1 warning: provenance.git (code)")
 
 
 def test_portability_blocker_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.write_json("provenance.json", {"git": {"root": str(tmp_path / "code"), "remote": "git@h:r",
                                               "dirty": True}})  # fmt: skip
     c = rb.check("portability")
@@ -660,7 +658,7 @@ def test_portability_blocker_fails(tmp_path: Path) -> None:
 
 
 def test_portability_that_raises_is_recorded_not_swallowed(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     spec = load_spec(rb.record.spec_path)
     rb.record.spec_path.write_text("name = [unclosed\n")  # the frozen spec is damaged
     [c] = [c for c in compute_verdict(rb.record, spec).checks if c.name == "portability"]
@@ -683,21 +681,21 @@ METRIC = '[acceptance.metrics]\n"loss" = "<= 1.0"\n'
      pytest.param(float("nan"), "fail", id="nan")],
 )  # fmt: skip
 def test_metric_condition(tmp_path: Path, value: float, status: str) -> None:
-    rb = RecordBuilder(tmp_path, METRIC)
+    rb = VerdictRecord(tmp_path, METRIC)
     rb.event("metric", name="loss", value=2.0)
-    rb.event("metric", t=1.0, name="loss", value=value)  # the last value counts
+    rb.at(1.0, "metric", name="loss", value=value)  # the last value counts
     c = rb.check("metric loss")
     assert (c.status, c.required) == (status, True)
 
 
 def test_metric_never_reported_is_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, METRIC)
+    rb = VerdictRecord(tmp_path, METRIC)
     rb.event("metric", name="acc", value=0.9)
     c = rb.check("metric loss")
     assert (c.status, c.evidence) == ("not_recorded", "never reported (metrics seen: acc)")
 
 
-def _output(rb: RecordBuilder, tmp_path: Path, name: str = "model") -> Path:
+def _output(rb: VerdictRecord, tmp_path: Path, name: str = "model") -> Path:
     path = tmp_path / f"{name}.pt"
     path.write_bytes(b"trained weights")
     rb.event("output", name=name, path=str(path), hash=hash_file(path)[0])
@@ -705,7 +703,7 @@ def _output(rb: RecordBuilder, tmp_path: Path, name: str = "model") -> Path:
 
 
 def test_declared_output_unchanged_passes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\noutputs = ["model"]\n')
+    rb = VerdictRecord(tmp_path, '[acceptance]\noutputs = ["model"]\n')
     path = _output(rb, tmp_path)
     c = rb.check("output model")
     assert (c.status, c.required) == ("pass", True)
@@ -713,7 +711,7 @@ def test_declared_output_unchanged_passes(tmp_path: Path) -> None:
 
 
 def test_output_changed_or_gone_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\noutputs = ["model"]\n')
+    rb = VerdictRecord(tmp_path, '[acceptance]\noutputs = ["model"]\n')
     path = _output(rb, tmp_path)
     path.write_bytes(b"other weights!!")
     assert "changed after it was registered" in rb.check("output model").evidence
@@ -723,12 +721,12 @@ def test_output_changed_or_gone_fails(tmp_path: Path) -> None:
 
 
 def test_declared_output_never_registered_is_not_recorded(tmp_path: Path) -> None:
-    c = RecordBuilder(tmp_path, '[acceptance]\noutputs = ["model"]\n').check("output model")
+    c = VerdictRecord(tmp_path, '[acceptance]\noutputs = ["model"]\n').check("output model")
     assert (c.status, c.required) == ("not_recorded", True)
 
 
 def test_declared_output_not_found_fails(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\noutputs = ["model"]\n')
+    rb = VerdictRecord(tmp_path, '[acceptance]\noutputs = ["model"]\n')
     rb.event("output_missing", name="model", pattern="out/*.pt", attempt=1, reason="no match")
     c = rb.check("output model")
     assert (c.status, c.required) == ("fail", True)
@@ -736,7 +734,7 @@ def test_declared_output_not_found_fails(tmp_path: Path) -> None:
 
 
 def test_outputs_not_asked_for_are_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     _output(rb, tmp_path, "extra")
     rb.event("output_missing", name="log", reason="no match")
     assert (rb.check("output extra").status, rb.check("output extra").required) == ("pass", False)
@@ -744,7 +742,7 @@ def test_outputs_not_asked_for_are_information(tmp_path: Path) -> None:
 
 
 def test_black_box_without_outputs_is_information(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.event("usage", usage="black box")
     c = rb.check("outputs")
     assert (c.group, c.status, c.required) == ("results", "not_recorded", False)
@@ -753,16 +751,16 @@ def test_black_box_without_outputs_is_information(tmp_path: Path) -> None:
 # ---- the telemetry summary failed ----------------------------------------------------------
 
 
-def _broken_summary(rb: RecordBuilder) -> None:
+def _broken_summary(rb: VerdictRecord) -> None:
     """A GPU sample whose index is a list: summarize() cannot group samples by it."""
     rb.sample("gpu", t=3.0, index=[0], util_pct=50.0)
 
 
 def test_summary_failure_is_recorded_and_named_in_the_checks_that_need_it(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, THROUGHPUT + "max_data_wait = 0.25\nmax_idle = 0.25\n")
+    rb = VerdictRecord(tmp_path, THROUGHPUT + "max_data_wait = 0.25\nmax_idle = 0.25\n")
     rb.training(samples=10, data_wait=0.1)
     _broken_summary(rb)
-    verdict = rb.verdict()
+    verdict = rb.compute()
     by_name = {c.name: c for c in verdict.checks}
     [ev] = rb.record.events(BEST_EFFORT_FAILED)
     assert ev["component"] == "summary" and ev["error"].startswith("TypeError: unhashable type")
@@ -779,14 +777,13 @@ def test_summary_failure_is_recorded_and_named_in_the_checks_that_need_it(tmp_pa
         f"1.0s after the first attempt's start ({expected})",
     )
     # Computed again over the same record: the same evidence, the failure recorded once.
-    again = {c.name: c for c in rb.verdict().checks}
+    again = {c.name: c for c in rb.compute().checks}
     assert again["throughput"].evidence == expected
     assert len(list(rb.record.events(BEST_EFFORT_FAILED))) == 1
 
 
 def test_summary_failure_without_steps_leaves_first_step_not_recorded(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, '[acceptance]\nmax_first_step = "1m"\n')
-    rb.event("run_start")
+    rb = VerdictRecord(tmp_path, '[acceptance]\nmax_first_step = "1m"\n')  # run_start only
     _broken_summary(rb)
     c = rb.check("first step")
     assert (c.status, c.required) == ("not_recorded", True)
@@ -796,16 +793,16 @@ def test_summary_failure_without_steps_leaves_first_step_not_recorded(tmp_path: 
 
 
 def test_a_verdict_over_a_sound_record_records_no_failure(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path, THROUGHPUT)
+    rb = VerdictRecord(tmp_path, THROUGHPUT)
     rb.training(samples=10)
-    rb.verdict()
+    rb.compute()
     assert list(rb.record.events(BEST_EFFORT_FAILED)) == []
 
 
 def test_format_verdict_marks_information_and_fixes(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training()
-    text = format_verdict(rb.verdict(), name="t")
+    text = format_verdict(rb.compute(), name="t")
     lines = text.splitlines()
     assert lines[0] == "REJECTED  t  20261201-120000-t-0001"
     assert any(line.startswith("  – setup       provenance") for line in lines)
@@ -814,12 +811,12 @@ def test_format_verdict_marks_information_and_fixes(tmp_path: Path) -> None:
 
 
 def test_verdict_to_dict_lists_the_failed_required_checks(tmp_path: Path) -> None:
-    rb = RecordBuilder(tmp_path)
+    rb = VerdictRecord(tmp_path)
     rb.training()
-    d = rb.verdict().to_dict()
+    d = rb.compute().to_dict()
     assert d["verdict"] == "rejected" and d["failed"] == ["provenance", "expectations"]
     assert json.loads(json.dumps(d))["checks"][0]["status"] == "not_recorded"
-    assert all(isinstance(c, Check) for c in rb.verdict().checks)
+    assert all(isinstance(c, Check) for c in rb.compute().checks)
 
 
 # ---- verdict/diff.py -----------------------------------------------------------------------
@@ -828,8 +825,8 @@ def test_verdict_to_dict_lists_the_failed_required_checks(tmp_path: Path) -> Non
 def test_diff_with_run_a_spec_that_no_longer_loads_compares_exactly_and_says_why(
     tmp_path: Path,
 ) -> None:
-    a = RecordBuilder(tmp_path, '[acceptance.tolerances]\n"loss" = 0.1\n')
-    b = RecordBuilder(tmp_path, run_id="20261201-130000-t-0002")
+    a = VerdictRecord(tmp_path, '[acceptance.tolerances]\n"loss" = 0.1\n')
+    b = VerdictRecord(tmp_path, run_id="20261201-130000-t-0002")
     for rb, loss in ((a, 0.50), (b, 0.55)):
         rb.event("metric", name="loss", value=loss)
     assert diff_runs(a.record, b.record).reproduced  # within the tolerance

@@ -1,15 +1,14 @@
-"""Run records written directly, file by file, for the verdict's unit tests.
+"""Run records for the verdict's unit tests: tests/builders.py plus what the verdict reads.
 
-A :class:`RecordBuilder` writes what the supervisor and the client would have left in a
-run directory (run.json, spec.toml, events.jsonl, attempts/N/exit.json, preflight.json,
-provenance.json, telemetry.jsonl, ledger.json, checkpoints through the real
-:class:`~acceptrun.checkpoint.store.CheckpointStore`) without starting a process, so a
-verdict check can be tested in milliseconds.
+:class:`VerdictRecord` is a :class:`tests.builders.RecordBuilder` (run.json, spec.toml,
+events.jsonl, attempts/N/exit.json, real checkpoints) that also writes the spec's own
+sections, preflight.json, provenance.json, telemetry samples and events at given times,
+and computes the verdict over the record, all without starting a process.
 
->>> rb = RecordBuilder(tmp_path, "[acceptance]\\nmax_first_step = 60")
->>> rb.event("run_start", t=0.0); rb.event("step", t=5.0, step=1)
->>> rb.check("first step").status == "pass"
-True
+>>> rb = VerdictRecord(tmp_path, '[acceptance]\\nmax_first_step = "1m"\\n')
+>>> rb.training(steps=3, start=2.0, step_time=1.0)  # the first step 3 s after launch
+>>> rb.check("first step").evidence
+'3.0s after launch, at most 1m00s'
 """
 
 from __future__ import annotations
@@ -19,15 +18,16 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.record.workspace import RunRecord
+from tests.builders import T0, RecordBuilder
+
 from acceptrun.verdict.core import Check, Verdict, compute_verdict
 
-T0 = 1_796_000_000.0  # unix seconds of the first event unless a test gives its own
+__all__ = ["T0", "VerdictRecord"]
 
 
-class RecordBuilder:
-    """One run record under ``root/runs/<run_id>``, written one file at a time."""
+class VerdictRecord(RecordBuilder):
+    """A run record with the spec ``spec`` (TOML after name and command) and run.json
+    written (``mode``, ``state``), its run_start event at ``T0``."""
 
     def __init__(
         self,
@@ -38,77 +38,54 @@ class RecordBuilder:
         mode: str = "supervised",
         **state: Any,
     ) -> None:
-        self.record = RunRecord(root / "runs" / run_id)
-        self.record.path.mkdir(parents=True)
-        self.root = root
-        head = 'name = "t"\ncommand = ["python", "train.py"]\n'
-        self.record.spec_path.write_text(head + textwrap.dedent(spec))
-        self.write_json("run.json", {"run_id": run_id, "name": "t", "status": "finished",
-                                     "mode": mode, **state})  # fmt: skip
+        super().__init__(root, run_id=run_id)
+        with self.record.spec_path.open("a") as f:
+            f.write(textwrap.dedent(spec))
+        self.run(mode=mode, **state)
 
-    def write_json(self, name: str, obj: Any) -> None:
-        path = self.record.path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(obj))
+    def at(self, t: float, kind: str, **fields: Any) -> VerdictRecord:
+        """Append one event at ``T0 + t`` seconds (later events continue from there)."""
+        self.t = T0 + t
+        self.event(kind, **fields)
+        return self
 
-    def event(self, kind: str, *, t: float = 0.0, **fields: Any) -> None:
-        """Append one event at ``T0 + t`` seconds."""
-        with self.record.events_path.open("a") as f:
-            f.write(json.dumps({"t": T0 + t, "kind": kind, **fields}) + "\n")
-
-    def sample(self, kind: str, *, t: float = 0.0, **fields: Any) -> None:
-        """Append one telemetry sample (``host``, ``gpu``, ``gpu_absent``, ...)."""
+    def sample(self, kind: str, *, t: float = 0.0, **fields: Any) -> VerdictRecord:
+        """Append one telemetry sample (``host``, ``gpu``, ``gpu_absent``, ...) at ``T0 + t``."""
         with self.record.telemetry_path.open("a") as f:
             f.write(json.dumps({"t": T0 + t, "kind": kind, **fields}) + "\n")
-
-    def attempt(
-        self,
-        n: int = 1,
-        *,
-        outcome: str = "success",
-        reason: str = "exited with code 0",
-        duration_s: float = 10.0,
-        **fields: Any,
-    ) -> None:
-        """attempts/N/exit.json, as the supervisor writes it when the attempt ends."""
-        self.write_json(f"attempts/{n}/exit.json", {"attempt": n, "outcome": outcome,
-                        "reason": reason, "duration_s": duration_s, **fields})  # fmt: skip
+        return self
 
     def training(
         self, steps: int = 10, *, step_time: float = 1.0, start: float = 2.0, **per_step: Any
-    ) -> None:
-        """One successful supervised attempt: run_start at 0, attempt_start at ``start``,
-        ``steps`` steps ``step_time`` seconds apart, attempt_exit, exit.json."""
-        self.event("run_start")
-        self.event("attempt_start", t=start, attempt=1)
-        t = start
+    ) -> VerdictRecord:
+        """One successful attempt: attempt_start at ``start`` seconds, ``steps`` steps
+        ``step_time`` seconds apart with ``per_step`` fields (samples, data_wait, ...),
+        attempt_exit half a second after the last, exit.json."""
+        self.attempts += 1
+        n = self.attempts
+        self.at(start, "attempt_start", attempt=n)
         for step in range(1, steps + 1):
-            t += step_time
-            self.event("step", t=t, attempt=1, step=step, step_time=step_time, **per_step)
-        self.event("attempt_exit", t=t + 0.5, attempt=1, outcome="success")
-        self.attempt(1, duration_s=t + 0.5 - start)
+            self.event("step", dt=step_time, attempt=n, step=step, step_time=step_time, **per_step)
+        self.event("attempt_exit", dt=0.5, attempt=n, outcome="success")
+        self.write_json(f"attempts/{n}/exit.json", {"attempt": n, "outcome": "success",
+                        "reason": "exited 0", "duration_s": self.t - T0 - start})  # fmt: skip
+        return self
 
-    def preflight(self, *checks: tuple[str, bool, str], **details: dict[str, Any]) -> None:
+    def preflight(self, *checks: tuple[str, bool, str], **details: dict[str, Any]) -> VerdictRecord:
         """preflight.json with checks ``(name, ok, message)``; ``details`` by check name."""
         self.write_json("preflight.json", {"checks": [
             {"name": n, "ok": ok, "message": m, "details": details.get(n, {})}
             for n, ok, m in checks
         ]})  # fmt: skip
+        return self
 
-    def checkpoint(self, step: int, data: bytes = b"weights") -> Path:
-        """Commit a real checkpoint of ``step`` in the record's checkpoints directory."""
-        store = CheckpointStore(self.record.checkpoints_dir)
-        writer = store.begin(step)
-        writer.write_bytes("model.pt", data)
-        info = store.commit(writer)
-        return info.path
-
-    def verdict(self) -> Verdict:
+    def compute(self) -> Verdict:
+        """The verdict over the record as it is now."""
         return compute_verdict(self.record)
 
     def checks(self, name: str) -> list[Check]:
         """Every check of the verdict named ``name``."""
-        return [c for c in self.verdict().checks if c.name == name]
+        return [c for c in self.compute().checks if c.name == name]
 
     def check(self, name: str) -> Check:
         """The one check named ``name`` (fails the test if there is none or several)."""
