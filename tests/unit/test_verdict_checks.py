@@ -495,7 +495,10 @@ def test_resumed_and_failures_describe_earlier_attempts(tmp_path: Path) -> None:
         failures.evidence
         == "attempt 1: killed (killed by SIGKILL); lost 3 steps, 4.0s (4.0 device-s)"
     )
-    assert rb.check("restarts").evidence == "1 of at most 3"
+    assert (rb.check("restarts").status, rb.check("restarts").evidence) == (
+        "pass",
+        "1 of at most 3",
+    )
 
 
 def test_restarts_beyond_max_restarts_fail(tmp_path: Path) -> None:
@@ -839,3 +842,63 @@ def test_diff_with_run_a_spec_that_no_longer_loads_compares_exactly_and_says_why
     assert f"  note: {note}" in format_run_diff(d) and d.to_dict()["notes"] == [note]
     [ev] = a.record.events(BEST_EFFORT_FAILED)
     assert ev["component"] == "diff: tolerances of run A" and "load_spec" in ev["traceback"]
+
+
+# ---- a batch inference or serving run's own checks -----------------------------------------
+
+SERVING = """[serving]
+url = "http://127.0.0.1:8000/v1/chat"
+ready_log = "running"
+concurrency = 2
+requests = 10
+max_cold_start = 30
+"""
+
+
+@pytest.mark.parametrize(
+    ("first_success_s", "status"),
+    [pytest.param(4.0, "pass", id="warm"), pytest.param(45.0, "fail", id="cold")],
+)
+def test_serving_ready_within_max_cold_start(
+    tmp_path: Path, first_success_s: float, status: str
+) -> None:
+    rb = VerdictRecord(tmp_path, SERVING)
+    rb.write_json("serving.json", {"ready": {"ok": True, "seconds": 3.0, "by": "log"},
+                                   "first_success_s": first_success_s})  # fmt: skip
+    checks = rb.compute().checks
+    [ready] = [c for c in checks if c.name == "ready"]
+    assert (ready.group, ready.status, ready.required) == ("setup", status, True)
+    setup = [c.name for c in checks if c.group == "setup"]
+    assert setup[-1] == "ready"  # after the setup group's own checks
+    # No load was sent: the serving run's load check fails.
+    assert rb.check("load").status == "fail"
+
+
+def test_serving_without_serving_json_is_not_recorded(tmp_path: Path) -> None:
+    c = VerdictRecord(tmp_path, SERVING).check("ready")
+    assert (c.status, c.required, c.evidence) == (
+        "not_recorded",
+        True,
+        "no serving.json in the record",
+    )
+
+
+INFERENCE = '[inference]\ninput = "items.jsonl"\n'
+
+
+@pytest.mark.parametrize(
+    ("coverage", "status"),
+    [pytest.param(1.0, "pass", id="all"), pytest.param(0.5, "fail", id="half")],
+)
+def test_inference_coverage(tmp_path: Path, coverage: float, status: str) -> None:
+    rb = VerdictRecord(tmp_path, INFERENCE)
+    rb.write_json("inference.json", {"items": 10, "coverage": coverage, "outputs": 10})
+    c = rb.check("coverage")
+    assert (c.group, c.status, c.required) == ("results", status, True)
+
+
+def test_inference_with_unreadable_input_is_not_recorded(tmp_path: Path) -> None:
+    rb = VerdictRecord(tmp_path, INFERENCE)
+    rb.write_json("inference.json", {"error": "items.jsonl: no such file"})
+    c = rb.check("coverage")
+    assert (c.status, c.required, c.evidence) == ("not_recorded", True, "items.jsonl: no such file")
