@@ -132,8 +132,7 @@ class CheckInput:
     """The run was not supervised (``acceptrun.init()`` in a plain script)."""
     _summary: Summary | None = field(default=None, init=False, repr=False)
     _summary_done: bool = field(default=False, init=False, repr=False)
-    summary_failure: str | None = field(default=None, init=False)
-    """Evidence text when the summary raised: "summary failed: <error>; see events"."""
+    _summary_failure: str | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, record: RunRecord, spec: RunSpec | None = None) -> CheckInput:
@@ -144,15 +143,26 @@ class CheckInput:
     @property
     def summary(self) -> Summary | None:
         """The telemetry summary of the record, or None when it failed (recorded)."""
-        if not self._summary_done:
-            self._summary_done = True
-            try:
-                from acceptrun.telemetry.summary import summarize
-
-                self._summary = summarize(self.record.path)
-            except Exception as exc:  # recorded: the checks that need it say why
-                self.summary_failure = self.record_failure("summary", exc)
+        self._summarize()
         return self._summary
+
+    @property
+    def summary_failure(self) -> str | None:
+        """Evidence text when the summary raised ("summary failed: <error>; see events")."""
+        self._summarize()
+        return self._summary_failure
+
+    def _summarize(self) -> None:
+        """Compute the summary on first use; a failure is recorded, never raised."""
+        if self._summary_done:
+            return
+        self._summary_done = True
+        try:
+            from acceptrun.telemetry.summary import summarize
+
+            self._summary = summarize(self.record.path)
+        except Exception as exc:  # recorded: the checks that need it say why
+            self._summary_failure = self.record_failure("summary", exc)
 
     @property
     def usage(self) -> str | None:
