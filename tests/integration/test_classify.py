@@ -22,11 +22,9 @@ import pytest
 from acceptrun._util.durable import read_jsonl
 from acceptrun.supervisor.classify import (
     CLASSES,
-    RETRY_LIMITS,
     AttemptFacts,
     Classification,
     classify,
-    oom_kill_count,
     retry_allowed,
     stderr_tail,
 )
@@ -418,40 +416,3 @@ def test_stop_causes_decide_before_the_exit(
     assert c.evidence[:1] == [f"stop cause: {cause}"]
     if cause in ("hang", "data_stall"):
         assert c.evidence[1].startswith("last step event: step 7 at ")
-
-
-def test_an_unknown_stop_cause_is_a_programming_error() -> None:
-    with pytest.raises(ValueError, match="unknown stop cause 'stopped'"):
-        classify(AttemptFacts(None, "SIGTERM", "stopped", "", []))
-
-
-# ---- helpers ------------------------------------------------------------------------------
-
-
-def test_retry_limits_cap_oom_classes_only() -> None:
-    assert {k: v for k, v in RETRY_LIMITS.items() if v is not None} == {
-        "cuda_oom": 1,
-        "host_oom": 1,
-    }
-    assert set(RETRY_LIMITS) == set(CLASSES)
-    assert retry_allowed("host_oom", 0) and not retry_allowed("host_oom", 1)
-    assert retry_allowed("failed", 50) and retry_allowed("preempted", 3)
-    assert not retry_allowed("user_error", 0) and not retry_allowed("success", 0)
-    with pytest.raises(ValueError, match="unknown failure class 'oom'"):
-        retry_allowed("oom", 0)
-
-
-def test_oom_kill_count_reads_the_cgroup_or_says_unknown() -> None:
-    count = oom_kill_count()
-    assert count is None or (isinstance(count, int) and count >= 0)
-
-
-def test_stderr_tail_keeps_whole_lines_of_the_end(tmp_path: Path) -> None:
-    log = tmp_path / "stderr.log"
-    log.write_bytes(b"x" * 70_000 + b"\n" + "é".encode() * 100 + b"\nValueError: last\n")
-    tail = stderr_tail(log, limit=1000)
-    assert tail.endswith("ValueError: last\n") and "x" not in tail
-    assert len(tail.encode()) <= 1000
-    assert stderr_tail(tmp_path / "missing.log") == ""
-    log.write_bytes(b"bad \xff byte\n")
-    assert stderr_tail(log) == "bad \ufffd byte\n"

@@ -117,9 +117,6 @@ def test_unmet_expectation_stops_the_run(project: Any) -> None:
     assert "expected <3.0" in proc.stdout
 
 
-# ---- spec tools ---------------------------------------------------------------------------------
-
-
 # ---- ls, show, index ------------------------------------------------------------------------------
 
 

@@ -327,22 +327,3 @@ def test_progress_lines_are_not_read_for_a_client_script(project: Project) -> No
     steps = events(project.only_record(), "step")
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert all("source" not in s for s in steps)
-
-
-def test_match_line_reads_named_groups() -> None:
-    import re
-
-    from acceptrun.supervisor.progress import match_line
-
-    pat = re.compile(r"step (?P<step>\d+)/(?P<total_steps>\d+) loss=(?P<loss>\S+) (?P<phase>\w+)")
-    # total_steps is an int; a trailing comma is not part of a number; "train" is no value.
-    assert match_line(pat, "step 3/10 loss=0.25, train") == {
-        "step": 3,
-        "total_steps": 10,
-        "loss": 0.25,
-    }
-    assert match_line(pat, "nothing here") is None
-    number = re.compile(r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)")
-    assert str(match_line(number, "iter 4: loss nan")) == "{'step': 4, 'loss': nan}"
-    assert match_line(number, "iter 5: loss -inf") == {"step": 5, "loss": float("-inf")}
-    assert match_line(number, "inference iter 6: loss 1e-3") == {"step": 6, "loss": 0.001}

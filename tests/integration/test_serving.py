@@ -8,7 +8,6 @@ wait is on readiness or on the run's end, never on a guess.
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import shutil
 import socket
 import subprocess
@@ -20,11 +19,9 @@ from typing import Any
 
 import pytest
 
-from acceptrun.errors import SpecError
 from acceptrun.record.workspace import RunRecord
-from acceptrun.serving.load import LoadPlan, arrival_schedule, run_load
+from acceptrun.serving.load import LoadPlan, run_load
 from acceptrun.serving.summary import percentile
-from acceptrun.spec.model import parse_spec
 from conftest import PYTHON, Project, toml_str
 
 HERE = Path(__file__).parent
@@ -273,16 +270,6 @@ def test_errors_and_a_dead_port_are_counted_not_raised(server: Any) -> None:
     assert all(not r.ok and r.error and "ConnectionRefused" in r.error for r in dead)
 
 
-def test_arrival_schedule_is_poisson_at_the_rate_and_fixed_by_the_seed() -> None:
-    times = arrival_schedule(100.0, 5000, seed=3)
-    assert times == arrival_schedule(100.0, 5000, seed=3)
-    assert 45 <= times[-1] <= 55  # 5000 arrivals at 100/s: about 50 s
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    cv = (sum((g - 0.01) ** 2 for g in gaps) / len(gaps)) ** 0.5 / 0.01
-    assert 0.9 <= cv <= 1.1  # exponential gaps: standard deviation = mean
-    assert arrival_schedule(10.0, 3, arrivals="uniform") == [0.0, 0.1, 0.2]
-
-
 def test_the_load_stops_when_asked(server: Any) -> None:
     s = server()
     stop = threading.Event()
@@ -293,40 +280,6 @@ def test_the_load_stops_when_asked(server: Any) -> None:
 
 
 # ---- the spec --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("serving", "message"),
-    [
-        pytest.param('rate = 5\nconcurrency = 2\nrequests = 1\nready_url = "http://h/"',
-                     "exactly one of rate", id="rate-and-concurrency"),
-        pytest.param("rate = 5\nrequests = 1", "a health URL", id="no-readiness"),
-        pytest.param('rate = 5\nready_log = "up"', "a length of load", id="no-length"),
-        pytest.param('rate = 5\nrequests = 1\nready_log = "up"\nmax_ttft_p99 = "1s"',
-                     "stream = true", id="ttft-without-stream"),
-        pytest.param('rate = 5\nrequests = 1\nready_log = "("', "regular expression",
-                     id="bad-regex"),
-    ],
-)  # fmt: skip
-def test_serving_section_errors_name_the_field_and_the_fix(serving: str, message: str) -> None:
-    text = f'name = "s"\ncommand = ["srv"]\n[serving]\nurl = "http://127.0.0.1:1/x"\n{serving}\n'
-    with pytest.raises(SpecError, match="serving\\.") as info:
-        parse_spec(text)
-    assert message in str(info.value)
-
-
-def test_a_spec_is_a_serving_run_or_a_batch_run_not_both() -> None:
-    text = (
-        'name = "s"\ncommand = ["srv"]\n[inference]\ninput = "items.txt"\n[serving]\n'
-        'url = "http://127.0.0.1:1/x"\nready_log = "up"\nrate = 1\nrequests = 1\n'
-    )
-    with pytest.raises(SpecError, match="one kind of run a spec"):
-        parse_spec(text)
-
-
-def test_serving_keys_without_a_url_are_refused() -> None:
-    with pytest.raises(SpecError, match=r"serving\.url"):
-        parse_spec('name = "s"\ncommand = ["srv"]\n[serving]\nrate = 5\n')
 
 
 def test_a_bad_payload_stops_the_run_before_launch(project: Project) -> None:

@@ -5,41 +5,10 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from acceptrun.backends.skypilot import MIRROR_MOUNT, task_yaml
 from acceptrun.cli.main import main
-from acceptrun.errors import UserError
-from acceptrun.spec.model import load_spec
-
-LAMBDA_H100 = """
-name = "bert-h100"
-command = ["python", "train.py"]
-[resources]
-gpus = 1
-gpu_types = ["H100"]
-cpus = 8
-memory_gb = 64
-[data]
-path = "s3://acme-data/squad-v2"
-[checkpoint]
-every_steps = 500
-mirror = "s3://acme-ckpt/bert"
-[expect]
-packages = { torch = "2.3.*", transformers = ">=4.40" }
-[skypilot]
-cloud = "lambda"
-region = "us-east-1"
-disk_size = 256
-"""
-
-
-@pytest.fixture(scope="module")
-def sky() -> Any:
-    """SkyPilot, imported once for the module (a few seconds)."""
-    return pytest.importorskip("sky")
 
 
 def write_spec(root: Path, text: str) -> Path:
@@ -48,93 +17,6 @@ def write_spec(root: Path, text: str) -> Path:
     path = root / "spec.toml"
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def test_lambda_h100_task_parses_with_skypilot(tmp_path: Path, sky: Any) -> None:
-    spec_path = write_spec(tmp_path / "job", LAMBDA_H100)
-    out = tmp_path / "task.yaml"
-    assert main(["export", "skypilot", str(spec_path), "-o", str(out), "--run-id", "r-1"]) == 0
-    task = sky.Task.from_yaml(str(out))
-    assert task.name == "bert-h100"
-    assert task.num_nodes == 1
-    (res,) = list(task.resources)
-    assert res.accelerators == {"H100": 1}
-    assert str(res.cloud) == "Lambda"
-    assert res.region == "us-east-1"
-    assert res.disk_size == 256
-    assert res.cpus == "8+" and res.memory == "64+"
-    assert res.use_spot is False
-    assert task.workdir == str(spec_path.parent)
-    # The data bucket and the checkpoint mirror are mounted; the mirror holds the workspace.
-    mounts = task.storage_mounts
-    assert mounts["/data"].source == "s3://acme-data/squad-v2"
-    assert mounts[MIRROR_MOUNT].source == "s3://acme-ckpt/bert"
-    assert mounts[MIRROR_MOUNT].mode.value == "MOUNT_CACHED"
-    # setup installs acceptrun (this checkout, with s3 support) and the pinned packages.
-    assert task.setup is not None and task.run is not None
-    assert "pip install '/opt/acceptrun-src[s3]'" in task.setup
-    assert "'torch==2.3.*' 'transformers>=4.40'" in task.setup
-    assert task.file_mounts is not None
-    assert Path(task.file_mounts["/opt/acceptrun-src"], "pyproject.toml").exists()
-    # run: the supervisor on the spec; a restarted section resumes from the mirror.
-    assert 'run spec.toml --run-id "$RUN_ID"' in task.run
-    assert 'resume "$RUN_ID" --force --from-scratch --from-mirror' in task.run
-    assert f"WS={MIRROR_MOUNT}/.acceptrun" in task.run
-
-
-def test_local_data_and_no_mirror_are_said_and_still_parse(tmp_path: Path, sky: Any) -> None:
-    data = tmp_path / "shards"
-    data.mkdir()
-    (data / "a.bin").write_bytes(b"x")
-    spec_path = write_spec(
-        tmp_path / "job",
-        f"""
-        name = "cpu job"
-        command = ["python", "train.py"]
-        [data]
-        path = "{data}"
-        [skypilot]
-        accelerators = "A100:8"
-        """,
-    )
-    text = task_yaml(load_spec(spec_path), run_id="r-2")
-    assert (
-        "# note: no bucket in checkpoint.mirror: after a preemption the run starts from step 0"
-        in text
-    )
-    assert f"# note: data {data} is uploaded from this machine at every launch" in text
-    out = tmp_path / "task.yaml"
-    out.write_text(text)
-    task = sky.Task.from_yaml(str(out))
-    assert task.name == "cpu-job"
-    assert next(iter(task.resources)).accelerators == {"A100": 8}
-    assert task.file_mounts is not None and task.file_mounts[str(data)] == str(data)
-    assert task.run is not None and "WS=~/.acceptrun" in task.run
-    assert "--from-mirror" not in task.run
-
-
-def test_spot_on_lambda_and_gpus_without_a_model_are_refused(tmp_path: Path) -> None:
-    spot = write_spec(tmp_path / "a", LAMBDA_H100 + "use_spot = true\n")
-    with pytest.raises(UserError, match="Lambda Cloud has no spot instances"):
-        task_yaml(load_spec(spot))
-    bare = write_spec(
-        tmp_path / "b", 'name = "x"\ncommand = ["python", "train.py"]\n[resources]\ngpus = 2\n'
-    )
-    with pytest.raises(UserError, match=r'skypilot.accelerators = "H100:1"'):
-        task_yaml(load_spec(bare))
-
-
-def test_export_cli_prints_yaml_and_refuses_with_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    spec_path = write_spec(tmp_path / "job", LAMBDA_H100)
-    assert main(["export", "skypilot", str(spec_path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("# SkyPilot task for acceptrun spec 'bert-h100'")
-    assert 'accelerators: "H100:1"' in out
-    spot = write_spec(tmp_path / "spot", LAMBDA_H100 + "use_spot = true\n")
-    assert main(["export", "skypilot", str(spot)]) == 2
-    assert "UserError: skypilot.use_spot = true" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -12,22 +12,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from acceptrun.checkpoint.files import SourceChanged, capture, put_back
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.errors import RecordError
-from acceptrun.spec.model import load_spec
-from acceptrun.supervisor.external import step_from_name, with_resume_args
-from acceptrun.workload.distributed import launch_command
 from conftest import PYTHON, Project, wait_for
 
 TRAIN = Path(__file__).with_name("watched_train.py")
@@ -330,32 +323,6 @@ def test_hugging_face_directories_resume_with_the_restored_path(
     assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path, "--hf")
 
 
-def test_resume_args_reach_the_script_under_torchrun(project: Project) -> None:
-    """With processes > 1 the arguments follow the script, not torchrun's own options."""
-    for command in ('["python", "train.py", "--lr", "3e-4"]', '"python train.py --lr 3e-4"'):
-        path = project.root / "spec.toml"
-        path.write_text(
-            textwrap.dedent(
-                f"""
-                name = "t"
-                command = {command}
-                [resources]
-                processes = 2
-                [checkpoint]
-                watch = ["out/checkpoint-*"]
-                resume_args = ["--resume_from_checkpoint", "{{checkpoint}}"]
-                """
-            )
-        )
-        spec = load_spec(path)
-        argv = with_resume_args(launch_command(spec), spec, "/w/out/checkpoint 7")
-        words = shlex.split(argv[2]) if spec.shell else argv
-        assert "torch.distributed.run" in words
-        assert words[-5:] == [
-            "train.py", "--lr", "3e-4", "--resume_from_checkpoint", "/w/out/checkpoint 7"
-        ]  # fmt: skip
-
-
 def test_resume_args_after_a_pipeline_are_refused_before_launch(project: Project) -> None:
     spec = project.spec(
         "print('hi')\n",
@@ -369,18 +336,6 @@ def test_resume_args_after_a_pipeline_are_refused_before_launch(project: Project
     proc = project.cli("run", str(spec), check_rc=2)
     assert "checkpoint.resume_args" in proc.stderr + proc.stdout
     assert not project.run_ids()
-
-
-@pytest.mark.parametrize(
-    ("name", "step"),
-    [
-        pytest.param("output/checkpoint-500", 500, id="hf"),
-        pytest.param("epoch=3-step=900.ckpt", 900, id="lightning"),
-        pytest.param("out/ckpt.pt", None, id="none"),
-    ],
-)
-def test_step_from_name(name: str, step: int | None) -> None:
-    assert step_from_name(name) == step
 
 
 @pytest.mark.slow
@@ -423,55 +378,3 @@ def test_checkpoint_written_just_before_the_exit(
         assert infos == []
         assert [Path(e["source_path"]).name for e in missed] == ["ckpt.pt"]
         assert "status 1" in missed[0]["reason"]
-
-
-def test_capture_and_put_back_a_file_and_a_directory(tmp_path: Path) -> None:
-    """files.capture / put_back: bytes verified both ways, put back where asked, atomically."""
-    work = tmp_path / "work"
-    (work / "out" / "checkpoint-7").mkdir(parents=True)
-    (work / "out" / "ckpt.pt").write_bytes(b"weights" * 1000)
-    (work / "out" / "checkpoint-7" / "model.pt").write_bytes(b"m" * 5000)
-    (work / "out" / "checkpoint-7" / "state.json").write_text('{"global_step": 7}')
-    store = CheckpointStore(tmp_path / "store")
-    one, stats = capture(store, 3, {"out/ckpt.pt": work / "out" / "ckpt.pt"})
-    assert stats.bytes == 7000 and stats.files == 1 and one.meta["external"] is True
-    tree, _ = capture(store, 7, {"out/checkpoint-7": work / "out" / "checkpoint-7"})
-    assert sorted(tree.files) == [
-        "files/out/checkpoint-7/model.pt",
-        "files/out/checkpoint-7/state.json",
-    ]
-    assert store.verify(3).ok and store.verify(7).ok
-
-    # Put back into another workdir (a record resumed elsewhere), replacing what is there.
-    other = tmp_path / "other"
-    (other / "out" / "checkpoint-7").mkdir(parents=True)
-    (other / "out" / "checkpoint-7" / "stale.bin").write_bytes(b"old")
-    placed = put_back(tree, {"out/checkpoint-7": other / "out" / "checkpoint-7"})
-    assert placed == {"out/checkpoint-7": other / "out" / "checkpoint-7"}
-    assert sorted(p.name for p in (other / "out" / "checkpoint-7").iterdir()) == [
-        "model.pt",
-        "state.json",
-    ]
-    assert not [p for p in (other / "out").iterdir() if p.name.startswith(".")]  # no leftovers
-
-    # A stored copy that no longer matches its manifest is refused; the target is kept.
-    (work / "out" / "ckpt.pt").write_bytes(b"newer")
-    blob = one.path / "files" / "out" / "ckpt.pt"
-    blob.write_bytes(b"x" + blob.read_bytes()[1:])
-    with pytest.raises(RecordError, match="does not match its manifest"):
-        put_back(one)
-    assert (work / "out" / "ckpt.pt").read_bytes() == b"newer"
-
-
-def test_capture_refuses_a_file_that_is_not_in_the_state_judged_complete(tmp_path: Path) -> None:
-    src = tmp_path / "ckpt.pt"
-    src.write_bytes(b"a" * 100)
-    st = src.stat()
-    store = CheckpointStore(tmp_path / "store")
-    with pytest.raises(SourceChanged, match="changed since it was judged complete"):
-        capture(store, 1, {"ckpt.pt": src}, expect={"ckpt.pt": {"": (50, st.st_mtime_ns)}})
-    assert store.list() == [] and not list((tmp_path / "store").glob(".staging-*"))
-    info, _ = capture(
-        store, 1, {"ckpt.pt": src}, expect={"ckpt.pt": {"": (st.st_size, st.st_mtime_ns)}}
-    )
-    assert info.step == 1

@@ -1,0 +1,66 @@
+"""No silent no-ops: keys that cannot act for the command warn, keys that would make the
+verdict lie refuse, and commands that need the client refuse a black box up front."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptrun.spec.model import parse_spec
+from acceptrun.workload.usage import BLACK_BOX, CLIENT, UNKNOWN, detect_usage
+
+
+def _spec(tmp: Path, command: str | list[str]) -> object:
+    cmd = json.dumps(command)
+    return parse_spec(f'name = "u"\ncommand = {cmd}\n', base_dir=tmp)
+
+
+@pytest.mark.parametrize(
+    ("files", "command", "kind"),
+    [
+        pytest.param({"t.py": "import acceptrun\n"}, [sys.executable, "t.py"], CLIENT, id="script"),
+        pytest.param(
+            {"t.py": "from acceptrun.integrations import x\n"},
+            ["python", "-u", "t.py"],
+            CLIENT,
+            id="integrations",
+        ),
+        pytest.param(
+            {"t.py": "import os, torch, acceptrun as ar\n"}, ["python", "t.py"], CLIENT, id="list"
+        ),
+        pytest.param({"t.py": "import torch\n"}, ["python", "t.py"], BLACK_BOX, id="black-box"),
+        pytest.param(
+            {"pkg/train.py": "from acceptrun import init\n"},
+            ["python", "-m", "pkg.train"],
+            CLIENT,
+            id="module",
+        ),
+        pytest.param(
+            {"t.py": "import acceptrun\n"},
+            ["torchrun", "--nproc-per-node", "2", "t.py"],
+            CLIENT,
+            id="torchrun",
+        ),
+        pytest.param({}, "python t.py && echo done", UNKNOWN, id="shell-string"),
+        pytest.param({}, ["/bin/true"], UNKNOWN, id="binary"),
+        pytest.param({}, ["python", "-m", "http.server"], UNKNOWN, id="installed-module"),
+        pytest.param({}, ["python", "-c", "import acceptrun"], UNKNOWN, id="inline"),
+    ],
+)
+def test_detect_usage(tmp_path: Path, files: dict[str, str], command: object, kind: str) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    usage = detect_usage(_spec(tmp_path, command))  # type: ignore[arg-type]
+    assert usage.kind == kind, usage.reason
+
+
+def test_statically_registered_outputs_are_found(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(
+        'import acceptrun\nrun.output("model", p)\nrun.output(name="x", path=q)\n'
+    )
+    usage = detect_usage(_spec(tmp_path, ["python", "t.py"]))  # type: ignore[arg-type]
+    assert usage.registers == {"model", "x"}

@@ -1,0 +1,148 @@
+"""Data order that resumes exactly: sampler, consumer-side counting, bit-exact training."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset
+
+from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
+
+
+@pytest.fixture(autouse=True)
+def no_cuda_garbage_for_workers() -> None:
+    """Collect garbage before tests that fork DataLoader workers.
+
+    A forked worker that frees an inherited CUDA tensor (garbage left by a GPU test in
+    this process) aborts with "CUDA error: initialization error"; collecting first
+    leaves it nothing to free.
+    """
+    gc.collect()
+
+
+class Indexed(Dataset[dict[str, torch.Tensor]]):
+    """Sample ``i`` is a function of ``i`` alone (no randomness in workers)."""
+
+    def __init__(self, n: int, dim: int = 4) -> None:
+        self.n, self.dim = n, dim
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(index)
+        x = torch.randn(self.dim, generator=g)
+        return {"index": torch.tensor(index), "x": x, "y": x.sum(0, keepdim=True)}
+
+
+def make_loader(
+    n: int = 20, batch_size: int = 3, *, workers: int = 0, seed: int = 7, drop_last: bool = False
+) -> ResumableLoader:
+    data = Indexed(n)
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        sampler=ResumableSampler(data, seed=seed),
+        num_workers=workers,
+        drop_last=drop_last,
+        **({"prefetch_factor": 2} if workers else {}),
+    )
+    return ResumableLoader(loader)
+
+
+def take(batches: Iterator[Any], n: int) -> list[list[int]]:
+    return [b["index"].tolist() for b in itertools.islice(batches, n)]
+
+
+def test_epoch_loops_resume_mid_epoch() -> None:
+    straight = make_loader()
+    epochs = [[b["index"].tolist() for b in straight] for _ in range(3)]
+    assert [len(e) for e in epochs] == [7, 7, 7] and straight.state_dict()["epoch"] == 3
+
+    first = make_loader()
+    for _ in first:
+        break  # a for loop left after one batch keeps the position
+    part = [b["index"].tolist() for b in itertools.islice(first, 2)]
+    assert part == epochs[0][1:3]
+    resumed = make_loader()
+    resumed.load_state_dict(first.state_dict())
+    assert resumed.state_dict() == {
+        "epoch": 0,
+        "batches_consumed": 3,
+        "sampler": {"seed": 7, "shuffle": True, "num_samples": 20},
+    }
+    assert [b["index"].tolist() for b in resumed] == epochs[0][3:]
+    assert [b["index"].tolist() for b in resumed] == epochs[1]
+
+
+def test_state_after_the_last_batch_points_at_the_next_epoch() -> None:
+    batches = make_loader()
+    stream = batches.infinite()
+    take(stream, len(batches))
+    assert batches.state_dict()["epoch"] == 1 and batches.state_dict()["batches_consumed"] == 0
+    take(stream, 1)  # state_dict() did not move the live position
+    assert batches.epoch == 1 and batches.batches_consumed == 1
+
+
+def test_a_given_generator_is_reseeded_per_epoch() -> None:
+    data = Indexed(10)
+    own = torch.Generator()
+    loader = DataLoader(data, batch_size=5, sampler=ResumableSampler(data), generator=own)
+    batches = ResumableLoader(loader)
+    assert loader.generator is own
+    take(iter(batches), 1)
+    after_epoch0 = own.get_state()
+    batches.load_state_dict({"epoch": 0, "batches_consumed": 0})
+    take(iter(batches), 1)
+    assert torch.equal(own.get_state(), after_epoch0)
+
+
+def test_sampler_order_is_seeded_per_epoch_and_resumable() -> None:
+    sampler = ResumableSampler(10, seed=3)
+    first = list(sampler)
+    assert sorted(first) == list(range(10)) and len(sampler) == 10
+    assert list(ResumableSampler(10, seed=3)) == first
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    sampler.set_epoch(1, start=4)
+    assert list(sampler) == sampler.order()[4:] and len(sampler) == 6
+    assert list(ResumableSampler(range(5), shuffle=False)) == [0, 1, 2, 3, 4]
+
+    other = ResumableSampler(10, seed=3)
+    other.load_state_dict(sampler.state_dict())
+    assert list(other) == list(sampler)
+    with pytest.raises(ValueError, match="seed=3"):
+        ResumableSampler(10, seed=4).load_state_dict(sampler.state_dict())
+
+
+def test_batch_sampler_form_and_len() -> None:
+    data = Indexed(20)
+    sampler = ResumableSampler(data, seed=1)
+    loader = DataLoader(data, batch_sampler=BatchSampler(sampler, batch_size=6, drop_last=False))
+    batches = ResumableLoader(loader)
+    assert len(batches) == len(loader) == 4
+    batches.load_state_dict({"epoch": 0, "batches_consumed": 2})
+    assert [b["index"].tolist() for b in batches] == [
+        sampler.order()[12:18],
+        sampler.order()[18:],
+    ]
+    assert len(make_loader(n=20, batch_size=3, drop_last=True)) == 6
+
+
+def test_rejects_loaders_it_cannot_resume() -> None:
+    with pytest.raises(ValueError, match="ResumableSampler"):
+        ResumableLoader(DataLoader(Indexed(4), batch_size=2, shuffle=True))
+    batches = make_loader()
+    with pytest.raises(ValueError, match="not a position"):
+        batches.load_state_dict({"epoch": 0, "batches_consumed": 99})
+    with pytest.raises(ValueError, match="num_samples"):
+        batches.load_state_dict(make_loader(n=21).state_dict())
+
+
+# ---------------------------------------------------------------------------------------
+# the whole thing: dropout model, 2 workers, state through stage/load_into

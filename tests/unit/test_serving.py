@@ -1,0 +1,75 @@
+"""Serving runs: real servers on loopback under a real `acceptrun run`, and the load generator.
+
+The servers are tests/serving_server.py (standard library) and the example FastAPI server
+(examples/serving/server.py, skipped when FastAPI, uvicorn or torch are missing). Every
+wait is on readiness or on the run's end, never on a guess.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from acceptrun.errors import SpecError
+from acceptrun.serving.load import arrival_schedule
+from acceptrun.spec.model import parse_spec
+from conftest import Project
+
+RUN_TIMEOUT = 240  # seconds: a generous bound on a whole run on a busy 2-core machine
+
+
+def run(project: Project, spec: Path) -> subprocess.CompletedProcess[str]:
+    return project.cli("run", str(spec), timeout=RUN_TIMEOUT)
+
+
+# ---- the load generator ----------------------------------------------------------------------
+
+
+def test_arrival_schedule_is_poisson_at_the_rate_and_fixed_by_the_seed() -> None:
+    times = arrival_schedule(100.0, 5000, seed=3)
+    assert times == arrival_schedule(100.0, 5000, seed=3)
+    assert 45 <= times[-1] <= 55  # 5000 arrivals at 100/s: about 50 s
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    cv = (sum((g - 0.01) ** 2 for g in gaps) / len(gaps)) ** 0.5 / 0.01
+    assert 0.9 <= cv <= 1.1  # exponential gaps: standard deviation = mean
+    assert arrival_schedule(10.0, 3, arrivals="uniform") == [0.0, 0.1, 0.2]
+
+
+# ---- the spec --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("serving", "message"),
+    [
+        pytest.param('rate = 5\nconcurrency = 2\nrequests = 1\nready_url = "http://h/"',
+                     "exactly one of rate", id="rate-and-concurrency"),
+        pytest.param("rate = 5\nrequests = 1", "a health URL", id="no-readiness"),
+        pytest.param('rate = 5\nready_log = "up"', "a length of load", id="no-length"),
+        pytest.param('rate = 5\nrequests = 1\nready_log = "up"\nmax_ttft_p99 = "1s"',
+                     "stream = true", id="ttft-without-stream"),
+        pytest.param('rate = 5\nrequests = 1\nready_log = "("', "regular expression",
+                     id="bad-regex"),
+    ],
+)  # fmt: skip
+def test_serving_section_errors_name_the_field_and_the_fix(serving: str, message: str) -> None:
+    text = f'name = "s"\ncommand = ["srv"]\n[serving]\nurl = "http://127.0.0.1:1/x"\n{serving}\n'
+    with pytest.raises(SpecError, match="serving\\.") as info:
+        parse_spec(text)
+    assert message in str(info.value)
+
+
+def test_a_spec_is_a_serving_run_or_a_batch_run_not_both() -> None:
+    text = (
+        'name = "s"\ncommand = ["srv"]\n[inference]\ninput = "items.txt"\n[serving]\n'
+        'url = "http://127.0.0.1:1/x"\nready_log = "up"\nrate = 1\nrequests = 1\n'
+    )
+    with pytest.raises(SpecError, match="one kind of run a spec"):
+        parse_spec(text)
+
+
+def test_serving_keys_without_a_url_are_refused() -> None:
+    with pytest.raises(SpecError, match=r"serving\.url"):
+        parse_spec('name = "s"\ncommand = ["srv"]\n[serving]\nrate = 5\n')

@@ -1,0 +1,105 @@
+"""The Slurm backend against a real single-node Slurm (tools/slurm_local.py).
+
+One cluster is started for the module. Jobs run a tiny torch loop through the client
+API with checkpoints; the tests requeue, signal and cancel them with Slurm's own
+commands and read the run records the jobs leave behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acceptrun.backends.slurm import JOBS_FILE, submit
+from acceptrun.errors import UserError
+from acceptrun.record.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+from slurm_local import LocalSlurm  # noqa: E402
+
+TRAIN = """\
+import os, time
+import torch
+import acceptrun
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+run = acceptrun.init()
+start = run.restore(model=model, optimizer=opt)
+total = int(os.environ["TOTAL"])
+for step in run.steps(start, total):
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+    loss = (model(x) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    run.log(step, loss=loss.item())
+    run.maybe_checkpoint(step)
+    time.sleep(float(os.environ["STEP_S"]))
+run.metric("final/loss", loss.item())
+"""
+
+
+def _missing() -> list[str]:
+    return [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if not _which(t)]
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
+    missing = _missing()
+    if missing:
+        why = f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    with LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=8) as slurm:
+        yield slurm
+
+
+@pytest.fixture
+def ws(cluster: LocalSlurm, tmp_path: Path) -> Workspace:
+    """A workspace whose Slurm commands talk to the module's cluster."""
+    os.environ["SLURM_CONF"] = str(cluster.conf)  # restored by conftest's clean_environ
+    return Workspace.create(tmp_path / ".acceptrun")
+
+
+def make_spec(root: Path, *, total: int, step_s: float, extra: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "train.py").write_text(TRAIN)
+    spec = root / "spec.toml"
+    spec.write_text(
+        f'name = "tiny"\ncommand = ["{sys.executable}", "train.py"]\n'
+        f'env = {{ TOTAL = "{total}", STEP_S = "{step_s}" }}\n'
+        "[checkpoint]\nevery_steps = 5\n"
+        '[limits]\ngrace_period = "15s"\n'
+        f'[slurm]\nsignal_grace = "60s"\n{extra}'
+    )
+    return spec
+
+
+# ---- the batch script ---------------------------------------------------------------------------
+
+
+def test_specs_slurm_cannot_run_are_refused(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path / ".acceptrun")
+    slow_stop = make_spec(tmp_path / "a", total=1, step_s=0)
+    slow_stop.write_text(slow_stop.read_text().replace('"15s"', '"90s"'))
+    with pytest.raises(
+        UserError, match=r"limits.grace_period = 1m30s is not shorter than slurm.signal_grace"
+    ):
+        submit(slow_stop, ws)
+    nodes = make_spec(tmp_path / "b", total=1, step_s=0, extra="[resources]\nnodes = 2\n")
+    with pytest.raises(UserError, match=r"resources\.nodes = 2"):
+        submit(nodes, ws)
+    assert not (ws.root / JOBS_FILE).exists() and not (ws.root / "slurm").exists()
