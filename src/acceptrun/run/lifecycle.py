@@ -302,8 +302,9 @@ def resume_run(
         _check_resumable(record, force=force)
         spec = load_spec(record.spec_path)
         check_static(spec)  # this machine must have the workdir, the command and the data
-        # A dead supervisor's run: its attempt's leftovers killed, its exit.json written.
-        interrupted = take_over(record)  # supervisor/lease.py
+        # A dead supervisor's run: its attempt's leftovers given the grace period, then
+        # killed; its exit.json written.
+        interrupted = take_over(record, grace_s=spec.limits.grace_period)  # supervisor/lease.py
         state = record.state
         done = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
         first = max([int(state.get("attempts") or 0), *done]) + 1

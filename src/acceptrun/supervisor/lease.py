@@ -222,11 +222,12 @@ class Watchdog:
             self.proc.wait(timeout=5)
 
 
-def take_over(record: RunRecord) -> dict[str, Any] | None:
+def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | None:
     """Before ``acceptrun resume`` continues a run whose supervisor died: clean up after it.
 
-    Kills what is left of its last attempt (the watchdog normally has; a node that
-    rebooted has nothing left), writes that attempt's ``exit.json`` (outcome
+    Waits up to ``grace_s`` seconds (the spec's grace period) for what is left of its last
+    attempt to checkpoint and exit (the watchdog's stop may still be under way), kills
+    the rest (a node that rebooted has nothing left), writes that attempt's ``exit.json`` (outcome
     ``interrupted``) when the dead supervisor could not, and returns what the resume
     event records: ``{"attempt", "last_sign_of_life", "dead_s", "killed"}``. None when
     the supervisor was not gone (a stopped or finished run resumed as before).
@@ -242,6 +243,9 @@ def take_over(record: RunRecord) -> dict[str, Any] | None:
     attempt = max(attempts, default=None)
     killed: list[int] = []
     if attempt is not None:
+        deadline = time.monotonic() + grace_s
+        while _attempt_pids(record.run_id, attempt) and time.monotonic() < deadline:
+            time.sleep(0.2)
         killed = _kill_attempt(record.run_id, attempt)
         if not record.exists(f"attempts/{attempt}/exit.json"):
             steps = [
@@ -269,20 +273,30 @@ def take_over(record: RunRecord) -> dict[str, Any] | None:
     }
 
 
-def _kill_attempt(run_id: str, attempt: int) -> list[int]:
-    """SIGKILL every process that carries the attempt's run id and number; their pids."""
+def _attempt_pids(run_id: str, attempt: int) -> list[int]:
+    """Live processes whose environment carries the attempt's run id and number."""
     import psutil
 
-    killed: list[int] = []
+    found: list[int] = []
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
         try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
             env = proc.environ()
         except (psutil.Error, OSError):
             continue
         if env.get("ACCEPTRUN_RUN_ID") == run_id and env.get("ACCEPTRUN_ATTEMPT") == str(attempt):
-            with contextlib.suppress(psutil.Error, OSError):
-                proc.kill()
-                killed.append(proc.pid)
+            found.append(proc.pid)
+    return found
+
+
+def _kill_attempt(run_id: str, attempt: int) -> list[int]:
+    """SIGKILL what is left of the attempt; the pids killed."""
+    killed: list[int] = []
+    for pid in _attempt_pids(run_id, attempt):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
     return killed
