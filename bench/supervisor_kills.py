@@ -61,6 +61,7 @@ def campaign(kills: int, root: Path, seed: int, max_minutes: float | None = None
             )  # fmt: skip
         except Exception as exc:  # a kill that could not be checked is a failure, not a skip
             failures.append(f"{name} {moment}: {type(exc).__name__}: {exc}")
+            print(f"{name} {moment:<10} FAILED: {failures[-1]}", file=sys.stderr, flush=True)
             continue
         moments[moment] += 1
         counts["orphans"] += len(res.orphans)
