@@ -81,6 +81,12 @@ def _condition_error(value: str) -> str | None:
     return None
 
 
+def _no_nul(value: str) -> str | None:
+    return "" if "\x00" in value else None
+
+
+_NO_NUL = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) and Python both read \u0000 as NUL
+
 FORMATS: dict[str, Format] = {
     "regex": Format(
         "a Python regular expression",
@@ -102,6 +108,27 @@ FORMATS: dict[str, Format] = {
         {"format": "version-pattern", "pattern": r"^(none$|\s*[0-9<>=!~])"},
         invalid="latest",
         words='version pattern or "none"',
+    ),
+    "path": Format(
+        "a path or URL without NUL characters",
+        _no_nul,
+        {"pattern": _NO_NUL},
+        invalid="a\x00b",
+        words="path",
+    ),
+    "glob": Format(
+        "a path or glob without NUL characters",
+        _no_nul,
+        {"pattern": _NO_NUL},
+        invalid="a\x00*",
+        words="path or glob",
+    ),
+    "arg": Format(
+        "text without NUL characters (the OS refuses them in arguments and the environment)",
+        _no_nul,
+        {"pattern": _NO_NUL},
+        invalid="a\x00b",
+        words="text without NUL",
     ),
     "condition": Format(
         'a threshold such as ">= 0.9", "< 1.5" or "== 1" (operators >= > <= < == !=)',

@@ -185,10 +185,13 @@ class DataSpec:
 
     SECTION: ClassVar[str] = "data"
 
-    path: str | None = doc("Data directory, file or fsspec URL (s3://..., gs://...).", None)
+    path: str | None = doc(
+        "Data directory, file or fsspec URL (s3://..., gs://...).", None, format="path"
+    )
     manifest: str | None = doc(
         "Manifest from `acceptrun data snapshot` (it records its own excludes); the data must match it.",
         None,
+        format="path",
     )
 
     def __post_init__(self) -> None:
@@ -205,7 +208,9 @@ class CheckpointSpec:
 
     SECTION: ClassVar[str] = "checkpoint"
 
-    dir: str | None = doc("Checkpoint directory; default: checkpoints/ in the run record.", None)
+    dir: str | None = doc(
+        "Checkpoint directory; default: checkpoints/ in the run record.", None, format="path"
+    )
     every_steps: int | None = doc(
         "Checkpoint every N steps.", None, gt=0, unit="steps", accepts=_POSITIVE_STEPS
     )
@@ -230,16 +235,20 @@ class CheckpointSpec:
         pattern=r"^[^:]+:(min|max)$",
         accepts='"<metric>:min" or "<metric>:max"',
     )
-    mirror: str | None = doc("Copy committed checkpoints to this path or fsspec URL.", None)
+    mirror: str | None = doc(
+        "Copy committed checkpoints to this path or fsspec URL.", None, format="path"
+    )
     watch: list[str] = doc(
         "The script's own checkpoints: files, directories or globs (relative to the workdir), "
         'e.g. ["out/ckpt.pt"] or ["output/checkpoint-*"]; each complete one is captured.',
         factory=list,
+        format="glob",
     )
     resume_args: list[str] = doc(
         "Arguments added to the command when it resumes from a watched checkpoint; "
         '"{checkpoint}" is the restored path, e.g. ["--resume_from_checkpoint", "{checkpoint}"].',
         factory=list,
+        format="arg",
     )
     settle: Duration = doc(
         "A watched checkpoint is complete once its size and mtime held this long and no "
@@ -280,6 +289,7 @@ class ProgressSpec:
     tensorboard: str | None = doc(
         "Directory (relative to the workdir) where the script writes TensorBoard event files.",
         None,
+        format="path",
     )
     tags: dict[str, str] = doc(
         'TensorBoard tag of each value, e.g. { loss = "train/loss" }; default: every scalar.',
@@ -419,7 +429,9 @@ class SlurmSpec:
         gt=0,
         accepts="a positive duration",
     )
-    extra_args: list[str] = doc('More sbatch options, e.g. ["--constraint=h100"].', factory=list)
+    extra_args: list[str] = doc(
+        'More sbatch options, e.g. ["--constraint=h100"].', factory=list, format="arg"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)
@@ -565,11 +577,13 @@ class InferenceSpec:
         "directory of such files (sorted by name) or an fsspec URL; setting it makes the "
         "run a batch inference run (docs/inference.md).",
         None,
+        format="path",
     )
     output: str = doc(
         "Directory of the committed output shards (shard-00000.jsonl, ...), relative to the "
         "spec file.",
         "inference-out",
+        format="path",
     )
     shard_size: int = doc(
         "Items per shard: the unit of work handed out, committed at once and redone after a kill.",
@@ -668,6 +682,7 @@ class ServingSpec:
         "JSONL file of request bodies, one JSON value a line, sent in turn (cycled); relative "
         "to the spec file; unset: an empty body.",
         None,
+        format="path",
     )
     headers: dict[str, str] = doc(
         'Extra request headers, e.g. { Authorization = "Bearer test" }.', factory=dict
@@ -849,12 +864,19 @@ class ServingSpec:
 class CleanupSpec:
     """What to clean up when the run ends."""
 
+    SECTION: ClassVar[str] = "cleanup"
+
     commands: list[str] = doc(
-        "Shell commands run in the workdir after the last attempt.", factory=list
+        "Shell commands run in the workdir after the last attempt.", factory=list, format="arg"
     )
     remove: list[str] = doc(
-        "Paths or globs (relative to the workdir) removed after the run.", factory=list
+        "Paths or globs (relative to the workdir) removed after the run.",
+        factory=list,
+        format="glob",
     )
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.SECTION)
 
 
 def _command_from_string(value: str, path: str) -> list[str]:
@@ -884,9 +906,14 @@ class RunSpec:
         example='["python", "train.py"]',
         min_items=1,
         accepts='a command such as ["python", "train.py"]',
+        format="arg",
     )
-    workdir: str = doc("Working directory of the job, relative to the spec file.", ".")
-    env: dict[str, str] = doc("Extra environment variables for the job.", factory=dict)
+    workdir: str = doc(
+        "Working directory of the job, relative to the spec file.", ".", format="path"
+    )
+    env: dict[str, str] = doc(
+        "Extra environment variables for the job.", factory=dict, format="arg"
+    )
     description: str | None = doc("A sentence on what this run is for.", None)
     resources: ResourcesSpec = doc("What the run needs from the machine.", factory=ResourcesSpec)
     expect: ExpectSpec = doc("Environment expectations checked before launch.", factory=ExpectSpec)
@@ -912,6 +939,7 @@ class RunSpec:
         "Outputs the script writes, by name: a path or glob relative to the workdir, e.g. "
         '{ model = "out/model.pt" }; each is checked and hashed at the end of every attempt.',
         factory=dict,
+        format="glob",
     )
     progress: ProgressSpec = doc(
         "Progress of a script without the client API: its log lines or TensorBoard files.",
