@@ -93,7 +93,7 @@ def read_json(path: str | Path) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, absurd nesting
         raise RecordError(
             f"{path} is not valid JSON ({exc}); the record is damaged. "
             "Restore it from a copy, or run `acceptrun index rebuild` to skip it."

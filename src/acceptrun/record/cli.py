@@ -79,12 +79,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
     if args.all:
         return cmd_ls_all(args)
-    rows = workspace_of(args).list_runs()
+    ws = workspace_of(args)
+    rows = ws.list_runs()
+    notes = unlisted_runs(ws, {r.run_id for r in rows})
     if not rows:
-        print("no runs yet; start one with `acceptrun run SPEC`")
-        return 0
-    print(f"{'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}")
-    notes: list[str] = []
+        print("no readable runs" if notes else "no runs yet; start one with `acceptrun run SPEC`")
+    else:
+        print(f"{'RUN':<40} {'STATUS':<16} {'VERDICT':<9} {'ATT':>3} {'DURATION':>9}")
     for r in rows[-args.limit :]:
         status = r.status
         if gone := interruption(r.path, r.status):  # its supervisor died (record/liveness.py)
@@ -97,13 +98,26 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def unlisted_runs(ws: Any, listed: set[str]) -> list[str]:
+    """Why each run directory on disk is missing from the listing: never a silent gap."""
+    notes = []
+    for run_id in ws.run_ids():
+        if run_id in listed:
+            continue
+        try:
+            ws.get_run(run_id).state  # noqa: B018 - read for the error naming the file
+        except AcceptrunError as exc:
+            notes.append(f"run {run_id} not listed: {exc}")
+        else:
+            notes.append(f"run {run_id} not listed: not in the index (`acceptrun index rebuild`)")
+    return notes
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     from acceptrun.run.lifecycle import show_logs
 
     record = workspace_of(args).get_run(args.run)
-    show_logs(
-        record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow, say=_say
-    )
+    show_logs(record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow)
     return 0
 
 

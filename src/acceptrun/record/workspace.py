@@ -324,6 +324,11 @@ class Workspace:
             return RunRecord(self.runs_dir / ids[-1])
         if ref in ids:
             return RunRecord(self.runs_dir / ref)
+        if "/" not in ref and not ref.startswith(".") and (self.runs_dir / ref).is_dir():
+            raise RecordError(  # a run directory that lost its run.json: say so, not "no run"
+                f"{self.runs_dir / ref / 'run.json'} is missing; this run record is damaged. "
+                "Restore run.json from a copy, or remove the directory."
+            )
         matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
         if len(matches) == 1:
             return RunRecord(self.runs_dir / matches[0])

@@ -48,7 +48,14 @@ def _verdict(record: RunRecord, view: RecordView) -> dict[str, Any]:
         return {**decided.raw, "provisional": False}
     from acceptrun.verdict.core import compute_verdict
 
-    return {**compute_verdict(record).to_dict(), "provisional": True}
+    if record.state.get("status") not in ("finished", "failed_preflight"):
+        why = "The run has not closed: this verdict was computed now, from the record so far."
+    else:
+        why = (
+            f"{record.file('verdict.json')} is missing from this closed run: this verdict "
+            "was computed now from the record, not the one decided at close."
+        )
+    return {**compute_verdict(record).to_dict(), "provisional": True, "provisional_why": why}
 
 
 def _checkpoints(record: RunRecord, view: RecordView) -> dict[str, Any]:
@@ -307,9 +314,7 @@ def _banner(data: dict[str, Any], label: str, accepted: bool) -> list[str]:
         facts.append(f"reproduces {state['reproduces']}")
     out.append(f"<div>{_e(', '.join(facts))}</div>")
     if verdict.get("provisional"):
-        out.append(
-            "<div>The run has not closed: this verdict was computed now, from the record so far.</div>"
-        )
+        out.append(f"<div>{_e(verdict.get('provisional_why', 'Provisional verdict.'))}</div>")
     if failing:
         out.append("<ul>")
         for c in failing:

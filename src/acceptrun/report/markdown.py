@@ -32,7 +32,11 @@ def _cell(value: Any) -> str:
 def render_markdown(data: dict[str, Any]) -> str:
     state, verdict = data["state"], data["verdict"]
     label = "ACCEPTED" if verdict.get("accepted") else "REJECTED"
+    if verdict.get("provisional"):
+        label += " (provisional)"
     out = [f"# {label}: {_cell(state.get('name'))} `{data['run_id']}`", ""]
+    if verdict.get("provisional"):
+        out += [f"> {_cell(verdict.get('provisional_why', 'Provisional verdict.'))}", ""]
     facts = f"status {status_text(state, data.get('supervisor'))}, {state.get('attempts', 0)} attempt(s), created {state.get('created_at')} by {state.get('created_by')}"
     if state.get("reproduces"):
         facts += f", reproduces `{state['reproduces']}`"

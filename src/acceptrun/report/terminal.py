@@ -135,9 +135,15 @@ def show_dict(record: RunRecord) -> dict[str, Any]:
     return {
         "state": record.state,
         "supervisor": liveness.to_dict(),  # record/liveness.py: alive | gone | ended, derived
-        "verdict": record.read_json("verdict.json"),
+        "verdict": _decided(record),
         "summary": summarize(record.path).to_dict(),
     }
+
+
+def _decided(record: RunRecord) -> dict[str, Any] | None:
+    """verdict.json checked like every reader checks it (a newer format raises, naming it)."""
+    decided = RecordView(record).verdict()
+    return None if decided is None else decided.raw
 
 
 def _gpu_absent(record: RunRecord) -> str | None:
