@@ -1,9 +1,9 @@
 """Declared fields: a docstring and the constraints of each field, read by everything.
 
 A spec section (and a price catalog entry) is a dataclass whose fields are made by
-:func:`acceptrun.spec.model.doc`. Each field carries its one-line docstring and its :class:`Rules`: bounds,
-allowed values, a pattern or a named format, list lengths, a unit. From that one
-declaration:
+:func:`acceptrun.spec.model.doc`. Each field carries its one-line docstring and its
+:class:`Rules`: bounds, allowed values, a pattern or a named format (regex, version
+pattern, threshold, path, glob), list lengths, a unit. From that one declaration:
 
 * :func:`build` turns a TOML table into the dataclass and :func:`check_value` enforces the
   rules, collecting every problem with its field path, the value and what is accepted;

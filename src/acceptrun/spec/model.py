@@ -1,7 +1,7 @@
 """The run spec: everything a user fixes before launch, in one TOML file.
 
 The dataclasses below are the single declaration of the format. Each field is made by
-:func:`~acceptrun.spec.fields.doc` with its docstring and its constraints (bounds, allowed
+:func:`doc` with its docstring and its constraints (bounds, allowed
 values, formats, units); the loader (:mod:`acceptrun.spec.load`), the JSON Schema and the
 docs table (:mod:`acceptrun.spec.schema`) all read them. ``__post_init__`` checks the
 declared constraints again (a section built in code obeys them too) and, by hand, the
