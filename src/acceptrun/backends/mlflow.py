@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -33,6 +34,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import tomli_w
+
+from acceptrun._util.redact import redact_spec
 from acceptrun.errors import UserError
 from acceptrun.record.status import ATTEMPT_STOPPED_ON_PURPOSE, RUN_LIVE
 from acceptrun.record.view import RecordView
@@ -72,6 +76,15 @@ def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
             yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
     else:
         yield prefix, str(value)[:PARAM_MAX_CHARS]
+
+
+def _toml_ready(value: Any) -> Any:
+    """A dict TOML can hold: no None (TOML has no null), nested dicts and lists kept."""
+    if isinstance(value, dict):
+        return {k: _toml_ready(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_toml_ready(v) for v in value if v is not None]
+    return value
 
 
 def _key(name: str) -> str:
@@ -212,6 +225,9 @@ def export_run(
     spec: dict[str, Any] = {}
     if record.spec_path.exists():
         spec = load_spec(record.spec_path).to_dict()  # a damaged spec: a SpecError naming it
+    # Nothing secret leaves the machine: the command's --token X, secret env values, URL
+    # credentials (acceptrun._util.redact); the spec.toml artifact is the same redacted dict.
+    spec = redact_spec(spec)
     params = dict(_flatten(spec))
     prov = record.read_json("provenance.json")
     if isinstance(prov, dict):
@@ -251,9 +267,15 @@ def export_run(
     if summary.get("hints"):
         client.log_batch(run_id, tags=[RunTag("acceptrun.hints", "\n".join(summary["hints"]))])
 
-    for name in ARTIFACTS:
-        if record.exists(name):
-            client.log_artifact(run_id, str(record.file(name)))
+    with tempfile.TemporaryDirectory(prefix="acceptrun-mlflow-") as tmp:
+        for name in ARTIFACTS:
+            if not record.exists(name):
+                continue
+            path = record.file(name)
+            if name == "spec.toml" and spec:
+                path = Path(tmp) / name
+                path.write_text(tomli_w.dumps(_toml_ready(spec)), encoding="utf-8")
+            client.log_artifact(run_id, str(path))
 
     if status not in LIVE_STATES:
         outcome = "FINISHED" if verdict == "accepted" else "FAILED"

@@ -27,7 +27,6 @@ import getpass
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import socket
@@ -43,6 +42,13 @@ from typing import Any
 from acceptrun._util.durable import write_atomic
 from acceptrun._util.git import git as _git
 from acceptrun._util.hashing import hash_bytes, hash_stream
+from acceptrun._util.redact import (  # the one place that says what a secret is
+    REDACTED,
+    is_secret_name,
+    redact_text,
+    redact_url,
+    secret_values,
+)
 from acceptrun.capture import _probe
 from acceptrun.errors import GitError
 
@@ -67,10 +73,7 @@ ENV_PREFIXES = (
 ENV_NAMES = frozenset(
     {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "HOSTNAME"}
 )
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 # scheme://userinfo@ -> the userinfo goes, whether "user:password" or a bare token
-URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-REDACTED = "<redacted>"
 
 
 def _is_absent(part: Any) -> bool:
@@ -83,15 +86,6 @@ def _guard(name: str, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return read()
     except Exception as exc:
         return _probe.absent(f"could not read {name} ({_probe.describe(exc)})")
-
-
-def redact_url(text: str) -> str:
-    """Remove credentials from every URL in ``text``.
-
-    >>> redact_url("https://user:tok@host/x.git")
-    'https://<redacted>@host/x.git'
-    """
-    return URL_USERINFO.sub(rf"\1{REDACTED}@", text)
 
 
 # --- parts read in this process ---------------------------------------------------------
@@ -189,8 +183,8 @@ def _env_part(env: Mapping[str, str]) -> dict[str, Any]:
     for name in sorted(env):
         if not (name in ENV_NAMES or name.startswith(ENV_PREFIXES)):
             continue
-        secret = SECRET_NAME.search(name) is not None
-        chosen[name] = REDACTED if secret else redact_url(str(env[name]))
+        secret = is_secret_name(name)
+        chosen[name] = REDACTED if secret else redact_text(str(env[name]), secret_values(env))
     return chosen
 
 

@@ -57,6 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.redact import redact_text, secret_values
 from acceptrun.record.status import RETRYABLE_CLASSES, FailureClass
 
 __all__ = [
@@ -336,10 +337,12 @@ def retry_allowed(name: str, previous_same_class: int) -> bool:
     return name in _RETRYABLE and (cap is None or previous_same_class < cap)
 
 
-def stderr_tail(path: str | Path, limit: int = 65536) -> str:
+def stderr_tail(path: str | Path, limit: int = 65536, env: Mapping[str, str] | None = None) -> str:
     """The last ``limit`` bytes of a log, decoded (bad bytes replaced); "" if unreadable.
 
     A cut first line is dropped: half a line could match a pattern it does not hold.
+    Secrets are redacted: the values of secret-looking variables of ``env`` (the
+    workload's environment; default this process's), URL credentials, ``--token X``.
     """
     try:
         with open(path, "rb") as f:
@@ -350,7 +353,10 @@ def stderr_tail(path: str | Path, limit: int = 65536) -> str:
         return ""  # classifying must not fail because the log is missing
     if size > limit:
         data = data.partition(b"\n")[2]
-    return data.decode("utf-8", errors="replace")
+    # What is quoted from the log becomes evidence in exit.json, events, the verdict and the
+    # report: secrets in it (known values, URL credentials, --token X) are redacted here.
+    secrets = secret_values(env) if env is not None else None
+    return redact_text(data.decode("utf-8", errors="replace"), secrets)
 
 
 def oom_kill_count() -> int | None:

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.redact import redact_argv
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.errors import RecordError, SpecError
+from acceptrun.errors import RecordError, UserError
 from acceptrun.record.models import FORMAT as RECORD_FORMAT
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, format_duration
@@ -498,7 +499,7 @@ class Supervisor:
             restored = self._restore_watched(attempt, resume_step)  # supervisor/external.py
             if restored is not None:
                 command = with_resume_args(command, self.spec, restored)
-        except (SpecError, RecordError, OSError) as exc:
+        except (UserError, RecordError, OSError) as exc:  # UserError: SpecError, refused restore
             # processes > 1 with a command torchrun cannot run, or a watched checkpoint
             # that could not be put back where the script expects it
             return self._not_started(attempt, adir, str(exc))
@@ -563,7 +564,7 @@ class Supervisor:
             sync=True,
             attempt=attempt,
             pid=child.pid,
-            command=child.argv,
+            command=redact_argv(child.argv),  # no --token X in the record
             resume_step=resume_step,
             restored=restored,
         )
@@ -683,7 +684,7 @@ class Supervisor:
             returncode=returncode if returncode >= 0 else None,
             signal=res.signal,
             stop_cause=None if cause == "serving" else cause,
-            stderr_tail=stderr_tail(a.adir / "stderr.log"),
+            stderr_tail=stderr_tail(a.adir / "stderr.log", env=a.env),
             events=a.watch.events,
             oom_kills=None
             if a.oom_before is None or oom_after is None

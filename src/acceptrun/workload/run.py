@@ -65,6 +65,7 @@ from typing import Any
 
 from acceptrun._util.durable import write_atomic
 from acceptrun._util.hashing import hash_file
+from acceptrun._util.redact import redact_text
 from acceptrun.errors import AcceptrunFileNotFoundError, AcceptrunRuntimeError, AcceptrunValueError
 from acceptrun.record.workspace import RunRecord, find_workspace, now_iso
 from acceptrun.workload.base import _number
@@ -165,6 +166,7 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
             return
         if self.rank != 0 and not status.startswith("error"):
             return  # rank 0 reports the end; another rank only its own error
+        status = redact_text(status)  # an exception's text may quote a token or a password
         self.record.event(
             "workload_end", sync=True, attempt=self.attempt, status=status, **self._rank_field()
         )
