@@ -10,9 +10,10 @@ from pathlib import Path
 
 from acceptrun.run.launch import launch
 
-# No torch import before the first step: the budget clock starts at launch, and the test
-# needs the first step to come well before the stop even on a loaded machine (torch is
-# imported by the checkpoint at the stop, inside the grace period).
+# No torch import before the first step: the budget clock starts at launch, so the first
+# step usually comes well before the stop (torch is imported by the checkpoint at the stop,
+# inside the grace period). On a loaded machine the stop may still come first: the test
+# accepts both orders.
 WORKLOAD = """
 import time, acceptrun
 
@@ -70,10 +71,14 @@ def test_budget_stop_checkpoints_first_and_is_a_limit(tmp_path: Path) -> None:
     (warning,) = list(record.events("budget_warning"))  # before the stop, always
     (stop,) = list(record.events("budget_stop"))
     assert warning["t"] <= stop["t"] and stop["spent_usd"] < 25.0
-    (stopped,) = list(record.events("stopped"))  # the client checkpointed, then exited
-    assert stopped["checkpoint"] is not None
     (attempt,) = [json.loads(p.read_text()) for p in (record.path / "attempts").glob("*/exit.json")]
     assert attempt["outcome"] == "budget" and attempt["class"] == "budget"
+    stopped = list(record.events("stopped"))
+    if list(record.events("step")):  # the stop came inside the loop, after some steps:
+        (stop_event,) = stopped  # the client checkpointed the last step done, then exited
+        assert stop_event["checkpoint"] is not None
+    else:  # the stop came before the first step (a slow start): nothing to checkpoint
+        assert all(e["checkpoint"] is None for e in stopped) and len(stopped) <= 1
     assert not list(record.events("restart"))  # a limit, not a failure: no restart
     ledger = json.loads((record.path / "ledger.json").read_text())
     assert ledger["compute"]["usd"] <= 25.0

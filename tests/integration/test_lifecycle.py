@@ -235,7 +235,7 @@ def _assert_resumed(record: RunRecord, last: int) -> None:
 def test_kill_ignores_the_grace_period(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], started: Any
 ) -> None:
-    job = make_job(tmp_path, grace="60s")
+    job = make_job(tmp_path, grace="600s")
     ws = tmp_path / "ws"
     record, proc = started(job, ws, min_steps=3, TOTAL="100000", STEP_S="0.02", IGNORE_TERM="1")
 
@@ -246,7 +246,7 @@ def test_kill_ignores_the_grace_period(
     t0 = time.monotonic()
     code, out, err = cli(capsys, ws, "kill", record.run_id, "--wait")
     assert code == 0, err
-    assert time.monotonic() - t0 < 45  # the grace period is 60 s
+    assert time.monotonic() - t0 < 300  # far below the 600 s grace period it did not wait
     assert "REJECTED" in out
     (sent,) = record.events("kill_sent")
     assert sent["after_s"] < 1

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import wait_for
+
 # Runs until the test has scraped (it creates "done"), so the run is as short as can be.
 LOOP = """
 import os, time, acceptrun
@@ -67,7 +69,7 @@ def test_a_running_run_serves_metrics_on_a_free_port(tmp_path: Path) -> None:
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # seconds: a loaded machine starts torch slowly
         url = None
         while url is None and time.monotonic() < deadline:
             runs = list((ws / "runs").glob("2*")) if (ws / "runs").is_dir() else []
@@ -80,8 +82,15 @@ def test_a_running_run_serves_metrics_on_a_free_port(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, first.keys()
             time.sleep(0.2)
             first = scrape(url)
-        time.sleep(1.0)
-        second = scrape(url)
+        # The next sample with a later step (the telemetry interval is 0.25 s).
+        second = wait_for(
+            lambda: (
+                (s := scrape(url))
+                and value(s, "acceptrun_step") > value(first, "acceptrun_step")
+                and s
+            ),
+            what="a scrape with a later acceptrun_step",
+        )
         (tmp_path / "done").touch()
         out, err = proc.communicate(timeout=120)
     finally:
