@@ -21,7 +21,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from acceptrun.verdict.core import format_verdict
 
     result = launch(
-        args.spec, workspace=args.workspace, echo=not args.quiet, say=_say, inject=args.inject,
+        args.spec, workspace=args.workspace, echo=not args.quiet, inject=args.inject,
         run_id=args.run_id, prometheus_port=args.prometheus_port,
     )  # fmt: skip
     print()
@@ -38,7 +38,6 @@ def cmd_drill(args: argparse.Namespace) -> int:
         workspace=args.workspace,
         tolerance=args.tolerance,
         echo=args.verbose,
-        say=_say,
     )
     print()
     print(format_drill(report))
@@ -154,7 +153,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     record = workspace_of(args).get_run(args.run)
     result = resume_run(
         record, mirror=args.mirror, from_mirror=args.from_mirror, force=args.force,
-        from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet, say=_say,
+        from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet,
     )  # fmt: skip
     print()
     print(format_verdict(result.verdict, name=result.spec.name))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceptrun._util.console import get_logger
 from acceptrun.capture.preflight import check_static, run_preflight
 from acceptrun.cost.catalog import check_budget, load_catalog, price_for
 from acceptrun.errors import UserError
@@ -32,6 +33,8 @@ from acceptrun.workload.inject import parse_faults
 from acceptrun.workload.usage import detect_usage, raise_errors, spec_findings
 
 __all__ = ["LaunchResult", "launch"]
+
+_log = get_logger(__name__)  # the run's progress; the supervisor's lines come through it too
 
 
 @dataclass(slots=True)
@@ -83,10 +86,10 @@ def launch(
     *,
     workspace: str | Path | None = None,
     echo: bool = True,
-    say: Callable[[str], None] = lambda _m: None,
     inject: Sequence[str] = (),
     run_id: str | None = None,
     prometheus_port: int | None = None,
+    on_record: Callable[[RunRecord], None] | None = None,
 ) -> LaunchResult:
     """Run a spec end to end and return its verdict.
 
@@ -95,7 +98,10 @@ def launch(
     ``$ACCEPTRUN_INJECT``. ``run_id`` names the new record (the local queue picks it
     before the launch); it must not exist yet. Bad input (the spec, a fault, a missing
     command, data path or manifest, a taken run id) raises a
-    :class:`~acceptrun.errors.UserError` before any record is created.
+    :class:`~acceptrun.errors.UserError` before any record is created. ``on_record`` is
+    called with the new record as soon as it exists (before preflight), so a caller can
+    mark it even if the run is then killed. Progress is logged to the ``acceptrun``
+    logger (the CLI prints it as ``acceptrun: ...``).
     """
     spec = load_spec(spec_path)
     check_static(spec)
@@ -117,10 +123,14 @@ def launch(
     # ---- end of injected faults ----
     ws = find_workspace(workspace, create=True, anchor=Path(spec_path).resolve().parent)
     if run_id is not None and (
-        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) or (ws.runs_dir / run_id).exists()
+        # At most 200 characters: a directory name (255 bytes at most) with room for
+        # the ".creating-" prefix of its creation.
+        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", run_id)
+        or (ws.runs_dir / run_id).exists()
     ):
         raise UserError(
-            f"--run-id {run_id!r} is taken or not a run id (letters, digits, '.', '_', '-'); "
+            f"--run-id {run_id[:80]!r} is taken or not a run id (up to 200 letters, digits, "
+            "'.', '_', '-'); "
             "leave it out and acceptrun picks a new one"
         )
     # Unknown provider/instance, or a budget below one billing increment: bad input.
@@ -143,19 +153,21 @@ def launch(
         run_id=run_id,
     )
     start_lease(record)  # supervisor.json, renewed until the close (supervisor/lease.py)
-    say(f"run {record.run_id}")
-    say(f"record {record.path}")
+    _log.info(f"run {record.run_id}")
+    _log.info(f"record {record.path}")
+    if on_record is not None:
+        on_record(record)
     record.event("run_start", sync=True, spec_hash=spec.hash)
     record.audit("run", spec=str(Path(spec_path).resolve()))
     record.event("usage", sync=True, **usage.to_dict())
     for finding in findings:  # warnings only: errors were refused above
-        say(str(finding))
+        _log.info(str(finding))
         record.event("spec_warning", sync=True, **finding.to_dict())
     try:
         with _stop_signals_raise():
             preflight = run_preflight(record, spec)
     except _StoppedBeforeLaunch as exc:
-        say(f"{exc} during preflight: the run was not launched")
+        _log.info(f"{exc} during preflight: the run was not launched")
         record.event("stopped_before_launch", sync=True, signal=str(exc))
         verdict = close_run(record, ws, spec, status="stopped")
         return LaunchResult(record, spec, verdict, False, None, interrupted=True)
@@ -168,7 +180,7 @@ def launch(
         record,
         spec,
         echo=echo,
-        say=say,
+        say=_log.info,
         base_env=base_env,
         price=price,
         billing_start=billing_start,

@@ -24,13 +24,14 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
+from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_json_atomic
 from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
@@ -57,6 +58,8 @@ __all__ = [
     "stop_promise",
     "wait_closed",
 ]
+
+_log = get_logger(__name__)  # resume's progress and what `logs` has to say besides the logs
 
 ACTIVE = RUN_SUPERVISED  # a supervisor may be working on the run
 ENDED = RUN_CLOSED  # close_run has written the verdict
@@ -290,7 +293,6 @@ def resume_run(
     from_scratch: bool = False,
     reason: str | None = None,
     echo: bool = True,
-    say: Callable[[str], None] = lambda _m: None,
 ) -> ResumeResult:
     """Run attempt N+1 of a run from its newest verified checkpoint, then close it again.
 
@@ -311,7 +313,9 @@ def resume_run(
         # A resume is not a fault drill: faults in this shell's environment stay out, as
         # they do for `acceptrun run`.
         env = {k: v for k, v in os.environ.items() if k != ENV_INJECT}
-        supervisor = Supervisor(record, spec, echo=echo, say=say, base_env=env, first_attempt=first)
+        supervisor = Supervisor(
+            record, spec, echo=echo, say=_log.info, base_env=env, first_attempt=first
+        )
         ckpt_dir = supervisor.checkpoint_dir
 
         def on_event(kind: str, fields: dict[str, Any]) -> None:
@@ -325,10 +329,10 @@ def resume_run(
         from_step = None if local is None else local.step
         url = _mirror_url(record, spec, mirror, from_mirror)
         if local is None and url is not None:
-            say(f"no local checkpoint verifies in {ckpt_dir}; fetching the newest from {url}")
+            _log.info(f"no local checkpoint verifies in {ckpt_dir}; fetching the newest from {url}")
             from_step = _fetch(record, url, ckpt_dir)
         elif local is not None and url is not None:
-            say(f"step {local.step} verifies locally; the mirror is not needed")
+            _log.info(f"step {local.step} verifies locally; the mirror is not needed")
         # A batch inference run resumes from its committed shards, not from a checkpoint.
         never_launched = interrupted is not None and not done  # died in preflight: no work yet
         if from_step is None and not (from_scratch or spec.inference.enabled or never_launched):
@@ -341,7 +345,7 @@ def resume_run(
             record, "resume", reason=reason, attempt=first, from_step=from_step, mirror=url,
             record_path=str(record.path), interrupted=interrupted,
         )  # fmt: skip
-        say(f"resuming run {record.run_id}: attempt {first}, from step {from_step}")
+        _log.info(f"resuming run {record.run_id}: attempt {first}, from step {from_step}")
         # Claim the run before the supervisor's first (slow) verification: `acceptrun stop`
         # can reach it from now on, and `ls` shows it running; close_run writes the verdict.
         record.update_state(
@@ -495,7 +499,6 @@ def show_logs(
     stderr_only: bool = False,
     follow: bool = False,
     out: IO[str] | None = None,
-    say: Callable[[str], None] = lambda _m: None,
     poll_s: float = POLL_S,
 ) -> None:
     """Print the attempts' stdout and stderr; with ``follow``, until the run is closed.
@@ -529,9 +532,9 @@ def show_logs(
             break
         time.sleep(poll_s)
     if not numbers:
-        say(f"run {record.run_id} has no attempt yet ({_describe(state)})")
+        _log.info(f"run {record.run_id} has no attempt yet ({_describe(state)})")
     if follow and orphaned:
-        say(
+        _log.info(
             f"the supervisor of run {record.run_id} is gone without closing it; "
             f"continue it with `acceptrun resume {record.run_id}`"
         )

@@ -259,18 +259,10 @@ def reproduce(
         _log.info(f"code: the checkout {plan.root} at {plan.commit[:12]}, clean")
     for note in plan.notes:
         _log.info(note)
-    marked: list[Path] = []
-
-    def hook(message: str) -> None:
-        # launch() announces the new record right after creating it: mark it at once, so
-        # even a reproduction that is killed says what it reproduces.
-        if message.startswith("record ") and not marked:
-            path = Path(message.removeprefix("record "))
-            if (path / "run.json").is_file():
-                _mark(path, plan)
-                marked.append(path)
-        _log.info(message)
-
-    result = launch(spec_path, workspace=ws.root, echo=echo, say=hook)
+    # Marked as soon as the new record exists, so even a reproduction that is killed
+    # says what it reproduces; again at the end, with the finished record.
+    result = launch(
+        spec_path, workspace=ws.root, echo=echo, on_record=lambda new: _mark(new.path, plan)
+    )
     _mark(result.record.path, plan)
     return result

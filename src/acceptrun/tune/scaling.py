@@ -151,7 +151,7 @@ def run_scaling(
             _log.info(f"scaling: {n} process(es), at most {steps} steps")
             # Each run's own lines (launch, preflight) only with echo; warnings always.
             with contextlib.nullcontext() if echo else quieted():
-                result = launch(path, workspace=workspace, echo=echo, say=_log.info)
+                result = launch(path, workspace=workspace, echo=echo)
             status = "accepted" if result.verdict.accepted else "rejected"
             points.append(_point(n, result.record.run_id, result.record.path, status))
     return with_efficiency(points)

@@ -36,11 +36,12 @@ from __future__ import annotations
 import math
 import statistics
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun.errors import UserError
 from acceptrun.record.models import FORMAT as RECORD_FORMAT
 from acceptrun.record.view import RecordView
@@ -59,6 +60,8 @@ __all__ = [
     "run_ops_drill",
     "startup_seconds",
 ]
+
+_log = get_logger(__name__)  # which of the two runs is going
 
 FORMAT = "acceptrun.ops-drill/1"
 PREEMPT_AT = 0.7  # fraction of the steps where the drill preempts the resumed attempt
@@ -434,7 +437,6 @@ def run_ops_drill(
     workspace: str | Path | None = None,
     tolerance: float = 0.0,
     echo: bool = False,
-    say: Callable[[str], None] = lambda _m: None,
 ) -> DrillReport:
     """Run the reference and the drill run, compare them, record and return the results.
 
@@ -459,10 +461,10 @@ def run_ops_drill(
             "the run after a kill: set it to 1 or more"
         )
     if no_preempt is not None:
-        say(f"drill: the kill only; preempt skipped, {no_preempt}")
+        _log.info(f"drill: the kill only; preempt skipped, {no_preempt}")
 
-    say(f"drill 1/2: reference run of {spec_path}, uninterrupted")
-    a = launch(spec_path, workspace=workspace, echo=echo, say=say)
+    _log.info(f"drill 1/2: reference run of {spec_path}, uninterrupted")
+    a = launch(spec_path, workspace=workspace, echo=echo)
     ref = a.record
     warnings = []
     if a.supervision is None or not a.supervision.succeeded:
@@ -507,8 +509,8 @@ def run_ops_drill(
             )
         faults = [f"kill@step={k1}:attempt=1"]
 
-    say(f"drill 2/2: the same spec with {', '.join(faults)}")
-    b = launch(spec_path, workspace=workspace, echo=echo, say=say, inject=faults)
+    _log.info(f"drill 2/2: the same spec with {', '.join(faults)}")
+    b = launch(spec_path, workspace=workspace, echo=echo, inject=faults)
     rec = b.record
     if b.spec.hash != a.spec.hash:
         warnings.append(f"the spec changed between the two runs ({a.spec.hash} then {b.spec.hash})")
