@@ -88,8 +88,14 @@ def _toml_ready(value: Any) -> Any:
 
 
 def _key(name: str) -> str:
-    """A valid MLflow key: letters, digits, ``_ - . / `` and space; others become ``_``."""
-    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", name) or "_"
+    """A valid MLflow key: letters, digits, ``_ - . / `` and space; others become ``_``.
+
+    Path segments that would resolve elsewhere (``..``, ``.``, empty: ``../x``, ``/x``,
+    ``a//b``) become ``_`` too: MLflow refuses them, and a metric name from a script
+    must not fail the export.
+    """
+    key = re.sub(r"[^A-Za-z0-9_\-./ ]", "_", name)
+    return "/".join("_" if part in ("", ".", "..") else part for part in key.split("/"))
 
 
 def _provenance_params(prov: dict[str, Any]) -> dict[str, str]:

@@ -194,8 +194,12 @@ def _telemetry_lines(record: RunRecord) -> list[dict[str, Any]]:
 # ---- rendering ----------------------------------------------------------------------------------
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), *range(0x7F, 0xA0)] if chr(c) not in "\n\t"}
+
+
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    """Escaped for HTML; control characters from the record shown as ``\\x1b``."""
+    return html.escape("" if value is None else str(value), quote=True).translate(_CONTROL)
 
 
 def _bytes(n: Any) -> str:

@@ -24,9 +24,20 @@ _STATUS: dict[str, str] = {
 }
 
 
+_CELL = {
+    **{c: " " for c in [*range(32), *range(0x7F, 0xA0)]},  # newlines folded, no escapes
+    ord("|"): "\\|",
+    ord("<"): "&lt;",  # no raw HTML: <script>, <img onerror=...>
+    ord(">"): "&gt;",
+    ord("["): "\\[",  # no links: [x](javascript:...)
+    ord("]"): "\\]",
+    ord("`"): "&#96;",  # never closes the code span it is shown in
+}
+
+
 def _cell(value: Any) -> str:
-    """Table-safe text: pipes escaped, newlines folded."""
-    return str("" if value is None else value).replace("|", "\\|").replace("\n", " ")
+    """Text from the record made inert: table-safe, no HTML, no links, no control characters."""
+    return str("" if value is None else value).translate(_CELL)
 
 
 def render_markdown(data: dict[str, Any]) -> str:
@@ -109,7 +120,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     out += [
         "## Checkpoints",
         "",
-        f"{ck.get('committed', 0)} committed, {len(ck.get('kept') or [])} kept in `{ck.get('dir')}`; LATEST step {ck.get('latest')}.",
+        f"{ck.get('committed', 0)} committed, {len(ck.get('kept') or [])} kept in `{_cell(ck.get('dir'))}`; LATEST step {ck.get('latest')}.",
         "",
     ]
     out += ["## Outputs and their lineage", ""]

@@ -81,7 +81,7 @@ def format_show(record: RunRecord) -> str:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         lines.append(f"events   {'; '.join(problems[:3])}{more}")
     if state.get("mode") == "tune":
-        return "\n".join(lines + _format_tune(record))
+        return printable("\n".join(lines + _format_tune(record)))
     lines += format_telemetry(summarize(record.path), _gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
     lines += serving_lines(record)  # serving runs only
@@ -97,7 +97,16 @@ def format_show(record: RunRecord) -> str:
             "",
             "verdict  not decided yet (the run is still going, or it was interrupted before closing)",
         ]
-    return "\n".join(lines)
+    return printable("\n".join(lines))
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), *range(0x7F, 0xA0)] if chr(c) not in "\n\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as ``\\x1b`` (a name or metric from the
+    record never moves the cursor, clears the screen or rewrites a line on a terminal)."""
+    return text.translate(_CONTROL)
 
 
 def _format_tune(record: RunRecord) -> list[str]:

@@ -51,7 +51,7 @@ import psutil
 from acceptrun._util.hashing import hash_file, split_hash
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
-from acceptrun.errors import AcceptrunError, SpecError
+from acceptrun.errors import AcceptrunError, SpecError, UserError
 
 __all__ = [
     "CheckpointWatcher",
@@ -125,6 +125,16 @@ def restore_watched(info: CheckpointInfo, workdir: Path) -> Path | None:
         return None
     rel = info.meta.get("watched_relative") or {}
     targets = {name: workdir / rel[name] for name in listing if name in rel}
+    root = workdir.resolve()
+    for name, target in targets.items():
+        # A symlink planted in the workdir since the capture must not carry the restore
+        # (a write of the whole checkpoint) outside it.
+        real = target.parent.resolve()
+        if ".." in Path(rel[name]).parts or not real.is_relative_to(root):
+            raise UserError(
+                f"restore of checkpoint {name!r} refused: {target.parent} resolves to {real}, "
+                f"outside the workdir {root} (a symlink put there?); remove it and resume again"
+            )
     placed = put_back(info, targets)
     return next(iter(placed.values()))
 

@@ -45,6 +45,15 @@ def find_output(spec: RunSpec, pattern: str, since: float) -> tuple[Path | None,
         [Path(full)] if os.path.lexists(full) else []
     )  # fmt: skip
     files = [p for p in matches if p.is_file()]
+    # Only files of the workdir: "../x", an absolute path or a symlink that leads out is
+    # never hashed and recorded as this run's result.
+    root = base.resolve()
+    outside = [p for p in files if not p.resolve().is_relative_to(root)]
+    files = [p for p in files if p not in outside]
+    if not files and outside:
+        real = outside[0].resolve()
+        why = f"{outside[0]} resolves to {real}, outside the workdir {root}"
+        return None, len(matches), f"{why}: an output must be a file the run writes in its workdir"
     if not files:
         if matches:
             return None, len(matches), f"{matches[0]} is a directory: name a file inside it"
