@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from acceptrun._util.durable import read_jsonl
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.cli.main import main
 from acceptrun.run.launch import launch
+from conftest import wait_for
 
 WORKLOAD = textwrap.dedent(
     """
@@ -141,15 +141,14 @@ def test_graceful_stop_loses_no_step(tmp_path: Path, workers: str) -> None:
         [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
         cwd=job, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    events = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def twenty_steps_logged() -> Path | None:
         runs = list((ws / "runs").glob("*/events.jsonl")) if (ws / "runs").exists() else []
         if runs and sum(1 for e in read_jsonl(runs[0]) if e["kind"] == "step") >= 20:
-            events = runs[0]
-            break
-        time.sleep(0.1)
-    assert events is not None, "the workload never logged 20 steps"
+            return runs[0]
+        return None
+
+    events = wait_for(twenty_steps_logged, what="the workload to log 20 steps")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     evs = list(read_jsonl(events))

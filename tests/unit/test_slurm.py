@@ -7,10 +7,7 @@ commands and read the run records the jobs leave behind.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,6 @@ from acceptrun.record.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from slurm_local import LocalSlurm  # noqa: E402
 
 TRAIN = """\
 import os, time
@@ -45,33 +41,6 @@ for step in run.steps(start, total):
     time.sleep(float(os.environ["STEP_S"]))
 run.metric("final/loss", loss.item())
 """
-
-
-def _missing() -> list[str]:
-    return [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if not _which(t)]
-
-
-def _which(name: str) -> str | None:
-    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    missing = _missing()
-    if missing:
-        why = f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    with LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=8) as slurm:
-        yield slurm
-
-
-@pytest.fixture
-def ws(cluster: LocalSlurm, tmp_path: Path) -> Workspace:
-    """A workspace whose Slurm commands talk to the module's cluster."""
-    os.environ["SLURM_CONF"] = str(cluster.conf)  # restored by conftest's clean_environ
-    return Workspace.create(tmp_path / ".acceptrun")
 
 
 def make_spec(root: Path, *, total: int, step_s: float, extra: str = "") -> Path:
