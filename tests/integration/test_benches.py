@@ -33,6 +33,7 @@ SMOKE: dict[str, list[str]] = {
         "--precisions", "fp32", "--optimizers", "default", "--seq", "64",
     ],
     "checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
+    "fuzz_campaign.py": ["--profile", "ci", "--targets", "checkpoint", "--json"],
     "gpu_check_telemetry.py": ["{out}"],
     "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
     "kill_campaign.py": ["--kills", "3", "--root", "{out}"],
