@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -12,17 +11,6 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
-
-
-@pytest.fixture(autouse=True)
-def no_cuda_garbage_for_workers() -> None:
-    """Collect garbage before tests that fork DataLoader workers.
-
-    A forked worker that frees an inherited CUDA tensor (garbage left by a GPU test in
-    this process) aborts with "CUDA error: initialization error"; collecting first
-    leaves it nothing to free.
-    """
-    gc.collect()
 
 
 class Indexed(Dataset[dict[str, torch.Tensor]]):
