@@ -357,24 +357,26 @@ class Workspace:
 
     def index_run(self, record: RunRecord) -> None:
         """Upsert a run's summary into the index. Best effort: the index is a cache."""
-        try:
-            state = record.state
-        except RecordError:
-            return
-        row = _row_from_state(record, state)
         # `acceptrun index rebuild` recovers a stale index; never fail a run over its cache.
         with contextlib.suppress(sqlite3.Error, WorkspaceError):
-            self._upsert(row)
+            self._upsert(record)
 
-    def _upsert(self, row: IndexRow) -> None:
-        with contextlib.closing(self._connect()) as conn, conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    row.run_id, row.name, row.status, row.verdict, row.mode, row.created_at,
-                    row.ended_at, row.duration_s, row.attempts, row.path,
-                ),
-            )  # fmt: skip
+    def _upsert(self, record: RunRecord) -> None:
+        with contextlib.closing(self._connect()) as conn:
+            # run.json is read under the write lock: of two writers (two closes, a close
+            # and a rebuild) the later one reads the later state, so none goes backwards.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                try:
+                    row = _row_from_state(record, record.state)
+                except RecordError:
+                    conn.execute("ROLLBACK")
+                    return
+                _insert(conn, row)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def list_runs(self) -> list[IndexRow]:
         """Index rows, oldest first. Rebuilds the index if it is missing."""
@@ -385,32 +387,68 @@ class Workspace:
         return [IndexRow(*r) for r in rows]
 
     def rebuild_index(self) -> tuple[int, list[str]]:
-        """Recreate the index from run directories; returns (runs indexed, skipped paths)."""
+        """Recreate the index from run directories; returns (runs indexed, skipped paths).
+
+        The rows are replaced in one write transaction on the index itself, so a run that
+        closes meanwhile waits for the lock and then writes its newer row: no update is
+        lost to the rebuild. An index SQLite cannot open is rebuilt beside it and renamed
+        over it (nothing can be writing to a file that is not a database).
+        """
+        try:
+            conn = self._connect()
+        except sqlite3.OperationalError:
+            raise  # locked past the timeout, or unwritable: not a damaged file
+        except sqlite3.DatabaseError:  # "file is not a database" and other damage
+            return self._rebuild_beside()
+        try:
+            conn.isolation_level = None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM runs")
+                count, skipped = self._fill(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return count, skipped
+
+    def _rebuild_beside(self) -> tuple[int, list[str]]:
         tmp = self.index_path.with_name(f".index-{os.getpid()}.sqlite")
         tmp.unlink(missing_ok=True)
-        skipped: list[str] = []
-        count = 0
         conn = self._connect(tmp)
         try:
-            for run_id in self.run_ids():
-                record = RunRecord(self.runs_dir / run_id)
-                try:
-                    state = record.state
-                except (RecordError, json.JSONDecodeError):
-                    skipped.append(str(record.path))
-                    continue
-                r = _row_from_state(record, state)
-                conn.execute(
-                    "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (r.run_id, r.name, r.status, r.verdict, r.mode, r.created_at, r.ended_at,
-                     r.duration_s, r.attempts, r.path),
-                )  # fmt: skip
-                count += 1
+            count, skipped = self._fill(conn)
             conn.commit()
         finally:
             conn.close()
+        # A rollback journal of the damaged file must not be applied to the new one.
+        self.index_path.with_name(self.index_path.name + "-journal").unlink(missing_ok=True)
         os.replace(tmp, self.index_path)
         return count, skipped
+
+    def _fill(self, conn: sqlite3.Connection) -> tuple[int, list[str]]:
+        skipped: list[str] = []
+        count = 0
+        for run_id in self.run_ids():
+            record = RunRecord(self.runs_dir / run_id)
+            try:
+                state = record.state
+            except (RecordError, json.JSONDecodeError):
+                skipped.append(str(record.path))
+                continue
+            _insert(conn, _row_from_state(record, state))
+            count += 1
+        return count, skipped
+
+
+def _insert(conn: sqlite3.Connection, r: IndexRow) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (r.run_id, r.name, r.status, r.verdict, r.mode, r.created_at, r.ended_at,
+         r.duration_s, r.attempts, r.path),
+    )  # fmt: skip
 
 
 def _row_from_state(record: RunRecord, state: dict[str, Any]) -> IndexRow:
