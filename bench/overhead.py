@@ -102,6 +102,11 @@ def run_supervised(work: Path, steps: int, out: Path) -> tuple[list[float], floa
     if len(busy) >= 2:
         steady = 100 * (busy[-1][1] - busy[0][1]) / (busy[-1][0] - busy[0][0])
     total = 100 * samples[-1][1] / (samples[-1][0] - t0) if samples else float("nan")
+    if not out.exists():  # the workload never wrote its timings: say why, no traceback
+        raise SystemExit(
+            f"the supervised run (exit {proc.returncode}) wrote no step times to {out}: "
+            f"{err.decode()[-2000:]}"
+        )
     return list(json.loads(out.read_text())), steady, total
 
 

@@ -10,7 +10,6 @@ quiet machine (the scripts' docstrings say how).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -66,6 +65,7 @@ def test_every_bench_script_has_a_smoke_entry() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a campaign at tiny size still starts dozens of processes
 @pytest.mark.parametrize("script", sorted(SMOKE))
 def test_bench_script_runs_at_tiny_size(script: str, tmp_path: Path) -> None:
     if not (BENCH / script).exists():
@@ -89,7 +89,3 @@ def test_bench_script_runs_at_tiny_size(script: str, tmp_path: Path) -> None:
     allowed = {0, 1} if script in TARGET_EXIT else {0}
     assert proc.returncode in allowed, report
     assert proc.stdout.strip(), f"bench/{script} printed no figures\n{report}"
-    # Scripts that print JSON print valid JSON: the last JSON-looking line parses.
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if lines:
-        json.loads(lines[-1])
