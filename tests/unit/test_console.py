@@ -146,3 +146,15 @@ def test_the_docstring_examples_of_the_console_module_run() -> None:
 
     result = doctest.testmod(console)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_the_cli_leaves_logging_as_it_found_it(
+    acceptrun_logger: logging.Logger, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from acceptrun.cli.main import main
+
+    assert main(["--workspace", str(tmp_path / "ws"), "submit", str(tmp_path / "none.toml")]) == 2
+    capsys.readouterr()
+    assert not any(isinstance(h, ConsoleHandler) for h in acceptrun_logger.handlers)
+    get_logger("acceptrun.run.launch").info("a later library call prints nothing")
+    assert capsys.readouterr().err == ""

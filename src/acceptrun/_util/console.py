@@ -32,6 +32,7 @@ __all__ = [
     "format_table",
     "get_logger",
     "quieted",
+    "remove_console",
 ]
 
 LOGGER_NAME = "acceptrun"
@@ -79,6 +80,17 @@ def configure_console(level: int = logging.INFO) -> logging.Logger:
     # each line a second time in its own format.
     logger.propagate = False
     return logger
+
+
+def remove_console() -> None:
+    """Undo :func:`configure_console`: the CLI calls it when a command returns, so a
+    program that runs ``main()`` in-process (a test, a notebook) gets its logging back
+    as it was, with no ``acceptrun: ...`` lines from later library calls."""
+    logger = logging.getLogger(LOGGER_NAME)
+    for handler in [h for h in logger.handlers if isinstance(h, ConsoleHandler)]:
+        logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
 
 
 class _ListHandler(logging.Handler):

@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from acceptrun._util.console import configure_console
+from acceptrun._util.console import configure_console, remove_console
 from acceptrun.errors import AcceptrunError
 
 __all__ = ["main"]
@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        remove_console()
 
 
 if __name__ == "__main__":
