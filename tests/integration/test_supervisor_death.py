@@ -11,15 +11,10 @@ its grace period, with a helper that left its process group.
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness
-
-from conftest import wait_for
 from supervisor_kill_harness import (
     MOMENTS,
     events,
@@ -30,6 +25,8 @@ from supervisor_kill_harness import (
     run_dir,
     start_run,
 )
+
+from conftest import wait_for
 
 pytestmark = pytest.mark.slow
 
