@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import write_json_atomic
+from acceptrun.errors import UserError
 from acceptrun.record.liveness import LEASE_FILE
 from acceptrun.record.workspace import RunRecord
 
@@ -94,7 +95,7 @@ class SupervisorLease:
         body = {**self._body, "renewed_at": round(time.time(), 3), **extra}
         try:
             write_json_atomic(self.path, body)
-        except OSError as exc:
+        except (OSError, UserError) as exc:  # UserError: disk full or read-only
             # Background work never kills the run: a reader then sees an older renewal.
             self.failures += 1
             if self.failures == 1:
@@ -258,7 +259,7 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
                 {
                     "attempt": attempt, "outcome": "interrupted", "returncode": None,
                     "signal": None, "started_at": None, "ended_at": None, "duration_s": None,
-                    "reason": f"its supervisor died ({liveness.detail}); "
+                    "reason": f"interrupted: {liveness.detail}; "
                     f"last sign of life {liveness.last_seen_iso}",
                     "work": {"last_step": max(steps) if steps else None},
                     "decision": "resume: acceptrun resume",
