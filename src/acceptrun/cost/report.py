@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from acceptrun._util.console import format_table
 from acceptrun.cost.billing import (
     billed_seconds,
     compute_cost,
@@ -277,16 +278,17 @@ def format_by_workspace(
     notes: Iterable[str] = (),
 ) -> str:
     """``acceptrun cost --all``: one line per listed workspace, then the summary of them all."""
-    width = max([len("PROJECT"), *(len(r["project"]) for r in rows)])
-    lines = [
-        f"{'PROJECT':<{width}} {'RUNS':>5} {'ACCEPTED':>8} {'TOTAL':>12} {'PER ACCEPTED':>13}  WORKSPACE"
-    ]
-    for r in rows:
-        per = r["cost_per_accepted_run"]
-        lines.append(
-            f"{r['project']:<{width}} {r['runs']:>5} {r['accepted']:>8} {_usd(r['total_usd']):>12} "
-            f"{_usd(per) if per is not None else '-':>13}  {r['workspace']}"
+    headers = ("PROJECT", "RUNS", "ACCEPTED", "TOTAL", "PER ACCEPTED", "WORKSPACE")
+    table = [
+        (
+            r["project"], r["runs"], r["accepted"], _usd(r["total_usd"]),
+            "-" if r["cost_per_accepted_run"] is None else _usd(r["cost_per_accepted_run"]),
+            r["workspace"],
         )
+        for r in rows
+    ]  # fmt: skip
+    numbers = {"RUNS", "ACCEPTED", "TOTAL", "PER ACCEPTED"}
+    lines = [format_table(headers, table, right=numbers)]
     lines += ["", "all listed workspaces: " + format_summary(total, live=live)]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
