@@ -41,13 +41,11 @@ from typing import Any
 from acceptrun._util.redact import redact_argv
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import RecordError, UserError
-from acceptrun.record.models import FORMAT as RECORD_FORMAT
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, format_duration
 from acceptrun.supervisor import stops
 from acceptrun.supervisor.classify import (
     AttemptFacts,
-    Classification,
     FailedAttempt,
     classify,
     oom_kill_count,
@@ -57,6 +55,12 @@ from acceptrun.supervisor.classify import (
 )
 from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
 from acceptrun.supervisor.lease import Watchdog, process_start_time
+from acceptrun.supervisor.outcome import (
+    AttemptResult,
+    SupervisorResult,
+    attempt_result,
+    attempt_work,
+)
 from acceptrun.supervisor.process import ChildProcess
 from acceptrun.supervisor.progress import ProgressReader
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
@@ -83,63 +87,6 @@ POLL_S = (
 MAX_BACKOFF_S = 300.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 STOP_CAUSES = ("user", "budget", "wall_time", "idle")  # stops the supervisor asked for
-
-
-@dataclass(slots=True)
-class AttemptResult:
-    """How one attempt ended (the contents of its exit.json)."""
-
-    attempt: int
-    outcome: str  # success | failed | signaled | stopped | wall_time | not_started
-    returncode: int | None
-    signal: str | None
-    started_at: str
-    ended_at: str
-    duration_s: float
-    reason: str
-    failure: Classification | None = None
-    work: dict[str, Any] = field(default_factory=dict)
-    decision: str | None = None
-
-    @property
-    def failure_class(self) -> str:
-        return self.failure.name if self.failure else self.outcome
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "format": RECORD_FORMAT,
-            "attempt": self.attempt,
-            "outcome": self.outcome,
-            "returncode": self.returncode,
-            "signal": self.signal,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "duration_s": round(self.duration_s, 3),
-            "reason": self.reason,
-            "work": self.work,
-            "decision": self.decision,
-        }
-        if self.failure is not None:
-            out["class"] = self.failure.name
-            out["class_reason"] = self.failure.reason
-            out["evidence"] = self.failure.evidence
-        return out
-
-
-@dataclass(slots=True)
-class SupervisorResult:
-    """All attempts and why supervision ended."""
-
-    attempts: list[AttemptResult] = field(default_factory=list)
-    stop_reason: str | None = None
-
-    @property
-    def last(self) -> AttemptResult | None:
-        return self.attempts[-1] if self.attempts else None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.last is not None and self.last.outcome == "success"
 
 
 @dataclass(slots=True)
@@ -679,7 +626,7 @@ class Supervisor:
         oom_after = oom_kill_count()
         stop, injected = a.poll.stop, a.poll.injected
         cause = None if stop is None else stop.cause
-        res = self._result(a.number, a.child, returncode, stop, injected=injected)
+        res = attempt_result(a.number, a.child, returncode, stop, injected=injected)
         facts = AttemptFacts(
             returncode=returncode if returncode >= 0 else None,
             signal=res.signal,
@@ -700,7 +647,9 @@ class Supervisor:
             )
         if a.serving is not None:
             a.serving.settle(res, returncode)  # served: success; never ready: not_ready
-        res.work = self._work(a.watch, a.child, a.resume_step, res, stop)
+        res.work = attempt_work(
+            self.spec, self.checkpoint_dir, a.watch, a.child, a.resume_step, res, stop
+        )
         if self.spec.outputs:
             from acceptrun.supervisor.outputs import check_declared_outputs
 
@@ -870,100 +819,6 @@ class Supervisor:
         self.record.event("stacks", sync=True, attempt=attempt, path=str(stacks) if got else None)
         child.signal_group(signal.SIGKILL)
 
-    def _work(
-        self,
-        watch: AttemptWatch,
-        child: ChildProcess,
-        resume_step: int | None,
-        res: AttemptResult,
-        stop: Stop | None = None,
-    ) -> dict[str, Any]:
-        """Work done and lost by an attempt: what the cost ledger and the report count.
-
-        Lost = the steps after the newest checkpoint at the time it ended (a restart redoes
-        them) and the wall time since that checkpoint's step; device-seconds are that
-        time the run's GPUs (or one CPU device) sat on work thrown away.
-        """
-        store = CheckpointStore(self.checkpoint_dir)
-        latest = store.latest()
-        kept = latest.step if latest is not None else None
-        last = watch.last_step
-        step_times = {e.get("step"): e.get("t") for e in watch.events if e.get("kind") == "step"}
-        ended = time.time()
-        work: dict[str, Any] = {
-            "resumed_from": resume_step,
-            "steps_done": watch.steps,
-            "first_step": watch.first_step,
-            "last_step": last,
-            "checkpoint_after": kept,
-            "startup_s": None,
-        }
-        first_t = next((e.get("t") for e in watch.events if e.get("kind") == "step"), None)
-        if first_t is not None:
-            work["startup_s"] = round(first_t - child.started_at, 3)
-        lost_steps, lost_s = 0, 0.0
-        if res.outcome != "success" and last is not None:
-            if kept is None or kept < (watch.first_step or 0):
-                lost_steps = watch.steps
-                lost_s = ended - child.started_at
-            else:
-                lost_steps = max(0, last - kept)
-                t_kept = step_times.get(kept)
-                lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
-        elif res.outcome != "success":
-            lost_s = ended - child.started_at  # died before its first step: all of it
-        if self.spec.inference.enabled and res.outcome != "success":
-            # A batch inference run keeps every committed shard (its step events are
-            # shards): only the shards in flight, the time since the last commit, are lost.
-            commits = [e.get("t") for e in watch.events if e.get("kind") == "shard_commit"]
-            since = commits[-1] if commits else None
-            lost_steps = 0
-            lost_s = ended - (since if isinstance(since, int | float) else child.started_at)
-        idle_since = None if stop is None else stop.detail.get("since")
-        if res.outcome == "idle" and idle_since is not None:
-            # The idle streak at the end is idle time (the ledger's), not work thrown away.
-            lost_s = max(0.0, lost_s - (ended - float(idle_since)))
-        devices = max(self.spec.resources.gpus, 1)
-        work.update(
-            steps_lost=lost_steps,
-            seconds_lost=round(lost_s, 3),
-            device_seconds_lost=round(lost_s * devices, 3),
-        )
-        return work
-
-    def _result(
-        self,
-        attempt: int,
-        child: ChildProcess,
-        rc: int,
-        stop: Stop | None,
-        *,
-        injected: str | None = None,
-    ) -> AttemptResult:
-        """How the attempt ended mechanically (the failure class comes from classify())."""
-        sig = _signal_name(-rc) if rc < 0 else None
-        if stop is not None:
-            outcome, reason = stop.outcome, stop.summary
-        elif rc == 0:
-            outcome, reason = "success", "exited 0"
-        elif sig is not None:
-            outcome, reason = "signaled", f"killed by {sig}"
-        else:
-            outcome, reason = "failed", f"exited {rc}"
-        if injected is not None and stop is None and rc != 0:
-            verb = "killed" if injected.startswith("kill") else "stopped"
-            reason = f"{verb} by an injected fault {injected} ({reason})"
-        return AttemptResult(
-            attempt=attempt,
-            outcome=outcome,
-            returncode=rc if rc >= 0 else None,
-            signal=sig,
-            started_at=now_iso(child.started_at),
-            ended_at=now_iso(),
-            duration_s=child.duration,
-            reason=reason,
-        )
-
     def _record_exit(self, adir: Any, res: AttemptResult) -> None:
         self.record.write_json(f"attempts/{res.attempt}/exit.json", res.to_dict())
         self.record.event("attempt_exit", sync=True, **res.to_dict())
@@ -1011,11 +866,3 @@ def _black_box_step_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
     from acceptrun.workload import inject
 
     return [f for f in inject.faults_for_attempt(text, attempt) if f.action in ("kill", "term")]
-
-
-def _signal_name(signum: int) -> str:
-    """``SIGKILL`` for 9; real-time signals (``SIGRTMIN+1``) have no Signals member."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
