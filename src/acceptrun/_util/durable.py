@@ -27,12 +27,14 @@ from typing import IO, Any
 from acceptrun.errors import RecordError, UserError
 
 __all__ = [
+    "STORAGE_FIXES",
     "AppendLog",
     "append_jsonl",
     "fsync_dir",
     "jsonl_line",
     "read_json",
     "read_jsonl",
+    "storage_fault",
     "write_atomic",
     "write_json_atomic",
 ]
@@ -71,15 +73,37 @@ def write_atomic(path: str | Path, data: bytes | str | Writer, *, mode: int = 0o
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        if isinstance(exc, OSError) and (fault := storage_fault(exc)):
             raise UserError(
-                f"could not write {path}: {exc.strerror}; the previous copy, if any, is "
-                "intact. Free disk space (or raise the file-size limit) and retry."
+                f"could not write {path}: {fault} ({exc.strerror}); the previous copy, if "
+                f"any, is intact. {STORAGE_FIXES[fault]}"
             ) from exc
         raise
     fsync_dir(path.parent)
+
+
+# What a write's errno says about the file system, for messages that name the fix.
+_FAULTS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk full",
+    errno.EFBIG: "disk full",  # a file-size limit (RLIMIT_FSIZE) reached: the same remedy
+    errno.EROFS: "read-only file system",
+}
+STORAGE_FIXES = {
+    "disk full": "Free disk space (or raise the file-size limit) and retry.",
+    "read-only file system": "Remount it read-write (or move the workspace) and retry.",
+}
+
+
+def storage_fault(exc: OSError) -> str | None:
+    """``"disk full"`` or ``"read-only file system"`` when ``exc`` is one, else None.
+
+    >>> storage_fault(OSError(errno.ENOSPC, "No space left on device"))
+    'disk full'
+    """
+    return _FAULTS.get(exc.errno or 0)
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

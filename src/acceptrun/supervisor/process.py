@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from acceptrun._util.durable import storage_fault
 from acceptrun.supervisor.lease import die_with_supervisor
 from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_ID
 
@@ -91,22 +92,47 @@ class ChildProcess:
     def _tee(self, pipe: IO[bytes], path: Path, term: IO[str]) -> None:
         # Logs are flushed per chunk so `tail -f` and a crash both see everything.
         out = getattr(term, "buffer", None) if self.echo else None
-        with open(path, "ab") as log:
-            fd = pipe.fileno()
-            while True:
+        log: IO[bytes] | None = None
+        try:
+            log = open(path, "ab")  # noqa: SIM115 - closed below, or dropped on a write error
+        except OSError as exc:
+            self._log_lost(path, exc)
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except OSError:
+                break
+            if not chunk:
+                break
+            if log is not None:
                 try:
-                    chunk = os.read(fd, _CHUNK)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                log.write(chunk)
-                log.flush()
-                if out is not None:
-                    with contextlib.suppress(OSError, ValueError):
-                        out.write(chunk)
-                        out.flush()
+                    log.write(chunk)
+                    log.flush()
+                except OSError as exc:
+                    # Keep draining the pipe: a full log must not block the workload.
+                    self._log_lost(path, exc)
+                    with contextlib.suppress(OSError):
+                        log.close()
+                    log = None
+            if out is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    out.write(chunk)
+                    out.flush()
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
         pipe.close()
+
+    @staticmethod
+    def _log_lost(path: Path, exc: OSError) -> None:
+        fault = storage_fault(exc) or "write failed"
+        print(
+            f"acceptrun: cannot write {path}: {fault} ({exc.strerror}); the workload's "
+            "output is no longer logged there",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _wait_exit(self) -> None:
         assert self.proc is not None
