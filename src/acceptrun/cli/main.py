@@ -24,7 +24,6 @@ __all__ = ["main"]
 # lives in the lowest package that has everything it needs (``show`` needs the report).
 COMMAND_MODULES: tuple[str, ...] = (
     "acceptrun.run.cli",
-    "acceptrun.spec.cli",
     "acceptrun.capture.cli",
     "acceptrun.record.cli",
     "acceptrun.report.cli",

@@ -1,4 +1,4 @@
-"""``acceptrun ls``, ``logs`` and ``index rebuild``: the records of a workspace."""
+"""``acceptrun ls`` and ``index rebuild``: the records of a workspace."""
 
 from __future__ import annotations
 
@@ -113,14 +113,6 @@ def unlisted_runs(ws: Any, listed: set[str]) -> list[str]:
     return notes
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    from acceptrun.run.lifecycle import show_logs
-
-    record = workspace_of(args).get_run(args.run)
-    show_logs(record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow)
-    return 0
-
-
 def cmd_index_rebuild(args: argparse.Namespace) -> int:
     ws = workspace_of(args)
     count, skipped = ws.rebuild_index()
@@ -137,14 +129,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--all", action="store_true", help="runs of every workspace in the user's list, together"
     )
     ls.set_defaults(func=cmd_ls)
-    logs = sub.add_parser("logs", help="print a run's stdout and stderr; -f follows it")
-    logs.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
-    logs.add_argument(
-        "-f", "--follow", action="store_true", help="keep printing until the run ends"
-    )
-    logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
-    logs.add_argument("--stderr-only", action="store_true", help="only stderr")
-    logs.set_defaults(func=cmd_logs)
     index = sub.add_parser("index", help="maintain the workspace index")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
     rebuild = index_sub.add_parser("rebuild", help="recreate index.sqlite from the run directories")
