@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -548,12 +549,14 @@ def save(
     assert writer is not None
     storage = DCPWriter(store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world})
     try:
-        dcp_save(
-            state_dict,
-            storage_writer=storage,
-            planner=planner or JsonSavePlanner(),
-            process_group=process_group,
-        )
+        with warnings.catch_warnings():  # without a process group: one process, as meant
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp_save(
+                state_dict,
+                storage_writer=storage,
+                planner=planner or JsonSavePlanner(),
+                process_group=process_group,
+            )
     except BaseException as exc:
         store.abort(writer)  # the owner removes the staging directory; a joined rank leaves it
         if isinstance(exc, Exception):
@@ -616,5 +619,9 @@ def load(
         )
     # no_dist: each rank plans its own reads from the JSON metadata, so no plans are
     # exchanged (DCP pickles those between ranks); ranks may differ in number from the save.
-    dcp_load(state_dict, storage_reader=DCPReader(info), planner=JsonLoadPlanner(), no_dist=True)
+    with warnings.catch_warnings():  # DCP warns that no_dist means "a single process"
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp_load(
+            state_dict, storage_reader=DCPReader(info), planner=JsonLoadPlanner(), no_dist=True
+        )
     return info
