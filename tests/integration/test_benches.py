@@ -31,6 +31,7 @@ SMOKE: dict[str, list[str]] = {
         "--tiny", "--device", "cpu", "--steps", "2", "--warmup", "1", "--batches", "8",
         "--precisions", "fp32", "--optimizers", "default", "--seq", "64",
     ],
+    "chaos.py": ["--smoke", "--root", "{out}"],
     "checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
     "fuzz_campaign.py": ["--profile", "ci", "--targets", "checkpoint", "--json"],
     "gpu_check_telemetry.py": ["{out}"],

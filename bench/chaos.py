@@ -1,0 +1,178 @@
+"""Every reliability campaign, one table: what was tried, what was lost.
+
+    python bench/chaos.py --workload-kills 500 --supervisor-kills 100 --concurrent 8
+    python bench/chaos.py --smoke            # tiny sizes, the suite's check that it runs
+    python bench/chaos.py --json             # one JSON object
+
+Rows (each campaign's own script or test does the work; this one only sizes and counts):
+
+- workload kills: bench/kill_campaign.py, SIGKILL of a process mid-save; lost = a
+  corrupt LATEST, a lost committed step, a bad listing or a stale temporary left;
+- supervisor kills: bench/supervisor_kills.py --json, SIGKILL of ``acceptrun run`` at
+  random moments, then resume; lost = checkpointed steps lost, orphans, failures;
+- fuzz cases: bench/fuzz_campaign.py --json (Hypothesis cases per target); lost = failed
+  tests; checkpoint corruptions: tried and detected, lost = undetected ones;
+- concurrent runs: tests/integration/test_concurrency.py's scenario, N runs beside gc,
+  index rebuild, ls and cost; lost = every broken promise it lists;
+- secrets: tests/integration/test_secrets.py, secrets planted in a real failing run and
+  searched for everywhere acceptrun writes; lost = a failed test (a leak).
+
+Exit status 1 when any row lost anything or a campaign failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            parsed: dict[str, Any] = json.loads(line)
+            return parsed
+    raise ValueError(f"no JSON line in the output:\n{text[-2000:]}")
+
+
+def _script(name: str, *args: str) -> tuple[dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / name), *args],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    try:
+        return _last_json(proc.stdout), ""
+    except ValueError as exc:
+        return {}, f"{name} exited {proc.returncode}: {exc}\n{proc.stderr[-2000:]}"
+
+
+def workload_kills(n: int, root: Path) -> dict[str, Any]:
+    f, error = _script("kill_campaign.py", "--kills", str(n), "--root", str(root / "wk"))
+    lost = sum(
+        f.get(k, 0) for k in ("corrupt_latest", "lost_committed", "bad_listed", "stale_left")
+    )
+    return {"campaign": "workload kills (SIGKILL mid-save)", "count": f.get("kills", 0),
+            "lost": lost, "error": error, "detail": f}  # fmt: skip
+
+
+def supervisor_kills(n: int, root: Path) -> dict[str, Any]:
+    f, error = _script(
+        "supervisor_kills.py", "--kills", str(n), "--json", "--root", str(root / "sk")
+    )
+    lost = f.get("lost", 0) + f.get("orphans", 0) + len(f.get("failures", []))
+    f.pop("failures", None)
+    return {"campaign": "supervisor kills (SIGKILL, resume)", "count": f.get("kills", 0),
+            "lost": lost, "error": error, "detail": f}  # fmt: skip
+
+
+def fuzz(profile: str) -> list[dict[str, Any]]:
+    targets = (
+        ["checkpoint"] if profile == "ci-smoke" else ["spec", "checkpoint", "record", "hostile"]
+    )
+    f, error = _script("fuzz_campaign.py", "--profile", "ci" if profile == "ci-smoke" else profile,
+                       "--targets", ",".join(targets), "--json")  # fmt: skip
+    cases = sum(t["cases"] for t in f.get("targets", {}).values())
+    ck = f.get("checkpoint_corruptions", {"tried": 0, "detected": 0})
+    return [
+        {"campaign": f"fuzz cases ({profile}: {', '.join(targets)})", "count": cases,
+         "lost": f.get("failures", 0), "error": error, "detail": f.get("targets", {})},
+        {"campaign": "checkpoint corruptions detected", "count": ck["tried"],
+         "lost": ck["tried"] - ck["detected"], "error": error,
+         "detail": {"detected": ck["detected"], "restored": ck.get("restored", 0)}},
+    ]  # fmt: skip
+
+
+def concurrent(n: int, root: Path) -> dict[str, Any]:
+    from test_concurrency import problems, run_concurrently
+
+    work = root / "conc"
+    work.mkdir()
+    scenario = run_concurrently(work, n_runs=n)
+    found = problems(scenario)
+    side = {
+        " ".join(a): sum(o.args == a for o in scenario.side)
+        for a in {o.args for o in scenario.side}
+    }
+    return {"campaign": "concurrent runs (+ gc, index rebuild, ls, cost)", "count": n,
+            "lost": len(found), "error": "\n".join(found), "detail": {"side_commands": side}}  # fmt: skip
+
+
+def secrets_campaign() -> dict[str, Any]:
+    import test_secrets as t
+
+    planted = len(t.SECRETS) + len(
+        [t.SPEC_ENV_SECRET, t.ARG_KEY, t.ARG_TOKEN, t.REMOTE_PASSWORD, t.URL_PASSWORD]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         str(ROOT / "tests" / "integration" / "test_secrets.py")],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    leaked = 0 if proc.returncode == 0 else 1
+    error = "" if proc.returncode == 0 else proc.stdout[-3000:]
+    return {"campaign": "secrets planted, none found in the record", "count": planted,
+            "lost": leaked, "error": error, "detail": {"pytest_exit": proc.returncode}}  # fmt: skip
+
+
+def table(rows: list[dict[str, Any]], seconds: float) -> str:
+    width = max(len(r["campaign"]) for r in rows)
+    lines = [f"{'campaign':<{width}}  {'count':>7}  lost", f"{'-' * width}  {'-' * 7}  ----"]
+    for r in rows:
+        lines.append(f"{r['campaign']:<{width}}  {r['count']:>7}  {r['lost']}")
+    lines.append(f"({seconds:.0f} s)")
+    for r in rows:
+        if r["error"]:
+            lines.append(f"\n{r['campaign']}: {r['error']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--workload-kills", type=int, default=500, help="SIGKILLs mid-save (500)")
+    parser.add_argument(
+        "--supervisor-kills", type=int, default=100, help="supervisor SIGKILLs (100)"
+    )
+    parser.add_argument(
+        "--concurrent", type=int, default=8, help="runs at once in one workspace (8)"
+    )
+    parser.add_argument(
+        "--fuzz-profile", default="deep", help="Hypothesis profile: deep, ci (deep)"
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the script runs")
+    parser.add_argument("--no-secrets", action="store_true", help="skip the secrets row")
+    parser.add_argument("--root", type=Path, help="work directory (default: a new temp dir)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if args.smoke:
+        args.workload_kills, args.supervisor_kills, args.concurrent = 3, 1, 2
+        args.fuzz_profile = "ci-smoke"
+    root = args.root or Path(tempfile.mkdtemp(prefix="chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    rows = [
+        workload_kills(args.workload_kills, root),
+        supervisor_kills(args.supervisor_kills, root),
+    ]
+    rows += fuzz(args.fuzz_profile)
+    rows.append(concurrent(args.concurrent, root))
+    if not args.no_secrets:
+        rows.append(secrets_campaign())
+    seconds = time.monotonic() - t0
+    if args.json:
+        print(json.dumps({"rows": rows, "seconds": round(seconds, 1), "root": str(root)}))
+    else:
+        print(table(rows, seconds))
+    return 1 if any(r["lost"] or r["error"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
