@@ -41,6 +41,7 @@ SMOKE: dict[str, list[str]] = {
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
     "recovery.py": ["--idle-seconds", "3", "--root", "{out}"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
+    "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],
     "supervisor_kills.py": ["--kills", "2", "--root", "{out}"],
     "ui_board.py": ["--runs", "50", "--repeats", "2", "--seconds", "1"],
     "watched_checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
