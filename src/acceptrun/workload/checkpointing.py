@@ -33,6 +33,16 @@ class Checkpointing(RunBase):
             on_event=self._lifecycle_event,
         )
 
+    def checkpoint_store(self) -> Any:
+        """This run's :class:`~acceptrun.checkpoint.CheckpointStore`: its directory, the spec's
+        retention, commits recorded in events.jsonl. For sharded (FSDP2) checkpoints::
+
+            from acceptrun.checkpoint import sharded
+            sharded.save(run.checkpoint_store(), step, {"model": msd, "optim": osd})
+            info = sharded.load(run.checkpoint_store(), state)   # None on a fresh start
+        """
+        return self._store()
+
     def restore(
         self,
         *,
