@@ -73,7 +73,7 @@ def write_atomic(path: str | Path, data: bytes | str | Writer, *, mode: int = 0o
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError, OSError):
+        with contextlib.suppress(OSError):  # gone, or on a read-only file system
             os.unlink(tmp)
         if isinstance(exc, OSError) and (fault := storage_fault(exc)):
             raise UserError(
