@@ -36,18 +36,19 @@ drill: $(STAMP)
 
 # Two tiers (docs/architecture.md, Tests): tests/unit starts no process and runs in well
 # under a minute; tests/integration runs real child processes, spread over xdist workers
-# (most of its time is spent waiting on children, so more workers than cores pays off).
+# a file at a time (module-scoped fixtures are set up once; most of the time is spent
+# waiting on children, so more workers than cores pays off).
 # `pytest` alone runs the unit tier.
 TEST_WORKERS ?= 4
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q tests/unit
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/integration
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 test-integration: $(STAMP) system-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/integration
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
 # report is opened in a browser), Slurm and munge (a single-node cluster on localhost).
