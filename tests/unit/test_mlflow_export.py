@@ -21,9 +21,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return f"sqlite:///{root / 'mlflow.db'}", root
 
 
-def test_thousands_of_steps_export_every_value_in_batches(
-    tmp_path: Path, store: tuple[str, Path]
-) -> None:
+def test_every_step_value_is_exported_in_batches(tmp_path: Path, store: tuple[str, Path]) -> None:
     # 400 steps of 3 metrics: one of MLflow's 1,000-value batches and a partial last
     # one. How long the export takes is a figure, not a test (a loaded machine is slow).
     from mlflow.tracking import MlflowClient
