@@ -115,14 +115,15 @@ def _json_bytes(fqn: str, value: Any) -> bytes:
             f"sharded checkpoint value {fqn!r} is a {type(value).__name__}, which cannot be "
             f"stored ({exc}): non-tensor values are kept as JSON (numbers, strings, bools, "
             "None, lists, dicts with string keys), never pickled. Convert it (for example "
-            "random.getstate() -> list, a numpy array -> torch.tensor) or leave it out"
+            "a numpy array -> torch.from_numpy(a), a set -> sorted list) or leave it out"
         ) from None
 
 
 def check_values(state_dict: Mapping[str, Any], prefix: str = "") -> None:
     """Raise :class:`UserError` naming the first value that is neither a tensor nor JSON.
 
-    Objects with ``state_dict()`` are DCP's Stateful protocol and are checked by DCP.
+    Objects with ``state_dict()`` (DCP's Stateful) are skipped: DCP calls them during the
+    save, and their non-tensor values are refused then, by :class:`JsonSavePlanner`.
     """
     for key, value in state_dict.items():
         name = f"{prefix}{key}"
