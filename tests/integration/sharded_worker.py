@@ -4,7 +4,7 @@
 
 - ``save``: train 2 steps, save step 1 and step 2 (sharded.save); rank 0 writes the full
   (gathered) model and optimizer tensors of each step to OUT/ref-<step>.safetensors;
-- ``load``: a fresh model, sharded.load with pickle.loads/pickle.load/torch.load patched
+- ``load``: a fresh model, sharded.load with pickle.loads/load/Unpickler and torch.load patched
   to raise, then set_state_dict; rank 0 writes OUT/loaded.safetensors and OUT/loaded.json;
 - ``kill``: save step 1, then during the save of step 2 rank 1 SIGKILLs itself after
   writing its first tensor; rank 0 writes its error to OUT/rank0-error.txt.
@@ -124,12 +124,12 @@ def worker(rank: int, mode: str, root: str, world: int, out: str) -> None:
         model, opt = build(1234, world)
         train_step(model, opt, 0)  # a different state, and the optimizer has its tensors
         sd = state(model, opt, 0)
-        saved = (pickle.loads, pickle.load, torch.load)
-        pickle.loads, pickle.load, torch.load = no_unpickling, no_unpickling, no_unpickling
+        saved = (pickle.loads, pickle.load, pickle.Unpickler, torch.load)
+        pickle.loads = pickle.load = pickle.Unpickler = torch.load = no_unpickling  # type: ignore
         try:
             info = sharded.load(store, sd)
         finally:
-            pickle.loads, pickle.load, torch.load = saved
+            pickle.loads, pickle.load, pickle.Unpickler, torch.load = saved  # type: ignore
         assert info is not None
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         full = full_tensors(model, opt)

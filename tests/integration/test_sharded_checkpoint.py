@@ -97,7 +97,7 @@ def test_two_rank_save_commits_every_shard_with_json_metadata(saved: tuple[Path,
 def test_load_on_other_rank_counts_is_bitwise_and_never_unpickles(
     saved: tuple[Path, Path], tmp_path: Path, world: int
 ) -> None:
-    # The worker replaces pickle.loads, pickle.load and torch.load with functions that
+    # The worker replaces pickle.loads, pickle.load, pickle.Unpickler and torch.load with ones that
     # raise during sharded.load: a load that unpickled anything would fail the ranks.
     root, out = saved
     copy = tmp_path / "ckpt"
