@@ -111,9 +111,20 @@ def run_campaign(root: Path, kills: int, seed: int = 0, max_delay: float = 0.3) 
         if proc.stdout.readline().strip() != "ready":
             proc.kill()
             raise RuntimeError(f"worker did not start: {proc.communicate()[1]}")
+        # Every other kill waits for the worker's first commit (an event, not a guess about
+        # the machine's speed), so kills land among saves on a slow machine too.
+        early: list[str] = []
+        while kill % 2 == 1:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            early.append(line)
+            if line.startswith("committed "):
+                break
         time.sleep(rng.uniform(0, max_delay))
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=60)  # also reaps it: a zombie's pid looks alive
+        out = "".join(early) + out
         if proc.returncode != -signal.SIGKILL:
             raise RuntimeError(f"worker exited {proc.returncode} before the kill: {err}")
         committed = [

@@ -123,6 +123,6 @@ def test_kill_campaign(tmp_path: Path) -> None:
     assert figures["lost_committed"] == 0, figures["details"]
     assert figures["bad_listed"] == 0, figures["details"]
     assert figures["stale_left"] == 0, figures["details"]
-    assert figures["commits"] >= 10  # the kills landed among saves, not only at start-up
+    assert figures["commits"] >= 25  # every other kill waited for a commit: kills among saves
     assert figures["killed_mid_save"] > 0
     assert figures["continued"], figures["details"]
