@@ -182,7 +182,7 @@ def batch_checks(
     record: RunRecord, spec: RunSpec
 ) -> list[tuple[str, str, str, bool, str, str | None]]:
     """The verdict's checks of a batch run as ``(group, name, status, required, evidence,
-    fix)``; verdict.py wraps them in its Check. Empty for other runs."""
+    fix)``; the verdict (verdict/checks/results.py) wraps them in its Check. Empty for other runs."""
     if not spec.inference.enabled:
         return []
     inf = spec.inference

@@ -133,7 +133,7 @@ def ms(seconds: Any) -> str:
 
 def serving_checks(record: RunRecord, spec: RunSpec) -> list[CheckRow]:
     """The verdict's checks of a serving run as ``(group, name, status, required, evidence,
-    fix)``; verdict.py wraps them in its Check. Empty for other runs."""
+    fix)``; the verdict (verdict/checks/results.py) wraps them in its Check. Empty for other runs."""
     sv = spec.serving
     if not sv.enabled:
         return []
