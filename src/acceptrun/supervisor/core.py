@@ -363,9 +363,18 @@ class Supervisor:
         return str(path)
 
     def _start_watcher(
-        self, attempt: int, pid: int, watch: AttemptWatch, resume_step: int | None
+        self, watcher: CheckpointWatcher | None, pid: int, watch: AttemptWatch
     ) -> CheckpointWatcher | None:
-        """Capture the script's own checkpoints (checkpoint.watch) on a thread of its own."""
+        """Start polling (its own thread) once the workload runs."""
+        if watcher is not None:
+            watcher.pid = pid
+            watcher.events = lambda: watch.events
+            watcher.start()
+        return watcher
+
+    def _new_watcher(self, attempt: int, resume_step: int | None) -> CheckpointWatcher | None:
+        """Capture the script's own checkpoints (checkpoint.watch): made, and what is there
+        noted as old, before the workload starts."""
         ck = self.spec.checkpoint
         if not ck.watch:
             return None
@@ -380,8 +389,8 @@ class Supervisor:
             )
         prov = self.record.read_json("provenance.json") or {}
         watcher = CheckpointWatcher(
-            self.spec, self.checkpoint_dir, attempt=attempt, pid=pid,
-            events=lambda: watch.events,
+            self.spec, self.checkpoint_dir, attempt=attempt, pid=0,
+            events=list,  # the attempt's events, once it runs (_start_watcher)
             on_event=lambda kind, fields: self._event(kind, attempt, fields),
             resume_step=resume_step, mirror=mirror,
             meta={
@@ -391,7 +400,7 @@ class Supervisor:
             },
             exclude=[self.checkpoint_dir, self.record.path],
         )  # fmt: skip
-        watcher.start()
+        watcher.note_existing()
         return watcher
 
     def _start_serving(self, attempt: int, child: ChildProcess, adir: Path) -> Any:
@@ -468,6 +477,7 @@ class Supervisor:
         oom_before = oom_kill_count()
         progress = self._progress_reader(attempt, adir)  # before the start: it marks what is old
         step_faults = _black_box_step_faults(env, attempt) if progress is not None else []
+        watcher = self._new_watcher(attempt, resume_step)  # notes old files before the start
         try:
             child.start()
         except OSError as exc:
@@ -493,7 +503,7 @@ class Supervisor:
             number=attempt, adir=adir, env=env, child=child, watch=watch,
             resume_step=resume_step, oom_before=oom_before, progress=progress,
             step_faults=step_faults, watchdog=watchdog,
-            watcher=self._start_watcher(attempt, child.pid, watch, resume_step),  # its thread
+            watcher=self._start_watcher(watcher, child.pid, watch),  # its thread
             serving=self._start_serving(attempt, child, adir),  # a serving run's load, its thread
         )  # fmt: skip
 

@@ -199,6 +199,7 @@ class CheckpointWatcher:
         self.exclude = [os.path.realpath(p) for p in exclude]
         self.captured: list[int] = []  # steps committed by this watcher
         self._seen: dict[str, _Seen] = {}
+        self._noted = False  # note_existing() has run
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: set[str] = set()
@@ -209,14 +210,24 @@ class CheckpointWatcher:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Note what is there already (not captured), then poll on a daemon thread."""
+    def note_existing(self) -> None:
+        """Mark what is there already as not new: call it before the workload starts.
+
+        A script that writes its checkpoint within milliseconds of starting would
+        otherwise have it taken for a leftover of an earlier attempt and never captured.
+        """
         now = time.monotonic()
-        self._note_events()
         for path in self._matches():
             sig = self._signature(path)
             if sig is not None:
                 self._seen[path] = _Seen(sig, now, sig)
+        self._noted = True
+
+    def start(self) -> None:
+        """Note what is there already (not captured) unless done, then poll on a thread."""
+        self._note_events()
+        if not self._noted:
+            self.note_existing()
         if self.mirror is not None:
             self.mirror.start()
         self._thread = threading.Thread(
