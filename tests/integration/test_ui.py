@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import RunRecord, Workspace
-from acceptrun.ui import Board, make_server
+from acceptrun.ui import Board
 from conftest import chromium_driver, toml_str, wait_for
 
 PYTHON = sys.executable
 # Read at import: the autouse fixture clears ACCEPTRUN_* variables before each test.
 SCREENSHOT_DIR = os.environ.get("ACCEPTRUN_SCREENSHOT_DIR")
-TOKEN = "test-token-0123456789abcdef"
 # Names that would run script, or fetch, if a page did not escape them.
 HOSTILE = '<script>fetch("http://127.0.0.1:9/x")</script>'
 
@@ -79,42 +77,6 @@ def _project(root: Path, name: str, script: str, extra: str = "") -> Path:
         f"name = {toml_str(name)}\ncommand = {command}\n{textwrap.dedent(extra)}"
     )
     return root
-
-
-class Served:
-    """A board server running in a thread of the test process."""
-
-    def __init__(self, board: Board, host: str = "127.0.0.1") -> None:
-        self.server = make_server(board, host, 0, TOKEN)
-        self.port = self.server.port
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def request(
-        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, str], str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        hdrs = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
-        if body is not None:
-            hdrs.setdefault("Content-Type", "application/x-www-form-urlencoded")
-        conn.request(method, path, body=body, headers=hdrs)
-        resp = conn.getresponse()
-        text = resp.read().decode()
-        conn.close()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, text
-
-    def get(self, path: str, **kw: Any) -> str:
-        status, _, text = self.request("GET", path, **kw)
-        assert status == 200, (path, status, text[-2000:])
-        return text
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""``acceptrun ui``: a real board server on 127.0.0.1 over real runs, read by urllib and Chromium."""
+"""``acceptrun ui`` without a process: the board server in a thread over records written here."""
 
 from __future__ import annotations
 
@@ -6,118 +6,17 @@ import http.client
 import math
 import os
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import Workspace
-from acceptrun.ui import Board, make_server
+from acceptrun.ui import Board
 from acceptrun.ui.board import thin_minmax
-from conftest import toml_str, wait_for
-
-PYTHON = sys.executable
-TOKEN = "test-token-0123456789abcdef"
-# Names that would run script, or fetch, if a page did not escape them.
-HOSTILE = '<script>fetch("http://127.0.0.1:9/x")</script>'
-
-FINISHED = f"""
-import time, acceptrun
-run = acceptrun.init()
-for step in run.steps(30):
-    time.sleep(0.005)
-    run.log(step, loss=SCALE / (step + 1), samples=8)
-run.metric("final/loss", SCALE / 30)
-run.metric({HOSTILE!r}, 1.0)
-open("model.txt", "w").write(repr(SCALE))
-run.output({HOSTILE!r}, "model.txt")
-"""
-
-
-def _cli(ws: Path, cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-    env["ACCEPTRUN_CONFIG_DIR"] = os.environ.get("ACCEPTRUN_CONFIG_DIR", "")
-    return subprocess.run(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
-
-
-def _project(root: Path, name: str, script: str, extra: str = "") -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "work.py").write_text(textwrap.dedent(script))
-    command = f'[{toml_str(PYTHON)}, "work.py"]'
-    (root / "spec.toml").write_text(
-        f"name = {toml_str(name)}\ncommand = {command}\n{textwrap.dedent(extra)}"
-    )
-    return root
-
-
-class Served:
-    """A board server running in a thread of the test process."""
-
-    def __init__(self, board: Board, host: str = "127.0.0.1") -> None:
-        self.server = make_server(board, host, 0, TOKEN)
-        self.port = self.server.port
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def request(
-        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, str], str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        hdrs = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
-        if body is not None:
-            hdrs.setdefault("Content-Type", "application/x-www-form-urlencoded")
-        conn.request(method, path, body=body, headers=hdrs)
-        resp = conn.getresponse()
-        text = resp.read().decode()
-        conn.close()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, text
-
-    def get(self, path: str, **kw: Any) -> str:
-        status, _, text = self.request("GET", path, **kw)
-        assert status == 200, (path, status, text[-2000:])
-        return text
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture(scope="module")
-def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Two finished runs of the same workload (one planted with hostile names), and a rejected one."""
-    root = tmp_path_factory.mktemp("ui")
-    ws = root / "ws"
-    ids = []
-    for i, (name, scale, rc) in enumerate(
-        ((HOSTILE, 1.0, 0), ("plain-b", 1.5, 0), ("fails", 1.0, 1))
-    ):
-        script = FINISHED.replace("SCALE", str(scale))
-        if rc:
-            script += "\nraise SystemExit(3)\n"
-        extra = "[cost]\nprice_per_hour = 2.0\n" + ("[limits]\nmax_restarts = 0\n" if rc else "")
-        proj = _project(root / f"p{i}", name, script, extra)
-        proc = _cli(ws, proj, "run", "-q", "spec.toml")
-        assert proc.returncode == rc, proc.stdout + proc.stderr
-        ids.append(sorted(set(Workspace(ws).run_ids()) - set(ids))[0])
-    served = Served(Board.for_workspaces([Workspace(ws)]))
-    try:
-        yield {"ws": ws, "ids": ids, "served": served, "root": root}
-    finally:
-        served.close()
-
+from conftest import wait_for
 
 # ---- security ---------------------------------------------------------------------------------
 
