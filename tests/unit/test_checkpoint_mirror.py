@@ -4,7 +4,6 @@ local-path and memory:// mirrors."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -14,54 +13,12 @@ from typing import Any
 
 import fsspec
 import pytest
+from mirror_checkpoints import assert_same_checkpoint, make_checkpoint
 
-from acceptrun._util.durable import read_json, write_atomic, write_json_atomic
-from acceptrun._util.hashing import hash_bytes
+from acceptrun._util.durable import read_json
 from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
-from acceptrun.record.workspace import now_iso
 
 Events = list[tuple[str, dict[str, Any]]]
-
-
-def make_checkpoint(root: Path, step: int, files: dict[str, bytes] | None = None) -> Path:
-    """A committed checkpoint in the store's format: files, MANIFEST.json last, LATEST."""
-    if files is None:
-        files = {
-            "model.safetensors": secrets.token_bytes(64 * 1024),
-            "optim/state.bin": secrets.token_bytes(4096),
-            "meta.json": json.dumps({"step": step}).encode(),
-        }
-    step_dir = root / f"step-{step}"
-    entries = {}
-    for rel, data in files.items():
-        (step_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-        (step_dir / rel).write_bytes(data)
-        entries[rel] = {"size": len(data), "hash": hash_bytes(data)}
-    manifest = {
-        "kind": "acceptrun.checkpoint",
-        "schema": 1,
-        "step": step,
-        "created_at": now_iso(),
-        "algorithm": "xxh3_128",
-        "files": entries,
-        "total_bytes": sum(e["size"] for e in entries.values()),
-        "metrics": {"loss": 1.0 / (step + 1)},
-        "meta": {},
-    }
-    write_json_atomic(step_dir / "MANIFEST.json", manifest)
-    write_atomic(root / "LATEST", f"step-{step}\n")
-    return step_dir
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes (directories implied)."""
-    if not root.exists():
-        return {}
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def assert_same_checkpoint(local: Path, restored: Path) -> None:
-    assert tree(restored) == tree(local)
 
 
 def recorder(events: Events) -> Callable[[str, dict[str, Any]], None]:
