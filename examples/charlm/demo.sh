@@ -17,11 +17,18 @@ python train.py --out-dir out/uninterrupted | tail -n 1
 echo
 echo "== 2/2: the demo run, SIGKILLed at step 600 and resumed (acceptrun run --inject kill@step=600 spec.toml) =="
 status=0
+# The model of an earlier demo must not stand in for this run's: a run that never wrote
+# one is compared as missing, not as equal.
+rm -f out/model.safetensors
 acceptrun run --inject kill@step=600 spec.toml || status=$?
 
+echo
+if [ ! -f out/model.safetensors ]; then
+  echo "the demo run wrote no final model (out/model.safetensors): nothing to compare" >&2
+  exit 1
+fi
 ours=$(sha256sum out/model.safetensors | cut -d' ' -f1)
 reference=$(sha256sum out/uninterrupted/model.safetensors | cut -d' ' -f1)
-echo
 if [ "$ours" = "$reference" ]; then
   echo "final model bitwise equal to the uninterrupted run (sha256 ${ours:0:16}...)"
 else
