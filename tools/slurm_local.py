@@ -1,10 +1,11 @@
-"""A single-node Slurm cluster on localhost, for tests and benchmarks.
+"""A Slurm cluster of one or more nodes on localhost, for tests and benchmarks.
 
 ::
 
     python tools/slurm_local.py start /tmp/slurm --cpus 8   # prints the SLURM_CONF to export
     SLURM_CONF=/tmp/slurm/slurm.conf sbatch --wrap "hostname"
     python tools/slurm_local.py stop /tmp/slurm
+    python tools/slurm_local.py start /tmp/slurm2 --nodes 2  # nodes n1 and n2
 
 or from Python::
 
@@ -14,8 +15,11 @@ or from Python::
 Everything lives under the root directory: slurm.conf, a munge key and munged's own
 socket, state, spool, logs and pid files; the ports are free ones picked at start, so
 several clusters (one per engineer or test session) run side by side with the system's.
-The node is ``localhost`` with ``cpus`` CPUs however many the machine has
-(``SlurmdParameters=config_overrides``): CPUs are the scheduling slots (``CR_CPU``), and
+One node is ``localhost``; with ``nodes=N`` (N > 1) the nodes are ``n1`` ... ``nN``, each
+its own slurmd (``slurmd -N n2``) on its own port, all with ``NodeHostname=localhost`` and
+``NodeAddr=127.0.0.1``, so ``sbatch -N 2`` + ``srun`` runs one task on each "node" of one
+machine (``SLURMD_NODENAME`` and ``SLURM_NODEID`` tell them apart). Each node has
+``cpus`` CPUs however many the machine has (``SlurmdParameters=config_overrides``): CPUs are the scheduling slots (``CR_CPU``), and
 no cgroups are used (``proctrack/linuxproc``, ``task/none``), so it runs in containers.
 There is no accounting database: ``scontrol show job`` and ``squeue --states=all`` know
 finished jobs for ``MinJobAge`` seconds, and ``JobCompType=jobcomp/filetxt`` keeps one
@@ -74,13 +78,19 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 class LocalSlurm:
-    """slurmctld, slurmd and munged for one node, all state under ``root``."""
+    """slurmctld, munged and one slurmd per node, all state under ``root``."""
 
-    def __init__(self, root: Path, cpus: int = 8, scheduler: str = "builtin") -> None:
+    def __init__(
+        self, root: Path, cpus: int = 8, scheduler: str = "builtin", nodes: int = 1
+    ) -> None:
         if scheduler not in ("builtin", "backfill"):
             raise ValueError(f"scheduler {scheduler!r}: use 'builtin' or 'backfill'")
+        if nodes < 1:
+            raise ValueError(f"nodes={nodes}: a cluster has at least 1 node")
         self.root = Path(root).resolve()
         self.cpus = cpus
+        # One node keeps its historical name; several are n1..nN (slurmd -N picks one).
+        self.nodes = ["localhost"] if nodes == 1 else [f"n{i}" for i in range(1, nodes + 1)]
         self.scheduler = scheduler
         self.conf = self.root / "slurm.conf"
         self.log_dir = self.root / "log"
@@ -95,7 +105,7 @@ class LocalSlurm:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def start(self) -> LocalSlurm:
-        """Write the configuration, start munged, slurmctld and slurmd; wait for an idle node."""
+        """Write the configuration, start munged, slurmctld and the slurmds; wait for idle nodes."""
         missing = [d for d in (*DAEMONS, "sinfo", "sbatch") if not _which(d)]
         if missing:
             raise SlurmStartError(
@@ -105,13 +115,17 @@ class LocalSlurm:
         self.stop()  # a cluster left running in this directory by an earlier start
         for sub in ("state", "spool", "log", "run", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        for node in self.nodes:
+            (self.root / "spool" / node).mkdir(exist_ok=True, mode=0o700)
         self._write_munge_key()
         self._write_conf()
         try:
             self._start_munged()
             self._start_daemon("slurmctld", ["-f", str(self.conf)])
-            # -N: this node's name in slurm.conf is localhost, whatever the host is called.
-            self._start_daemon("slurmd", ["-f", str(self.conf), "-N", "localhost"])
+            # -N: the node's name in slurm.conf (localhost, n1, n2 ...), whatever the
+            # host is called; each slurmd writes its own pid file (slurmd-%n.pid).
+            for node in self.nodes:
+                self._start_daemon("slurmd", ["-f", str(self.conf), "-N", node], node=node)
             self._wait_idle()
         except BaseException:
             self.stop()  # no daemon outlives a failed start
@@ -120,8 +134,8 @@ class LocalSlurm:
 
     def stop(self) -> None:
         """Stop the daemons started in this directory (by their pid files) and wait for them."""
-        for name in DAEMONS:
-            pid = self._pid(name)
+        for name, node in self._daemons():
+            pid = self._pid(name, node)
             if pid is None:
                 continue
             with contextlib.suppress(ProcessLookupError):
@@ -134,7 +148,14 @@ class LocalSlurm:
                     os.kill(pid, signal.SIGKILL)
                 while _alive(pid):
                     time.sleep(0.05)
-            (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
+            self._pid_file(name, node).unlink(missing_ok=True)
+
+    def _daemons(self) -> list[tuple[str, str | None]]:
+        """(daemon, node) in stop order; a node's slurmd by the pid files it left."""
+        nodes = {p.name[len("slurmd-") : -len(".pid")] for p in self.run_dir.glob("slurmd-*.pid")}
+        nodes.update(self.nodes)
+        slurmds: list[tuple[str, str | None]] = [("slurmd", n) for n in sorted(nodes)]
+        return [*slurmds, ("slurmd", None), ("slurmctld", None), ("munged", None)]
 
     def __enter__(self) -> LocalSlurm:
         return self.start()
@@ -174,11 +195,11 @@ class LocalSlurm:
             # (seconds; 120 by default, too long for tests).
             f"AuthInfo=socket={self.munge_socket},cred_expire=5",
             f"StateSaveLocation={r / 'state'}",
-            f"SlurmdSpoolDir={r / 'spool'}",
+            f"SlurmdSpoolDir={r / 'spool' / '%n'}",
             f"SlurmctldPidFile={self.run_dir / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.run_dir / 'slurmd.pid'}",
+            f"SlurmdPidFile={self.run_dir / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.log_dir / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.log_dir / 'slurmd.log'}",
+            f"SlurmdLogFile={self.log_dir / 'slurmd-%n.log'}",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             # No cgroups: containers rarely delegate them. Processes are tracked by parentage.
@@ -208,11 +229,25 @@ class LocalSlurm:
             "ReturnToService=2",
             "JobRequeue=1",
             "PrologFlags=",
-            f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} "
-            f"RealMemory={_memory_mb()} State=UNKNOWN",
-            "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+            *self._node_lines(),
+            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
+            "State=UP",
         ]
         self.conf.write_text("\n".join(line for line in lines if not line.endswith("=")) + "\n")
+
+    def _node_lines(self) -> list[str]:
+        """One NodeName line per node; several nodes share 127.0.0.1 on ports of their own."""
+        memory = _memory_mb()
+        if self.nodes == ["localhost"]:
+            return [
+                f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} "
+                f"RealMemory={memory} State=UNKNOWN"
+            ]
+        return [
+            f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={_free_port()} "
+            f"CPUs={self.cpus} RealMemory={memory} State=UNKNOWN"
+            for node in self.nodes
+        ]
 
     # ---- daemons --------------------------------------------------------------------------
 
@@ -237,10 +272,11 @@ class LocalSlurm:
                 )
             time.sleep(0.05)
 
-    def _start_daemon(self, name: str, args: list[str]) -> None:
-        self._run_daemon(name, [_which(name) or name, *args], self.log_dir / f"{name}.log")
+    def _start_daemon(self, name: str, args: list[str], node: str | None = None) -> None:
+        log = self.log_dir / (f"{name}-{node}.log" if node else f"{name}.log")
+        self._run_daemon(name, [_which(name) or name, *args], log, node=node)
 
-    def _run_daemon(self, name: str, cmd: list[str], log: Path) -> None:
+    def _run_daemon(self, name: str, cmd: list[str], log: Path, node: str | None = None) -> None:
         """Run a daemon that forks into the background; its pid file says where it went."""
         proc = subprocess.run(
             cmd, env=self.env, capture_output=True, text=True, timeout=60, check=False
@@ -251,17 +287,20 @@ class LocalSlurm:
                 + _tail(log)
             )
         deadline = time.monotonic() + START_TIMEOUT_S
-        while self._pid(name) is None:
+        while self._pid(name, node) is None:
             if time.monotonic() > deadline:
                 raise SlurmStartError(
                     f"{name} wrote no pid file within {START_TIMEOUT_S:.0f} s:\n" + _tail(log)
                 )
             time.sleep(0.05)
 
-    def _pid(self, name: str) -> int | None:
-        """The pid in ``name``'s pid file, if that process is alive and is ``name``."""
+    def _pid_file(self, name: str, node: str | None = None) -> Path:
+        return self.run_dir / (f"{name}-{node}.pid" if node else f"{name}.pid")
+
+    def _pid(self, name: str, node: str | None = None) -> int | None:
+        """The pid in ``name``'s pid file (a node's slurmd: its own), if alive and ``name``."""
         try:
-            pid = int((self.run_dir / f"{name}.pid").read_text().strip())
+            pid = int(self._pid_file(name, node).read_text().strip())
         except (OSError, ValueError):
             return None
         try:
@@ -275,16 +314,23 @@ class LocalSlurm:
         state = ""
         while time.monotonic() < deadline:
             proc = subprocess.run(
-                ["sinfo", "-h", "-N", "-o", "%T"],
+                ["sinfo", "-h", "-N", "-o", "%N %T"],
                 env=self.env, capture_output=True, text=True, timeout=30, check=False,
             )  # fmt: skip
             state = (proc.stdout or proc.stderr).strip()
-            if proc.returncode == 0 and state.rstrip("*") == "idle":
+            rows = dict(line.split(None, 1) for line in state.splitlines() if " " in line)
+            if proc.returncode == 0 and all(
+                rows.get(n, "").rstrip("*") == "idle" for n in self.nodes
+            ):
                 return
             time.sleep(0.2)
-        logs = "\n".join(f"{n}.log:\n{_tail(self.log_dir / f'{n}.log')}" for n in DAEMONS[:2])
+        logs = "\n".join(
+            f"{log.name}:\n{_tail(log)}"
+            for log in [self.log_dir / "slurmctld.log"]
+            + [self.log_dir / f"slurmd-{n}.log" for n in self.nodes]
+        )
         raise SlurmStartError(
-            f"the node did not become idle within {START_TIMEOUT_S:.0f} s "
+            f"the nodes did not become idle within {START_TIMEOUT_S:.0f} s "
             f"(sinfo says {state!r}); {self.conf}\n{logs}"
         )
 
@@ -315,17 +361,20 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="A single-node Slurm cluster on localhost.")
+    p = argparse.ArgumentParser(description="A Slurm cluster of one or more nodes on localhost.")
     sub = p.add_subparsers(dest="action", required=True)
     start = sub.add_parser("start", help="start the cluster in DIR")
     start.add_argument("dir", type=Path)
-    start.add_argument("--cpus", type=int, default=8, help="CPUs of the node (default 8)")
+    start.add_argument("--cpus", type=int, default=8, help="CPUs of each node (default 8)")
+    start.add_argument(
+        "--nodes", type=int, default=1, help="nodes (default 1; 2 or more: n1, n2, ...)"
+    )
     stop = sub.add_parser("stop", help="stop the cluster in DIR")
     stop.add_argument("dir", type=Path)
     args = p.parse_args(argv)
     if args.action == "start":
         try:
-            slurm = LocalSlurm(args.dir, cpus=args.cpus).start()
+            slurm = LocalSlurm(args.dir, cpus=args.cpus, nodes=args.nodes).start()
         except SlurmStartError as exc:
             print(f"slurm_local: {exc}", file=sys.stderr)
             return 1
