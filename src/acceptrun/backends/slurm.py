@@ -21,6 +21,14 @@ the newest checkpoint that verifies in the shared run record. ``scontrol requeue
 outside (or a preemption that requeues) sends SIGTERM to every process of the job: the
 supervisor stops the run the same way, and the next allocation resumes it.
 
+Multi-node (``resources.nodes = N > 1``): one job of N nodes (``--nodes=N
+--ntasks-per-node=1``). The batch script still runs ONE supervisor, on the first node;
+its workload command is one srun step across all N nodes with one torchrun per node
+(acceptrun.workload.distributed, acceptrun.workload.slurm_step), so the grace signal
+reaches srun, which forwards it to every node's torchrun and ranks, and a restart after a
+node failure is a new srun step inside the same allocation, from the newest sharded
+checkpoint every rank committed.
+
 Between the two allocations the record is closed as it stood (status ``finished``, the
 last attempt ``stopped``); the resume reopens it with attempt N+1 and closes it again
 with the final verdict.
@@ -122,11 +130,11 @@ def submit(spec_path: Path, workspace: Workspace, *, priority: int = 0) -> Slurm
 
 def _check_spec(spec: RunSpec) -> None:
     """What Slurm cannot run as asked; each message says the field and the fix."""
-    if spec.resources.nodes > 1:
+    if spec.resources.nodes > 1 and (spec.shell or not spec.command):
         raise UserError(
-            f"resources.nodes = {spec.resources.nodes}: the Slurm backend runs one supervisor "
-            "on one node; multi-node runs are not supported yet. Use resources.nodes = 1 "
-            "(resources.processes starts several processes on that node)"
+            f"resources.nodes = {spec.resources.nodes} with command {spec.command!r}: a "
+            "multi-node run needs the command as a list, e.g. command = "
+            '["python", "train.py"] (acceptrun adds srun and torchrun)'
         )
     grace, stop = spec.slurm.signal_grace, spec.limits.grace_period
     if grace > MAX_SIGNAL_S:
@@ -168,8 +176,11 @@ def batch_script(
         f"--error={err}",
         "--open-mode=append",  # a requeued job appends to the same files
         f"--chdir={spec.workdir_path}",
-        "--nodes=1",
-        "--ntasks=1",
+        *(
+            [f"--nodes={spec.resources.nodes}", "--ntasks-per-node=1"]
+            if spec.resources.nodes > 1
+            else ["--nodes=1", "--ntasks=1"]
+        ),
         "--requeue",
         f"--signal=B:USR1@{math.ceil(spec.slurm.signal_grace)}",
         f"--comment=acceptrun:{run_id}",

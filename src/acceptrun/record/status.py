@@ -62,10 +62,12 @@ class FailureClass(enum.StrEnum):
     CUDA_OOM = "cuda_oom"
     HOST_OOM = "host_oom"
     DISTRIBUTED = "distributed"
+    NODE_LOST = "node_lost"
     GPU_FAULT = "gpu_fault"
     HANG = "hang"
     DATA_STALL = "data_stall"
     DIVERGED = "diverged"
+    DISK_FULL = "disk_full"
     USER_ERROR = "user_error"
     WALL_TIME = "wall_time"
     BUDGET = "budget"
@@ -123,6 +125,7 @@ RETRYABLE_CLASSES: frozenset[FailureClass] = frozenset(
         FailureClass.CUDA_OOM,
         FailureClass.HOST_OOM,
         FailureClass.DISTRIBUTED,
+        FailureClass.NODE_LOST,
         FailureClass.GPU_FAULT,
         FailureClass.HANG,
         FailureClass.DATA_STALL,

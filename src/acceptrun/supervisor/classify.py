@@ -18,10 +18,18 @@ that decided it. The first rule that matches wins:
    file``, or exit 126/127 from a shell: ``user_error`` (no retry) when no step happened
    yet; after a step the same errors are ``failed`` (retry: a file that vanishes mid-run
    can be a flaky mount). A process that died by a signal is never a user error.
+7b. a full file system (``DiskFullError``, ``[Errno 28] No space left on device``, a
+   quota, or ``[Errno 27] File too large`` from a file-size limit): ``disk_full``, no
+   retry (a restart would fill the same disk at the same step; free space, then
+   ``acceptrun resume``)
 8. a CUDA out-of-memory error: ``cuda_oom``, one retry
 9. ``MemoryError`` (or torch's/numpy's host allocation failure), or SIGKILL / exit 137 /
    a "Killed" line while the kernel counted an OOM kill in our cgroup: ``host_oom``,
    one retry
+9b. a multi-node step (srun) whose first failed task died by a signal, not by an exit
+   status of its own: ``node_lost``, retry. srun's ``srun: error: NODE: task I: Killed``
+   lines and each node's ``acceptrun-node:`` line (acceptrun.workload.slurm_step) are
+   the evidence: which node failed first and how every node's processes ended
 10. an Xid error from NVML or a CUDA fault (illegal address, ECC, launch failure,
     device-side assert, fallen off the bus): ``gpu_fault``, retry
 11. an NCCL, gloo, rendezvous or torchrun child failure: ``distributed``, retry
@@ -104,6 +112,9 @@ _USER_EXC = re.compile(
 _ARGPARSE = re.compile(r"^\S+: error: ")  # argparse: "prog: error: ...", exit status 2
 _CANT_OPEN = re.compile(r": can't open file '.*\[Errno \d+\]")  # python missing.py
 _SHELL = re.compile(r"(?:command )?not found$|Permission denied$|cannot execute")
+_DISK_FULL = re.compile(
+    r"\bDiskFullError\b|\[Errno (?:28|122|27)\]|No space left on device|Disk quota exceeded"
+)
 _CUDA_OOM = re.compile(
     r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED"
     r"|CUDA_ERROR_OUT_OF_MEMORY|CUDA error\b.*\bout of memory"
@@ -125,6 +136,11 @@ _DISTRIBUTED = re.compile(
     r"|\bgloo\b.*(?:Connection (?:closed|reset) by peer|Timed out)"
 )
 _WRAPPER = re.compile(r"^(?:[\w.]+\.)?ChildFailedError\b")
+# srun's report of a task that ended badly: "srun: error: n2: task 1: Killed",
+# "srun: error: n1: task 0: Exited with exit code 1", "srun: error: n3: tasks 4-7: ...".
+_SRUN_TASK = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,-]+): (?P<how>.+)$")
+_SRUN_EXIT = re.compile(r"^Exited with exit code \d+$")
+_NODE_LINE = re.compile(r"^acceptrun-node: node=\S+ task=\S+ torchrun .+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +233,12 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
 
     # A Python exception that ended the process decides; otherwise every line counts.
     window = final[1] if final is not None and sig is None else lines
+    if sig is None and (hits := _matching(head, _DISK_FULL)):  # the final exception decides
+        reason = (
+            "a file system is full (or a file-size limit was reached): a restart would fail "
+            f"the same way; free space, then `acceptrun resume`: {hits[-1][:200]}"
+        )
+        return _result("disk_full", [*hits, ended], reason)
     if hits := _matching(window, _CUDA_OOM):
         reason = "the GPU ran out of memory (CUDA OOM); one retry is allowed"
         return _result("cuda_oom", [*hits, ended], reason)
@@ -231,6 +253,8 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
     if hits := _matching(window, _HOST_OOM):
         reason = "the workload ran out of host memory (MemoryError); one retry is allowed"
         return _result("host_oom", [*hits, ended], reason)
+    if (lost := _node_lost(lines, ended)) is not None:
+        return lost
     gpu = _matching(window, _GPU_FAULT)
     if facts.xid_errors or gpu:
         reason = "the GPU reported a fault (an Xid error or a CUDA fault); check it if it recurs"
@@ -247,6 +271,22 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
         return _result("killed", [ended], f"killed by {what}, not by the supervisor{note}")
     exc = [_trim(final[0][0].raw)] if final is not None and final[0] else []
     return _result("failed", [*exc, ended], f"{ended}" + (f": {exc[0][:200]}" if exc else ""))
+
+
+def _node_lost(lines: list[_Line], ended: str) -> Classification | None:
+    """Rule 9b: srun says the first task to fail on some node died by a signal."""
+    tasks = [(m, ln) for ln in lines if (m := _SRUN_TASK.match(ln.text))]
+    if not tasks or _SRUN_EXIT.match(tasks[0][0]["how"]):
+        return None  # no srun step, or the first failure was a process's own exit status
+    first = tasks[0][0]
+    nodes = [ln.raw for _, ln in tasks] + [ln.raw for ln in lines if _NODE_LINE.match(ln.text)]
+    evidence = [_trim(line) for line in dict.fromkeys(nodes)][: MAX_EVIDENCE - 1]
+    reason = (
+        f"node {first['node']} lost: its task {first['tasks']} ended by "
+        f"{first['how'].rstrip('.')} before any other node's failed; srun ended the step on "
+        "every node, a restart resumes from the newest checkpoint every rank committed"
+    )
+    return _result("node_lost", [*evidence, ended], reason)
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')

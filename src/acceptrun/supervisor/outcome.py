@@ -129,7 +129,8 @@ def attempt_work(
 
     Lost = the steps after the newest checkpoint at the time it ended (a restart redoes
     them) and the wall time since that checkpoint's step; device-seconds are that
-    time the run's GPUs (or one CPU device) sat on work thrown away.
+    time the run's GPUs (or one CPU device per node) sat on work thrown away, and
+    node-seconds that time times the run's nodes.
     """
     store = CheckpointStore(checkpoint_dir)
     latest = store.latest()
@@ -170,11 +171,15 @@ def attempt_work(
     if res.outcome == "idle" and idle_since is not None:
         # The idle streak at the end is idle time (the ledger's), not work thrown away.
         lost_s = max(0.0, lost_s - (ended - float(idle_since)))
-    devices = max(spec.resources.gpus, 1)
+    # Every node of a multi-node run sat on the lost work: node-seconds, and device-seconds
+    # for all of its GPUs (or one CPU device per node).
+    nodes = max(spec.resources.nodes, 1)
+    devices = max(spec.resources.gpus, 1) * nodes
     work.update(
         steps_lost=lost_steps,
         seconds_lost=round(lost_s, 3),
         device_seconds_lost=round(lost_s * devices, 3),
+        node_seconds_lost=round(lost_s * nodes, 3),
     )
     return work
 

@@ -14,6 +14,18 @@ is set to the spec's grace period, so the agent never SIGKILLs a rank that is st
 writing its checkpoint. It also forwards SIGUSR2 (the supervisor's "dump your stacks"
 before it kills a hung attempt) instead of dying of it.
 
+A spec with ``resources.nodes = N > 1`` runs inside a Slurm allocation of N nodes: each
+attempt is one srun step with one torchrun per node (c10d rendezvous on the supervisor's
+node, a fresh port per attempt), wrapped for signals by :mod:`acceptrun.workload.slurm_step`::
+
+    ["python", "train.py"]
+      -> [sys.executable, "-m", "acceptrun.workload.slurm_step", "srun", "--", "srun",
+          "--nodes", "N", "--ntasks", "N", "--ntasks-per-node", "1", "--kill-on-bad-exit=1",
+          "python", "-m", "acceptrun.workload.slurm_step", "task", "--",
+          "python", "-m", "torch.distributed.run", "--nnodes", "N", "--nproc-per-node", "P",
+          "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--rdzv-id", "RUN-aK",
+          "--max-restarts", "0", "train.py"]
+
 Inside the workload, :func:`rank_info` reads RANK, WORLD_SIZE and LOCAL_RANK (set by
 torchrun) and :class:`RankGroup` holds two gloo process groups of acceptrun's own: one
 for the training thread (the stop agreement at each step boundary, the restore) and one
@@ -27,6 +39,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -48,6 +61,11 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _SHELL_SYNTAX = set(";&|<>$`(){}\n")  # a list, pipeline, redirection or expansion: not one command
 _NPROC = re.compile(r"--nproc[-_]per[-_]node(?:=(.*))?")
 _PR_SET_PDEATHSIG = 1  # prctl(2) option, linux/prctl.h
+# Where the ranks of a multi-node run meet: the supervisor's host unless set (a name or
+# address every node can reach), and a port free there unless set.
+ENV_RDZV_HOST = "ACCEPTRUN_RDZV_HOST"
+ENV_RDZV_PORT = "ACCEPTRUN_RDZV_PORT"
+STEP_MODULE = "acceptrun.workload.slurm_step"
 
 
 # ---- the launch (supervisor side: no torch) ---------------------------------------------------
@@ -70,6 +88,9 @@ def launch_command(spec: Any, env: MutableMapping[str, str] | None = None) -> li
         # ['python', '-m', 'torch.distributed.run', '--standalone', ..., 'train.py']
     """
     processes = int(spec.resources.processes)
+    nodes = int(spec.resources.nodes)
+    if nodes > 1:
+        return _multinode_command(spec, processes, nodes, os.environ if env is None else env)
     if processes <= 1:
         return list(spec.command)
     if spec.shell:
@@ -83,6 +104,72 @@ def launch_command(spec: Any, env: MutableMapping[str, str] | None = None) -> li
     if spec.shell:
         return ["/bin/sh", "-c", " ".join([*prefix, shlex.join(argv)])]
     return argv
+
+
+def _multinode_command(
+    spec: Any, processes: int, nodes: int, env: MutableMapping[str, str] | Mapping[str, str]
+) -> list[str]:
+    """One srun step of ``nodes`` tasks, one torchrun each (see the module docstring)."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        raise SpecError(
+            spec.source,
+            [
+                f"resources.nodes = {nodes}: a multi-node run starts inside a Slurm allocation "
+                f"of {nodes} nodes and SLURM_JOB_ID is not set here; submit it with "
+                "`acceptrun submit --backend slurm SPEC`, or set resources.nodes = 1"
+            ],
+        )
+    have = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or ""
+    if have.isdigit() and int(have) < nodes:
+        raise SpecError(
+            spec.source,
+            [
+                f"resources.nodes = {nodes} but Slurm job {job} has {have} node(s); submit "
+                f"with `acceptrun submit --backend slurm` (it asks for --nodes={nodes})"
+            ],
+        )
+    if spec.shell:
+        raise _problem(spec, f"with resources.nodes = {nodes} the command must be a list")
+    words = list(spec.command)
+    program = Path(words[0]).name if words else ""
+    if not _PYTHON.fullmatch(program) or "torch.distributed.run" in words[1:3]:
+        raise _problem(
+            spec,
+            f"with resources.nodes = {nodes} acceptrun starts srun and torchrun itself; "
+            "write the command as a Python script or module",
+        )
+    single = _wrap(spec, words, max(processes, 2))  # python -m torch.distributed.run ...
+    i = single.index("--standalone")
+    host = env.get(ENV_RDZV_HOST) or socket.gethostname()
+    port = env.get(ENV_RDZV_PORT) or str(_free_port())
+    rdzv_id = f"{env.get('ACCEPTRUN_RUN_ID', 'run')}-a{env.get('ACCEPTRUN_ATTEMPT', '0')}"
+    torchrun = [
+        *single[:i], "--nnodes", str(nodes), "--nproc-per-node", str(processes),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", rdzv_id,
+        "--max-restarts", "0", *single[i + 7 :],
+    ]  # fmt: skip
+    if isinstance(env, MutableMapping):
+        env.setdefault(PET_SHUTDOWN_TIMEOUT, str(max(1, round(float(spec.limits.grace_period)))))
+        env.setdefault(PET_SIGNALS_TO_HANDLE, SIGNALS_TO_FORWARD)
+    srun = [
+        "srun", "--nodes", str(nodes), "--ntasks", str(nodes), "--ntasks-per-node", "1",
+        # One node's failure ends the step on every node: the supervisor restarts all of it.
+        "--kill-on-bad-exit=1",
+    ]  # fmt: skip
+    python = words[0]
+    return [
+        sys.executable, "-m", STEP_MODULE, "srun", "--", *srun,
+        python, "-m", STEP_MODULE, "task", "--", *torchrun,
+    ]  # fmt: skip
+
+
+def _free_port() -> int:
+    """A TCP port free on this host now (the rendezvous store binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _problem(spec: Any, why: str) -> SpecError:

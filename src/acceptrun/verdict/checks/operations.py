@@ -32,10 +32,16 @@ _CLASS_FIX = {
     "user_error": "fix the error in stderr.log (import, syntax, missing file, or an exception that recurs at the same place); it is never retried",
     "cuda_oom": "lower the batch size, or use bf16 / activation checkpointing (acceptrun tune)",
     "host_oom": "the host ran out of memory: fewer data-loader workers, smaller prefetch, a bigger machine",
+    "disk_full": "free space where the error says (or raise the file-size limit), or set "
+    "checkpoint.dir to a larger file system; then `acceptrun resume RUN` continues from the "
+    "newest checkpoint",
     "diverged": 'lower the learning rate, or set limits.on_divergence = "rollback"',
     "hang": "read stacks.txt in the attempt's directory: where the workload was stuck",
     "data_stall": "the data loader stopped delivering: check the data source and num_workers",
     "distributed": "a collective or rendezvous failed: check every rank's log and the network",
+    "node_lost": "a node's processes died (the evidence names the node and how): check that "
+    "node (scontrol show node, its slurmd log), or exclude it (slurm.extra_args = "
+    '["--exclude=NODE"])',
     "gpu_fault": "a GPU error (Xid, ECC, illegal address): check the GPU, or move to another machine",
     "wall_time": "raise limits.wall_time, or make the run faster",
     "idle": "the workload sat idle: see what it waited for in stderr.log and telemetry.jsonl, "
