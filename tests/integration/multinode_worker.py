@@ -1,0 +1,120 @@
+"""A rank of the multi-node tests: a tiny FSDP2 model (CPU, gloo) with sharded checkpoints.
+
+Started by acceptrun through srun and torchrun, one rank per node. Environment:
+
+- ``TOTAL`` steps, ``EVERY``: a sharded checkpoint after every EVERY-th step;
+- ``HOLD_AT``: in attempt 1 only, after that step (and its checkpoint, if any) every
+  rank writes ``OUT/held-<rank>`` and waits until ``OUT/release`` exists or a stop is
+  asked for: a point mid-run where the test kills a node or signals the job, without
+  guessing how fast the machine is;
+- ``OUT``: where rank 0 writes ``final.safetensors`` (every model and optimizer tensor,
+  gathered) when the run completes, and every rank ``rank-<rank>.json`` (its node).
+
+A stop (SIGTERM, forwarded by torchrun) sets a flag; at the end of each step the ranks
+agree on it (all_reduce MAX), save a sharded checkpoint of that step on every node and
+exit as stopped (143). A resumed attempt loads the newest checkpoint every rank committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import types
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import acceptrun
+from acceptrun.checkpoint import sharded
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+run = acceptrun.init()
+out = Path(os.environ["OUT"])
+out.mkdir(parents=True, exist_ok=True)
+(out / f"rank-{rank}.json").write_text(
+    json.dumps(
+        {"node": os.environ.get("SLURMD_NODENAME"), "attempt": run.attempt, "pid": os.getpid()}
+    )
+)
+
+stop = {"asked": False}
+
+
+def on_stop(signum: int, frame: types.FrameType | None) -> None:
+    stop["asked"] = True  # acted on at the end of the step, by every rank together
+
+
+signal.signal(signal.SIGTERM, on_stop)
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+mesh = init_device_mesh("cpu", (world,))
+for layer in model:
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+store = run.checkpoint_store()
+
+
+def state(step: int) -> dict[str, object]:
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd, "train": {"step": step}}
+
+
+loading = state(-1)
+info = sharded.load(store, loading)
+if info is not None:
+    set_state_dict(model, opt, model_state_dict=loading["model"], optim_state_dict=loading["optim"])
+start = int(loading["train"]["step"]) + 1 if info is not None else 0  # type: ignore[index]
+
+total, every = int(os.environ["TOTAL"]), int(os.environ["EVERY"])
+hold_at = int(os.environ.get("HOLD_AT", "-1")) if run.attempt == 1 else -1
+saved = start - 1 if info is not None else None
+for step in run.steps(start, total):
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 + step))
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    run.log(step, loss=loss.item())
+    if (step + 1) % every == 0:
+        sharded.save(store, step, state(step), metrics={"loss": loss.item()})
+        saved = step
+    if step == hold_at:
+        (out / f"held-{rank}").write_text(str(step))
+        while not (out / "release").exists() and not stop["asked"]:
+            time.sleep(0.05)  # polling a file the test writes; not a timing assumption
+    flag = torch.tensor([1 if stop["asked"] else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item():
+        if saved != step:
+            sharded.save(store, step, state(step), metrics={"loss": loss.item()})
+            saved = step
+        dist.barrier()
+        run.exit_stopped(step, checkpoint=step)
+
+opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+msd, osd = get_state_dict(model, opt, options=opts)
+if rank == 0:
+    tensors = {f"model.{k}": v.clone() for k, v in msd.items()}
+    for fqn, values in osd.get("state", {}).items():
+        for name, value in values.items():
+            tensors[f"optim.{fqn}.{name}"] = torch.as_tensor(value).clone()
+    save_file(tensors, str(out / "final.safetensors"))
+    run.metric("final/loss", loss.item())
+dist.barrier()
+dist.destroy_process_group()
