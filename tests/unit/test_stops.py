@@ -149,11 +149,50 @@ def test_hang_kills_without_grace_with_the_watch_evidence(
         {"kind": "heartbeat", "phase": phase, "phase_s": 95.0},
         quiet_s=100.0,
     )
-    assert stops.Hang(watch, window=300.0).check(0.0, poll()) is None
-    stop = stops.Hang(watch, window=60.0).check(0.0, poll())
+    assert stops.Hang(watch, window=300.0, grace=30.0).check(0.0, poll()) is None
+    stop = stops.Hang(watch, window=60.0, grace=30.0).check(0.0, poll())
     assert stop is not None and (stop.cause, stop.outcome, stop.graceful) == (kind, kind, False)
     assert stop.summary == f"killed after no progress for 1m00s ({kind.replace('_', ' ')})"
     assert stop.evidence is not None and stop.evidence.endswith("last step 7")
+
+
+def test_hang_clock_stops_at_workload_end_and_the_exit_gets_the_grace_period(
+    tmp_path: Path,
+) -> None:
+    watch = _client_watch(
+        tmp_path,
+        {"kind": "workload_start"},
+        {"kind": "step", "step": 19},
+        {"kind": "workload_end", "status": "ok"},
+        quiet_s=100.0,  # the last step long ago: torch's exit on a busy machine
+    )
+    assert watch.stalled(60.0) is None
+    assert watch.ended_t is not None and watch.end_status == "ok"
+    cause = stops.Hang(watch, window=60.0, grace=30.0)
+    assert cause.check(watch.ended_t + 29.0, poll()) is None
+    stop = cause.check(watch.ended_t + 31.0, poll())
+    assert stop is not None and (stop.cause, stop.outcome, stop.graceful) == ("hang", "hang", False)
+    assert (
+        stop.summary
+        == "killed: its process did not exit within 30s after the workload ended (hang)"
+    )
+    assert stop.evidence == (
+        "the workload ended (workload_end, status ok) 31s ago;"
+        " its process did not exit within limits.grace_period (30s)"
+    )
+
+
+def test_another_ranks_workload_end_leaves_the_hang_clock_running(tmp_path: Path) -> None:
+    watch = _client_watch(
+        tmp_path,
+        {"kind": "workload_start"},
+        {"kind": "step", "step": 7},
+        {"kind": "workload_end", "status": "error: RuntimeError: boom", "rank": 1},
+        quiet_s=100.0,
+    )
+    assert watch.ended_t is None
+    stall = watch.stalled(60.0)
+    assert stall is not None and stall.kind == "hang"
 
 
 def test_causes_satisfy_the_protocol() -> None:

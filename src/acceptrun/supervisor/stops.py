@@ -19,8 +19,8 @@ cause              outcome         graceful   when
 :class:`WallTime`  ``wall_time``   yes        ``limits.wall_time`` since the launch
 :class:`Idle`      ``idle``        yes        the devices sat idle (``telemetry.idle_*``)
 :class:`TimedFaults` (none)        (none)     an injected ``kill@time=30s`` is due (never a stop)
-:class:`Hang`      ``hang`` /      no         no progress for ``limits.hang_window``
-                   ``data_stall``
+:class:`Hang`      ``hang`` /      no         no progress for ``limits.hang_window``, or the
+                   ``data_stall``             process outlived its ``workload_end`` by ``limits.grace_period``
 =================  ==============  =========  =================================================
 
 To add a cause: write a class with ``name``, ``outcome``, ``graceful``, ``after_stop`` and
@@ -242,18 +242,37 @@ class TimedFaults:
 
 
 class Hang:
-    """No progress for ``limits.hang_window``: a hang, or a data stall (the loader's wait)."""
+    """No progress for ``limits.hang_window``: a hang, or a data stall (the loader's wait).
+
+    Once the workload said it ended (rank 0's ``workload_end``), no step is due: the hang
+    clock stops and the process gets ``limits.grace_period`` to exit (the interpreter's
+    teardown; torch's takes seconds on a busy machine). A process still there after that
+    is stuck in its exit (a non-daemon thread, an atexit handler): a hang, said so.
+
+    >>> from pathlib import Path
+    >>> from acceptrun.supervisor.watch import AttemptWatch
+    >>> watch = AttemptWatch(Path("events.jsonl"), 1, (), pid=0, client=True, ended_t=10.0)
+    >>> watch.end_status = "ok"
+    >>> cause = Hang(watch, window=2.0, grace=30.0)
+    >>> cause.check(39.0, PollState(attempt=1, elapsed=39.0)) is None
+    True
+    >>> cause.check(40.0, PollState(attempt=1, elapsed=40.0)).evidence
+    'the workload ended (workload_end, status ok) 30s ago; its process did not exit within limits.grace_period (30s)'
+    """
 
     name: ClassVar[str] = "hang"
     outcome: ClassVar[str | None] = "hang"  # or data_stall, as the watch tells them apart
     graceful: ClassVar[bool] = False
     after_stop: ClassVar[bool] = False
 
-    def __init__(self, watch: AttemptWatch, window: float) -> None:
+    def __init__(self, watch: AttemptWatch, window: float, grace: float) -> None:
         self.watch = watch
-        self.window = window  # seconds
+        self.window = window  # seconds without progress: limits.hang_window
+        self.grace = grace  # seconds to exit after workload_end: limits.grace_period
 
     def check(self, now: float, state: PollState) -> Stop | None:
+        if self.watch.ended_t is not None:
+            return self._exit_overdue(now, self.watch.ended_t)
         stall = self.watch.stalled(self.window)
         if not stall:
             return None
@@ -262,3 +281,16 @@ class Hang:
             stall.kind, stall.kind, f"{summary} ({stall.kind.replace('_', ' ')})",
             graceful=False, evidence=stall.evidence,
         )  # fmt: skip
+
+    def _exit_overdue(self, now: float, ended_t: float) -> Stop | None:
+        """The workload ended ``now - ended_t`` seconds ago: a Stop once its exit is overdue."""
+        waited = now - ended_t
+        if waited < self.grace:
+            return None
+        grace = format_duration(self.grace)
+        evidence = (
+            f"the workload ended (workload_end, status {self.watch.end_status}) {waited:.0f}s"
+            f" ago; its process did not exit within limits.grace_period ({grace})"
+        )
+        summary = f"killed: its process did not exit within {grace} after the workload ended"
+        return Stop(self.name, "hang", f"{summary} (hang)", graceful=False, evidence=evidence)

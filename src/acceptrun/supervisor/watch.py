@@ -13,6 +13,12 @@ keeps this attempt's events for the classifier, and answers "how long since prog
   (``progress.pattern``/``progress.tensorboard``, ``steps_only``): progress is a step
   event, as with the client; other output and CPU use are not progress (a loop that
   spins without finishing a step is hung).
+
+The client's clock starts when it attaches (``workload_start``) and stops when the
+workload says it ended (rank 0's ``workload_end``): what follows is the interpreter's
+exit (torch's teardown takes seconds on a busy machine), not a step that is late. The
+supervisor then waits for the exit, bounded by the grace period (:attr:`AttemptWatch.ended_t`,
+supervisor/stops.py's ``Hang``).
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class AttemptWatch:
     last_loss: Any = None
     last_checkpoint: int | None = None
     last_checkpoint_t: float | None = None
+    ended_t: float | None = None  # monotonic s when rank 0's workload_end arrived
+    end_status: str | None = None  # its status ("ok", "error: ...")
     # For the live telemetry (Prometheus): the newest step event and attempt totals (s).
     last_step_event: dict[str, Any] | None = None
     step_time_total: float = 0.0
@@ -100,6 +108,14 @@ class AttemptWatch:
         kind = ev.get("kind")
         if kind == "workload_start":
             self.client = True
+            # The client's steps are the progress from now on: its clock starts here, not
+            # at the black box's last CPU sample (up to CPU_SAMPLE_S old).
+            self._progress_t = time.monotonic()
+        elif kind == "workload_end" and ev.get("rank", 0) == 0:
+            # The run's end, told by rank 0 (another rank's workload_end is its own error,
+            # while the others may still be stuck).
+            self.ended_t = time.monotonic()
+            self.end_status = str(ev.get("status"))
         elif kind == "step":
             span = ev.get("span")  # a log line every N steps stands for N of them
             self.steps += span if isinstance(span, int) and span > 0 else 1
@@ -122,7 +138,12 @@ class AttemptWatch:
             self.last_checkpoint_t = ev.get("t")
 
     def stalled(self, window: float) -> Stall | None:
-        """A :class:`Stall` when nothing progressed for ``window`` seconds, else None."""
+        """A :class:`Stall` when nothing progressed for ``window`` seconds, else None.
+
+        Never once the workload said it ended (:attr:`ended_t`): no step is due any more.
+        """
+        if self.ended_t is not None:
+            return None
         now = time.monotonic()
         if not self.client and not self.steps_only:
             self._black_box_progress(now)
