@@ -76,6 +76,33 @@ def test_term_checkpoints_the_step_and_loses_none(project: Project) -> None:
     assert injected(record) == [{"action": "term", "step": 3, "attempt": 1}]
 
 
+# One save, in the background (not blocking): the kill due at step 1 waits for a commit
+# and so fires at step 3, once that save, still in flight when the step ends, committed.
+ASYNC_SAVE = """
+import acceptrun, torch
+run = acceptrun.init()
+model = torch.nn.Linear(2, 1)
+start = run.restore(model=model)
+for step in run.steps(start, 6):
+    run.log(step, loss=1.0 / (step + 1))
+    if step == 3:
+        run.checkpoint(step)
+"""
+
+
+def test_kill_after_checkpoint_waits_for_the_save_in_flight(project: Project) -> None:
+    spec = project.spec(ASYNC_SAVE, extra="[limits]\nrestart_backoff = 0\nmax_restarts = 1\n")
+    fault = "kill@step=1:after=checkpoint"
+    record = launch(spec, workspace=project.workspace, echo=False, inject=[fault]).record
+    assert record.state["injected"] == ["kill@step=1:after=checkpoint:attempt=1"]
+    first, second = exits(record)
+    assert first["signal"] == "SIGKILL" and second["outcome"] == "success"
+    (fired,) = record.events("fault_injected")
+    assert (fired["step"], fired["seen_step"]) == (1, 3)  # due at 1, fired after 3's commit
+    assert [s["resume_step"] for s in record.events("attempt_start")] == [None, 3]
+    assert {e["step"] for e in record.events("step") if e["attempt"] == 2} == {4, 5}
+
+
 def test_nan_diverges(project: Project) -> None:
     record = run_with(project, "nan@step=2", limits="max_restarts = 0\n").record
     (diverged,) = record.events("diverged")

@@ -73,8 +73,9 @@ def test_drill_passes_on_a_deterministic_workload(project: Project) -> None:
     report = json.loads(drilled.file("drill.json").read_text())
     assert report["ok"] and report["reference_run"] == reference.run_id
     assert report["spec_hash"] == reference.state["spec_hash"] == drilled.state["spec_hash"]
-    # Checkpoints at 3, 7, 11...: killed at 5 (halfway to the second), preempted at 16 (70%).
-    assert report["faults"] == ["kill@step=5:attempt=1", "term@step=16:attempt=2"]
+    # Checkpoints at 3, 7, 11...: killed at 5 (halfway to the second) once step 3's save
+    # committed (the client waits for it there, whatever the load), preempted at 16 (70%).
+    assert report["faults"] == ["kill@step=5:after=checkpoint:attempt=1", "term@step=16:attempt=2"]
     assert drilled.state["injected"] == report["faults"]
     kill, preempt = report["restarts"]
     assert (kill["last_step"], kill["resume_step"], kill["lost_steps"]) == (5, 3, 2)

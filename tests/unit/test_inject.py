@@ -8,7 +8,13 @@ import pytest
 
 from acceptrun.errors import UserError
 from acceptrun.run.launch import launch
-from acceptrun.workload.inject import Fault, faults_for_attempt, parse_faults, time_faults
+from acceptrun.workload.inject import (
+    Fault,
+    due_after_checkpoint,
+    faults_for_attempt,
+    parse_faults,
+    time_faults,
+)
 from conftest import Project
 
 # A client workload; CKPT=1 checkpoints a tiny torch model after steps 2 and 5. The saves
@@ -51,6 +57,16 @@ for step in run.steps(start, 8):
             id="comma-list",
         ),
         pytest.param(["kill@step=1", "term@step=2,kill@time=1m"], None, id="list"),
+        pytest.param(
+            "kill@step=36:after=checkpoint:attempt=1",
+            [Fault("kill", 36, None, 1, None, after_checkpoint=True)],
+            id="after-checkpoint",
+        ),
+        pytest.param(
+            "term@step=9:attempt=2:after=checkpoint",
+            [Fault("term", 9, None, 2, None, after_checkpoint=True)],
+            id="options-either-order",
+        ),
     ],
 )
 def test_parse_faults_accepts(text: Any, expected: list[Fault] | None) -> None:
@@ -79,6 +95,11 @@ def test_parse_faults_accepts(text: Any, expected: list[Fault] | None) -> None:
         pytest.param("kill=3@step=3", "only exit takes a value", id="value"),
         pytest.param("kill@step=3:attempt=0", "attempt=0 is not an attempt", id="attempt"),
         pytest.param("kill@step=3:rank=1", "rank= is not an option", id="option"),
+        pytest.param("kill@step=3:after", "'after' is not an option", id="option-no-value"),
+        pytest.param("kill@step=3:after=save", "after=save is not a condition", id="after"),
+        pytest.param(
+            "kill@time=3s:after=checkpoint", "only a step fault can wait", id="after-timed"
+        ),
     ],
 )
 def test_parse_faults_rejects_naming_the_item(item: str, why: str) -> None:
@@ -97,6 +118,16 @@ def test_attempt_selection() -> None:
     timed = time_faults(parse_faults(text), 1)
     assert [f.after_s for f in timed] == [1.0, 2.0]  # soonest first
     assert time_faults(parse_faults(text), 2) == [Fault("kill", None, 3.0, 2, None)]
+
+
+def test_a_fault_after_checkpoint_waits_for_a_commit_past_its_step() -> None:
+    (fault,) = parse_faults("kill@step=36:after=checkpoint")
+    assert not due_after_checkpoint(fault, 35, 24)  # its step not reached
+    assert not due_after_checkpoint(fault, 36, None)  # nothing committed yet: later
+    assert not due_after_checkpoint(fault, None, 24)  # no step read yet
+    assert due_after_checkpoint(fault, 36, 24) and due_after_checkpoint(fault, 41, 24)
+    (plain,) = parse_faults("kill@step=36")
+    assert due_after_checkpoint(plain, 36, None)  # a plain step fault waits for nothing
 
 
 def test_launch_rejects_a_bad_fault_before_any_record(project: Project) -> None:

@@ -544,7 +544,9 @@ class Supervisor:
         if faults := _time_faults(a.env, a.number):
             causes.append(stops.TimedFaults(faults, lambda f: self._fire_time_fault(a, f)))
         if self.spec.limits.hang_window is not None:
-            causes.append(stops.Hang(a.watch, self.spec.limits.hang_window))
+            causes.append(
+                stops.Hang(a.watch, self.spec.limits.hang_window, self.spec.limits.grace_period)
+            )
         return causes
 
     def _supervise(self, a: _Attempt, causes: list[StopCause]) -> int:
@@ -580,7 +582,9 @@ class Supervisor:
         if (div := a.progress.poll()) is not None:
             a.diverged_kill = self._kill_diverged(a.child, a.number, div)
         if a.step_faults and not a.diverged_kill:
-            self._fire_step_faults(a.child, a.number, a.step_faults, a.progress.last_step)
+            self._fire_step_faults(
+                a.child, a.number, a.step_faults, a.progress.last_step, a.watch.last_checkpoint
+            )
 
     def _take_stop(self, a: _Attempt, stop: Stop) -> None:
         """The attempt ends for ``stop``: its reason, its event; a hang is killed at once."""
@@ -700,16 +704,25 @@ class Supervisor:
         return reader if reader.active else None
 
     def _fire_step_faults(
-        self, child: ChildProcess, attempt: int, faults: list[Any], last_step: int | None
+        self,
+        child: ChildProcess,
+        attempt: int,
+        faults: list[Any],
+        last_step: int | None,
+        checkpoint: int | None,
     ) -> None:
         """``kill@step=N`` / ``term@step=N`` for a black box: fired once its step N is read.
 
         The script cannot fire them itself; the supervisor sends the signal when the
-        progress reader has seen step N (the script may be a step or two further by then).
+        progress reader has seen step N (the script may be a step or two further by then)
+        and, for ``:after=checkpoint``, the attempt's first checkpoint was captured
+        (``checkpoint``: the step of its newest commit, None before one).
         """
+        from acceptrun.workload.inject import due_after_checkpoint
+
         if last_step is None:
             return
-        for fault in [f for f in faults if last_step >= f.step]:
+        for fault in [f for f in faults if due_after_checkpoint(f, last_step, checkpoint)]:
             faults.remove(fault)
             self.record.event(
                 "fault_injected", sync=True, attempt=attempt, action=fault.action,

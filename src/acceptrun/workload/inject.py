@@ -6,6 +6,13 @@ A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally fol
     acceptrun run --inject kill@step=40 --inject term@step=90:attempt=2 spec.toml
     ACCEPTRUN_INJECT="kill@step=40,term@step=90:attempt=2"     # what the workload sees
 
+A step fault may also wait for the attempt's first checkpoint, ``:after=checkpoint``
+(``kill@step=40:after=checkpoint``): it fires at step N or, when no checkpoint of the
+attempt is committed by then, at the first step after one is. A drill's kill is written
+so (run/drills/operations.py): a kill before anything was checkpointed only shows that a
+run can start over, and how soon a save lands depends on the machine's load, not on the
+step number.
+
 =========  =====================================================================
 kill       SIGKILL to itself: a crash with no warning and no clean-up
 term       SIGTERM to itself: the client checkpoints the finished step, exits 143
@@ -22,7 +29,8 @@ a step ends in ``run.steps()`` or is logged with ``run.log(step, ...)``). Time f
 which sends the signal to the workload's process group ``after_s`` seconds after the
 attempt starts: they work for any command. For a black box whose steps are read from its
 output (``progress.pattern``/``progress.tensorboard``), the supervisor also fires ``kill``
-and ``term`` step faults, once it has read that step. Every fault
+and ``term`` step faults, once it has read that step (and, with ``:after=checkpoint``, the
+attempt's first ``checkpoint_commit``). Every fault
 fired is a ``fault_injected`` event; a requested fault with none (the run ended first,
 or its loop never logged that step) fails the verdict (:func:`unfired`).
 """
@@ -43,6 +51,7 @@ from acceptrun.errors import UserError
 __all__ = [
     "ACTIONS",
     "Fault",
+    "due_after_checkpoint",
     "faults_for_attempt",
     "fire",
     "parse_faults",
@@ -53,17 +62,20 @@ __all__ = [
 ACTIONS = ("kill", "term", "hang", "nan", "oom", "exit=N")
 TIMED_ACTIONS = ("kill", "term")  # the supervisor can only send signals from outside
 FORMS = (
-    "ACTION@step=N or ACTION@time=DURATION, optionally followed by :attempt=K, "
+    "ACTION@step=N or ACTION@time=DURATION, optionally followed by :attempt=K "
+    "and (step faults) :after=checkpoint, "
     f"with ACTION one of {', '.join(ACTIONS)} "
-    "(e.g. kill@step=40, term@time=30s:attempt=2, exit=7@step=3)"
+    "(e.g. kill@step=40, term@time=30s:attempt=2, exit=7@step=3, "
+    "kill@step=40:after=checkpoint)"
 )
 OOM_HEADROOM = 64 * 1024 * 1024  # bytes of address space above current use left to allocate
 OOM_CHUNK = 8 * 1024 * 1024  # bytes per allocation while exhausting it
 
 _ITEM_RE = re.compile(
     r"(?P<action>[a-z]+)(?:=(?P<code>[^@]*))?@(?P<when>[a-z]+)=(?P<value>[^:]*)"
-    r"(?::(?P<key>[a-z]+)=(?P<attempt>.*))?"
+    r"(?P<options>(?::[^:]*)*)"
 )
+_OPTION_RE = re.compile(r"(?P<key>[a-z]+)=(?P<value>.*)")
 
 
 @dataclass(frozen=True)
@@ -80,12 +92,15 @@ class Fault:
     """The attempt it fires in (1 = the first launch)."""
     code: int | None = None
     """Exit status for ``exit``; None for the other actions."""
+    after_checkpoint: bool = False
+    """A step fault that waits for the attempt's first committed checkpoint (``:after=checkpoint``)."""
 
     def __str__(self) -> str:
         """The canonical text form, which :func:`parse_faults` reads back."""
         action = f"exit={self.code}" if self.action == "exit" else self.action
         when = f"step={self.step}" if self.step is not None else f"time={self.after_s:g}s"
-        return f"{action}@{when}:attempt={self.attempt}"
+        after = ":after=checkpoint" if self.after_checkpoint else ""
+        return f"{action}@{when}{after}:attempt={self.attempt}"
 
 
 def parse_faults(text_or_items: str | Sequence[str]) -> list[Fault]:
@@ -96,7 +111,7 @@ def parse_faults(text_or_items: str | Sequence[str]) -> list[Fault]:
     accepted forms.
 
     >>> parse_faults("exit=7@step=3")
-    [Fault(action='exit', step=3, after_s=None, attempt=1, code=7)]
+    [Fault(action='exit', step=3, after_s=None, attempt=1, code=7, after_checkpoint=False)]
     """
     items = [text_or_items] if isinstance(text_or_items, str) else list(text_or_items)
     faults = []
@@ -140,14 +155,25 @@ def _parse_item(item: str) -> Fault:
             )
     else:
         raise bad(f"{m['when']}= is not a trigger; use step= or time=")
-    attempt = 1
-    if m["key"] is not None:
-        if m["key"] != "attempt":
-            raise bad(f"{m['key']}= is not an option; the only one is :attempt=K")
-        if not m["attempt"].isdigit() or int(m["attempt"]) < 1:
-            raise bad(f"attempt={m['attempt']} is not an attempt number (1 or more)")
-        attempt = int(m["attempt"])
-    return Fault(action, step, after_s, attempt, code)
+    attempt, after_checkpoint = 1, False
+    for option in m["options"].split(":")[1:]:
+        o = _OPTION_RE.fullmatch(option)
+        if o is None or o["key"] not in ("attempt", "after"):
+            name = f"{option!r}" if o is None else f"{o['key']}="
+            raise bad(f"{name} is not an option; the options are :attempt=K, :after=checkpoint")
+        if o["key"] == "attempt":
+            if not o["value"].isdigit() or int(o["value"]) < 1:
+                raise bad(f"attempt={o['value']} is not an attempt number (1 or more)")
+            attempt = int(o["value"])
+        elif o["value"] != "checkpoint":
+            raise bad(f"after={o['value']} is not a condition; the only one is after=checkpoint")
+        elif step is None:
+            raise bad(
+                "only a step fault can wait for a checkpoint (ACTION@step=N:after=checkpoint)"
+            )
+        else:
+            after_checkpoint = True
+    return Fault(action, step, after_s, attempt, code, after_checkpoint)
 
 
 def _parse_seconds(text: str) -> float | None:
@@ -181,7 +207,9 @@ def fire(run: Any, step: int, phase: str) -> None:
     """Fire ``run``'s step faults due at ``step`` in ``phase``, each once.
 
     Called when a step ends: by ``run.steps()``, or by ``run.log(step, ...)`` in a loop
-    of the script's own.
+    of the script's own. A fault with ``after_checkpoint`` first waits for the save in
+    flight (blocks the loop); with none committed in this attempt yet, it waits for a
+    later step (:func:`due_after_checkpoint`).
 
     ``before_emit`` (the step's values are about to be written): ``nan`` replaces the
     loss. ``after_step`` (the step event is written): every other action. Each fault is
@@ -189,14 +217,46 @@ def fire(run: Any, step: int, phase: str) -> None:
     kill leaves no chance to write it afterwards.
     """
     for fault in list(run._faults):
-        if fault.step != step or (fault.action == "nan") != (phase == "before_emit"):
+        if (fault.action == "nan") != (phase == "before_emit"):
+            continue
+        if fault.after_checkpoint:
+            if fault.step is None or step < fault.step or not _committed(run):
+                continue
+        elif fault.step != step:
             continue
         run._faults.remove(fault)  # once: a loop may log the same step twice
-        fields: dict[str, Any] = {"action": fault.action, "step": step, "attempt": run.attempt}
+        fields: dict[str, Any] = {
+            "action": fault.action,
+            "step": fault.step,
+            "attempt": run.attempt,
+        }
+        if step != fault.step:
+            fields["seen_step"] = step  # the first step after the attempt's first checkpoint
         if fault.code is not None:
             fields["code"] = fault.code
         run.record.event("fault_injected", sync=True, **fields)
         _do(run, fault)
+
+
+def due_after_checkpoint(fault: Fault, step: int | None, checkpoint: int | None) -> bool:
+    """Whether a step fault is due at ``step`` (the newest seen) with ``checkpoint`` committed.
+
+    ``checkpoint`` is the step of the attempt's newest committed checkpoint (None: none
+    yet); it matters only for a fault with ``after_checkpoint``.
+
+    >>> fault = parse_faults("kill@step=36:after=checkpoint")[0]
+    >>> due_after_checkpoint(fault, 40, None), due_after_checkpoint(fault, 40, 24)
+    (False, True)
+    """
+    if fault.step is None or step is None or step < fault.step:
+        return False
+    return checkpoint is not None or not fault.after_checkpoint
+
+
+def _committed(run: Any) -> bool:
+    """Whether the attempt committed a checkpoint: waits for the save in flight (the loop waits)."""
+    checkpointer = run._checkpointer
+    return checkpointer is not None and checkpointer.wait() is not None
 
 
 def unfired(requested: Sequence[str], events: Sequence[Mapping[str, Any]]) -> list[str]:

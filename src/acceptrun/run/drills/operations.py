@@ -3,8 +3,8 @@
 1. **Reference** (run A): the spec runs uninterrupted. Its events give the steps, the
    first checkpoints and the workload's own start-up time (attempt start to first step).
 2. **Drill run** (run B): the same spec with two real faults injected
-   (:mod:`acceptrun.workload.inject`): ``kill@step=K1`` between the first and second checkpoint,
-   so some steps are really lost, and ``term@step=K2:attempt=2`` at about 70% of the
+   (:mod:`acceptrun.workload.inject`): ``kill@step=K1:after=checkpoint`` between the first and
+   second checkpoint, so some steps are really lost, and ``term@step=K2:attempt=2`` at about 70% of the
    steps, a graceful preemption of the resumed attempt.
 3. **Compare**: B's final trajectory (for each step, the loss of the last attempt that
    logged it) against A's, bitwise by default (losses are floats written by ``json``,
@@ -383,6 +383,18 @@ def plan_kill(checkpoints: list[int]) -> int:
     return c1 + max(1, (c2 - c1) // 2) if c2 is not None else c1 + 1
 
 
+def _kill_fault(k1: int) -> str:
+    """The kill at K1, once the attempt's first checkpoint is committed.
+
+    A kill before anything was saved proves nothing (the attempt can only start over),
+    and when a save lands depends on the machine's load, not on the step number: a
+    watched checkpoint is captured by the supervisor after its ``settle`` time, a client
+    save commits in the background. So the kill waits for it (workload/inject.py): the
+    client waits for the save in flight at K1, the supervisor for the capture.
+    """
+    return f"kill@step={k1}:after=checkpoint:attempt=1"
+
+
 def preempt_not_applicable(spec: RunSpec) -> str | None:
     """Why a preemption drill cannot apply to this spec's script, or None when it can.
 
@@ -498,7 +510,7 @@ def run_ops_drill(
     assert startup is not None, "a run with steps has an attempt start and a first step"
     if no_preempt is None:
         k1, k2 = plan_faults(steps, checkpoints)
-        faults = [f"kill@step={k1}:attempt=1", f"term@step={k2}:attempt=2"]
+        faults = [_kill_fault(k1), f"term@step={k2}:attempt=2"]
     else:
         k1, k2 = plan_kill(checkpoints), -1
         if k1 >= steps[-1]:
@@ -507,7 +519,7 @@ def run_ops_drill(
                 f"first checkpoint at step {checkpoints[0]}: no step after it to kill at; "
                 "raise the step count or checkpoint sooner"
             )
-        faults = [f"kill@step={k1}:attempt=1"]
+        faults = [_kill_fault(k1)]
 
     _log.info(f"drill 2/2: the same spec with {', '.join(faults)}")
     b = launch(spec_path, workspace=workspace, echo=echo, inject=faults)
