@@ -8,7 +8,8 @@
     │   ├── WorkspaceError         no workspace, no such run, an unreadable record
     │   ├── DataError              data missing or not matching its manifest
     │   ├── PreflightError         an environment expectation or smoke test failed
-    │   └── GitError               git missing, timed out, or a git command failed
+    │   ├── GitError               git missing, timed out, or a git command failed
+    │   └── DiskFullError          (also OSError) a file system full, or a file-size limit hit
     ├── RecordError                a run record that is damaged on disk (CLI exit code 1)
     │
     │   raised by the workload API (acceptrun.init, Run, ResumableLoader, CheckpointStore,
@@ -36,6 +37,7 @@ __all__ = [
     "AcceptrunTypeError",
     "AcceptrunValueError",
     "DataError",
+    "DiskFullError",
     "GitError",
     "PreflightError",
     "RecordError",
@@ -92,6 +94,38 @@ class GitError(UserError):
 
     The message names the command, the checkout and git's own last line of complaint.
     """
+
+
+class DiskFullError(UserError, OSError):
+    """A write met a full file system (ENOSPC, EDQUOT) or a file-size limit (EFBIG).
+
+    Also an :class:`OSError` with that ``errno`` (and ``filename``: the directory), so
+    ``except OSError`` in a training script still catches what was a raw ``OSError``
+    before. ``directory`` is where the space ran out; ``needed`` and ``free`` are bytes
+    (None when unknown); the message says how much, what was kept and the fix.
+
+    >>> raise DiskFullError("ck is full: ...", errno=28, directory="ck")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int,
+        directory: str,
+        needed: int | None = None,
+        free: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = self.message = message
+        self.filename = directory
+        self.directory = directory
+        self.needed = needed
+        self.free = free
+
+    def __str__(self) -> str:
+        return self.message  # OSError's "[Errno 28] ..." form would hide the message
 
 
 class RecordError(AcceptrunError):

@@ -156,6 +156,32 @@ def test_memory_error_is_host_oom(tmp_path: Path) -> None:
     assert c.evidence == [attempt.stderr_line("MemoryError"), "exit status 1"]
 
 
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        pytest.param(  # /dev/full answers every write with ENOSPC, as a full disk does
+            "open('/dev/full', 'wb', buffering=0).write(b'x')", "OSError: [Errno 28]", id="enospc"
+        ),
+        pytest.param(  # a file-size limit: EFBIG, as test_storage_faults.py makes a full disk
+            """
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+            open('big.bin', 'wb', buffering=0).write(b'x' * 8192)
+            open('big.bin', 'ab', buffering=0).write(b'x')
+            """,
+            "OSError: [Errno 27]",
+            id="efbig",
+        ),
+    ],
+)
+def test_a_full_disk_is_disk_full_and_not_retried(tmp_path: Path, source: str, line: str) -> None:
+    attempt = script(tmp_path, source)
+    c = attempt.classify()
+    assert (c.name, c.retry) == ("disk_full", False)
+    assert c.evidence == [attempt.stderr_line(line), "exit status 1"]
+    assert "acceptrun resume" in c.reason
+
+
 def test_sigkill_with_a_counted_oom_kill_is_host_oom(tmp_path: Path) -> None:
     c = script(tmp_path, "os.kill(os.getpid(), signal.SIGKILL)").classify(oom_kills=1)
     assert (c.name, c.retry) == ("host_oom", True)

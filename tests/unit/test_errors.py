@@ -43,6 +43,18 @@ def test_a_key_error_reads_as_written_not_as_a_repr() -> None:
     )
 
 
+def test_a_full_checkpoint_disk_is_still_the_os_error_it_was() -> None:
+    from acceptrun.checkpoint.saver import CheckpointDiskFullError, CheckpointError
+
+    exc = CheckpointDiskFullError("ck is full: ...", errno=28, directory="ck", needed=9, free=1)
+    # except OSError / CheckpointError / UserError / AcceptrunError in a script: all catch it
+    for base in (OSError, CheckpointError, errors.DiskFullError, errors.UserError):
+        assert isinstance(exc, base), base
+    assert (exc.errno, exc.filename, exc.needed, exc.free) == (28, "ck", 9, 1)
+    assert str(exc) == "ck is full: ..."  # the message, not OSError's "[Errno 28] ..."
+    assert "DiskFullError" in errors.__all__
+
+
 def test_git_error_is_a_user_error_the_cli_exits_2_on() -> None:
     assert issubclass(errors.GitError, errors.UserError)
     assert errors.GitError.exit_code == 2

@@ -17,6 +17,11 @@ LATEST); a broadcast tells every rank the outcome, so a failure is raised on all
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import resource
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +29,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import storage_fault
+from acceptrun._util.units import format_bytes
 from acceptrun.checkpoint.mirror import Mirror
 from acceptrun.checkpoint.state import (
     BinarySink,
@@ -34,15 +41,27 @@ from acceptrun.checkpoint.state import (
     write_staged,
 )
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
-from acceptrun.errors import AcceptrunError
+from acceptrun.errors import AcceptrunError, DiskFullError
 
-__all__ = ["CheckpointError", "Checkpointer"]
+__all__ = ["CheckpointDiskFullError", "CheckpointError", "Checkpointer"]
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
 class CheckpointError(AcceptrunError):
     """A background checkpoint save failed; the previous checkpoint is intact."""
+
+
+class CheckpointDiskFullError(CheckpointError, DiskFullError):
+    """A save failed because the checkpoint directory's file system is full.
+
+    Also an :class:`OSError` (``errno`` ENOSPC, EDQUOT or EFBIG, ``filename`` the
+    directory), as the raw error it replaces was. ``directory``, ``needed`` and ``free``
+    (bytes) say where and how much; ``intact`` is the step of the previous checkpoint,
+    verified after the failure (None when there was none).
+    """
+
+    intact: int | None = None
 
 
 class Checkpointer:
@@ -116,6 +135,7 @@ class Checkpointer:
 
     def _persist(self, step: int, staged: Staged, metrics: dict[str, float]) -> None:
         writer = None
+        needed = staged.nbytes  # write_staged releases the buffers; the size is kept
         try:
             writer = self.store.begin(step)
             write_staged(staged, writer)
@@ -127,10 +147,98 @@ class Checkpointer:
             staged.release()
             if writer is not None and writer.state == "open":
                 self.store.abort(writer)
-            self._error, self._error_step = exc, step
-            self.on_event(
-                "checkpoint_failed", {"step": step, "error": f"{type(exc).__name__}: {exc}"}
+            self._fail(step, exc, needed)
+
+    def _fail(
+        self,
+        step: int,
+        exc: BaseException,
+        needed: int,
+        full: CheckpointDiskFullError | None = None,
+    ) -> None:
+        """Keep ``exc`` for the next call and record it (a full disk with its figures)."""
+        full = full or self._disk_full(step, exc, needed)
+        self._error, self._error_step = (full or exc), step
+        fields: dict[str, Any] = {"step": step, "error": f"{type(exc).__name__}: {exc}"}
+        if full is not None:
+            fields = {
+                "step": step, "error": str(full), "fault": "disk full",
+                "directory": full.directory, "needed_bytes": full.needed,
+                "free_bytes": full.free, "intact_step": full.intact,
+            }  # fmt: skip
+        self.on_event("checkpoint_failed", fields)
+
+    def _disk_full(
+        self, step: int, exc: BaseException, needed: int
+    ) -> CheckpointDiskFullError | None:
+        """A :class:`CheckpointDiskFullError` when ``exc`` (or its cause) is a full disk.
+
+        Runs after the abort, so ``free`` is what the file system has with the failed
+        save's staging directory gone; the previous checkpoint is re-read and verified
+        (one read of it, on this failure path only) before the message says it is intact.
+        """
+        cause: BaseException | None = exc
+        while cause is not None and not (
+            isinstance(cause, OSError) and storage_fault(cause) == "disk full"
+        ):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            return None
+        assert isinstance(cause, OSError)
+        root = self.store.root
+        free: int | None = None
+        with contextlib.suppress(OSError):  # the message then says "unknown"
+            free = shutil.disk_usage(root).free
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        limit = None if soft == resource.RLIM_INFINITY else soft
+        intact, verified = self._previous()
+        reason = os.strerror(cause.errno) if cause.errno else "disk full"
+        if cause.errno == errno.EFBIG:
+            where = (
+                f"a file of it in {root} would pass this process's file-size limit of "
+                f"{format_bytes(limit)}"
+                if limit is not None
+                else f"a file of it is larger than the file system of {root} allows"
             )
+            fix = (
+                "Raise the file-size limit for the run (`ulimit -f unlimited`)"
+                if limit is not None
+                else "Set [checkpoint] dir to a file system that allows larger files"
+            )
+        else:
+            has = "free space unknown" if free is None else f"{format_bytes(free)} free"
+            where = f"{root} is full: the checkpoint needs at least {format_bytes(needed)}, {has}"
+            short = free is not None and needed > free
+            more = f"at least {format_bytes(needed - (free or 0))} of " if short else ""
+            fix = (
+                f"Free {more}space in {root}, lower [checkpoint] keep_last, or set "
+                "[checkpoint] dir to a larger file system"
+            )
+        if intact is None:
+            kept, resume = "there is no earlier checkpoint", "starts again from step 0"
+        elif verified:
+            kept = f"step {intact}, the previous checkpoint, is intact and verified"
+            resume = f"continues from step {intact}"
+        else:
+            kept = f"step {intact}, the previous checkpoint, fails verification (`acceptrun ckpt verify RUN`)"
+            resume = "continues from the newest checkpoint that verifies"
+        message = (
+            f"the checkpoint of step {step} was not saved: {where} ({reason}). The save was "
+            f"abandoned; {kept}. {fix}; then `acceptrun resume RUN` {resume}."
+        )
+        full = CheckpointDiskFullError(
+            message, errno=cause.errno or 0, directory=str(root), needed=needed, free=free
+        )
+        full.intact = intact if verified else None
+        return full
+
+    def _previous(self) -> tuple[int | None, bool]:
+        """The newest committed checkpoint's step, and whether it verifies (nothing moved)."""
+        try:
+            info = self.store.latest()
+            return (None, False) if info is None else (info.step, self.store.verify(info.step).ok)
+        except (OSError, AcceptrunError):
+            return None, False
 
     def _save_ranked(
         self,
@@ -181,12 +289,14 @@ class Checkpointer:
         group, rank = self.ranks, self.ranks.info.rank
         writer: CheckpointWriter | None = None
         failure: str | None = None
+        needed = own.nbytes + (shared.nbytes if shared is not None else 0)
+        local: BaseException | None = None  # this rank's own failure, if any
         try:
             try:
                 if rank == 0:
                     writer = self.store.begin(step)
             except BaseException as exc:
-                failure = f"{type(exc).__name__}: {exc}"
+                local, failure = exc, f"{type(exc).__name__}: {exc}"
             path = group.broadcast(
                 str(writer.path) if writer is not None else None, background=True
             )
@@ -203,7 +313,7 @@ class Checkpointer:
                     files, dirs = writer.written()
                     report = (files, dirs, None)
                 except BaseException as exc:
-                    report = ({}, [], f"{type(exc).__name__}: {exc}")
+                    local, report = exc, ({}, [], f"{type(exc).__name__}: {exc}")
             # The barrier: every rank has written and fsynced its files, or failed.
             reports = group.all_gather(report, background=True)
             outcome: tuple[bool, str] = (False, "")
@@ -226,6 +336,9 @@ class Checkpointer:
             self.last_committed = self.store.get(step)
             if self.mirror is not None and self.last_committed is not None:
                 self.mirror.enqueue(step, self.last_committed.path)
+            return
+        if local is not None and (full := self._disk_full(step, local, needed)) is not None:
+            self._fail(step, local, needed, full)  # this rank met the full disk itself
             return
         self._error, self._error_step = RuntimeError(detail), step
         self.on_event("checkpoint_failed", {"step": step, "error": detail})
@@ -259,6 +372,9 @@ class Checkpointer:
         if self._error is not None:
             exc, step = self._error, self._error_step
             self._error = self._error_step = None
+            if isinstance(exc, CheckpointDiskFullError):
+                # Its message says it all; the chained OSError would only repeat it raw.
+                raise exc from None
             raise CheckpointError(
                 f"the checkpoint of step {step} was not saved ({type(exc).__name__}: {exc}); "
                 "the previous checkpoint is intact. Fix the cause (disk space, permissions) "

@@ -44,7 +44,7 @@ from typing import Any, BinaryIO, cast
 
 from acceptrun._util.durable import fsync_dir, write_atomic
 from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, new_hasher, split_hash
-from acceptrun.errors import AcceptrunValueError, RecordError, UserError
+from acceptrun.errors import AcceptrunValueError, DiskFullError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
 __all__ = [
@@ -195,11 +195,12 @@ class CheckpointWriter:
         except BaseException as exc:
             self._store.abort(self)
             if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
-                raise UserError(
+                raise DiskFullError(  # a UserError, and the OSError it was before
                     f"could not write checkpoint file {target}: {exc.strerror}; the save of "
                     f"step {self.step} was abandoned and earlier checkpoints are intact. "
-                    "Free disk space (or raise the file-size limit) and retry."
-                ) from exc
+                    "Free disk space (or raise the file-size limit) and retry.",
+                    errno=exc.errno, directory=str(self._store.root),
+                ) from exc  # fmt: skip
             raise
         self._files[name] = {"size": raw.size, "hash": f"{ALGORITHM}:{raw.hasher.hexdigest()}"}
 

@@ -381,6 +381,12 @@ class CheckpointFailedEvent(Event, total=False):
     attempt: int
     source: str
     source_path: str
+    # A full checkpoint disk (checkpoint/saver.py): where, how many bytes, what is kept.
+    fault: str  # "disk full"
+    directory: str
+    needed_bytes: int
+    free_bytes: int | None
+    intact_step: int | None  # the previous checkpoint, verified after the failure
 
 
 class CheckpointDeleteEvent(Event, total=False):

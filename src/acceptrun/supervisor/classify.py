@@ -113,7 +113,7 @@ _ARGPARSE = re.compile(r"^\S+: error: ")  # argparse: "prog: error: ...", exit s
 _CANT_OPEN = re.compile(r": can't open file '.*\[Errno \d+\]")  # python missing.py
 _SHELL = re.compile(r"(?:command )?not found$|Permission denied$|cannot execute")
 _DISK_FULL = re.compile(
-    r"\bDiskFullError\b|\[Errno (?:28|122|27)\]|No space left on device|Disk quota exceeded"
+    r"DiskFullError\b|\[Errno (?:28|122|27)\]|No space left on device|Disk quota exceeded"
 )
 _CUDA_OOM = re.compile(
     r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED"
@@ -234,10 +234,7 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
     # A Python exception that ended the process decides; otherwise every line counts.
     window = final[1] if final is not None and sig is None else lines
     if sig is None and (hits := _matching(head, _DISK_FULL)):  # the final exception decides
-        reason = (
-            "a file system is full (or a file-size limit was reached): a restart would fail "
-            f"the same way; free space, then `acceptrun resume`: {hits[-1][:200]}"
-        )
+        reason = f"disk full, not retried (free space, then `acceptrun resume`): {hits[-1][:200]}"
         return _result("disk_full", [*hits, ended], reason)
     if hits := _matching(window, _CUDA_OOM):
         reason = "the GPU ran out of memory (CUDA OOM); one retry is allowed"
