@@ -39,14 +39,19 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
 
 @pytest.fixture(scope="session", autouse=True)
 def user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The user's list of workspaces (acceptrun.record.registry) goes to the session's own directory.
+    """The user's list of workspaces (acceptrun.record.registry) and acceptrun's cache go to
+    the session's own directories.
 
     Set before any fixture, module-scoped ones included, through both variables: children
     started with the ACCEPTRUN_* ones filtered out still see XDG_CONFIG_HOME.
     """
     config = tmp_path_factory.mktemp("config")
-    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "ACCEPTRUN_CONFIG_DIR")}
+    saved = {
+        k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "ACCEPTRUN_CONFIG_DIR")
+    }
     os.environ["XDG_CONFIG_HOME"] = str(config)
+    # the session's own cache (the provenance probe's answers), shared by its runs
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     os.environ["ACCEPTRUN_CONFIG_DIR"] = str(config / "acceptrun")
     yield config / "acceptrun"
     for k, v in saved.items():

@@ -87,7 +87,7 @@ def child_capture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_capture_has_every_part_and_round_trips_as_json(child_capture: dict[str, Any]) -> None:
     prov = child_capture["prov"]
-    assert list(prov) == ["schema", "captured_at", *PARTS, "hashes"]
+    assert list(prov) == ["schema", "captured_at", *PARTS, "hashes", "probe"]
     assert prov["schema"] == 1
     when = datetime.datetime.fromisoformat(prov["captured_at"])
     assert when.utcoffset() == datetime.timedelta(0)

@@ -1,7 +1,10 @@
 """Probe the interpreter a workload will run under; prints one JSON object on stdout.
 
 Run as ``[python, path/to/_probe.py]`` (python, packages and torch facts) or
-``[python, path/to/_probe.py, --smoke]`` (a short GPU smoke test). It is a standalone
+``[python, path/to/_probe.py, --smoke]`` (a short GPU smoke test). With ``--cache DIR`` the
+facts answer is kept in DIR under a key of what it depends on (see :func:`fingerprint`) and
+read back while that key holds, so an unchanged environment is not re-probed (torch's
+import is most of a run's start-up); machines with a GPU device node are always probed. It is a standalone
 script on purpose: the workload's interpreter may be another venv or Python version
 without acceptrun in it, so this file uses the standard library only (Python 3.8+) and
 torch when that interpreter has it. It is also where torch gets imported at all, so the
@@ -27,9 +30,12 @@ if (
     del sys.path[0]
 
 import contextlib
+import datetime
+import hashlib
 import json
 import platform
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -139,6 +145,146 @@ def environment() -> dict[str, Any]:
     return {"python": python_info(), "packages": packages, "torch": torch_info()}
 
 
+# What the facts answer depends on besides sys.path's contents: variables that change what
+# torch finds or loads, and device nodes whose presence means CUDA/ROCm state is live.
+KEY_ENV = (
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+    "LD_PRELOAD", "PYTHONHOME",
+)  # fmt: skip
+DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+CACHE_KEEP = 32  # answers kept in the cache directory, newest first
+
+
+def _stat_key(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def _metadata_keys(entry: str) -> list[Any]:
+    """The metadata files of the distributions in one sys.path folder, with their stats.
+
+    A folder's own time changes when an install adds or removes an entry; this also
+    catches a distribution's metadata rewritten in place.
+    """
+    try:
+        names = sorted(os.listdir(entry or "."))
+    except OSError:
+        return []
+    keys: list[Any] = []
+    for name in names:
+        if name.endswith(".dist-info"):
+            keys.append([name, _stat_key(os.path.join(entry, name, "METADATA"))])
+        elif name.endswith(".egg-info"):
+            folder = os.path.join(entry, name)
+            info = os.path.join(folder, "PKG-INFO") if os.path.isdir(folder) else folder
+            keys.append([name, _stat_key(info)])
+    return keys
+
+
+def fingerprint() -> dict[str, Any] | None:
+    """What :func:`environment`'s answer depends on, read without importing torch.
+
+    The interpreter (its version and binary), every sys.path entry's modification time and
+    its distributions' metadata files (what :func:`package_list` reads), torch's location and build
+    files, the variables in KEY_ENV, the boot and this script's own text. None when a GPU
+    device node exists: CUDA's state (devices visible, a GPU fallen off the bus) is then
+    read fresh every time.
+    """
+    if any(os.path.exists(node) for node in DEVICE_NODES):
+        return None
+    from importlib import util
+
+    try:
+        spec = util.find_spec("torch")  # locates the package without running it
+    except (ImportError, ValueError):
+        spec = None
+    torch_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    boot = None
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    with open(os.path.abspath(__file__), "rb") as f:
+        own = hashlib.sha256(f.read()).hexdigest()
+    executable = os.path.realpath(sys.executable)
+    return {
+        "version": sys.version,
+        "executable": [sys.executable, executable, _stat_key(executable)],
+        "path": [[entry, _stat_key(entry or "."), _metadata_keys(entry)] for entry in sys.path],
+        "torch": None
+        if torch_dir is None
+        else [
+            torch_dir,
+            _stat_key(torch_dir),
+            _stat_key(os.path.join(torch_dir, "version.py")),
+            _stat_key(os.path.join(torch_dir, "lib")),
+        ],
+        "env": {name: os.environ.get(name) for name in KEY_ENV},
+        "boot": boot,
+        "probe": own,
+    }
+
+
+def cached_environment(cache_dir: str) -> dict[str, Any]:
+    """:func:`environment`, read from ``cache_dir`` while its fingerprint holds.
+
+    The answer carries ``cache``: whether it was a hit, the key, when the facts were read,
+    and why the cache was not used or not written when that happened; a cache that cannot
+    be used never stops the probe.
+    """
+    key_facts = fingerprint()
+    if key_facts is None:
+        answer = environment()
+        answer["cache"] = {"hit": False, "reason": "a GPU device node exists: probed fresh"}
+        return answer
+    key = hashlib.sha256(json.dumps(key_facts, sort_keys=True).encode()).hexdigest()[:32]
+    path = os.path.join(cache_dir, f"probe-{key}.json")
+    with contextlib.suppress(OSError, ValueError):
+        with open(path) as f:
+            kept = json.load(f)
+        if (
+            isinstance(kept, dict)
+            and kept.get("key") == key
+            and isinstance(kept.get("answer"), dict)
+        ):
+            hit: dict[str, Any] = kept["answer"]
+            hit["cache"] = {"hit": True, "key": key, "captured_at": kept.get("captured_at")}
+            return hit
+    answer = environment()
+    utc = datetime.timezone.utc  # noqa: UP017 (this file runs on Python 3.8+)
+    now = datetime.datetime.now(utc).isoformat(timespec="seconds")
+    info: dict[str, Any] = {"hit": False, "key": key, "captured_at": now}
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".probe-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump({"key": key, "captured_at": now, "answer": answer}, out)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _prune(cache_dir)
+    except OSError as exc:
+        info["error"] = f"could not keep the answer in {cache_dir} ({describe(exc)})"
+    answer["cache"] = info
+    return answer
+
+
+def _prune(cache_dir: str) -> None:
+    kept = []
+    for name in os.listdir(cache_dir):
+        if name.startswith("probe-") and name.endswith(".json"):
+            with contextlib.suppress(OSError):
+                kept.append((os.stat(os.path.join(cache_dir, name)).st_mtime_ns, name))
+    for _, name in sorted(kept, reverse=True)[CACHE_KEEP:]:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(cache_dir, name))
+
+
 def _timed(fn: Callable[[], object], iters: int, torch: Any) -> float:
     """Seconds per call of ``fn``, timed across ``iters`` calls with a device sync."""
     torch.cuda.synchronize()  # a CPU-GPU sync point: queued work must not count
@@ -219,7 +365,12 @@ def main(argv: list[str]) -> int:
     # the one JSON answer is the only thing on the real stdout.
     answer_fd = os.dup(1)
     os.dup2(2, 1)
-    answer = smoke() if "--smoke" in argv else environment()
+    if "--smoke" in argv:
+        answer = smoke()
+    elif "--cache" in argv and argv.index("--cache") + 1 < len(argv):
+        answer = cached_environment(argv[argv.index("--cache") + 1])
+    else:
+        answer = environment()
     sys.stdout.flush()
     with os.fdopen(answer_fd, "w") as out:
         out.write(json.dumps(answer, sort_keys=True) + "\n")

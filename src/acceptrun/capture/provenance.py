@@ -64,6 +64,8 @@ __all__ = [
 
 SCHEMA = 1
 PROBE = Path(__file__).with_name("_probe.py")
+ENV_CACHE_DIR = "ACCEPTRUN_CACHE_DIR"
+ENV_PROBE_CACHE = "ACCEPTRUN_PROBE_CACHE"  # "0" probes afresh every time
 PROBE_TIMEOUT = 60.0  # seconds for the python/packages/torch probe; torch import is ~1 s
 PARTS = ("os", "host", "cpu", "memory", "python", "packages", "git", "torch", "gpus", "env")
 ENV_PREFIXES = (
@@ -269,6 +271,26 @@ def _git_part(
 # --- the probe subprocess ---------------------------------------------------------------
 
 
+def cache_dir() -> Path:
+    """Where acceptrun keeps what it may reuse between runs on this machine.
+
+    ``$ACCEPTRUN_CACHE_DIR``, else ``$XDG_CACHE_HOME/acceptrun``, else
+    ``~/.cache/acceptrun``. Nothing in it is a record: deleting it only costs time.
+    """
+    explicit = os.environ.get(ENV_CACHE_DIR)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "acceptrun" if xdg else Path.home() / ".cache" / "acceptrun"
+
+
+def _probe_args() -> list[str]:
+    """``--cache DIR`` unless ACCEPTRUN_PROBE_CACHE=0 asks for a fresh probe every time."""
+    if os.environ.get(ENV_PROBE_CACHE, "1").strip().lower() in ("0", "false", "no", "off"):
+        return []
+    return ["--cache", str(cache_dir() / "probe")]
+
+
 def _start_probe(
     python: str, args: list[str], env: Mapping[str, str] | None
 ) -> subprocess.Popen[bytes] | str:
@@ -350,7 +372,10 @@ def capture(
     False
     """
     interpreter = python or sys.executable
-    probe = _start_probe(interpreter, [], env) if interpreter else "sys.executable is empty"
+    probe = (
+        _start_probe(interpreter, _probe_args(), env) if interpreter else "sys.executable is empty"
+    )
+    cache: Any = None
     try:
         started = time.monotonic()
         parts: dict[str, dict[str, Any]] = {
@@ -370,6 +395,8 @@ def capture(
         parts["env"] = _guard("env", lambda: _env_part(os.environ if env is None else env))
         remaining = max(1.0, PROBE_TIMEOUT - (time.monotonic() - started))
         answer = _finish_probe(probe, interpreter, remaining)
+        if isinstance(answer, dict):
+            cache = answer.pop("cache", None)
         if python is not None:
             parts["python"] = _probe_part(answer, "python")
             packages = _probe_part(answer, "packages")
@@ -391,6 +418,14 @@ def capture(
         "captured_at": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         **ordered,
         "hashes": hashes,
+        # whether the python/packages/torch facts were read now or reused from the probe
+        # cache (cache_dir()), and when they were read; not part of any hash
+        "probe": {"cached": False}
+        if not isinstance(cache, dict)
+        else {
+            "cached": bool(cache.get("hit")),
+            **{k: cache[k] for k in ("key", "captured_at", "reason", "error") if k in cache},
+        },
     }
 
 
@@ -430,14 +465,14 @@ class Change:
 
 
 _MISSING: Any = object()
-_IGNORED = frozenset({"captured_at", "hashes"})
+_IGNORED = frozenset({"captured_at", "hashes", "probe"})
 
 
 def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
     """Every leaf that differs between two captures, in sorted key order.
 
-    ``captured_at`` and ``hashes`` are skipped (they differ on every capture, or only
-    summarise what is compared anyway). Packages appear one by one, so an added package
+    ``captured_at``, ``hashes`` and ``probe`` are skipped (they differ on every capture,
+    only summarise what is compared anyway, or say how the facts were read). Packages appear one by one, so an added package
     is ``Change("packages.list.numpy", None, "2.0.1")``.
     """
     changes: list[Change] = []
@@ -512,6 +547,12 @@ def format_provenance(prov: Mapping[str, Any]) -> str:
             except (KeyError, TypeError, ValueError) as exc:
                 text = f"unreadable ({_probe.describe(exc)})"
         lines.append(f"{key:<9} {text}")
+    probe = prov.get("probe")
+    if isinstance(probe, Mapping) and probe.get("cached"):
+        lines.append(
+            f"{'probe':<9} python, packages and torch as read at {probe.get('captured_at')} "
+            "(unchanged since; ACCEPTRUN_PROBE_CACHE=0 reads them afresh)"
+        )
     return "\n".join(lines)
 
 
