@@ -1,4 +1,5 @@
-"""``acceptrun export skypilot | mlflow``: a spec as a SkyPilot task, a run into MLflow.
+"""``acceptrun export skypilot | kubernetes | mlflow``: a spec as a SkyPilot task or
+Kubernetes manifests, a run into MLflow.
 
 Imports stay lazy: ``acceptrun --help`` loads none of the backends.
 """
@@ -33,6 +34,50 @@ def cmd_export_skypilot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_kubernetes(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from acceptrun._util.durable import write_atomic
+    from acceptrun.backends.kubernetes import KubernetesOptions, export_manifests
+    from acceptrun.capture.preflight import check_static
+    from acceptrun.errors import UserError
+    from acceptrun.spec.model import load_spec
+
+    selector: dict[str, str] = {}
+    for item in args.node_selector or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UserError(
+                f"--node-selector {item!r}: write KEY=VALUE, e.g. nvidia.com/gpu.present=true"
+            )
+        selector[key] = value
+    spec = load_spec(args.spec)
+    # This machine holds the spec's directory as the image will: the command, workdir and
+    # data must be there. Several nodes' launch is checked by the export, with the pods'
+    # environment (here it would ask for a Slurm allocation).
+    one_node = dataclasses.replace(spec, resources=dataclasses.replace(spec.resources, nodes=1))
+    check_static(one_node)
+    options = KubernetesOptions(
+        image=args.image, namespace=args.namespace, name=args.name, run_id=args.run_id,
+        workdir=args.workdir, data_pvc=args.data_pvc, checkpoint_pvc=args.checkpoint_pvc,
+        node_selector=selector, port=args.port,
+    )  # fmt: skip
+    out = export_manifests(spec, options)
+    for warning in out.warnings:  # also in the YAML, as comments
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.output in (None, "-"):
+        sys.stdout.write(out.yaml())
+        return 0
+    write_atomic(Path(args.output), out.yaml())
+    ns = f" -n {args.namespace}" if args.namespace else ""
+    print(
+        f"wrote {args.output} (Job {out.job_name}, run {out.run_id}); launch it with "
+        f"`kubectl apply{ns} -f {args.output}`, follow it with `kubectl logs{ns} -f "
+        f"job/{out.job_name}`"
+    )
+    return 0
+
+
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
     from acceptrun.backends.mlflow import default_tracking_uri, export_run
     from acceptrun.record.workspace import find_workspace
@@ -49,7 +94,9 @@ def cmd_export_mlflow(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     export = sub.add_parser(
-        "export", help="export a spec as a SkyPilot task, or a run's record into MLflow"
+        "export",
+        help="export a spec as a SkyPilot task or Kubernetes manifests, or a run's record into "
+        "MLflow",
     )
     export_sub = export.add_subparsers(dest="export_command", required=True, metavar="TARGET")
     sky = export_sub.add_parser(
@@ -61,6 +108,53 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--run-id", help="the run id the task creates and resumes (default: a new one)"
     )
     sky.set_defaults(func=cmd_export_skypilot)
+    kube = export_sub.add_parser(
+        "kubernetes",
+        help="write Kubernetes manifests (Indexed Job, headless Service) that run the spec "
+        "under acceptrun",
+    )
+    kube.add_argument("spec", help="the run spec (TOML)")
+    kube.add_argument(
+        "-o", "--output", metavar="FILE", help="write the YAML here (default: stdout)"
+    )
+    kube.add_argument(
+        "--image",
+        help="container image with acceptrun, the workload's packages and the spec's directory "
+        "(required)",
+    )
+    kube.add_argument("--namespace", metavar="NS", help="namespace (default: kubectl's)")
+    kube.add_argument(
+        "--name",
+        help="Job and Service name (default: the spec's name and 4 characters of the run id)",
+    )
+    kube.add_argument(
+        "--run-id", help="the run id the Job creates and resumes (default: a new one)"
+    )
+    kube.add_argument(
+        "--workdir",
+        default="/workspace",
+        help="where the image holds the spec's directory (default: /workspace)",
+    )
+    kube.add_argument(
+        "--data-pvc", metavar="CLAIM", help="PersistentVolumeClaim mounted read-only at data.path"
+    )
+    kube.add_argument(
+        "--checkpoint-pvc",
+        metavar="CLAIM",
+        help="PersistentVolumeClaim for run records and checkpoints (ReadWriteMany for several "
+        "nodes; default: an emptyDir that dies with the pod)",
+    )
+    kube.add_argument(
+        "--node-selector",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a node label the pods need, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3; "
+        "repeatable",
+    )
+    kube.add_argument(
+        "--port", type=int, default=29500, help="rendezvous port on pod 0 (default: 29500)"
+    )
+    kube.set_defaults(func=cmd_export_kubernetes)
     mlflow = export_sub.add_parser(
         "mlflow", help="copy a run's parameters, metrics, verdict and files into MLflow"
     )

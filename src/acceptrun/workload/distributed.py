@@ -65,6 +65,10 @@ _PR_SET_PDEATHSIG = 1  # prctl(2) option, linux/prctl.h
 # address every node can reach), and a port free there unless set.
 ENV_RDZV_HOST = "ACCEPTRUN_RDZV_HOST"
 ENV_RDZV_PORT = "ACCEPTRUN_RDZV_PORT"
+# Set to "kubernetes" by the Kubernetes export's pods: an orchestrator starts every node
+# (one pod each), so each node's launch is its own torchrun, without srun; the
+# rendezvous host and port then come from ENV_RDZV_HOST and ENV_RDZV_PORT.
+ENV_NODES_STARTED_BY = "ACCEPTRUN_NODES_STARTED_BY"
 STEP_MODULE = "acceptrun.workload.slurm_step"
 
 
@@ -109,9 +113,22 @@ def launch_command(spec: Any, env: MutableMapping[str, str] | None = None) -> li
 def _multinode_command(
     spec: Any, processes: int, nodes: int, env: MutableMapping[str, str] | Mapping[str, str]
 ) -> list[str]:
-    """One srun step of ``nodes`` tasks, one torchrun each (see the module docstring)."""
+    """One srun step of ``nodes`` tasks, one torchrun each (see the module docstring).
+
+    With ``ACCEPTRUN_NODES_STARTED_BY`` set (Kubernetes pods), this node's torchrun alone.
+    """
     job = env.get("SLURM_JOB_ID")
-    if not job:
+    external = env.get(ENV_NODES_STARTED_BY)
+    if external and not (env.get(ENV_RDZV_HOST) and env.get(ENV_RDZV_PORT)):
+        raise SpecError(
+            spec.source,
+            [
+                f"resources.nodes = {nodes} with nodes started by {external}: set "
+                f"{ENV_RDZV_HOST} and {ENV_RDZV_PORT} to the rendezvous on the first node "
+                "(`acceptrun export kubernetes` writes them into the pods)"
+            ],
+        )
+    if not job and not external:
         raise SpecError(
             spec.source,
             [
@@ -121,7 +138,7 @@ def _multinode_command(
             ],
         )
     have = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or ""
-    if have.isdigit() and int(have) < nodes:
+    if job and not external and have.isdigit() and int(have) < nodes:
         raise SpecError(
             spec.source,
             [
@@ -152,6 +169,8 @@ def _multinode_command(
     if isinstance(env, MutableMapping):
         env.setdefault(PET_SHUTDOWN_TIMEOUT, str(max(1, round(float(spec.limits.grace_period)))))
         env.setdefault(PET_SIGNALS_TO_HANDLE, SIGNALS_TO_FORWARD)
+    if external:
+        return torchrun  # the supervisor's SIGTERM reaches this node's agent directly
     srun = [
         "srun", "--nodes", str(nodes), "--ntasks", str(nodes), "--ntasks-per-node", "1",
         # One node's failure ends the step on every node: the supervisor restarts all of it.

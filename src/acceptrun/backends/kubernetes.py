@@ -1,0 +1,705 @@
+"""The Kubernetes export: a run spec as manifests for plain Kubernetes.
+
+::
+
+    out = export_manifests(load_spec("spec.toml"), KubernetesOptions(image="ghcr.io/me/train:1"))
+    out.yaml()          # or: acceptrun export kubernetes spec.toml --image ghcr.io/me/train:1
+    kubectl apply -f job.yaml
+
+The layout is the one the field uses for multi-node torchrun on plain Kubernetes (the
+JobSet and Kubeflow PyTorchJob layouts reduce to it): one Indexed Job of ``resources.nodes``
+pods (``completions = parallelism = nodes``), a headless Service whose name is the pods'
+``subdomain`` so that pod ``<job>-0`` is reachable as ``<job>-0.<job>``, and torchrun on
+every pod with ``--rdzv-backend c10d --rdzv-endpoint <job>-0.<job>:29500``.
+
+acceptrun runs inside the pods, so its guarantees hold there:
+
+- pod 0 runs the supervisor (``acceptrun run``), whose workload is node 0's torchrun;
+  its record, checkpoints and verdict live in the workspace on the checkpoint volume
+  (``/acceptrun``). A pod that replaces it (preemption, node failure) finds the record
+  and runs ``acceptrun resume RUN --from-mirror``: the newest checkpoint that verifies on
+  the volume, else the newest in ``checkpoint.mirror``;
+- pods 1..N-1 run a node agent (``python -m acceptrun.backends.kubernetes node``): it
+  waits for each attempt the supervisor starts, joins it with the same contract
+  environment (run record, attempt, checkpoint to resume from), ends its torchrun when
+  the attempt ends, and exits once the run is accepted. With more than one node the
+  checkpoint volume must be one ReadWriteMany claim that every pod mounts at the same
+  path: every rank writes its part of each checkpoint into the same step directory.
+
+The spec goes into a ConfigMap (``spec.toml``) with its paths made absolute inside the
+image (the spec's directory is the image's ``--workdir``) and, for several nodes, its
+command wrapped in the multi-node torchrun. Whatever the spec asks that a manifest cannot
+express is a warning (:attr:`Manifests.warnings`) or a :class:`UserError`, never dropped
+silently.
+
+The YAML is written by hand (:func:`to_yaml`; no YAML library at run time): block
+mappings and lists whose scalars are JSON literals, which YAML reads as they are.
+The tests check every document with the Kubernetes Python client's own models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import tomli_w
+
+from acceptrun.errors import UserError
+from acceptrun.record.workspace import RunRecord, new_run_id
+from acceptrun.spec.model import RunSpec
+
+__all__ = [
+    "CONTAINER",
+    "GRACE_MARGIN_S",
+    "RDZV_PORT",
+    "SPEC_MOUNT",
+    "WORKSPACE_MOUNT",
+    "KubernetesOptions",
+    "Manifests",
+    "export_manifests",
+    "pending_attempt",
+    "run_node",
+    "to_yaml",
+]
+
+CONTAINER = "acceptrun"  # the container's name: podFailurePolicy's exit-code rule names it
+WORKSPACE_MOUNT = "/acceptrun"  # the checkpoint volume: the workspace (records, checkpoints)
+SPEC_MOUNT = "/etc/acceptrun"  # the ConfigMap with spec.toml
+SHM_MOUNT = "/dev/shm"
+RDZV_PORT = 29500  # torchrun's c10d rendezvous store on pod 0 (torchrun's default port)
+# terminationGracePeriodSeconds = limits.grace_period + this: after the workload's grace
+# period the supervisor still writes exit.json, the verdict and the report, and a rank
+# past its grace period is killed by the supervisor, not by the kubelet (seconds).
+GRACE_MARGIN_S = 60
+# activeDeadlineSeconds = limits.wall_time + grace + this: the supervisor's own wall-time
+# stop (checkpoint first) must fire before the Job's deadline kills the pods; the Job
+# counts from its creation, so image pulls and scheduling come out of it (seconds).
+DEADLINE_MARGIN_S = 900
+# How long a torchrun agent waits for every node to join a rendezvous: a pod that replaces
+# a preempted one may wait for an autoscaler to bring up a GPU node (seconds).
+RDZV_JOIN_TIMEOUT_S = 1800
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_BARE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+# Words YAML 1.1 parsers read as booleans or null: such keys stay quoted.
+_YAML11_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
+_MAX_JOB_NAME = 52  # pod hostnames are <job>-<index>, a DNS label of at most 63
+
+
+@dataclass(kw_only=True, frozen=True)
+class KubernetesOptions:
+    """What the manifests need beyond the spec (``acceptrun export kubernetes`` flags)."""
+
+    image: str | None = None
+    """Container image with acceptrun, the workload's packages and the spec's directory."""
+    namespace: str | None = None
+    """Namespace of every object; default: the one ``kubectl`` uses."""
+    name: str | None = None
+    """Job and Service name; default: the spec's name and the run id's last 4 characters."""
+    run_id: str | None = None
+    """The run id the Job creates and resumes; default: a new one."""
+    workdir: str = "/workspace"
+    """Where the image holds the spec's directory (paths in the spec resolve against it)."""
+    data_pvc: str | None = None
+    """PersistentVolumeClaim mounted read-only at the spec's data path."""
+    checkpoint_pvc: str | None = None
+    """PersistentVolumeClaim for the workspace; without it an emptyDir (dies with the pod)."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Node labels the pods need, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}."""
+    port: int = RDZV_PORT
+    """TCP port of the rendezvous on pod 0."""
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """The exported objects, in apply order, and what the export could not express."""
+
+    documents: list[dict[str, Any]]
+    warnings: list[str]
+    run_id: str
+    job_name: str
+
+    def yaml(self) -> str:
+        """All documents as one multi-document YAML text, the warnings as comments."""
+        head = [
+            f"# Kubernetes manifests for acceptrun run {self.run_id} (Job {self.job_name}).",
+            "# Written by `acceptrun export kubernetes`; edit the spec and export again.",
+            *(f"# warning: {w}" for w in self.warnings),
+        ]
+        return "\n".join(head) + "\n" + to_yaml(self.documents)
+
+
+def export_manifests(spec: RunSpec, options: KubernetesOptions) -> Manifests:
+    """The ConfigMap, headless Service (several nodes) and Indexed Job that run ``spec``.
+
+    Raises :class:`UserError` for what no manifest can do (no image, several nodes without
+    a shared checkpoint volume, a command torchrun cannot wrap, names Kubernetes refuses).
+    """
+    if not options.image:
+        raise UserError(
+            "the Kubernetes export needs the container image the pods run: pass --image, "
+            "e.g. --image ghcr.io/me/train:1 (an image with acceptrun, the workload's "
+            f"packages and the spec's directory at {options.workdir})"
+        )
+    if not PurePosixPath(options.workdir).is_absolute():
+        raise UserError(f"--workdir {options.workdir!r} must be an absolute path in the image")
+    res, limits = spec.resources, spec.limits
+    nodes = res.nodes
+    run_id = options.run_id or new_run_id(spec.name)
+    name = options.name or _job_name(spec.name, run_id)
+    if not _DNS_LABEL.match(name) or len(name) > _MAX_JOB_NAME:
+        raise UserError(
+            f"Job name {name!r} is not usable: Kubernetes needs lowercase letters, digits and "
+            f"'-', starting with a letter, at most {_MAX_JOB_NAME} characters (pod host names "
+            "add -<index>); pass --name, e.g. --name train-1"
+        )
+    if nodes > 1 and not options.checkpoint_pvc:
+        raise UserError(
+            f"resources.nodes = {nodes}: every pod's ranks write into the same checkpoint and "
+            "run record, so they need one shared volume; pass --checkpoint-pvc NAME, a "
+            "PersistentVolumeClaim with access mode ReadWriteMany (EFS, Filestore, Lustre...)"
+        )
+    warnings: list[str] = []
+    mapped = _PodPaths(spec, options.workdir, warnings)
+    spec_text = _pod_spec_toml(spec, mapped, warnings)
+    env = _pod_env(spec, name, options.port)
+    if nodes > 1:  # the command torchrun wraps, checked as the pods will launch it
+        from acceptrun.workload.distributed import launch_command
+
+        launch_command(spec, {e["name"]: e["value"] for e in env})
+    _warn_unexpressed(spec, options, warnings)
+
+    labels = {"app.kubernetes.io/name": "acceptrun", "app.kubernetes.io/instance": name}
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if options.namespace:
+        meta["namespace"] = options.namespace
+    annotations = {"acceptrun/run-id": run_id, "acceptrun/spec": spec.name}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {**meta, "name": f"{name}-spec", "annotations": annotations},
+        "data": {"spec.toml": spec_text},
+    }
+    documents: list[dict[str, Any]] = [config]
+    if nodes > 1:
+        documents.append(_service(meta, options.port))
+    documents.append(_job(spec, options, meta, annotations, run_id, mapped, env, warnings))
+    if limits.wall_time is None:
+        warnings.append(
+            "limits.wall_time is not set: the Job has no activeDeadlineSeconds and runs "
+            "until the supervisor ends it"
+        )
+    return Manifests(documents, warnings, run_id, name)
+
+
+# ---- the objects ------------------------------------------------------------------------------
+
+
+def _service(meta: dict[str, Any], port: int) -> dict[str, Any]:
+    """The headless Service: DNS names <job>-<index>.<job> for the pods (rendezvous)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            # The rendezvous starts before any pod is Ready: publish their names at once.
+            "publishNotReadyAddresses": True,
+            "selector": {"job-name": meta["name"]},
+            "ports": [{"name": "rdzv", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def _job(
+    spec: RunSpec,
+    options: KubernetesOptions,
+    meta: dict[str, Any],
+    annotations: dict[str, str],
+    run_id: str,
+    mapped: _PodPaths,
+    env: list[dict[str, str]],
+    warnings: list[str],
+) -> dict[str, Any]:
+    res, limits = spec.resources, spec.limits
+    grace = round(float(limits.grace_period))
+    limit_map: dict[str, str] = {}
+    request_map: dict[str, str] = {}
+    if res.gpus > 0:
+        limit_map["nvidia.com/gpu"] = str(res.gpus)  # extended resource: limits only
+    if res.cpus:
+        limit_map["cpu"] = request_map["cpu"] = str(res.cpus)
+    if res.memory_gb:
+        # Requests equal to limits: the Guaranteed QoS class, evicted last under pressure.
+        limit_map["memory"] = request_map["memory"] = f"{round(res.memory_gb * 1024)}Mi"
+    resources: dict[str, Any] = {}
+    if limit_map:
+        resources["limits"] = limit_map
+    if request_map:
+        resources["requests"] = request_map
+
+    mounts, volumes = _volumes(options, mapped, meta["name"], warnings)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": options.image,
+        "command": ["/bin/sh", "-c", _entrypoint(spec, run_id)],
+        "workingDir": mapped.workdir,
+        "env": env,
+        "volumeMounts": mounts,
+    }
+    if resources:
+        container["resources"] = resources
+    if res.nodes > 1:
+        container["ports"] = [{"name": "rdzv", "containerPort": options.port, "protocol": "TCP"}]
+    pod: dict[str, Any] = {
+        # Never: a failed pod is replaced by the Job (podFailurePolicy decides whether it
+        # counts), and the supervisor inside restarts attempts itself.
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace + GRACE_MARGIN_S,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if res.nodes > 1:
+        pod["subdomain"] = meta["name"]
+    if options.node_selector:
+        pod["nodeSelector"] = dict(options.node_selector)
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": res.nodes,
+        "parallelism": res.nodes,
+        # Pod failures that are not disruptions: limits.max_restarts, as the supervisor
+        # allows for its attempts.
+        "backoffLimit": limits.max_restarts,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    # Preemption, eviction, node drain or loss: the replacement pod
+                    # resumes, and it does not count against backoffLimit.
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+                {
+                    # acceptrun exits 1 for a rejected run (and for errors it reported): a
+                    # new pod would reach the same verdict.
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [1]},
+                },
+            ]
+        },
+        "template": {"metadata": {"labels": meta["labels"]}, "spec": pod},
+    }
+    if limits.wall_time is not None:
+        job_spec["activeDeadlineSeconds"] = (
+            round(float(limits.wall_time)) + grace + GRACE_MARGIN_S + DEADLINE_MARGIN_S
+        )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {**meta, "annotations": annotations},
+        "spec": job_spec,
+    }
+
+
+def _volumes(
+    options: KubernetesOptions, mapped: _PodPaths, name: str, warnings: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": WORKSPACE_MOUNT},
+        {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
+        {"name": "dshm", "mountPath": SHM_MOUNT},
+    ]
+    if options.checkpoint_pvc:
+        workspace: dict[str, Any] = {
+            "name": "workspace",
+            "persistentVolumeClaim": {"claimName": options.checkpoint_pvc},
+        }
+    else:
+        workspace = {"name": "workspace", "emptyDir": {}}
+        warnings.append(
+            "no --checkpoint-pvc: the run record and its checkpoints live in an emptyDir and "
+            "die with the pod; a replacement pod starts the run again from step 0 "
+            "(checkpoint.mirror cannot help without the record). Pass --checkpoint-pvc NAME"
+        )
+    volumes: list[dict[str, Any]] = [
+        workspace,
+        {"name": "spec", "configMap": {"name": f"{name}-spec"}},
+        # NCCL and DataLoader workers share memory through /dev/shm; a container's default
+        # is 64 MiB, which a few workers exhaust ("Bus error").
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    if options.data_pvc:
+        if mapped.data is None:
+            raise UserError(
+                f"--data-pvc {options.data_pvc} but the spec has no local data.path to mount it "
+                'at; set data.path (e.g. "data") or leave out --data-pvc'
+            )
+        mounts.append({"name": "data", "mountPath": mapped.data, "readOnly": True})
+        volumes.append(
+            {
+                "name": "data",
+                "persistentVolumeClaim": {"claimName": options.data_pvc, "readOnly": True},
+            }
+        )
+    elif mapped.data is not None:
+        warnings.append(
+            f"data.path is read from the image at {mapped.data}; pass --data-pvc NAME to mount "
+            "a volume there instead"
+        )
+    return mounts, volumes
+
+
+def _entrypoint(spec: RunSpec, run_id: str) -> str:
+    """The container's shell script: supervisor on pod 0, node agent on the others."""
+    q = shlex.quote
+    mirror = " --from-mirror" if spec.checkpoint.mirror else ""
+    lines = [
+        "set -eu",
+        f"WS={WORKSPACE_MOUNT}",
+        f"RUN_ID={q(run_id)}",
+        'RUN="$WS/runs/$RUN_ID"',
+    ]
+    if spec.resources.nodes > 1:
+        lines += [
+            "# Pods 1..N-1: join every attempt that the supervisor on pod 0 starts.",
+            'if [ "${JOB_COMPLETION_INDEX:-0}" != 0 ]; then',
+            '  exec python -m acceptrun.backends.kubernetes node --workspace "$WS" '
+            '--run-id "$RUN_ID"',
+            "fi",
+        ]
+    lines += [
+        "# A pod that replaces pod 0 (preemption, node loss) continues the run.",
+        'if [ -f "$RUN/run.json" ]; then',
+        "  if python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get"
+        '("verdict") != "accepted")\' "$RUN/run.json"; then',
+        '    echo "acceptrun: run $RUN_ID was already accepted"; exit 0',
+        "  fi",
+        f'  exec acceptrun --workspace "$WS" resume "$RUN_ID" --force --from-scratch{mirror} '
+        '--reason "kubernetes pod restart"',
+        "fi",
+        f'exec acceptrun --workspace "$WS" run {SPEC_MOUNT}/spec.toml --run-id "$RUN_ID"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---- the spec inside the pod ----------------------------------------------------------------
+
+
+class _PodPaths:
+    """The spec's local paths as the pod sees them: the spec's directory is ``workdir``."""
+
+    def __init__(self, spec: RunSpec, workdir: str, warnings: list[str]) -> None:
+        self.spec = spec
+        self.root = PurePosixPath(workdir)
+        self.base = Path(spec.base_dir).resolve()
+        self.warnings = warnings
+        self.workdir = self.path(str(spec.workdir_path), "workdir")
+        data = spec.data.path
+        self.data: str | None = None
+        if data and "://" not in data:
+            local = Path(spec.resolve_path(data))
+            self.data = self.path(str(local), "data.path")
+            if local.is_file():
+                raise UserError(
+                    f"data.path {data!r} is a file; the pod mounts a directory there. Point "
+                    "data.path at the directory that holds it"
+                )
+
+    def path(self, value: str, what: str) -> str:
+        """``value`` (absolute or relative to the spec) inside the image."""
+        local = Path(self.spec.resolve_path(value))
+        try:
+            rel = local.relative_to(self.base)
+        except ValueError:
+            self.warnings.append(
+                f"{what} {local} is outside the spec's directory {self.base}: the pod must have "
+                "it at that same path (in the image or on a volume you add)"
+            )
+            return local.as_posix()
+        return str(self.root / rel.as_posix()) if rel.parts else str(self.root)
+
+
+def _pod_spec_toml(spec: RunSpec, mapped: _PodPaths, warnings: list[str]) -> str:
+    """The spec the pods run: the same, with its paths inside the image."""
+    data = spec.to_dict()
+    data["workdir"] = mapped.workdir
+    if spec.data.path:
+        data["data"]["path"] = mapped.data or spec.data.path
+    if spec.data.manifest:
+        data["data"]["manifest"] = mapped.path(spec.data.manifest, "data.manifest")
+    if spec.checkpoint.dir:
+        warnings.append(
+            f"checkpoint.dir {spec.checkpoint.dir!r} is not used in the pod: checkpoints go to "
+            f"the run record on the checkpoint volume ({WORKSPACE_MOUNT}/runs/<run>/checkpoints)"
+        )
+        del data["checkpoint"]["dir"]
+    mirror = spec.checkpoint.mirror
+    if mirror and "://" not in mirror:
+        data["checkpoint"]["mirror"] = mapped.path(mirror, "checkpoint.mirror")
+        warnings.append(
+            f"checkpoint.mirror {mirror!r} is a local path: in the pod it is "
+            f"{data['checkpoint']['mirror']} on the container's disk, lost with the pod; use a "
+            "bucket URL (s3://..., gs://...) so that a pod on another node can resume from it"
+        )
+    elif not mirror:
+        warnings.append(
+            "no checkpoint.mirror: a pod that replaces pod 0 resumes only from the checkpoint "
+            "volume; set checkpoint.mirror to a bucket URL to survive the volume's loss too"
+        )
+    if spec.inference.input:
+        data["inference"]["input"] = mapped.path(spec.inference.input, "inference.input")
+        data["inference"]["output"] = mapped.path(spec.inference.output, "inference.output")
+    if spec.serving.payload:
+        data["serving"]["payload"] = mapped.path(spec.serving.payload, "serving.payload")
+    header = (
+        f"# acceptrun spec {spec.name!r} as the pods run it (exported from {spec.source});\n"
+        "# paths inside the image, durations in seconds.\n"
+    )
+    return header + tomli_w.dumps(_drop_none(data))
+
+
+def _warn_unexpressed(spec: RunSpec, options: KubernetesOptions, warnings: list[str]) -> None:
+    res = spec.resources
+    if res.gpu_types and not options.node_selector:
+        warnings.append(
+            f"resources.gpu_types {res.gpu_types} is not expressed: GPU model labels differ "
+            "by cluster; pass --node-selector, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3 "
+            "(GPU feature discovery) or cloud.google.com/gke-accelerator=nvidia-h100-80gb (GKE)"
+        )
+    if res.min_gpu_memory_gb:
+        warnings.append(
+            f"resources.min_gpu_memory_gb = {res.min_gpu_memory_gb:g} is checked by the "
+            "preflight inside the pod, not by the scheduler"
+        )
+    if res.gpus > 0 and res.processes != res.gpus:
+        warnings.append(
+            f"resources.gpus = {res.gpus} but resources.processes = {res.processes}: each pod "
+            "gets all its GPUs; usually one process per GPU"
+        )
+    if not res.cpus or not res.memory_gb:
+        warnings.append(
+            "resources.cpus or resources.memory_gb is not set: the pods request no CPU or "
+            "memory and may land on a node without enough of them"
+        )
+    if spec.telemetry.prometheus_port is not None:
+        warnings.append(
+            "telemetry.prometheus_port serves on 127.0.0.1 inside pod 0: reach it with "
+            "`kubectl port-forward`, not through a Service"
+        )
+
+
+def _pod_env(spec: RunSpec, name: str, port: int) -> list[dict[str, str]]:
+    """The container's environment: the workspace and, for several nodes, the rendezvous."""
+    from acceptrun.workload.distributed import (
+        ENV_NODES_STARTED_BY,
+        ENV_RDZV_HOST,
+        ENV_RDZV_PORT,
+    )
+
+    env = {"PYTHONUNBUFFERED": "1", "ACCEPTRUN_WORKSPACE": WORKSPACE_MOUNT}
+    if spec.resources.nodes > 1:
+        env[ENV_NODES_STARTED_BY] = "kubernetes"  # each pod starts its own torchrun
+        env[ENV_RDZV_HOST] = f"{name}-0.{name}"  # pod 0, through the headless Service
+        env[ENV_RDZV_PORT] = str(port)
+        # torchrun reads --rdzv-conf from here: how long a node waits for the others.
+        env["PET_RDZV_CONF"] = f"join_timeout={RDZV_JOIN_TIMEOUT_S}"
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _job_name(name: str, run_id: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    slug = re.sub(r"^[^a-z]+", "", slug)[: _MAX_JOB_NAME - 5].strip("-") or "acceptrun"
+    return f"{slug}-{run_id[-4:].lower()}"
+
+
+def _drop_none(value: Any) -> Any:
+    """TOML has no null: unset fields stay out of the file."""
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+# ---- YAML --------------------------------------------------------------------------------------
+
+
+def to_yaml(documents: Sequence[dict[str, Any]]) -> str:
+    """Documents as multi-document YAML: block style, JSON scalars, ``|`` for long text."""
+    out: list[str] = []
+    for doc in documents:
+        out.append("---")
+        out += _yaml_lines(doc, 0)
+    return "\n".join(out) + "\n"
+
+
+def _yaml_lines(value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            lines += _yaml_entry(f"{pad}{_key(str(key))}:", item, indent)
+    else:
+        for item in value:
+            if isinstance(item, dict) and item:
+                first, *others = _yaml_lines(item, indent + 2)
+                lines.append(f"{pad}- {first[indent + 2 :]}")
+                lines += others
+            else:
+                lines += _yaml_entry(f"{pad}-", item, indent)
+    return lines
+
+
+def _yaml_entry(head: str, item: Any, indent: int) -> list[str]:
+    if isinstance(item, dict | list) and item:
+        return [head, *_yaml_lines(item, indent + 2)]
+    if isinstance(item, str) and "\n" in item and item.endswith("\n"):
+        body = item[:-1].split("\n")
+        # A literal block keeps the text as is, but cannot start with a space (that would
+        # set its indentation), keep trailing spaces visible, or hold tabs or CR.
+        plain = not any(line != line.rstrip() or "\t" in line or "\r" in line for line in body)
+        if plain and body[0][:1] not in (" ", ""):
+            pad = " " * (indent + 2)
+            return [f"{head} |", *(f"{pad}{line}" if line else "" for line in body)]
+    return [f"{head} {_scalar(item)}"]
+
+
+def _key(key: str) -> str:
+    """A mapping key, bare where YAML reads it as the same string (``apiVersion``)."""
+    if _BARE_KEY.match(key) and key.lower() not in _YAML11_WORDS:
+        return key
+    return json.dumps(key)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return json.dumps(value)  # JSON's literals and double-quoted strings are valid YAML
+
+
+# ---- the node agent (pods 1..N-1) ------------------------------------------------------------
+
+
+def pending_attempt(record: RunRecord, after: int) -> tuple[int, int | None] | None:
+    """The newest attempt after ``after`` that the supervisor started and has not ended.
+
+    Returns ``(attempt, resume_step)`` from its ``attempt_start`` event, or None.
+    """
+    newest: dict[str, Any] | None = None
+    for event in record.events("attempt_start"):
+        if int(event.get("attempt") or 0) > after:
+            newest = event
+    if newest is None:
+        return None
+    number = int(newest["attempt"])
+    if record.exists(f"attempts/{number}/exit.json"):
+        return None  # it ended before this node came: wait for the next one
+    step = newest.get("resume_step")
+    return number, None if step is None else int(step)
+
+
+def run_node(
+    workspace: Path,
+    run_id: str,
+    *,
+    poll_s: float = 2.0,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Join each attempt of ``run_id`` on this node until the run is accepted.
+
+    The torchrun agent started here gets the same contract environment as pod 0's, with
+    this process as its supervisor (a rank stops when it dies). SIGTERM (the pod's
+    deletion) is forwarded to it: every rank agrees to stop, checkpoints and exits, and
+    the supervisor on pod 0 classifies the attempt as preempted and restarts it.
+    Returns 0 once the run is accepted, 143 after SIGTERM.
+    """
+    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.spec.model import load_spec
+    from acceptrun.supervisor.core import contract_env
+    from acceptrun.workload.distributed import launch_command
+
+    record = RunRecord(Path(workspace) / "runs" / run_id)
+    child: subprocess.Popen[bytes] | None = None
+    stopping = False
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    last = 0
+    while not stopping:
+        state = record.read_json("run.json", {}) if record.path.exists() else {}
+        if isinstance(state, dict) and state.get("verdict") == "accepted":
+            say(f"acceptrun node: run {run_id} was accepted")
+            return 0
+        pending = pending_attempt(record, last) if record.events_path.exists() else None
+        if pending is None:
+            time.sleep(poll_s)  # the supervisor starts attempts seconds apart at best
+            continue
+        attempt, step = pending
+        spec = load_spec(record.spec_path)
+        ckpt_dir = (
+            Path(spec.resolve_path(spec.checkpoint.dir))
+            if spec.checkpoint.dir
+            else record.checkpoints_dir
+        )
+        info = CheckpointStore(ckpt_dir).get(step) if step is not None else None
+        # Rank 0 verifies and broadcasts the path it loads; the others need to know only
+        # that there is one.
+        resume = str(info.path) if info is not None else ""
+        env = contract_env(
+            os.environ, spec, record, attempt=attempt, resume_from=resume, checkpoint_dir=ckpt_dir
+        )
+        argv = launch_command(spec, env)
+        say(f"acceptrun node: joining attempt {attempt} of run {run_id}")
+        child = subprocess.Popen(argv, cwd=spec.workdir_path, env=env)
+        while child.poll() is None:
+            if record.exists(f"attempts/{attempt}/exit.json"):
+                _end(child, float(spec.limits.grace_period))  # pod 0 ended the attempt
+                break
+            time.sleep(poll_s)
+        say(f"acceptrun node: attempt {attempt} ended here with exit status {child.wait()}")
+        last = attempt
+    if child is not None:
+        child.wait()
+    return 143
+
+
+def _end(child: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after the grace period: the attempt is over elsewhere."""
+    child.terminate()
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m acceptrun.backends.kubernetes node --workspace WS --run-id RUN``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m acceptrun.backends.kubernetes")
+    sub = p.add_subparsers(dest="command", required=True)
+    node = sub.add_parser("node", help="join each attempt of a run that pod 0 supervises")
+    node.add_argument("--workspace", required=True, type=Path)
+    node.add_argument("--run-id", required=True)
+    args = p.parse_args(argv)
+    return run_node(args.workspace, args.run_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
