@@ -190,39 +190,24 @@ def test_operations_drill_kills_a_watched_script_and_skips_its_preemption(
     assert "remove" in checks["drill preempt"]["fix"]
 
 
-OUTSIDE_WRITER = """
-import os, sys
-target = sys.argv[1]
-os.makedirs(os.path.dirname(target), exist_ok=True)
-print("iter 0: loss 1.0", flush=True)
-with open(target, "wb") as f:
-    f.write(b"state" * 100)
-"""
-
-
-def test_drill_refuses_a_checkpoint_captured_outside_the_workdir(
-    project: Project, tmp_path: Path
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_a_watched_checkpoint_outside_the_workdir_is_refused_before_anything_runs(
+    project: Project, tmp_path: Path, where: str
 ) -> None:
+    """A restart (and the drill) writes a watched checkpoint back where it was declared:
+    one outside the workdir would be written outside it, so the spec refuses it (exit 2)."""
     outside = tmp_path / "elsewhere" / "ckpt.pt"
+    watch = str(outside) if where == "absolute" else "../elsewhere/ckpt.pt"
     spec = project.spec(
-        OUTSIDE_WRITER,
-        command=[PYTHON, "work.py", str(outside)],
+        "open('started', 'w').close()",
         extra=f"""
 [checkpoint]
-watch = [{json.dumps(str(outside))}]
+watch = [{json.dumps(watch)}]
 resume_args = ["--resume"]
-settle = "1h"
-[progress]
-pattern = {json.dumps(PATTERN)}
 """,
     )
-    project.cli("run", "-q", str(spec), timeout=120, check_rc=0)
-    record = project.only_record()
-    info = CheckpointStore(record.checkpoints_dir).latest()
-    assert info is not None  # the final pass captured it after the clean exit
-    kept = outside.read_bytes()
-    drill = project.cli("ckpt", "drill", record.run_id, timeout=60)
-    assert drill.returncode == 2, drill.stdout + drill.stderr
-    assert f"captured from {outside}, outside the working directory" in drill.stderr
-    assert "checkpoint.watch" in drill.stderr
-    assert not (record.path / "drills").exists() and outside.read_bytes() == kept
+    run = project.cli("run", "-q", str(spec), timeout=120, check_rc=2)
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.startswith(f"SpecError: {spec}: checkpoint.watch: {watch!r}"), run.stderr
+    assert "inside the workdir" in run.stderr, run.stderr
+    assert project.run_ids() == [] and not (project.root / "started").exists()

@@ -255,6 +255,10 @@ _BAD = [
         'acceptance.metrics = { loss = "about 1" }', "acceptance.metrics.loss", "threshold",
         id="condition",
     ),
+    pytest.param(
+        'checkpoint.watch = ["../ckpt.pt"]', "checkpoint.watch", "inside the workdir",
+        id="watch-outside",
+    ),
 ]  # fmt: skip
 
 

@@ -147,6 +147,33 @@ def test_validation_names_path_value_and_fix(text: str, expected: str) -> None:
     assert any(p.startswith(expected) for p in found), found
 
 
+_INSIDE = "expected a path or glob inside the workdir, relative to it"
+
+
+@pytest.mark.parametrize(
+    ("watch", "why"),
+    [
+        pytest.param("../ckpt.pt", "a '..' part leads out of it", id="parent"),
+        pytest.param("out/../../ckpt.pt", "a '..' part leads out of it", id="parent-inside"),
+        pytest.param("/tmp/ckpt.pt", "an absolute path", id="absolute"),
+        pytest.param("/", "an absolute path", id="root"),
+    ],
+)
+def test_watched_checkpoints_must_stay_inside_the_workdir(watch: str, why: str) -> None:
+    """As outputs: a restart writes a watched checkpoint back where it was declared."""
+    text = MINIMAL + f"[checkpoint]\nwatch = ['out/ok.pt', {watch!r}]\n"
+    (found,) = problems(text)
+    assert found.startswith(f"checkpoint.watch: {watch!r} is not valid; {_INSIDE}"), found
+    assert "have the script write its checkpoints under the workdir" in found, found
+    assert found.endswith(f"({why})"), found
+
+
+def test_watched_checkpoints_inside_the_workdir_load() -> None:
+    watch = ["out/ckpt.pt", "output/checkpoint-*", "a..b/c", ".hidden/ck", "./ck/*.pt"]
+    spec = parse_spec(MINIMAL + f"[checkpoint]\nwatch = {watch!r}\n")
+    assert spec.checkpoint.watch == watch
+
+
 def test_all_problems_reported_in_one_pass() -> None:
     text = MINIMAL + "[limits]\nwal_time = '2h'\nmax_restarts = -1\n[checkpoint]\nkeep_last = 1\n"
     found = problems(text)

@@ -157,8 +157,13 @@ def check_static(spec: RunSpec) -> None:
     """Bad input that can be seen without running anything; raises PreflightError."""
     problems: list[str] = []
     workdir = spec.workdir_path
-    if not workdir.is_dir():
-        problems.append(f"workdir: {workdir} is not a directory; fix `workdir` in {spec.source}")
+    try:
+        is_dir = workdir.is_dir()
+        why = "is not a directory"
+    except OSError as exc:  # a name too long for the file system (ENAMETOOLONG), EACCES
+        is_dir, why = False, f"cannot be used ({exc.strerror})"
+    if not is_dir:
+        problems.append(f"workdir: {workdir} {why}; fix `workdir` in {spec.source}")
     else:
         prog = _argv0(spec)
         if prog is not None and resolve_program(spec) is None:

@@ -87,6 +87,21 @@ def _no_nul(value: str) -> str | None:
 
 _NO_NUL = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) and Python both read \u0000 as NUL
 
+
+def _outside_workdir(value: str) -> str | None:
+    """Why a path or glob may lead out of the workdir, or None (symlinks: see supervisor)."""
+    if "\x00" in value:
+        return "a NUL character"
+    if value.startswith("/"):
+        return "an absolute path"
+    if ".." in value.split("/"):
+        return "a '..' part leads out of it"
+    return None
+
+
+# No leading "/", no ".." part, no NUL: what _outside_workdir accepts, for JSON Schema.
+_IN_WORKDIR = "^(?!/)(?!(?:.*/)?\\.\\.(?:/|$))[^\\u0000]*$"
+
 FORMATS: dict[str, Format] = {
     "regex": Format(
         "a Python regular expression",
@@ -122,6 +137,15 @@ FORMATS: dict[str, Format] = {
         {"pattern": _NO_NUL},
         invalid="a\x00*",
         words="path or glob",
+    ),
+    "workdir-glob": Format(
+        'a path or glob inside the workdir, relative to it, e.g. "out/ckpt.pt" or '
+        '"output/checkpoint-*": have the script write its checkpoints under the workdir '
+        "(or set workdir to a folder that holds them)",
+        _outside_workdir,
+        {"pattern": _IN_WORKDIR},
+        invalid="../x",
+        words="path or glob inside the workdir",
     ),
     "arg": Format(
         "text without NUL characters (the OS refuses them in arguments and the environment)",

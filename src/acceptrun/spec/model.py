@@ -239,10 +239,11 @@ class CheckpointSpec:
         "Copy committed checkpoints to this path or fsspec URL.", None, format="path"
     )
     watch: list[str] = doc(
-        "The script's own checkpoints: files, directories or globs (relative to the workdir), "
-        'e.g. ["out/ckpt.pt"] or ["output/checkpoint-*"]; each complete one is captured.',
+        "The script's own checkpoints: files, directories or globs relative to the workdir "
+        '(inside it: a restart writes them back there), e.g. ["out/ckpt.pt"] or '
+        '["output/checkpoint-*"]; each complete one is captured.',
         factory=list,
-        format="glob",
+        format="workdir-glob",
     )
     resume_args: list[str] = doc(
         "Arguments added to the command when it resumes from a watched checkpoint; "
