@@ -27,10 +27,13 @@ acceptrun runs inside the pods, so its guarantees hold there:
   path: every rank writes its part of each checkpoint into the same step directory.
 
 The spec goes into a ConfigMap (``spec.toml``) with its paths made absolute inside the
-image (the spec's directory is the image's ``--workdir``) and, for several nodes, its
-command wrapped in the multi-node torchrun. Whatever the spec asks that a manifest cannot
-express is a warning (:attr:`Manifests.warnings`) or a :class:`UserError`, never dropped
-silently.
+image (the spec's directory is the image's ``--workdir``). For several nodes the pods'
+environment names the rendezvous (``ACCEPTRUN_NODES_STARTED_BY=kubernetes``,
+``ACCEPTRUN_RDZV_HOST=<job>-0.<job>``, ``ACCEPTRUN_RDZV_PORT``), so that each pod's launch
+is its own torchrun with a rendezvous id per attempt
+(:func:`acceptrun.workload.distributed.launch_command`). Whatever the spec asks that a
+manifest cannot express is a warning (:attr:`Manifests.warnings`, printed to stderr and
+written into the YAML) or a :class:`UserError`, never dropped silently.
 
 The YAML is written by hand (:func:`to_yaml`; no YAML library at run time): block
 mappings and lists whose scalars are JSON literals, which YAML reads as they are.
