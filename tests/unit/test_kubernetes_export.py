@@ -262,6 +262,7 @@ def test_warnings_name_what_the_manifests_cannot_express(tmp_path: Path) -> None
         pytest.param(TWO_NODES, {}, UserError, "ReadWriteMany", id="two-nodes-no-shared-volume"),
         pytest.param(ONE_NODE_CPU, {"name": "Bad_Name"}, UserError, "--name", id="bad-name"),
         pytest.param(ONE_NODE_CPU, {"workdir": "app"}, UserError, "absolute", id="relative-workdir"),
+        pytest.param(ONE_NODE_CPU, {"port": 70000}, UserError, "TCP port", id="bad-port"),
         pytest.param(
             ONE_NODE_CPU, {"data_pvc": "d"}, UserError, "no local data.path", id="data-pvc-no-data"
         ),
@@ -336,11 +337,13 @@ def test_node_agent_joins_the_newest_attempt_still_running(tmp_path: Path) -> No
     record = RunRecord(tmp_path / "runs" / RUN_ID)
     record.path.mkdir(parents=True)
     assert pending_attempt(record, 0) is None  # the supervisor has not started one
+    record.attempt_dir(1).mkdir(parents=True)  # the supervisor makes it at launch...
+    assert pending_attempt(record, 0) is None  # ...then writes the event
     record.event("attempt_start", attempt=1, pid=10, resume_step=None)
     assert pending_attempt(record, 0) == (1, None)
-    record.attempt_dir(1).mkdir(parents=True)  # the supervisor made it at launch
     record.write_json("attempts/1/exit.json", {"attempt": 1, "returncode": 143})
     assert pending_attempt(record, 0) is None  # ended before this node came
+    record.attempt_dir(2).mkdir(parents=True)
     record.event("attempt_start", attempt=2, pid=11, resume_step=500)
     assert pending_attempt(record, 0) == (2, 500)
     assert pending_attempt(record, 2) is None  # already joined

@@ -165,6 +165,8 @@ def export_manifests(spec: RunSpec, options: KubernetesOptions) -> Manifests:
             f"'-', starting with a letter, at most {_MAX_JOB_NAME} characters (pod host names "
             "add -<index>); pass --name, e.g. --name train-1"
         )
+    if not 0 < options.port < 65536:
+        raise UserError(f"--port {options.port} is not a TCP port; use 1 to 65535, e.g. 29500")
     if nodes > 1 and not options.checkpoint_pvc:
         raise UserError(
             f"resources.nodes = {nodes}: every pod's ranks write into the same checkpoint and "
@@ -598,6 +600,11 @@ def pending_attempt(record: RunRecord, after: int) -> tuple[int, int | None] | N
 
     Returns ``(attempt, resume_step)`` from its ``attempt_start`` event, or None.
     """
+    # The supervisor makes attempts/<n>/ before it writes the event: look there first, so
+    # that a node waiting between attempts does not re-read a long events.jsonl.
+    started = [int(p.name) for p in record.path.glob("attempts/*") if p.name.isdigit()]
+    if not started or max(started) <= after:
+        return None
     newest: dict[str, Any] | None = None
     for event in record.events("attempt_start"):
         if int(event.get("attempt") or 0) > after:
@@ -649,7 +656,7 @@ def run_node(
         if isinstance(state, dict) and state.get("verdict") == "accepted":
             say(f"acceptrun node: run {run_id} was accepted")
             return 0
-        pending = pending_attempt(record, last) if record.events_path.exists() else None
+        pending = pending_attempt(record, last)
         if pending is None:
             time.sleep(poll_s)  # the supervisor starts attempts seconds apart at best
             continue
