@@ -7,9 +7,11 @@ tests/shapes_client.py). In every shape the
 script saves ``out/ckpt.pt`` in place with ``torch.save`` every ``--every`` iterations,
 resumes from it with ``--init_from=resume``, and writes ``out/model.pt`` at the end.
 
-In attempt 1 the script waits, after its first save, until acceptrun has recorded the
-capture of that save (it reads the run's events), then goes on slowly: an injected
-``kill@time`` that comes later always finds a captured checkpoint, however slow the machine.
+In attempt 1 the script saves once and waits until acceptrun has recorded the capture of
+that save (it reads the run's events), then goes on slowly, and at the end
+waits to be killed: an injected ``kill@step=N`` past the first save always finds a
+captured checkpoint and some steps after it, however slow the machine (a ``kill@time``
+came before the first save when the start-up took longer than its time).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import importlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +33,8 @@ p.add_argument("--init_from", default="scratch")
 p.add_argument("--iters", type=int, default=200)
 p.add_argument("--every", type=int, default=10)
 p.add_argument("--slow", type=float, default=0.2)  # seconds per step in attempt 1, after the save
+# seconds attempt 1 waits at the end for the injected kill, then fails (it never came)
+p.add_argument("--hold", type=float, default=600.0)
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -75,7 +80,8 @@ def captured() -> bool:
 
 saved = False
 while iter_num < args.iters:
-    if iter_num > 0 and iter_num % args.every == 0:
+    # Attempt 1 saves once: however late the kill comes, it resumes from that save.
+    if iter_num > 0 and iter_num % args.every == 0 and not (first_attempt and saved):
         state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "iter_num": iter_num}
         torch.save(state, "out/ckpt.pt")
         saved = True
@@ -99,4 +105,9 @@ while iter_num < args.iters:
     if first_attempt and saved:
         time.sleep(args.slow)
 
+if first_attempt:
+    # The injected kill ends attempt 1: it may come later than the last step when the
+    # supervisor reads the steps from the output or TensorBoard files on a busy machine.
+    time.sleep(args.hold)
+    sys.exit(f"attempt 1 was not killed within --hold {args.hold:g} s of its last step")
 torch.save(model.state_dict(), "out/model.pt")

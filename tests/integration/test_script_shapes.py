@@ -1,12 +1,17 @@
-"""Scripts as users bring them, killed by ``--inject kill@time`` and resumed from their own checkpoint.
+"""Scripts as users bring them, killed by ``--inject kill@step`` and resumed from their own checkpoint.
 
 One script (tests/shapes_train.py) in three shapes: it prints ``iter N: loss X``, it writes
 TensorBoard scalars, or it calls only ``run.log`` in a loop of its own. Each saves
 ``out/ckpt.pt`` in place and resumes with ``--init_from=resume``; the spec watches the file,
-reads the progress and declares ``out/model.pt``. For each shape: attempt 1 is killed by the
-supervisor's time fault, attempt 2 starts from the captured checkpoint (not from scratch),
-the lost steps are the steps after it, the output is verified, and the time split shows
-compute.
+reads the progress and declares ``out/model.pt``. For each shape: attempt 1 is killed by an
+injected step fault (the supervisor fires it when it reads the step from a black box's
+output or TensorBoard files; the client fires it itself), attempt 2 starts from the
+captured checkpoint (not from scratch), the lost steps are the steps after it, the output
+is verified, and the time split shows compute.
+
+The kill is a step fault, not a time fault: the script's first save comes after its
+start-up, which on a busy machine took longer than any fixed time (a ``kill@time=20s``
+then found nothing captured and attempt 2 started over).
 """
 
 from __future__ import annotations
@@ -54,14 +59,19 @@ model = "out/model.pt"
 outputs = ["model"]
 {PROGRESS[report]}""",
     )
-    # The script waits for the capture of its first save before going on slowly, so the
-    # kill always comes after a checkpoint exists, however long start-up takes.
-    proc = project.cli("run", "--inject", "kill@time=20s", str(spec), timeout=600)
+    # The script waits for the capture of its first save (iter 10) before going on slowly,
+    # and attempt 1 waits at its end to be killed: the kill at step 15 always comes after a
+    # checkpoint exists and some steps after it, however long start-up takes.
+    proc = project.cli("run", "--inject", "kill@step=15", str(spec), timeout=900)
     record: RunRecord = project.only_record()
     exits = [
         json.loads((record.path / "attempts" / str(n) / "exit.json").read_text()) for n in (1, 2)
     ]
-    assert exits[0]["signal"] == "SIGKILL" and "injected" in exits[0]["reason"], exits[0]
+    (fired,) = record.events("fault_injected")
+    assert (fired["action"], fired["step"], fired["attempt"]) == ("kill", 15, 1)
+    assert exits[0]["signal"] == "SIGKILL", exits[0]
+    if report != "client":  # the supervisor sent it, and the attempt's reason says so
+        assert "injected fault kill@step=15" in exits[0]["reason"], exits[0]
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     # Attempt 2 resumed from a captured checkpoint, with the script's own flag.

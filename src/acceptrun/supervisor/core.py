@@ -582,9 +582,11 @@ class Supervisor:
         if (div := a.progress.poll()) is not None:
             a.diverged_kill = self._kill_diverged(a.child, a.number, div)
         if a.step_faults and not a.diverged_kill:
-            self._fire_step_faults(
+            fired = self._fire_step_faults(
                 a.child, a.number, a.step_faults, a.progress.last_step, a.watch.last_checkpoint
             )
+            if fired is not None and a.poll.injected is None:
+                a.poll.injected = fired  # the supervisor sent it: exit.json says so
 
     def _take_stop(self, a: _Attempt, stop: Stop) -> None:
         """The attempt ends for ``stop``: its reason, its event; a hang is killed at once."""
@@ -710,18 +712,20 @@ class Supervisor:
         faults: list[Any],
         last_step: int | None,
         checkpoint: int | None,
-    ) -> None:
+    ) -> str | None:
         """``kill@step=N`` / ``term@step=N`` for a black box: fired once its step N is read.
 
         The script cannot fire them itself; the supervisor sends the signal when the
         progress reader has seen step N (the script may be a step or two further by then)
         and, for ``:after=checkpoint``, the attempt's first checkpoint was captured
-        (``checkpoint``: the step of its newest commit, None before one).
+        (``checkpoint``: the step of its newest commit, None before one). Returns the
+        fault fired (its text, as the attempt's exit reason names it), None for none.
         """
         from acceptrun.workload.inject import due_after_checkpoint
 
         if last_step is None:
-            return
+            return None
+        fired = None
         for fault in [f for f in faults if due_after_checkpoint(f, last_step, checkpoint)]:
             faults.remove(fault)
             self.record.event(
@@ -730,6 +734,8 @@ class Supervisor:
             )  # fmt: skip
             sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
             self._signal_stop(child, sig)  # an outside event, not a stop request
+            fired = str(fault).removesuffix(f":attempt={fault.attempt}")
+        return fired
 
     def _kill_diverged(self, child: ChildProcess, attempt: int, diverged: dict[str, Any]) -> bool:
         """SIGKILL a black box whose logged loss diverged; asked to stop, it could checkpoint it."""
