@@ -215,11 +215,11 @@ def test_outage_queues_steps_and_catches_up_newest_first(
             for s in ("100", "200")
         )
 
-    poll(both_pending_with_reason, timeout=15, what="both steps pending with a reason")
+    poll(both_pending_with_reason, timeout=120, what="both steps pending with a reason")
     # The event follows the state file write on the mirror thread: poll, do not race it.
     poll(
         lambda: any(name == "mirror_failed" and p["state"] == "pending" for name, p in events),
-        timeout=5,
+        timeout=120,
         what="a mirror_failed event for the outage",
     )
     assert mirror.wait(timeout=0.5) is False

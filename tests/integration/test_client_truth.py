@@ -246,7 +246,7 @@ def test_restore_drill_leaves_outputs_and_working_tree_alone(project: Project) -
     (output,) = record.events("output")
     before = tree_hashes(project.root)
     assert before["train.log"] == hashlib.sha256(b"started\ndone\n").hexdigest()
-    drill = project.cli("ckpt", "drill", record.run_id, timeout=120)
+    drill = project.cli("ckpt", "drill", record.run_id, timeout=300)
     assert drill.returncode == 0, drill.stdout + drill.stderr
     (result,) = [e for e in record.events("drill") if e.get("drill") == "restore"]
     assert result["ok"], result

@@ -89,11 +89,13 @@ def test_killed_run_splits_billed_time_into_productive_waste_idle_stall(
     assert result.exit_code == 0, result.verdict
     ledger = build_ledger(result.record)
     assert ledger["priced"] and ledger["price"]["price_per_hour"] == 3600
-    # Per-minute rounding: a run of a few seconds is billed a whole minute, 1 USD a second.
-    assert ledger["wall_s"] < 60 and ledger["billed_s"] == 60
-    assert ledger["compute"]["usd"] == pytest.approx(60.0)
+    # Per-minute rounding: the wall time is billed in whole minutes, 1 USD a second (a minute
+    # on a quiet machine; more when a busy one slowed the start-ups).
+    billed = 60 * -(-ledger["wall_s"] // 60)
+    assert ledger["billed_s"] == billed >= 60
+    assert ledger["compute"]["usd"] == pytest.approx(billed)
     assert ledger["compute"]["detail_s"]["idle.rounding"] == pytest.approx(
-        60 - ledger["wall_s"], abs=0.01
+        billed - ledger["wall_s"], abs=0.01
     )
     _sums_to_billed(ledger)
     split = ledger["compute"]["split_s"]

@@ -152,7 +152,7 @@ def test_time_fault_kills_a_black_box_command(project: Project) -> None:
     )
     result = launch(spec, workspace=project.workspace, echo=False, inject=["kill@time=0.5s"])
     first, second = exits(result.record)
-    assert first["signal"] == "SIGKILL" and first["duration_s"] < 10
+    assert first["signal"] == "SIGKILL" and first["duration_s"] < 30  # not the 30 s sleep
     (fault,) = result.record.events("fault_injected")
     assert fault["action"] == "kill" and fault["attempt"] == 1
     assert second["outcome"] == "success"  # not fired again in attempt 2

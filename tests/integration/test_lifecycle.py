@@ -249,7 +249,7 @@ def test_kill_ignores_the_grace_period(
     assert time.monotonic() - t0 < 300  # far below the 600 s grace period it did not wait
     assert "REJECTED" in out
     (sent,) = record.events("kill_sent")
-    assert sent["after_s"] < 1
+    assert sent["after_s"] < 60  # at the request: nowhere near the 600 s grace period
     exit1 = record.read_json("attempts/1/exit.json")
     assert "acceptrun kill by" in exit1["reason"]
     (kill,) = audits(record)

@@ -184,7 +184,6 @@ def test_cpu_run_with_a_per_second_price_bills_seconds_and_no_gpu(tmp_path: Path
     assert ledger["price"]["increment_s"] == 1.0 and ledger["price"]["minimum_s"] == 0.0
     # Per second: the billed time is the wall time rounded up to a second, not a minute.
     assert ledger["billed_s"] == pytest.approx(-(-ledger["wall_s"] // 1))
-    assert ledger["billed_s"] < 60
     shown = _acceptrun(tmp_path, "--workspace", str(tmp_path / "ws"), "cost", "show")
     assert "a CPU run: 0 GPUs, no GPU-seconds" in shown.stdout, shown.stdout + shown.stderr
     assert "increments of 1 s" in shown.stdout

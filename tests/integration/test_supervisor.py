@@ -149,18 +149,19 @@ def test_wall_time_stops_the_workload(project: Any) -> None:
         "import time\ntime.sleep(60)\n",
         extra='[limits]\nwall_time = "1s"\ngrace_period = "1s"\nmax_restarts = 3\n',
     )
-    t0 = time.monotonic()
     result = launch(spec, workspace=project.workspace, echo=False)
-    elapsed = time.monotonic() - t0
 
     rec = result.record
-    assert elapsed < 50, f"run took {elapsed:.1f} s"  # preflight included, not the 60 s
     assert attempt_numbers(rec) == [1]  # wall time is never a reason to restart
     ex = exit_json(rec, 1)
-    assert 0.9 < ex["duration_s"] < 30  # stopped at the wall time, not after the 60 s sleep
+    # Stopped at the wall time by the SIGTERM, not after the 60 s sleep (which exits 0),
+    # and not before the wall time since the launch, however slow the start-up.
     assert ex["outcome"] == "wall_time" and ex["signal"] == "SIGTERM"
+    assert ex["duration_s"] < 60
     (stop,) = rec.events("stop_sent")
     assert stop["signal"] == "SIGTERM" and "wall time" in stop["reason"]
+    (start,) = rec.events("run_start")
+    assert stop["t"] - start["t"] >= 1.0
     assert not list(rec.events("kill_sent"))  # default SIGTERM ends it within the grace
     assert not result.verdict.accepted and result.exit_code == 1
     exit_check = next(c for c in result.verdict.checks if c.name == "exit")
@@ -177,14 +178,11 @@ def test_workload_ignoring_sigterm_is_killed_after_the_grace_period(project: Any
         """,
         extra='[limits]\nwall_time = "1s"\ngrace_period = "1s"\n',
     )
-    t0 = time.monotonic()
     result = launch(spec, workspace=project.workspace, echo=False)
-    elapsed = time.monotonic() - t0
 
     rec = result.record
-    assert elapsed < 50, f"run took {elapsed:.1f} s"
     ex = exit_json(rec, 1)
-    assert 1.9 < ex["duration_s"] < 30  # 1 s wall time + 1 s grace, then SIGKILL
+    assert ex["duration_s"] < 60  # 1 s wall time + 1 s grace, then SIGKILL: not the sleep
     assert ex["outcome"] == "wall_time" and ex["signal"] == "SIGKILL"
     (kill,) = rec.events("kill_sent")
     assert kill["signal"] == "SIGKILL" and kill["after_s"] >= 1.0
@@ -210,13 +208,12 @@ def signal_cli_run(
     poll: Callable[..., Any],
     signum: int,
     disposition: Any = signal.SIG_DFL,
-) -> tuple[subprocess.CompletedProcess[str], RunRecord, float]:
+) -> tuple[subprocess.CompletedProcess[str], RunRecord]:
     """Run ``acceptrun run SPEC`` as a real process; once 3 steps are logged, send it ``signum``.
 
     ``disposition`` is what the process inherits for ``signum``: SIG_DFL as from a terminal
     (even when pytest itself runs as a background job, where `&` leaves SIGINT ignored), or
-    SIG_IGN as under nohup. Returns the finished process, its record and the seconds from
-    the signal to its exit.
+    SIG_IGN as under nohup. Returns the finished process and its record.
     """
     argv = [sys.executable, "-m", "acceptrun", "--workspace", str(project.workspace)]
     proc = subprocess.Popen(
@@ -231,15 +228,13 @@ def signal_cli_run(
         run_id = poll(lambda: project.run_ids(), what="the run record")[0]
         rec = RunRecord(project.runs_dir / run_id)
         poll(lambda: len(list(rec.events("step"))) >= 3, what="three step events")
-        t0 = time.monotonic()
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=15)
-        took = time.monotonic() - t0
+        out, err = proc.communicate(timeout=300)  # a guard against a hang, not a figure
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), rec, took
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), rec
 
 
 @pytest.mark.parametrize(
@@ -252,9 +247,10 @@ def test_stop_request_to_the_supervisor_ends_at_a_step_boundary(
         STEPPING_WORKLOAD,
         extra='[limits]\nmax_restarts = 3\nrestart_backoff = 0.1\ngrace_period = "20s"\n',
     )
-    proc, rec, took = signal_cli_run(project, spec, poll, signum)
+    proc, rec = signal_cli_run(project, spec, poll, signum)
 
-    assert took < 5, "the stop took more than the time of a few steps"
+    # It ended at the next step boundary, not at the grace period's SIGKILL (no kill_sent
+    # below): the events say so, whatever the machine's speed.
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "REJECTED" in proc.stdout
     assert rec.read_json("verdict.json")["verdict"] == "rejected"
@@ -296,7 +292,7 @@ def test_second_ctrl_c_kills_at_once(project: Any, poll: Callable[..., Any]) -> 
         proc.send_signal(signal.SIGINT)
         poll(lambda: list(rec.events("stop_sent")), what="the stop to reach the workload")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)  # well inside the 30 s grace period
+        out, err = proc.communicate(timeout=300)  # a guard against a hang, not a figure
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -304,7 +300,7 @@ def test_second_ctrl_c_kills_at_once(project: Any, poll: Callable[..., Any]) -> 
 
     assert proc.returncode == 1, (out, err)
     (kill,) = rec.events("kill_sent")
-    assert kill["after_s"] < 5
+    assert kill["after_s"] < 30  # killed on the second Ctrl-C, not after the 30 s grace period
     ex = exit_json(rec, 1)
     assert (ex["outcome"], ex["signal"]) == ("stopped", "SIGKILL")
 
@@ -312,7 +308,7 @@ def test_second_ctrl_c_kills_at_once(project: Any, poll: Callable[..., Any]) -> 
 def test_nohup_run_ignores_sighup(project: Any, poll: Callable[..., Any]) -> None:
     """Under `nohup acceptrun run`, closing the terminal (SIGHUP) must not stop the run."""
     spec = project.spec(STEPPING_WORKLOAD.replace("100_000", "100"))
-    proc, rec, _ = signal_cli_run(project, spec, poll, signal.SIGHUP, signal.SIG_IGN)
+    proc, rec = signal_cli_run(project, spec, poll, signal.SIGHUP, signal.SIG_IGN)
 
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert exit_json(rec, 1)["outcome"] == "success"
@@ -332,17 +328,21 @@ def test_stop_during_restart_backoff_ends_without_waiting(
     rec = ws.create_run(spec.name, spec_text=spec.to_toml(), state={"mode": "supervised"})
     sup = Supervisor(rec, spec, echo=False)
 
+    stopped_at: list[float] = []
+
     def stop_when_restarting() -> None:
         poll(lambda: list(rec.events("restart")), what="the restart event")
+        stopped_at.append(time.monotonic())
         sup.request_stop("test stop")
 
     helper = threading.Thread(target=stop_when_restarting, daemon=True)
     helper.start()
-    t0 = time.monotonic()
     result = sup.run()
     helper.join(5)
 
-    assert time.monotonic() - t0 < 25  # not the 30 s backoff
+    # The run ended soon after the stop request, not after the 30 s backoff (measured from
+    # the request, so the attempt's start-up on a busy machine does not count).
+    assert time.monotonic() - stopped_at[0] < 30
     assert len(result.attempts) == 1 and result.attempts[0].outcome == "failed"
     assert result.stop_reason is not None and "test stop" in result.stop_reason
     assert attempt_numbers(rec) == [1]
@@ -363,16 +363,17 @@ def test_stop_arriving_as_an_attempt_fails_is_not_lost(project: Any) -> None:
         spec.name, spec_text=spec.to_toml(), state={"mode": "supervised"}
     )
     sup: Supervisor
+    stopped_at: list[float] = []
 
     def say(message: str) -> None:
         if "restarting in" in message:
+            stopped_at.append(time.monotonic())
             sup.request_stop("signal SIGTERM to the supervisor")
 
     sup = Supervisor(rec, spec, echo=False, say=say)
-    t0 = time.monotonic()
     result = sup.run()
 
-    assert time.monotonic() - t0 < 25  # not the 30 s backoff, and no attempt 2
+    assert time.monotonic() - stopped_at[0] < 30  # not the 30 s backoff, and no attempt 2
     assert [a.outcome for a in result.attempts] == ["failed"]
     assert attempt_numbers(rec) == [1]
 

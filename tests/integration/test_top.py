@@ -49,7 +49,8 @@ def test_top_once_shows_a_live_run_with_its_step(
         assert row["run_id"] == run_id and row["attempt"] == 1 and row["restarts"] == 0
         assert isinstance(row["step"], int) and row["step"] >= 4
         assert row["total_steps"] == 100000 and row["eta_s"] > 0
-        assert row["throughput_unit"] == "samples/s" and 50 < row["throughput"] < 400
+        # 8 samples a step of at least 20 ms: at most 400 samples/s, however slow the machine.
+        assert row["throughput_unit"] == "samples/s" and 0 < row["throughput"] <= 400
         assert row["cost_usd"] is None  # the spec names no price
     finally:
         (project.root / "stop-now").write_text("")
