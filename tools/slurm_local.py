@@ -19,8 +19,9 @@ One node is ``localhost``; with ``nodes=N`` (N > 1) the nodes are ``n1`` ... ``n
 its own slurmd (``slurmd -N n2``) on its own port, all with ``NodeHostname=localhost`` and
 ``NodeAddr=127.0.0.1``, so ``sbatch -N 2`` + ``srun`` runs one task on each "node" of one
 machine (``SLURMD_NODENAME`` and ``SLURM_NODEID`` tell them apart). Each node has
-``cpus`` CPUs however many the machine has (``SlurmdParameters=config_overrides``): CPUs are the scheduling slots (``CR_CPU``), and
-no cgroups are used (``proctrack/linuxproc``, ``task/none``), so it runs in containers.
+``cpus`` CPUs however many the machine has (``SlurmdParameters=config_overrides``): CPUs
+are the scheduling slots (``CR_CPU``), and no cgroups are used (``proctrack/linuxproc``,
+``task/none``), so it runs in containers.
 There is no accounting database: ``scontrol show job`` and ``squeue --states=all`` know
 finished jobs for ``MinJobAge`` seconds, and ``JobCompType=jobcomp/filetxt`` keeps one
 line per finished job in ``log/jobcomp.txt``.

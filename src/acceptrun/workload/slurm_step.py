@@ -15,10 +15,13 @@ same allocation. Two small wrappers carry the supervisor's graceful stop to ever
   forwards SIGUSR1 and SIGUSR2 unchanged. This wrapper turns the supervisor's stop
   signals into one SIGUSR1 to srun, and passes SIGUSR2 (dump stacks) on.
 - ``task`` side (one per node): turns that SIGUSR1 back into SIGTERM to torchrun's agent,
-  which forwards it to its ranks (``PET_SIGNALS_TO_HANDLE``), and writes one line to
-  stderr when torchrun ends: the node, the task, and how torchrun ended. With srun's own
-  ``srun: error: NODE: task I: ...`` lines that is the per-node evidence the supervisor
-  classifies (``node_lost``, supervisor/classify.py).
+  which forwards it to its ranks (``PET_SIGNALS_TO_HANDLE``). slurmstepd delivers a
+  forwarded signal to every process of the step, not only to this wrapper, so torchrun
+  and the ranks are started with SIGUSR1 ignored (its default action would end them
+  before they checkpoint); they get the stop as SIGTERM, from here. It also writes one
+  line to stderr when torchrun ends: the node, the task, and how torchrun ended. With
+  srun's own ``srun: error: NODE: task I: ...`` lines that is the per-node evidence the
+  supervisor classifies (``node_lost``, supervisor/classify.py).
 
 A wrapper whose child was killed by a signal dies of the same signal, so srun reports the
 task as Slurm would without it. The supervisor's SIGKILL (a stop past its grace period)
@@ -55,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     role, command = args[0], args[2:]
     try:
-        child = subprocess.Popen(command)
+        # The task side: torchrun and its ranks inherit SIGUSR1 ignored (see above).
+        child = subprocess.Popen(command, preexec_fn=_ignore_usr1 if role == "task" else None)
     except OSError as exc:
         print(f"acceptrun: could not start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
@@ -97,6 +101,11 @@ def _forward_as(
 
     for received in table:
         signal.signal(received, handler)
+
+
+def _ignore_usr1() -> None:
+    """In the child before exec: an ignored signal stays ignored across exec and fork."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def _wait(child: subprocess.Popen[bytes]) -> int:
