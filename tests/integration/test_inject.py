@@ -103,6 +103,41 @@ def test_kill_after_checkpoint_waits_for_the_save_in_flight(project: Project) ->
     assert {e["step"] for e in record.events("step") if e["attempt"] == 2} == {4, 5}
 
 
+# The client's steps, a checkpoint file of the script's own that the supervisor captures
+# (checkpoint.watch): attempt 1 runs until the kill, which waits for that capture.
+WATCHED_CLIENT = """
+import json, os, sys, time, acceptrun
+run = acceptrun.init()
+start = json.load(open("out/state.json"))["next"] if "--resume" in sys.argv else 0
+os.makedirs("out", exist_ok=True)
+for step in run.steps(start, 100_000 if run.attempt == 1 else 8):
+    if step == 2:
+        with open("out/state.json", "w") as f:
+            json.dump({"next": 3}, f)
+    run.log(step, loss=1.0 / (step + 1))
+    time.sleep(0.02)
+"""
+
+
+def test_kill_after_checkpoint_waits_for_a_watched_capture(project: Project) -> None:
+    spec = project.spec(
+        WATCHED_CLIENT,
+        extra='[checkpoint]\nwatch = ["out/state.json"]\nresume_args = ["--resume"]\n'
+        'settle = "0.2s"\n[limits]\nrestart_backoff = 0\nmax_restarts = 1\n',
+    )
+    fault = "kill@step=1:after=checkpoint"
+    record = launch(spec, workspace=project.workspace, echo=False, inject=[fault]).record
+    first, second = exits(record)
+    assert first["signal"] == "SIGKILL" and second["outcome"] == "success"
+    (commit,) = [e for e in record.events("checkpoint_commit") if e["attempt"] == 1]
+    (fired,) = record.events("fault_injected")
+    # Due at step 1, fired by the client at the first step after the capture it read.
+    assert fired["step"] == 1 and fired["seen_step"] >= 2 and fired["t"] > commit["t"]
+    assert commit["source"] == "watched"
+    assert [s["resume_step"] for s in record.events("attempt_start")][1] is not None
+    assert {e["step"] for e in record.events("step") if e["attempt"] == 2} == set(range(3, 8))
+
+
 def test_nan_diverges(project: Project) -> None:
     record = run_with(project, "nan@step=2", limits="max_restarts = 0\n").record
     (diverged,) = record.events("diverged")

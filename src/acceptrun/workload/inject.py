@@ -37,6 +37,7 @@ or its loop never logged that step) fails the verdict (:func:`unfired`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -254,9 +255,42 @@ def due_after_checkpoint(fault: Fault, step: int | None, checkpoint: int | None)
 
 
 def _committed(run: Any) -> bool:
-    """Whether the attempt committed a checkpoint: waits for the save in flight (the loop waits)."""
+    """Whether the attempt committed a checkpoint: its own (after the save in flight, for
+    which the loop waits), or one of its watched files the supervisor captured."""
     checkpointer = run._checkpointer
-    return checkpointer is not None and checkpointer.wait() is not None
+    if checkpointer is not None and checkpointer.wait() is not None:
+        return True
+    return _captured(run)
+
+
+def _captured(run: Any) -> bool:
+    """Whether the record holds a ``checkpoint_commit`` of this attempt (a watched capture).
+
+    Reads only what was appended since the last call (the offset is kept on ``run``), so a
+    fault waiting for a capture costs a short read per step.
+    """
+    if getattr(run, "_capture_seen", False):
+        return True
+    offset = getattr(run, "_capture_offset", 0)
+    try:
+        with open(run.record.events_path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    complete = data[: data.rfind(b"\n") + 1]  # an incomplete last line waits for its end
+    run._capture_offset = offset + len(complete)
+    for line in complete.splitlines():
+        if b"checkpoint_commit" not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("kind") == "checkpoint_commit" and event.get("attempt") == run.attempt:
+            run._capture_seen = True
+            return True
+    return False
 
 
 def unfired(requested: Sequence[str], events: Sequence[Mapping[str, Any]]) -> list[str]:
