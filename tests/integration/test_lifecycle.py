@@ -37,6 +37,7 @@ TRAIN = textwrap.dedent(
     torch.manual_seed(0)
     total = int(os.environ.get("TOTAL", "40"))
     pause = float(os.environ.get("STEP_S", "0"))
+    hold = int(os.environ.get("HOLD_AT", "-1"))  # attempt 1 waits there for a stop request
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     run = acceptrun.init()
@@ -53,6 +54,8 @@ TRAIN = textwrap.dedent(
         run.log(step, loss=loss.item())
         print(f"step {step}")
         run.maybe_checkpoint(step)
+        while step == hold and run.attempt == 1 and not run.stop_requested:
+            time.sleep(0.01)
         time.sleep(pause)
     run.metric("final/loss", loss.item())
     """
@@ -135,7 +138,9 @@ def test_stop_then_resume_here_elsewhere_and_from_mirror(
     mirror = tmp_path / "mirror"
     job = make_job(tmp_path, mirror=mirror)
     ws = tmp_path / "ws"
-    record, proc = started(job, ws, TOTAL="40", STEP_S="0.1")
+    # Attempt 1 waits at step 10 for the stop: it lands before the last step, however slow
+    # the machine is to deliver it.
+    record, proc = started(job, ws, TOTAL="40", STEP_S="0.1", HOLD_AT="10")
 
     code, out, err = cli(capsys, ws, "stop", record.run_id, "--wait", "--reason", "bad lr")
 
