@@ -14,6 +14,7 @@ from acceptrun.workload.inject import (
     faults_for_attempt,
     parse_faults,
     time_faults,
+    unfired,
 )
 from conftest import Project
 
@@ -128,6 +129,12 @@ def test_a_fault_after_checkpoint_waits_for_a_commit_past_its_step() -> None:
     assert due_after_checkpoint(fault, 36, 24) and due_after_checkpoint(fault, 41, 24)
     (plain,) = parse_faults("kill@step=36")
     assert due_after_checkpoint(plain, 36, None)  # a plain step fault waits for nothing
+    # Never fired: the verdict's sentence says what it waited for.
+    steps = [{"kind": "step", "attempt": 1, "step": n} for n in range(50)]
+    assert unfired(["kill@step=36:after=checkpoint:attempt=1"], steps) == [
+        "kill@step=36:after=checkpoint requested, the run ended at step 49 without it firing:"
+        " attempt 1 committed no checkpoint, which it waits for"
+    ]
 
 
 def test_launch_rejects_a_bad_fault_before_any_record(project: Project) -> None:

@@ -323,7 +323,13 @@ def unfired(requested: Sequence[str], events: Sequence[Mapping[str, Any]]) -> li
             )
         elif fault.step is not None:
             last = max(int(e["step"]) for e in mine if "step" in e)
-            out.append(f"{shown} requested, the run ended at step {last} without it firing")
+            why = ""
+            if fault.after_checkpoint and not any(
+                e.get("kind") == "checkpoint_commit" and e.get("attempt") == fault.attempt
+                for e in events
+            ):
+                why = f": attempt {fault.attempt} committed no checkpoint, which it waits for"
+            out.append(f"{shown} requested, the run ended at step {last} without it firing{why}")
         else:
             out.append(f"{shown} requested, attempt {fault.attempt} ended before it was due")
     return out
