@@ -3,19 +3,21 @@
 No cluster runs here: the manifests are checked by the Kubernetes client's own models
 (tests/unit/kube_models.py), the container's script by ``sh -n``, and the two things the
 pods run, pod 0's ``acceptrun run`` of the exported spec and the node agent of the other
-pods, as two local processes that meet at a rendezvous on 127.0.0.1 (two "nodes" of one
-process each, gloo, examples/ddp) and take the run to ACCEPTED.
+pods, as local processes that meet at a rendezvous on 127.0.0.1 (two "nodes" of one
+process each, gloo): a run taken to ACCEPTED, and a run whose worker "pod" is preempted
+(SIGTERM to its node agent), stops on every rank with a checkpoint, and resumes from it
+with a replacement node agent.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -23,7 +25,7 @@ from kube_models import validate
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
-from conftest import PYTHON, Project, toml_str
+from conftest import PYTHON, Project, toml_str, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp"
 ACCEPTRUN = str(Path(PYTHON).with_name("acceptrun"))
@@ -81,56 +83,144 @@ def free_port() -> int:
         return port
 
 
+@dataclass
+class Pods:
+    """The exported Job's two commands, ready to start as local processes."""
+
+    project: Project
+    run_id: str
+    spec: Path  # the ConfigMap's spec.toml
+    env: dict[str, str]
+    logs: list[Path] = field(default_factory=list)
+
+    def supervisor(self) -> subprocess.Popen[bytes]:
+        """Pod 0: `acceptrun run` of the exported spec."""
+        return self._start(
+            [ACCEPTRUN, "--workspace", str(self.project.workspace), "run", str(self.spec),
+             "--run-id", self.run_id], index=0,
+        )  # fmt: skip
+
+    def node(self) -> subprocess.Popen[bytes]:
+        """Pod 1 (or its replacement): the node agent."""
+        return self._start(
+            [PYTHON, "-m", "acceptrun.backends.kubernetes", "node",
+             "--workspace", str(self.project.workspace), "--run-id", self.run_id], index=1,
+        )  # fmt: skip
+
+    def _start(self, argv: list[str], *, index: int) -> subprocess.Popen[bytes]:
+        log = self.project.root / f"pod{index}-{len(self.logs)}.log"
+        self.logs.append(log)
+        with open(log, "wb") as f:
+            return subprocess.Popen(
+                argv, env={**self.env, "JOB_COMPLETION_INDEX": str(index)}, stdout=f,
+                stderr=subprocess.STDOUT, cwd=self.spec.parent,
+            )  # fmt: skip
+
+    def output(self) -> str:
+        return "".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.logs)
+
+    @property
+    def record(self) -> RunRecord:
+        return RunRecord(self.project.workspace / "runs" / self.run_id)
+
+
+def exported_pods(project: Project, **env: str) -> Pods:
+    """Export a 2-node spec running k8s_node_worker.py; the pods' environment from the Job."""
+    job = project.root / "job"
+    job.mkdir()
+    shutil.copy(Path(__file__).with_name("k8s_node_worker.py"), job / "worker.py")
+    spec = job / "spec.toml"
+    spec.write_text(
+        'name = "k8s-pods"\n'
+        f'command = [{toml_str(PYTHON)}, "worker.py"]\n'
+        f"env = {{ {', '.join(f'{k} = {toml_str(v)}' for k, v in env.items())} }}\n"
+        "[resources]\nnodes = 2\nprocesses = 1\ncpus = 1\nmemory_gb = 1\n"
+        '[limits]\nmax_restarts = 1\nrestart_backoff = 0\ngrace_period = "60s"\n'
+    )  # fmt: skip
+    out = project.root / "job.yaml"
+    # The image's workdir is this directory here, so the exported paths work on this host.
+    proc = export(spec, out, "--image", "i:1", "--checkpoint-pvc", "c", "--workdir", str(job))
+    assert proc.returncode == 0, proc.stderr
+    config, _, manifest = yaml.safe_load_all(out.read_text())
+    pod_spec = project.root / "pod-spec.toml"
+    pod_spec.write_text(config["data"]["spec.toml"])
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    pod_env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]}}
+    # Both "pods" on this host: the rendezvous at 127.0.0.1 instead of <job>-0.<job>.
+    pod_env.update(ACCEPTRUN_RDZV_HOST="127.0.0.1", ACCEPTRUN_RDZV_PORT=str(free_port()))
+    pod_env["ACCEPTRUN_WORKSPACE"] = str(project.workspace)
+    run_id = manifest["metadata"]["annotations"]["acceptrun/run-id"]
+    return Pods(project, run_id, pod_spec, pod_env)
+
+
+def finish(pods: Pods, *procs: subprocess.Popen[bytes]) -> list[int]:
+    """Wait for the processes (generously: torch starts slowly on a busy machine)."""
+    try:
+        return [p.wait(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
 @pytest.mark.slow
 def test_exported_pods_take_a_two_node_run_to_accepted(project: Project) -> None:
     """Pod 0's supervisor and pod 1's node agent, from the exported manifests, on one host."""
-    spec = two_node_job(project, steps=8)
-    out = project.root / "job.yaml"
-    job_dir = str(spec.parent)  # the image's workdir is this directory here
-    proc = export(spec, out, "--image", "i:1", "--checkpoint-pvc", "c", "--workdir", job_dir)
-    assert proc.returncode == 0, proc.stderr
-    config, _, job = yaml.safe_load_all(out.read_text())
-    run_id = job["metadata"]["annotations"]["acceptrun/run-id"]
-    pod_spec = project.root / "pod-spec.toml"
-    pod_spec.write_text(config["data"]["spec.toml"])
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    env: dict[str, Any] = {e["name"]: e["value"] for e in container["env"]}
-    # Both "pods" on this host: the rendezvous at 127.0.0.1 instead of <job>-0.<job>.
-    env.update(ACCEPTRUN_RDZV_HOST="127.0.0.1", ACCEPTRUN_RDZV_PORT=str(free_port()))
-    env["ACCEPTRUN_WORKSPACE"] = str(project.workspace)
-    pod_env = {**os.environ, **env}
-    logs = project.root
-    with open(logs / "pod0.log", "w") as p0, open(logs / "pod1.log", "w") as p1:
-        node = subprocess.Popen(
-            [PYTHON, "-m", "acceptrun.backends.kubernetes", "node",
-             "--workspace", str(project.workspace), "--run-id", run_id],
-            env={**pod_env, "JOB_COMPLETION_INDEX": "1"}, stdout=p1, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            supervisor = subprocess.run(
-                [ACCEPTRUN, "--workspace", str(project.workspace), "run", str(pod_spec),
-                 "--run-id", run_id],
-                env={**pod_env, "JOB_COMPLETION_INDEX": "0"}, cwd=job_dir, stdout=p0,
-                stderr=subprocess.STDOUT, timeout=600, check=False,
-            )  # fmt: skip
-            node_rc = node.wait(timeout=120)  # it leaves once the run is accepted
-        finally:
-            if node.poll() is None:
-                node.kill()
-    pod0, pod1 = (logs / "pod0.log").read_text(), (logs / "pod1.log").read_text()
-    assert supervisor.returncode == 0, pod0[-3000:] + pod1[-3000:]
-    assert node_rc == 0, pod1[-3000:]
-    assert "joining attempt 1" in pod1 and "was accepted" in pod1
-    record = RunRecord(project.workspace / "runs" / run_id)
+    out = project.root / "out"
+    out.mkdir()
+    pods = exported_pods(project, TOTAL="8", EVERY="4", OUT=str(out))
+    node = pods.node()
+    rcs = finish(pods, pods.supervisor(), node)
+    assert rcs == [0, 0], pods.output()  # the node agent leaves once the run is accepted
+    logs = pods.output()
+    assert "joining attempt 1" in logs and "was accepted" in logs
+    record = pods.record
     assert record.state["verdict"] == "accepted"
     (start,) = record.events("attempt_start")
     argv = start["command"]
     assert "srun" not in argv and argv[argv.index("--nnodes") + 1] == "2"
-    assert argv[argv.index("--rdzv-id") + 1] == f"{run_id}-a1"
+    assert argv[argv.index("--rdzv-id") + 1] == f"{pods.run_id}-a1"
     (ws,) = record.events("workload_start")
     assert ws["world_size"] == 2  # one rank from each "pod"
     latest = CheckpointStore(record.checkpoints_dir).latest()
     assert latest is not None and latest.step == 7
     assert {f.split("/")[0] for f in latest.files} >= {"rank-0", "rank-1"}
-    frozen = json.loads(json.dumps(record.read_json("run.json")))
-    assert frozen["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_preempted_worker_pod_stops_every_rank_and_its_replacement_resumes(
+    project: Project,
+) -> None:
+    out = project.root / "out"
+    out.mkdir()
+    pods = exported_pods(project, TOTAL="10", EVERY="4", HOLD_AT="5", OUT=str(out))
+    first = pods.node()
+    supervisor = pods.supervisor()
+    try:
+        wait_for(
+            lambda: (out / "held-0").exists() and (out / "held-1").exists(),
+            timeout=600, what="both ranks at step 5",
+        )  # fmt: skip
+        first.send_signal(signal.SIGTERM)  # the kubelet's SIGTERM to the preempted pod
+        assert first.wait(timeout=600) == 143, pods.output()
+        replacement = pods.node()  # the Job's new pod for index 1
+    except BaseException:
+        finish(pods, supervisor, first)
+        raise
+    rcs = finish(pods, supervisor, replacement)
+    assert rcs == [0, 0], pods.output()
+    record = pods.record
+    assert record.state["verdict"] == "accepted"
+    exit1 = record.read_json("attempts/1/exit.json")
+    # torchrun's agent exits 1 when a rank stops; the stopped event says why
+    assert exit1["class"] == "preempted" and exit1["decision"].startswith("restart"), exit1
+    stopped = {(e["rank"], e["attempt"], e["step"]) for e in record.events("stopped")}
+    assert stopped == {(0, 1, 5), (1, 1, 5)}  # every rank on both "pods", at the same step
+    commits = [(e["attempt"], e["step"]) for e in record.events("checkpoint_commit")]
+    assert (1, 5) in commits
+    (restored,) = record.events("restored")
+    assert restored["attempt"] == 2 and restored["step"] == 5
+    resumed = [e["step"] for e in record.events("step") if e["attempt"] == 2]
+    assert resumed == list(range(6, 10))
+    logs = pods.output()
+    assert "joining attempt 2" in logs and "was accepted" in logs
