@@ -139,6 +139,7 @@ def test_resources_grace_restarts_and_deadline(two_nodes: tuple[Manifests, Path]
     assert job.spec.backoff_limit == 5  # limits.max_restarts
     assert job.spec.active_deadline_seconds == 12 * 3600 + 90 + GRACE_MARGIN_S + DEADLINE_MARGIN_S
     assert pod.restart_policy == "Never"  # podFailurePolicy requires it
+    assert job.spec.pod_replacement_policy == "Failed"  # never two pods of one index
     first, second = job.spec.pod_failure_policy.rules
     # A disruption (preemption, drain) is ignored: the replacement pod resumes, uncounted.
     assert first.action == "Ignore"

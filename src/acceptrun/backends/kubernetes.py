@@ -284,6 +284,9 @@ def _job(
         # Pod failures that are not disruptions: limits.max_restarts, as the supervisor
         # allows for its attempts.
         "backoffLimit": limits.max_restarts,
+        # A replacement pod only once the old one has ended: two pods of one index would be
+        # two supervisors of one record, or two ranks of one node.
+        "podReplacementPolicy": "Failed",
         "podFailurePolicy": {
             "rules": [
                 {
