@@ -10,9 +10,10 @@ Started by acceptrun through srun and torchrun, one rank per node. Environment:
 - ``OUT``: where rank 0 writes ``final.safetensors`` (every model and optimizer tensor,
   gathered) when the run completes, and every rank ``rank-<rank>.json`` (its node).
 
-A stop (SIGTERM, forwarded by torchrun) sets a flag; at the end of each step the ranks
-agree on it (all_reduce MAX), save a sharded checkpoint of that step on every node and
-exit as stopped (143). A resumed attempt loads the newest checkpoint every rank committed.
+A stop (SIGTERM, forwarded by torchrun) sets a flag; at each step boundary the ranks
+agree on it (all_reduce MAX), save a sharded checkpoint of the last finished step on
+every node and exit as stopped (143). A resumed attempt loads the newest checkpoint every
+rank committed.
 """
 
 from __future__ import annotations
@@ -85,6 +86,14 @@ total, every = int(os.environ["TOTAL"]), int(os.environ["EVERY"])
 hold_at = int(os.environ.get("HOLD_AT", "-1")) if run.attempt == 1 else -1
 saved = start - 1 if info is not None else None
 for step in run.steps(start, total):
+    flag = torch.tensor([1 if stop["asked"] else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same boundary
+    if flag.item():
+        if step > 0 and saved != step - 1:  # the last finished step, unless already saved
+            sharded.save(store, step - 1, state(step - 1))
+            saved = step - 1
+        dist.barrier()
+        run.exit_stopped(step, checkpoint=saved)
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 + step))
     loss = model(x).pow(2).mean()
     loss.backward()
@@ -98,14 +107,6 @@ for step in run.steps(start, total):
         (out / f"held-{rank}").write_text(str(step))
         while not (out / "release").exists() and not stop["asked"]:
             time.sleep(0.05)  # polling a file the test writes; not a timing assumption
-    flag = torch.tensor([1 if stop["asked"] else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if flag.item():
-        if saved != step:
-            sharded.save(store, step, state(step), metrics={"loss": loss.item()})
-            saved = step
-        dist.barrier()
-        run.exit_stopped(step, checkpoint=step)
 
 opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
 msd, osd = get_state_dict(model, opt, options=opts)

@@ -1,4 +1,5 @@
-"""Multi-node launch (no process): the srun/torchrun argv, its refusals, node-loss classification."""
+"""Multi-node launch (no process): the srun/torchrun argv, its refusals, node-loss
+classification, scaling layouts across nodes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from acceptrun.backends.slurm import batch_script
-from acceptrun.errors import SpecError
+from acceptrun.errors import SpecError, UserError
 from acceptrun.record.workspace import Workspace
 from acceptrun.spec.model import load_spec
 from acceptrun.supervisor.classify import AttemptFacts, classify
+from acceptrun.tune.scaling import ScalingPoint, format_scaling, parse_layouts, with_efficiency
 from acceptrun.workload.distributed import launch_command
 
 SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2"}
@@ -118,3 +120,23 @@ def test_a_task_that_exited_with_its_own_status_is_not_a_lost_node() -> None:
     )
     got = classify(AttemptFacts(1, None, None, tail, [{"kind": "step", "step": 0}]))
     assert got.name != "node_lost"
+
+
+def test_scaling_layouts_across_nodes() -> None:
+    assert parse_layouts("1x2, 2X1,1x2") == [(1, 2), (2, 1)]
+    with pytest.raises(UserError, match="'2' is not NODESxPROCESSES"):
+        parse_layouts("1x2,2")
+    with pytest.raises(UserError, match="'0x2' is not NODESxPROCESSES"):
+        parse_layouts("0x2")
+    points = with_efficiency(
+        [
+            ScalingPoint(2, "a", "accepted", 40, 100.0, "steps/s", nodes=1),
+            ScalingPoint(2, "b", "accepted", 40, 80.0, "steps/s", nodes=2),
+        ]
+    )
+    assert [p.efficiency for p in points] == [1.0, 0.8]
+    assert [p.layout for p in points] == ["1x2", "2x1"]
+    assert points[1].to_dict()["nodes"] == 2
+    table = format_scaling(points).splitlines()
+    assert table[0].split()[:4] == ["nodes", "x", "procs", "processes"]
+    assert table[2].split()[:5] == ["2x1", "2", "80", "steps/s", "0.80"]

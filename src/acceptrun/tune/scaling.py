@@ -12,12 +12,20 @@ steps/s. Efficiency is thr(N) / (N/B x thr(B)) for the smallest count B (1 by de
     processes  throughput        efficiency  steps  run
             1  20714 samples/s         1.00    200  20261130-...-ddp-scaling-p1-3f0a
             2  21866 samples/s         0.53    200  20261130-...-ddp-scaling-p2-9b1c
+
+Across nodes, inside a Slurm allocation of enough nodes, ``--layouts NODESxPROCESSES,...``
+runs each layout (``resources.nodes`` x ``resources.processes``; a run of several nodes
+is one srun step per attempt, docs/multi-node.md). Efficiency compares total processes
+the same way, against the first layout: ``1x2,2x1`` says what crossing nodes costs::
+
+    $ sbatch -N 2 --wrap "acceptrun scaling spec.toml --layouts 1x2,2x1 --steps 100"
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import statistics
@@ -47,6 +55,12 @@ class ScalingPoint:
     throughput: float | None
     unit: str  # "samples/s" or "steps/s"
     efficiency: float | None = None
+    nodes: int = 1  # machines; processes is the total over all of them
+
+    @property
+    def layout(self) -> str:
+        """``"2x1"``: nodes x processes per node."""
+        return f"{self.nodes}x{self.processes // self.nodes}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +71,7 @@ class ScalingPoint:
             "throughput": self.throughput,
             "unit": self.unit,
             "efficiency": self.efficiency,
+            "nodes": self.nodes,
         }
 
 
@@ -75,6 +90,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="comma-separated process counts, e.g. 1,2,4 (default 1,2)",
     )
     p.add_argument(
+        "--layouts",
+        help="instead of --processes: NODESxPROCESSES per node, e.g. 1x2,2x1 (several "
+        "nodes: run it inside a Slurm allocation of that many nodes)",
+    )
+    p.add_argument(
         "--steps",
         type=int,
         default=DEFAULT_STEPS,
@@ -86,14 +106,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
+    layouts = parse_layouts(args.layouts) if args.layouts else None
     counts = parse_counts(args.processes)
     if args.steps < 1:
         raise UserError(f"--steps {args.steps}: give a number of steps of 1 or more, e.g. 50")
     if args.json:  # stdout is one JSON document; progress lines would only be noise
         configure_console(logging.WARNING)
     points = run_scaling(
-        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose
-    )
+        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose,
+        layouts=layouts,
+    )  # fmt: skip
     if args.json:
         print(json.dumps([p.to_dict() for p in points], indent=2))
     else:
@@ -116,6 +138,21 @@ def parse_counts(text: str) -> list[int]:
     return sorted(counts)
 
 
+def parse_layouts(text: str) -> list[tuple[int, int]]:
+    """``"1x2,2x1"`` -> ``[(1, 2), (2, 1)]`` (nodes, processes per node), in the order given."""
+    layouts: list[tuple[int, int]] = []
+    for item in text.split(","):
+        nodes, sep, procs = item.strip().lower().partition("x")
+        if not (sep and nodes.isdigit() and procs.isdigit() and int(nodes) and int(procs)):
+            raise UserError(
+                f"--layouts {text!r}: {item.strip()!r} is not NODESxPROCESSES; give layouts "
+                "of 1 or more nodes and processes per node, e.g. --layouts 1x2,2x1"
+            )
+        if (int(nodes), int(procs)) not in layouts:
+            layouts.append((int(nodes), int(procs)))
+    return layouts
+
+
 def run_scaling(
     spec_path: str | Path,
     counts: list[int],
@@ -123,10 +160,13 @@ def run_scaling(
     steps: int,
     workspace: str | Path | None = None,
     echo: bool = False,
+    layouts: list[tuple[int, int]] | None = None,
 ) -> list[ScalingPoint]:
     """Run the spec once per process count and return the figures, smallest count first.
 
-    Each run's own lines (launch, preflight, attempts) are shown only with ``echo``.
+    ``layouts`` ((nodes, processes per node), in order) replaces ``counts``: a run of
+    several nodes must start inside a Slurm allocation of as many. Each run's own lines
+    (launch, preflight, attempts) are shown only with ``echo``.
     """
     from acceptrun.run.launch import launch
     from acceptrun.spec.model import load_spec
@@ -134,26 +174,29 @@ def run_scaling(
     from acceptrun.workload.distributed import launch_command
 
     specs = []
-    for n in counts:
+    for nodes, n in layouts or [(1, c) for c in counts]:
         spec = load_spec(spec_path)
-        spec.name = f"{spec.name}-scaling-p{n}"
+        spec.name = f"{spec.name}-scaling-" + (f"{nodes}x{n}" if layouts else f"p{n}")
         spec.resources.processes = n
+        spec.resources.nodes = nodes
         spec.env[ENV_MAX_STEPS] = str(steps)
         spec.checkpoint.dir = None  # each run checkpoints into its own record
         launch_command(spec)  # a command torchrun cannot start: SpecError before any run
-        specs.append((n, spec))
+        specs.append((nodes, n, spec))
     points: list[ScalingPoint] = []
     with tempfile.TemporaryDirectory(prefix="acceptrun-scaling-") as tmp:
-        for n, spec in specs:
+        for nodes, n, spec in specs:
             # The frozen form: absolute paths, so it loads the same from anywhere.
-            path = Path(tmp) / f"p{n}.toml"
+            path = Path(tmp) / f"{nodes}x{n}.toml"
             path.write_text(spec.to_toml())
-            _log.info(f"scaling: {n} process(es), at most {steps} steps")
+            what = f"{nodes} node(s) x {n}" if layouts else f"{n}"
+            _log.info(f"scaling: {what} process(es), at most {steps} steps")
             # Each run's own lines (launch, preflight) only with echo; warnings always.
             with contextlib.nullcontext() if echo else quieted():
                 result = launch(path, workspace=workspace, echo=echo)
             status = "accepted" if result.verdict.accepted else "rejected"
-            points.append(_point(n, result.record.run_id, result.record.path, status))
+            point = _point(nodes * n, result.record.run_id, result.record.path, status)
+            points.append(dataclasses.replace(point, nodes=nodes))
     return with_efficiency(points)
 
 
@@ -200,20 +243,21 @@ def with_efficiency(points: list[ScalingPoint]) -> list[ScalingPoint]:
         eff = None
         if base is not None and base.throughput and p.throughput and p.unit == base.unit:
             eff = p.throughput / (p.processes / base.processes * base.throughput)
-        out.append(
-            ScalingPoint(p.processes, p.run_id, p.status, p.steps, p.throughput, p.unit, eff)
-        )
+        out.append(dataclasses.replace(p, efficiency=eff))
     return out
 
 
 def format_scaling(points: list[ScalingPoint]) -> str:
     """The table ``acceptrun scaling`` prints."""
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for p in points:
         thr = "-" if p.throughput is None else f"{p.throughput:.6g} {p.unit}"
         eff = "-" if p.efficiency is None else f"{p.efficiency:.2f}"
         rows.append((p.processes, thr, eff, p.steps, p.run_id, p.status))
-    headers = ("processes", "throughput", "efficiency", "steps", "run", "verdict")
+    headers: tuple[str, ...] = ("processes", "throughput", "efficiency", "steps", "run", "verdict")
+    if any(p.nodes > 1 for p in points):  # across nodes: say the layout of each run
+        rows = [(p.layout, *row) for p, row in zip(points, rows, strict=True)]
+        headers = ("nodes x procs", *headers)
     lines = [format_table(headers, rows, right={"processes", "efficiency", "steps"})]
     base = next((p for p in points if p.throughput), None)
     if base is not None:
