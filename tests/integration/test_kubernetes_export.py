@@ -103,7 +103,7 @@ class Pods:
     def node(self) -> subprocess.Popen[bytes]:
         """Pod 1 (or its replacement): the node agent."""
         return self._start(
-            [PYTHON, "-m", "acceptrun.backends.kubernetes", "node",
+            [PYTHON, "-m", "acceptrun.backends.kubernetes_node",
              "--workspace", str(self.project.workspace), "--run-id", self.run_id], index=1,
         )  # fmt: skip
 

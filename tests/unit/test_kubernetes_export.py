@@ -19,9 +19,9 @@ from acceptrun.backends.kubernetes import (
     KubernetesOptions,
     Manifests,
     export_manifests,
-    pending_attempt,
     to_yaml,
 )
+from acceptrun.backends.kubernetes_node import pending_attempt
 from acceptrun.cli.main import main
 from acceptrun.errors import SpecError, UserError
 from acceptrun.record.workspace import RunRecord
@@ -192,7 +192,7 @@ def test_entrypoint_runs_then_resumes_from_the_mirror(two_nodes: tuple[Manifests
     assert script[:2] == ["/bin/sh", "-c"]
     text = script[2]
     assert f"RUN_ID={RUN_ID}" in text
-    assert 'exec python -m acceptrun.backends.kubernetes node --workspace "$WS"' in text
+    assert 'exec python -m acceptrun.backends.kubernetes_node --workspace "$WS"' in text
     assert (
         'exec acceptrun --workspace "$WS" resume "$RUN_ID" --force --from-scratch --from-mirror'
         in text
@@ -289,6 +289,8 @@ def test_data_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "p", ONE_NODE_CPU + '[data]\npath = "train.py"\n')
     with pytest.raises(UserError, match="is a file"):
         export_manifests(spec, KubernetesOptions(image="i:1", data_pvc="d"))
+    out = export_manifests(spec, KubernetesOptions(image="i:1"))  # read from the image: fine
+    assert any("data.path is read from the image at /workspace/train.py" in w for w in out.warnings)
 
 
 def test_validation_bites_on_unknown_fields_and_wrong_types(

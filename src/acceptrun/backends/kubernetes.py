@@ -19,7 +19,7 @@ acceptrun runs inside the pods, so its guarantees hold there:
   (``/acceptrun``). A pod that replaces it (preemption, node failure) finds the record
   and runs ``acceptrun resume RUN --from-mirror``: the newest checkpoint that verifies on
   the volume, else the newest in ``checkpoint.mirror``;
-- pods 1..N-1 run a node agent (``python -m acceptrun.backends.kubernetes node``): it
+- pods 1..N-1 run a node agent (:mod:`acceptrun.backends.kubernetes_node`): it
   waits for each attempt the supervisor starts, joins it with the same contract
   environment (run record, attempt, checkpoint to resume from), ends its torchrun when
   the attempt ends, and exits once the run is accepted. With more than one node the
@@ -43,14 +43,9 @@ The tests check every document with the Kubernetes Python client's own models.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -58,7 +53,7 @@ from typing import Any
 import tomli_w
 
 from acceptrun.errors import UserError
-from acceptrun.record.workspace import RunRecord, new_run_id
+from acceptrun.record.workspace import new_run_id
 from acceptrun.spec.model import RunSpec
 
 __all__ = [
@@ -70,8 +65,6 @@ __all__ = [
     "KubernetesOptions",
     "Manifests",
     "export_manifests",
-    "pending_attempt",
-    "run_node",
     "to_yaml",
 ]
 
@@ -350,6 +343,12 @@ def _volumes(
                 f"--data-pvc {options.data_pvc} but the spec has no local data.path to mount it "
                 'at; set data.path (e.g. "data") or leave out --data-pvc'
             )
+        if mapped.data_is_file:
+            raise UserError(
+                f"--data-pvc {options.data_pvc}: data.path {mapped.spec.data.path!r} is a file, "
+                "and the claim is mounted as a directory there; point data.path at the "
+                "directory that holds it"
+            )
         mounts.append({"name": "data", "mountPath": mapped.data, "readOnly": True})
         volumes.append(
             {
@@ -379,7 +378,7 @@ def _entrypoint(spec: RunSpec, run_id: str) -> str:
         lines += [
             "# Pods 1..N-1: join every attempt that the supervisor on pod 0 starts.",
             'if [ "${JOB_COMPLETION_INDEX:-0}" != 0 ]; then',
-            '  exec python -m acceptrun.backends.kubernetes node --workspace "$WS" '
+            '  exec python -m acceptrun.backends.kubernetes_node --workspace "$WS" '
             '--run-id "$RUN_ID"',
             "fi",
         ]
@@ -412,14 +411,11 @@ class _PodPaths:
         self.workdir = self.path(str(spec.workdir_path), "workdir")
         data = spec.data.path
         self.data: str | None = None
+        self.data_is_file = False
         if data and "://" not in data:
             local = Path(spec.resolve_path(data))
             self.data = self.path(str(local), "data.path")
-            if local.is_file():
-                raise UserError(
-                    f"data.path {data!r} is a file; the pod mounts a directory there. Point "
-                    "data.path at the directory that holds it"
-                )
+            self.data_is_file = local.is_file()
 
     def path(self, value: str, what: str) -> str:
         """``value`` (absolute or relative to the spec) inside the image."""
@@ -593,126 +589,3 @@ def _scalar(value: Any) -> str:
     if isinstance(value, list):
         return "[]"
     return json.dumps(value)  # JSON's literals and double-quoted strings are valid YAML
-
-
-# ---- the node agent (pods 1..N-1) ------------------------------------------------------------
-
-
-def pending_attempt(record: RunRecord, after: int) -> tuple[int, int | None] | None:
-    """The newest attempt after ``after`` that the supervisor started and has not ended.
-
-    Returns ``(attempt, resume_step)`` from its ``attempt_start`` event, or None.
-    """
-    # The supervisor makes attempts/<n>/ before it writes the event: look there first, so
-    # that a node waiting between attempts does not re-read a long events.jsonl.
-    started = [int(p.name) for p in record.path.glob("attempts/*") if p.name.isdigit()]
-    if not started or max(started) <= after:
-        return None
-    newest: dict[str, Any] | None = None
-    for event in record.events("attempt_start"):
-        if int(event.get("attempt") or 0) > after:
-            newest = event
-    if newest is None:
-        return None
-    number = int(newest["attempt"])
-    if record.exists(f"attempts/{number}/exit.json"):
-        return None  # it ended before this node came: wait for the next one
-    step = newest.get("resume_step")
-    return number, None if step is None else int(step)
-
-
-def run_node(
-    workspace: Path,
-    run_id: str,
-    *,
-    poll_s: float = 2.0,
-    say: Callable[[str], None] = print,
-) -> int:
-    """Join each attempt of ``run_id`` on this node until the run is accepted.
-
-    The torchrun agent started here gets the same contract environment as pod 0's, with
-    this process as its supervisor (a rank stops when it dies). SIGTERM (the pod's
-    deletion) is forwarded to it: every rank agrees to stop, checkpoints and exits, and
-    the supervisor on pod 0 classifies the attempt as preempted and restarts it.
-    Returns 0 once the run is accepted, 143 after SIGTERM.
-    """
-    from acceptrun.checkpoint.store import CheckpointStore
-    from acceptrun.spec.model import load_spec
-    from acceptrun.supervisor.core import contract_env
-    from acceptrun.workload.distributed import launch_command
-
-    record = RunRecord(Path(workspace) / "runs" / run_id)
-    child: subprocess.Popen[bytes] | None = None
-    stopping = False
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    last = 0
-    while not stopping:
-        state = record.read_json("run.json", {}) if record.path.exists() else {}
-        if isinstance(state, dict) and state.get("verdict") == "accepted":
-            say(f"acceptrun node: run {run_id} was accepted")
-            return 0
-        pending = pending_attempt(record, last)
-        if pending is None:
-            time.sleep(poll_s)  # the supervisor starts attempts seconds apart at best
-            continue
-        attempt, step = pending
-        spec = load_spec(record.spec_path)
-        ckpt_dir = (
-            Path(spec.resolve_path(spec.checkpoint.dir))
-            if spec.checkpoint.dir
-            else record.checkpoints_dir
-        )
-        info = CheckpointStore(ckpt_dir).get(step) if step is not None else None
-        # Rank 0 verifies and broadcasts the path it loads; the others need to know only
-        # that there is one.
-        resume = str(info.path) if info is not None else ""
-        env = contract_env(
-            os.environ, spec, record, attempt=attempt, resume_from=resume, checkpoint_dir=ckpt_dir
-        )
-        argv = launch_command(spec, env)
-        say(f"acceptrun node: joining attempt {attempt} of run {run_id}")
-        child = subprocess.Popen(argv, cwd=spec.workdir_path, env=env)
-        while child.poll() is None:
-            if record.exists(f"attempts/{attempt}/exit.json"):
-                _end(child, float(spec.limits.grace_period))  # pod 0 ended the attempt
-                break
-            time.sleep(poll_s)
-        say(f"acceptrun node: attempt {attempt} ended here with exit status {child.wait()}")
-        last = attempt
-    if child is not None:
-        child.wait()
-    return 143
-
-
-def _end(child: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM, then SIGKILL after the grace period: the attempt is over elsewhere."""
-    child.terminate()
-    try:
-        child.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        child.kill()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m acceptrun.backends.kubernetes node --workspace WS --run-id RUN``."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m acceptrun.backends.kubernetes")
-    sub = p.add_subparsers(dest="command", required=True)
-    node = sub.add_parser("node", help="join each attempt of a run that pod 0 supervises")
-    node.add_argument("--workspace", required=True, type=Path)
-    node.add_argument("--run-id", required=True)
-    args = p.parse_args(argv)
-    return run_node(args.workspace, args.run_id)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
