@@ -12,7 +12,8 @@ kills it then anyway). When the supervisor is gone it:
 1. appends a ``supervisor_lost`` event to events.jsonl (one line, O_APPEND);
 2. sends SIGTERM to the leader (to the group for a string command, whose shell would not
    pass it on): the graceful stop, a second time after the kernel's death signal;
-3. waits up to GRACE_S seconds for the leader to exit;
+3. waits up to GRACE_S seconds for the leader to exit, then for what is left of them for
+   the attempt's other processes (torchrun's ranks checkpointing after their agent died);
 4. SIGKILLs the leader's process group and every process whose environment carries this
    attempt's ``ACCEPTRUN_RUN_ID`` and ``ACCEPTRUN_ATTEMPT`` (torchrun's ranks, setsid'd
    helpers), then exits.
@@ -28,6 +29,7 @@ import sys
 import time
 
 POLL_S = 0.2  # seconds between looks at the parent pid and the leader
+STRAY_POLL_S = 0.5  # seconds between sweeps of every process's environment (costlier)
 
 
 def _exists(pid: int) -> bool:
@@ -109,6 +111,11 @@ def main(argv: list[str]) -> int:
         pass
     while time.time() - lost_at < grace and _exists(leader):
         time.sleep(POLL_S)
+    # The leader may end first while the rest still checkpoints: torchrun's agent dies of
+    # repeated SIGTERMs and its ranks (each in a session of its own) stop on the death
+    # signal it leaves them. They get what is left of the grace period too.
+    while time.time() - lost_at < grace and _strays(run_id, attempt):
+        time.sleep(STRAY_POLL_S)
     # The leader has exited (checkpointed) or overstayed its grace: nothing of the attempt
     # may stay behind. A second sweep catches a process forked during the first.
     for _ in range(2):

@@ -311,25 +311,47 @@ def torch_distributed_ready() -> bool:
 
 
 def die_with_parent() -> bool:
-    """Have the kernel SIGKILL this process when its parent dies (Linux); True if set.
+    """End this rank when its parent (torchrun's agent) dies (Linux); True if set.
 
     torchrun starts each rank in a session of its own, so the supervisor's SIGKILL of the
     attempt's process group (a hang, a stop past its grace period) reaches the agent but
     not the ranks; without this they would live on as orphans, a hung one forever.
+
+    The kernel sends SIGTERM when the agent dies, which the client takes as a stop: the
+    step in flight completes and the ranks checkpoint it together, as for any stop (the
+    agent dies early when its supervisor is SIGKILLed: the kernel's death signal, once
+    per supervisor thread, and the watchdog's SIGTERM are more than torchrun's shutdown
+    survives). A rank still there a grace period later (``$PET_SHUTDOWN_TIMEOUT``
+    seconds, the spec's ``limits.grace_period``; a hung one) is SIGKILLed by a thread that
+    waits for its parent to go.
     """
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
+    import threading
+    import time
 
     parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
         return False
-    if os.getppid() != parent:  # the parent died before the prctl: nobody will tell us
+    try:
+        grace = max(1.0, float(os.environ.get(PET_SHUTDOWN_TIMEOUT) or 30))
+    except ValueError:
+        grace = 30.0
+
+    def reap_self_after_grace() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)  # seconds; one getppid() a poll
+        time.sleep(grace)  # the stop checkpoint's time; then nothing may stay
         os.kill(os.getpid(), signal.SIGKILL)
+
+    if os.getppid() != parent:  # the parent died before the prctl: nobody will tell us
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=reap_self_after_grace, name="acceptrun-parent", daemon=True).start()
     return True
 
 
