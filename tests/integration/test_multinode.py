@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
-from acceptrun.backends.slurm import submit
+from acceptrun.backends.slurm import ACTIVE_STATES, cancel, jobs, submit
 from acceptrun.record.workspace import RunRecord, Workspace
 from conftest import wait_for
 
@@ -300,3 +300,32 @@ def test_scaling_across_nodes_prints_the_efficiency(cluster: LocalSlurm, tmp_pat
     assert points[1]["efficiency"] == pytest.approx(
         points[1]["throughput"] / points[0]["throughput"]
     )
+
+
+def test_cancel_of_a_running_two_node_job_checkpoints_on_both_nodes(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """`acceptrun cancel` signals the batch shell only: srun never sees a SIGTERM."""
+    job, record, out = submit_run(cluster, tmp_path / "job", hold=True)
+    ws = Workspace(record.path.parents[1])
+    wait_for(lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9")
+    cancel(ws, job)
+    state = wait_closed(record, attempts=1)
+    assert state["verdict"] == "rejected", state
+    first = record.read_json("attempts/1/exit.json")
+    assert first["outcome"] == "stopped", first
+    assert first["reason"].startswith("stopped on request (acceptrun stop by "), first
+    assert first["work"]["checkpoint_after"] == HOLD_AT and first["work"]["steps_lost"] == 0
+    stopped = [e for e in record.events("stopped") if e["attempt"] == 1]
+    assert sorted(e.get("rank") for e in stopped) == [0, 1]
+    manifest = record.read_json(f"checkpoints/step-{HOLD_AT}/MANIFEST.json")
+    assert {"shard-0.bin", "shard-1.bin"} <= set(_manifest_files(manifest))
+
+    def ended() -> str | None:
+        row = next(r for r in jobs(ws) if r["job"] == job)
+        return row["state"] if row["state"] not in ACTIVE_STATES else None
+
+    assert wait_for(ended, WAIT_S, 0.5, what=f"slurm job {job} to end") == "CANCELLED"
+    out_text = record.file(f"slurm-{job}.out").read_text()
+    assert f"cancelling slurm job {job}" in out_text
+    assert "(restart 1)" not in out_text  # cancelled, not requeued

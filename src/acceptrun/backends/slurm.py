@@ -276,6 +276,11 @@ kill "$linker" 2>/dev/null
 if [ "$requeue" = 1 ]; then
   echo "acceptrun: requeueing slurm job $SLURM_JOB_ID; the next allocation resumes run $RUN_ID"
   scontrol requeue "$SLURM_JOB_ID"
+elif grep -qs "slurm job $SLURM_JOB_ID cancelled" "$RECORD/control.json"; then
+  # `acceptrun cancel` of a multi-node job signalled this shell only (scancel --batch):
+  # the run is closed, and the job ends as cancelled.
+  echo "acceptrun: run $RUN_ID stopped; cancelling slurm job $SLURM_JOB_ID"
+  scancel "$SLURM_JOB_ID"
 fi
 exit "$rc"
 """
@@ -409,6 +414,11 @@ def cancel(workspace: Workspace, job: str) -> None:
     gets an ``audit`` event and control.json (who cancelled), then ``scancel`` sends
     SIGTERM to the job; the supervisor stops the workload (checkpoint, exit) and closes
     the run as stopped. Slurm's KillWait must exceed ``limits.grace_period``.
+
+    A running multi-node job gets SIGTERM in its batch shell only (``scancel --batch``):
+    a SIGTERM to every process would reach srun, which SIGKILLs the step before the
+    ranks checkpoint. The shell stops the supervisor, which stops every rank on every
+    node through srun; once the run is closed the batch script cancels its own job.
     """
     entries = _submitted(workspace)
     entry = next((e for e in entries if job in (e["job"], e["run_id"])), None)
@@ -430,7 +440,9 @@ def cancel(workspace: Workspace, job: str) -> None:
         # The supervisor's signal handler reads it: a stop on request, not a preemption.
         control = {"action": "stop", "by": who, "at": now_iso(), "reason": reason}
         write_json_atomic(record.file("control.json"), control)
-    proc = _slurm([_tool("scancel"), job_id])
+    graceful = state == "RUNNING" and _nodes(entry) > 1
+    args = ["--batch", "--signal=TERM"] if graceful else []
+    proc = _slurm([_tool("scancel"), *args, job_id])
     if proc.returncode != 0:
         raise UserError(f"scancel {job_id} failed: {_err(proc)}")
     append_jsonl(
@@ -438,6 +450,16 @@ def cancel(workspace: Workspace, job: str) -> None:
         {"kind": "cancel", "job": job_id, "at": now_iso(), "by": user_at_host()},
         sync=True,
     )
+
+
+def _nodes(entry: dict[str, Any]) -> int:
+    """The nodes a submitted job asked for, from its batch script (1 when unreadable)."""
+    try:
+        text = Path(entry.get("script", "")).read_text()
+    except OSError:
+        return 1
+    found = re.search(r"^#SBATCH --nodes=(\d+)$", text, re.MULTILINE)
+    return int(found.group(1)) if found else 1
 
 
 # ---- helpers ----------------------------------------------------------------------------------
