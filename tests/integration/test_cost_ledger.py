@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from acceptrun._util.units import format_usd
 from acceptrun.cli.main import main
 from acceptrun.cost.ledger import PARTS, build_ledger
 from acceptrun.record.workspace import RunRecord
@@ -151,7 +152,11 @@ def test_cost_add_show_summary_and_whatif(
     assert cli(ws, "cost", "add", record.run_id, "--switching-usd", "5") == 0
     ledger = json.loads((record.path / "ledger.json").read_text())
     assert ledger["totals"]["human_usd"] == 60 and ledger["totals"]["switching_usd"] == 5
-    assert ledger["total_usd"] == pytest.approx(60 + 60 + 5 + ledger["totals"]["storage_usd"])
+    # Compute: whole minutes of the run's wall time at 1 USD a second (one minute on a quiet
+    # machine, more when a busy one slowed the start-up).
+    billed = ledger["billed_s"]
+    assert billed == 60 * -(-ledger["wall_s"] // 60) and ledger["compute"]["usd"] == billed
+    assert ledger["total_usd"] == pytest.approx(60 + billed + 5 + ledger["totals"]["storage_usd"])
     capsys.readouterr()
 
     assert cli(ws, "cost", "show", record.run_id) == 0
@@ -174,8 +179,8 @@ def test_cost_add_show_summary_and_whatif(
     projected = capsys.readouterr().out
     assert projected.startswith("PROJECTION (not a measurement)")
     assert "same measured wall time" in projected
-    # The same few seconds, billed one minute at 3.78 USD/h: 0.06 USD of compute.
-    assert "compute          $0.0630" in projected
+    # The same wall time, billed in the same whole minutes at 3.78 USD/h (0.063 USD a minute).
+    assert f"compute     {'$' + format_usd(billed / 60 * 0.063):>12}" in projected
 
 
 @pytest.mark.parametrize(
