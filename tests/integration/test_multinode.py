@@ -26,6 +26,7 @@ import pytest
 from safetensors.torch import load_file
 
 from acceptrun.backends.slurm import ACTIVE_STATES, cancel, jobs, submit
+from acceptrun.cost.ledger import build_ledger
 from acceptrun.record.workspace import RunRecord, Workspace
 from conftest import wait_for
 
@@ -227,6 +228,11 @@ def test_node_lost_mid_run_is_classified_and_resumes_bitwise(
     assert work["steps_lost"] == work["last_step"] - 7
     assert work["seconds_lost"] > 0
     assert work["node_seconds_lost"] == pytest.approx(2 * work["seconds_lost"], abs=0.01)
+    ledger = build_ledger(record)  # both nodes were held for the wall time, lost work too
+    assert ledger["nodes"] == 2
+    assert ledger["node_seconds"] == pytest.approx(2 * ledger["billed_s"], abs=0.01)
+    wasted = ledger["compute"]["split_s"]["wasted"]
+    assert wasted > 0 and ledger["node_seconds_wasted"] == pytest.approx(2 * wasted, abs=0.01)
     start2 = next(e for e in record.events("attempt_start") if e["attempt"] == 2)
     assert start2["resume_step"] == 7
     steps2 = [e["step"] for e in record.events("step") if e.get("attempt") == 2]

@@ -535,7 +535,10 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     split_s["idle"] = round(billed - split_s["productive"] - split_s["wasted"]
                             - split_s["checkpoint_stall"], 6)  # fmt: skip
 
-    compute_usd = compute_cost(billed, price) if price else 0.0
+    # A multi-node run holds resources.nodes machines at the price of one each: the split
+    # stays in wall seconds, its USD (and node-/device-seconds) count every node.
+    nodes = max(spec.resources.nodes, 1)
+    compute_usd = compute_cost(billed, price) * nodes if price else 0.0
     per_s = compute_usd / billed if billed > 0 else 0.0
     rate = price.storage_per_gib_month if price else 0.0
     end = max((s["end"] for s in seg_rows), default=0.0)
@@ -571,7 +574,10 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "interrupted": {"periods": dead, "seconds": round(sum(p["seconds"] or 0 for p in dead), 3)},
         "wall_s": round(wall, 6),
         "billed_s": round(billed, 6),
-        "device_seconds": round(billed * gpus, 3),
+        "device_seconds": round(billed * gpus * nodes, 3),
+        "nodes": nodes,
+        "node_seconds": round(billed * nodes, 3),
+        "node_seconds_wasted": round(split_s["wasted"] * nodes, 3),
         "compute": {
             "usd": round(compute_usd, 6),
             "split_s": split_s,
