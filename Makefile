@@ -51,7 +51,7 @@ test-integration: $(STAMP) system-deps
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
-# report is opened in a browser), Slurm and munge (a single-node cluster on localhost).
+# report is opened in a browser), Slurm and munge (a one- or two-node cluster on localhost).
 SYSTEM_PACKAGES := chromium chromium-driver slurm-wlm munge wrk
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
