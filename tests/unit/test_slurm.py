@@ -69,6 +69,11 @@ def test_specs_slurm_cannot_run_are_refused(tmp_path: Path) -> None:
     ):
         submit(slow_stop, ws)
     nodes = make_spec(tmp_path / "b", total=1, step_s=0, extra="[resources]\nnodes = 2\n")
-    with pytest.raises(UserError, match=r"resources\.nodes = 2"):
+    text = nodes.read_text()
+    command = next(line for line in text.splitlines() if line.startswith("command = "))
+    nodes.write_text(text.replace(command, 'command = "python train.py"'))
+    with pytest.raises(
+        UserError, match=r"resources\.nodes = 2 with command .*needs the command as a list"
+    ):
         submit(nodes, ws)
     assert not (ws.root / JOBS_FILE).exists() and not (ws.root / "slurm").exists()
