@@ -153,8 +153,10 @@ class AppendLog:
     ``defer=True`` (step events) are held for at most ``FLUSH_S`` seconds or
     ``FLUSH_RECORDS`` records, then encoded and written together. Any other record writes the held ones
     first, in order, in the same ``write(2)``: a lifecycle event is never written ahead
-    of the steps before it. A process killed with SIGKILL loses at most ``FLUSH_S`` of
-    deferred records. The descriptor is ``O_APPEND`` (records of several processes never
+    of the steps before it. A flusher thread writes what is still held ``FLUSH_S`` after
+    it was first held, so a process that stops appending (blocked in a collective, an
+    evaluation, a hang) still shows its last steps, and a process killed with SIGKILL
+    loses at most the last ``FLUSH_S`` or so of deferred records. The descriptor is ``O_APPEND`` (records of several processes never
     interleave) and ``O_CLOEXEC``; a forked child drops what its parent held.
     """
 
@@ -168,6 +170,7 @@ class AppendLog:
         self._lock = threading.Lock()
         self._held: list[Any] = []
         self._held_since = 0.0
+        self._flusher: threading.Thread | None = None
 
     def append(self, obj: Any, *, sync: bool = False, defer: bool = False) -> None:
         """Append one record; ``defer`` may hold it briefly, ``sync`` also fsyncs.
@@ -182,6 +185,8 @@ class AppendLog:
                 now = time.monotonic()
                 if not self._held:
                     self._held_since = now
+                    if self._flusher is None:
+                        self._start_flusher()
                 self._held.append(obj)
                 if len(self._held) < self.FLUSH_RECORDS and now - self._held_since < self.FLUSH_S:
                     return
@@ -209,10 +214,30 @@ class AppendLog:
         if sync:
             os.fsync(self._fd)
 
+    def _start_flusher(self) -> None:
+        """Start the thread that writes held records once they are FLUSH_S old."""
+        pid = os.getpid()
+
+        def flush_held() -> None:
+            while self._pid == pid:  # a forked child starts its own
+                with self._lock:
+                    due = self._held_since + self.FLUSH_S - time.monotonic()
+                    if self._held and due <= 0:
+                        with contextlib.suppress(OSError):  # the next append reports it
+                            self._write(None, False)
+                        due = self.FLUSH_S
+                    elif not self._held:
+                        due = self.FLUSH_S
+                time.sleep(max(due, 0.01))
+
+        self._flusher = threading.Thread(target=flush_held, name="acceptrun-events", daemon=True)
+        self._flusher.start()
+
     def _after_fork(self) -> None:
         # A forked child (a data-loader worker): the parent's held records are the
         # parent's to write, and its lock may have been held at the fork.
         self._fd, self._pid, self._lock = None, os.getpid(), threading.Lock()
+        self._held, self._flusher = [], None
         self._held = []
 
     def close(self) -> None:
