@@ -2,57 +2,19 @@
 
 A benchmark that only runs on the day its figures are taken breaks unnoticed (a bench file
 named like a standard-library module once shadowed ``queue`` for every script in bench/).
-Each script in bench/ is listed here with arguments that make it small; a new script
-without an entry fails :func:`test_every_bench_script_has_a_smoke_entry`. These runs
+Each script in bench/ is listed in bench_smoke.SMOKE with arguments that make it small; a
+new script without an entry fails :func:`test_every_bench_script_has_a_smoke_entry`. The
+longest (bench_smoke.HEAVY) run from test files of their own (test_bench_<name>.py). These runs
 prove the scripts work, not their figures: the figures come from the full sizes, on a
 quiet machine (the scripts' docstrings say how).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
-
-# Script -> arguments that make it small. "{out}" is a fresh directory.
-SMOKE: dict[str, list[str]] = {
-    "batch_inference.py": [
-        "--kills", "2", "--items", "40", "--shard-size", "10", "--reps", "1",
-        "--overhead-items", "200", "--overhead-shard-size", "50", "--root", "{out}",
-    ],
-    "bert_squad.py": [
-        "--tiny", "--device", "cpu", "--steps", "2", "--warmup", "1", "--batches", "8",
-        "--precisions", "fp32", "--optimizers", "default", "--seq", "64",
-    ],
-    "chaos.py": ["--smoke", "--root", "{out}"],
-    "checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
-    "fuzz_campaign.py": ["--profile", "ci", "--targets", "checkpoint", "--json"],
-    "gpu_check_telemetry.py": ["{out}"],
-    "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
-    "kill_campaign.py": ["--kills", "3", "--root", "{out}"],
-    "overhead.py": ["--pairs", "3", "--steps", "30"],
-    "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
-    "recovery.py": ["--idle-seconds", "3", "--root", "{out}"],
-    "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
-    "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],
-    "supervisor_kills.py": ["--kills", "2", "--root", "{out}"],
-    "ui_board.py": ["--runs", "50", "--repeats", "2", "--seconds", "1"],
-    "watched_checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
-}  # fmt: skip
-
-# Scripts whose exit status 1 means "a target was missed" (figures printed), not a crash:
-# on a loaded two-core CI machine a speed target can be missed; a traceback never passes.
-TARGET_EXIT = {"recovery.py", "overhead.py", "bert_squad.py"}
-
-# Scripts that need a program the suite's machine may lack.
-NEEDS = {"serving_load.py": "wrk"}
+from bench_smoke import BENCH, HEAVY, SMOKE, run_smoke
 
 
 def _scripts() -> list[str]:
@@ -61,33 +23,17 @@ def _scripts() -> list[str]:
 
 def test_every_bench_script_has_a_smoke_entry() -> None:
     missing = [name for name in _scripts() if name not in SMOKE]
-    assert not missing, f"add tiny arguments for {missing} to SMOKE in {__file__}"
+    assert not missing, f"add tiny arguments for {missing} to SMOKE in bench_smoke.py"
     gone = [name for name in SMOKE if not (BENCH / name).exists()]
     assert not gone, f"SMOKE lists scripts that no longer exist: {gone}"
+    here = Path(__file__).parent
+    for script in HEAVY:
+        own = here / f"test_bench_{script.removesuffix('.py')}.py"
+        assert own.exists(), f"{script} is in HEAVY but has no test file {own.name}"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # a campaign at tiny size still starts dozens of processes
-@pytest.mark.parametrize("script", sorted(SMOKE))
+@pytest.mark.parametrize("script", sorted(set(SMOKE) - set(HEAVY)))
 def test_bench_script_runs_at_tiny_size(script: str, tmp_path: Path) -> None:
-    if not (BENCH / script).exists():
-        pytest.fail(f"bench/{script} is listed in SMOKE but does not exist")
-    program = NEEDS.get(script)
-    if program and shutil.which(program) is None:
-        pytest.fail(f"bench/{script} needs {program!r}: `make system-deps` installs it")
-    out = tmp_path / "out"
-    out.mkdir()
-    args = [a.replace("{out}", str(out)) for a in SMOKE[script]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("ACCEPTRUN_INJECT", None)
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    report = (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    )
-    assert "Traceback (most recent call last)" not in proc.stderr, report
-    allowed = {0, 1} if script in TARGET_EXIT else {0}
-    assert proc.returncode in allowed, report
-    assert proc.stdout.strip(), f"bench/{script} printed no figures\n{report}"
+    run_smoke(script, tmp_path)
