@@ -46,9 +46,15 @@ WORKLOAD = textwrap.dedent(
         def __getitem__(self, i):
             return {"input_ids": self.x[i], "labels": self.x[i]}
 
-    class Test(TrainerCallback):  # test aids: a slower step, a corrupted stored checkpoint
+    acb = AcceptrunCallback()
+
+    class Test(TrainerCallback):  # test aids: a held step, a corrupted stored checkpoint
         def on_step_begin(self, args, state, control, **kw):
-            time.sleep(float(os.environ.get("STEP_SLEEP", "0")))
+            hold = os.environ.get("HOLD_AT")
+            if hold and state.global_step == int(hold) and os.environ["ACCEPTRUN_ATTEMPT"] == "1":
+                deadline = time.monotonic() + 600  # held here until the test's stop lands
+                while not acb.fr.stop_requested and time.monotonic() < deadline:
+                    time.sleep(0.05)
         def on_save(self, args, state, control, **kw):
             n = state.global_step
             if str(n) == os.environ.get("CORRUPT_AT") and os.environ["ACCEPTRUN_ATTEMPT"] == "1":
@@ -68,11 +74,11 @@ WORKLOAD = textwrap.dedent(
     if os.environ.get("ADD_CALLBACK"):  # the other way to attach it
         trainer = Trainer(model=model, args=args, train_dataset=Tokens(48, 1),
                           eval_dataset=Tokens(16, 2))
-        trainer.add_callback(AcceptrunCallback())
+        trainer.add_callback(acb)
         trainer.add_callback(Test())  # after it: Test corrupts what it captured
     else:
         trainer = Trainer(model=model, args=args, train_dataset=Tokens(48, 1),
-                          eval_dataset=Tokens(16, 2), callbacks=[AcceptrunCallback(), Test()])
+                          eval_dataset=Tokens(16, 2), callbacks=[acb, Test()])
     trainer.train()
     trainer.save_model("out/final")
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
@@ -197,7 +203,7 @@ def test_killed_run_resumes_bitwise(tmp_path: Path, reference: dict[str, Any]) -
 def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, Any]) -> None:
     job = make_job(tmp_path / "stopped")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-    env["STEP_SLEEP"] = "0.3"  # slow enough that the stop lands before step 20
+    env["HOLD_AT"] = "7"  # attempt 1 waits after step 7 until the stop has landed
     ws = job / "ws"
     run = subprocess.Popen(
         [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],

@@ -205,6 +205,12 @@ def test_node_lost_mid_run_is_classified_and_resumes_bitwise(
 ) -> None:
     _, record, out = submit_run(cluster, tmp_path / "job", hold=True)
     wait_for(lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9")
+    # Rank 0 (on either node) writes the step events; its held ones are written within
+    # AppendLog.FLUSH_S even while it waits at the gate. Kill only once they are on disk.
+    wait_for(
+        lambda: any(e["step"] == HOLD_AT - 1 for e in record.events("step")),
+        WAIT_S, 0.2, what=f"the step event of step {HOLD_AT - 1} in the record",
+    )  # fmt: skip
     victims = node_processes(record.run_id, "n2")
     assert victims, "no process of the run on node n2"
     survivors = node_processes(record.run_id, "n1")

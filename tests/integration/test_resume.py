@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +98,11 @@ def make_job(
     return job
 
 
+def failed_checks(result: Any) -> list[dict[str, Any]]:
+    """The required checks a run failed, whole (a Verdict's repr is cut short)."""
+    return [c.to_dict() for c in result.verdict.checks if c.required and c.status != "pass"]
+
+
 def run_job(job: Path, ws: Path, **env: str) -> tuple[str, object]:
     saved = dict(os.environ)
     os.environ.update(env)
@@ -112,12 +118,12 @@ def run_job(job: Path, ws: Path, **env: str) -> tuple[str, object]:
 def test_killed_and_resumed_run_is_bitwise_equal(tmp_path: Path, workers: str) -> None:
     ws = tmp_path / "ws"
     reference, ref = run_job(make_job(tmp_path, "ref"), ws, WORKERS=workers)
-    assert ref.exit_code == 0  # type: ignore[attr-defined]
+    assert ref.exit_code == 0, failed_checks(ref)  # type: ignore[attr-defined]
     kills = sorted(random.Random(int(workers) + 7).sample(range(3, 22), 3))
     resumed, result = run_job(
         make_job(tmp_path, "killed"), ws, WORKERS=workers, KILL_AT=",".join(map(str, kills))
     )
-    assert result.exit_code == 0, result.verdict  # type: ignore[attr-defined]
+    assert result.exit_code == 0, failed_checks(result)  # type: ignore[attr-defined]
     assert resumed == reference
     record = result.record  # type: ignore[attr-defined]
     starts = list(record.events("attempt_start"))
