@@ -314,6 +314,42 @@ def test_scaling_across_nodes_prints_the_efficiency(cluster: LocalSlurm, tmp_pat
     )
 
 
+def test_bench_comm_across_nodes_measures_every_rank_on_both_nodes(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """``acceptrun bench comm --nodes 2`` inside a 2-node allocation: one srun step, 2 ranks."""
+    report = tmp_path / "comm.json"
+    command = (
+        f"{sys.executable} -m acceptrun bench comm --nodes 2 --procs 1 --sizes 4KiB,64KiB "
+        f"--buckets 1 --iters 3 --warmup 1 --ddp-steps 2 --out {report} --timeout 600"
+    )
+    proc = subprocess.run(
+        ["sbatch", "-N", "2", "--ntasks-per-node", "1", f"--chdir={tmp_path}",
+         f"--output={tmp_path / 'slurm.out'}", "--wrap", command],
+        env=cluster.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = wait_for(
+        lambda: report.exists() and json.loads(report.read_text()),
+        WAIT_S, 0.5, what=f"{report} (slurm output: {tmp_path / 'slurm.out'})",
+    )  # fmt: skip
+    assert result["procs"] == 2 and result["nodes"] == 2
+    assert result["hosts"] == ["n1", "n2"]  # one rank on each node, named by slurmd
+    assert [r["bytes"] for r in result["allreduce"]] == [4 << 10, 64 << 10]
+    assert all(r["busbw_gbps"] > 0 for r in result["allreduce"])
+    assert [r["procs"] for r in result["scaling"]] == [1, 2]
+
+
+def test_bench_comm_across_nodes_outside_an_allocation_says_how() -> None:
+    from acceptrun.errors import UserError
+    from acceptrun.tune.comm import CommOptions, run_comm
+
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        os.environ.pop(name, None)  # restored by conftest's clean_environ
+    with pytest.raises(UserError, match=r"--nodes 2: not inside a Slurm allocation.*sbatch -N 2"):
+        run_comm(CommOptions(backend="gloo", procs=1, nodes=2))
+
+
 def test_cancel_of_a_running_two_node_job_checkpoints_on_both_nodes(
     cluster: LocalSlurm, tmp_path: Path
 ) -> None:

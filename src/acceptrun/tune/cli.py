@@ -137,7 +137,7 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
 
     options = CommOptions(
         backend=args.backend, procs=args.procs, iters=args.iters, warmup=args.warmup,
-        timeout=args.timeout, ddp_steps=args.ddp_steps,
+        timeout=args.timeout, ddp_steps=args.ddp_steps, nodes=args.nodes,
     )  # fmt: skip
     if args.sizes:
         options.sizes = [parse_size(s, "--sizes") for s in args.sizes.split(",")]
@@ -206,7 +206,15 @@ def register(sub: Any) -> None:
     comm.add_argument(
         "--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo"
     )
-    comm.add_argument("--procs", type=int, help="processes (default: GPUs for nccl, 2 for gloo)")
+    comm.add_argument(
+        "--procs", type=int, help="processes per node (default: GPUs for nccl, 2 for gloo)"
+    )
+    comm.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="nodes (default 1); more runs the workers with srun inside a Slurm allocation",
+    )
     comm.add_argument("--sizes", help="message sizes, e.g. 4KiB,1MiB,64MiB")
     comm.add_argument("--buckets", help="DDP bucket_cap_mb values, e.g. 1,5,25")
     comm.add_argument("--iters", type=int, default=10, help="timed all-reduces per size")

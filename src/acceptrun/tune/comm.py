@@ -17,12 +17,19 @@ on 127.0.0.1 (gloo on CPUs, nccl on GPUs, one GPU per process) and measure:
   scaling efficiency throughput(k) / (k * throughput(1)).
 
 Rank 0 writes the figures as JSON; the parent prints them.
+
+Across nodes (``nodes`` > 1, inside a Slurm allocation of that many nodes, e.g.
+``sbatch -N 2 --wrap "acceptrun bench comm --nodes 2 --procs 1"``) the workers are one
+``srun`` step of ``nodes x procs`` tasks, ranked by Slurm (``SLURM_PROCID``), meeting on
+the node that runs the command; the scaling rows then run on the first k ranks, which
+cross the node boundary once k exceeds the processes per node.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -64,7 +71,9 @@ class CommOptions:
     backend: str | None = None
     """gloo or nccl; None: nccl when the machine has NVIDIA GPUs, else gloo."""
     procs: int | None = None
-    """Processes; None: one per GPU for nccl, 2 for gloo."""
+    """Processes (per node); None: one per GPU for nccl, 2 for gloo."""
+    nodes: int = 1
+    """Nodes; more than 1 runs the workers through srun inside a Slurm allocation."""
     sizes: list[int] = field(default_factory=list)
     """All-reduce message sizes in bytes; empty: a default per backend."""
     buckets_mb: list[float] = field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0])
@@ -104,8 +113,13 @@ def run_comm(options: CommOptions) -> dict[str, Any]:
             f"--backend nccl with --procs {procs}: this machine has {gpus} NVIDIA GPU(s) and "
             "nccl needs one per process; lower --procs or use --backend gloo"
         )
+    if options.nodes < 1:
+        raise UserError(f"--nodes is {options.nodes}; use 1 or more")
     sizes = options.sizes or (GPU_SIZES if backend == "nccl" else CPU_SIZES)
-    job = {**asdict(options), "backend": backend, "procs": procs, "sizes": sizes}
+    world = procs * options.nodes
+    job = {**asdict(options), "backend": backend, "procs": world, "sizes": sizes}
+    if options.nodes > 1:
+        return _run_across_nodes(options, job, procs)
     workdir = Path(tempfile.mkdtemp(prefix="acceptrun-comm-"))
     job_path, result_path = workdir / "job.json", workdir / "result.json"
     job_path.write_text(json.dumps(job))
@@ -142,10 +156,63 @@ def run_comm(options: CommOptions) -> dict[str, Any]:
     return result
 
 
+def _run_across_nodes(options: CommOptions, job: dict[str, Any], per_node: int) -> dict[str, Any]:
+    """The workers as one srun step over ``options.nodes`` nodes of this Slurm allocation."""
+    allocated = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+    srun = shutil.which("srun")
+    if not allocated or srun is None:
+        raise UserError(
+            f"--nodes {options.nodes}: not inside a Slurm allocation (no SLURM_JOB_NUM_NODES"
+            f"{'' if srun else ', no srun on PATH'}); run it in one, e.g. sbatch -N "
+            f'{options.nodes} --wrap "acceptrun bench comm --nodes {options.nodes}"'
+        )
+    if int(allocated) < options.nodes:
+        raise UserError(
+            f"--nodes {options.nodes}: this Slurm allocation has {allocated} node(s); ask "
+            f"for {options.nodes} (sbatch -N {options.nodes}) or lower --nodes"
+        )
+    workdir = Path(tempfile.mkdtemp(prefix="acceptrun-comm-", dir=os.getcwd()))  # shared
+    job_path, result_path = workdir / "job.json", workdir / "result.json"
+    job_path.write_text(json.dumps(job))
+    env = {**os.environ, "MASTER_ADDR": os.environ.get("ACCEPTRUN_RDZV_HOST")
+           or socket.gethostname(), "MASTER_PORT": str(_free_port())}  # fmt: skip
+    argv = [
+        srun, f"--nodes={options.nodes}", f"--ntasks-per-node={per_node}",
+        f"--ntasks={options.nodes * per_node}", "--kill-on-bad-exit=1",
+        f"--output={workdir}/rank%t.log",
+        sys.executable, "-m", "acceptrun.tune.comm", str(job_path), str(result_path),
+    ]  # fmt: skip
+    _log.info(f"bench comm: {options.nodes} nodes x {per_node} processes, {job['backend']}")
+    try:
+        proc = subprocess.run(
+            argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=options.timeout, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"bench comm across {options.nodes} nodes timed out after {options.timeout:.0f} s; "
+            f"logs in {workdir}"
+        ) from None
+    if proc.returncode != 0 or not result_path.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise UserError(
+            f"bench comm across {options.nodes} nodes failed (srun exited {proc.returncode}: "
+            f"{tail[-1] if tail else 'no output'}); logs in {workdir}"
+        )
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    return result
+
+
 def format_comm(result: dict[str, Any]) -> str:
     """The three tables as plain text."""
     n = result["procs"]
-    lines = [f"bench comm: {result['backend']}, {n} processes on {result['device']}"]
+    where = result.get("hosts")
+    nodes = (
+        f" over {result['nodes']} nodes ({', '.join(where)})"
+        if result.get("nodes", 1) > 1 and where
+        else ""
+    )
+    lines = [f"bench comm: {result['backend']}, {n} processes{nodes} on {result['device']}"]
     lines += [f"  note: {note}" for note in result.get("notes", [])]
     lines.append(f"all-reduce (float32; {result['definition']})")
     lines.append(f"  {'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}")
@@ -177,15 +244,21 @@ def _worker(job: dict[str, Any], result_path: str) -> None:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # Started by run_comm (RANK, WORLD_SIZE) or as an srun task across nodes (SLURM_*).
+    rank = int(os.environ.get("RANK") or os.environ["SLURM_PROCID"])
+    world = int(os.environ.get("WORLD_SIZE") or os.environ["SLURM_NTASKS"])
+    local, on_node = rank, world  # one node: every rank on this one
+    if "RANK" not in os.environ:  # an srun task: Slurm says where it sits
+        local = int(os.environ.get("SLURM_LOCALID", "0"))
+        on_node = int(os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0] or 1)
     nccl = job["backend"] == "nccl"
     if nccl:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
         # Share the cores: N processes with all threads each would fight over them.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // on_node))
     dist.init_process_group(
         job["backend"], rank=rank, world_size=world, timeout=timedelta(seconds=job["timeout"]),
         device_id=device if nccl else None,
@@ -204,6 +277,12 @@ def _worker(job: dict[str, Any], result_path: str) -> None:
     out: dict[str, Any] = {"backend": job["backend"], "procs": world, "definition": NCCL_TESTS,
                            "device": torch.cuda.get_device_name(device) if nccl else "cpu",
                            "notes": [], "allreduce": [], "buckets": [], "scaling": []}  # fmt: skip
+    hosts: list[Any] = [None] * world
+    dist.all_gather_object(
+        hosts, socket.gethostname() + ":" + os.environ.get("SLURMD_NODENAME", "")
+    )
+    out["nodes"] = job.get("nodes", 1)
+    out["hosts"] = sorted({h.split(":")[1] or h.split(":")[0] for h in hosts})
     if world == 1:
         out["notes"].append(
             "one process: an all-reduce crosses no device (busbw is 0 by definition); the "
