@@ -225,7 +225,9 @@ class LocalSlurm:
             "SlurmctldTimeout=30",
             "SlurmdTimeout=30",
             "InactiveLimit=0",
-            "KillWait=30",  # seconds between SIGTERM and SIGKILL when a job is cancelled
+            # seconds between SIGTERM and SIGKILL when a job is cancelled or requeued: long
+            # enough for a checkpoint and the close of the run on a busy machine
+            "KillWait=120",
             "MinJobAge=600",  # seconds a finished job stays visible to scontrol/squeue
             "ReturnToService=2",
             "JobRequeue=1",

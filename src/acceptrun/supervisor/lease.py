@@ -22,6 +22,7 @@ workload training unsupervised nor leave the record saying "running" for ever:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -80,6 +81,9 @@ class SupervisorLease:
             "ended_at": None,
         }
         self.failures = 0  # renewals that could not be written (a full disk): logged, not fatal
+        # One write at a time; the process's exit waits for one in flight, which would
+        # otherwise leave its temporary file behind (the renewing thread is a daemon).
+        self._writing = threading.Lock()
 
     @property
     def path(self) -> Path:
@@ -88,22 +92,31 @@ class SupervisorLease:
     def start(self) -> None:
         """Write the lease now (a reader sees it at once), then renew it on a thread."""
         self._write()
+        atexit.register(self._quiesce)
         self._thread = threading.Thread(target=self._renew, name="acceptrun-lease", daemon=True)
         self._thread.start()
 
     def _write(self, **extra: Any) -> None:
         body = {**self._body, "renewed_at": round(time.time(), 3), **extra}
-        try:
-            write_json_atomic(self.path, body)
-        except (OSError, UserError) as exc:  # UserError: disk full or read-only
-            # Background work never kills the run: a reader then sees an older renewal.
-            self.failures += 1
-            if self.failures == 1:
-                print(f"acceptrun: could not renew {self.path}: {exc}", file=sys.stderr)
+        with self._writing:
+            try:
+                write_json_atomic(self.path, body)
+            except (OSError, UserError) as exc:  # UserError: disk full or read-only
+                # Background work never kills the run: a reader then sees an older renewal.
+                self.failures += 1
+                if self.failures == 1:
+                    print(f"acceptrun: could not renew {self.path}: {exc}", file=sys.stderr)
 
     def _renew(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self._write()
+            if not self._stop.is_set():
+                self._write()
+
+    def _quiesce(self) -> None:
+        """At exit: no new renewal, and the one in flight finishes (and cleans up)."""
+        self._stop.set()
+        with self._writing:
+            pass
 
     def end(self) -> None:
         """Stop renewing and mark the lease ended (the supervisor exits on purpose)."""
@@ -111,6 +124,7 @@ class SupervisorLease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._write(ended_at=round(time.time(), 3))
+        atexit.unregister(self._quiesce)
 
 
 _held: dict[Path, SupervisorLease] = {}  # run directory -> the lease this process holds
