@@ -251,7 +251,10 @@ def kill_and_resume(
         for e in events(rdir, "checkpoint_commit")
         if isinstance(e.get("step"), int) and e["t"] <= killed_at
     ]
-    resumed = cli(ws, "resume", res.run_id, "--quiet", timeout=timeout)
+    # Killed before its first checkpoint, the run has nothing to resume from; `resume`
+    # refuses to start over silently and must be told to.
+    scratch = [] if committed else ["--from-scratch"]
+    resumed = cli(ws, "resume", res.run_id, "--quiet", *scratch, timeout=timeout)
     res.resume_rc = resumed.returncode
     if resumed.returncode != 0:
         res.notes.append(f"resume exited {resumed.returncode}: {resumed.stderr[-2000:]}")
