@@ -279,6 +279,16 @@ def test_time_limit_signal_checkpoints_on_both_nodes_requeues_and_resumes(
     assert_bitwise(tensors(out), tensors(reference[2]))
 
 
+def sbatch_two_nodes(cluster: LocalSlurm, chdir: Path, command: str, log: Path) -> None:
+    """Submit ``command`` as a batch job of both nodes, one task each."""
+    proc = subprocess.run(
+        ["sbatch", "-N", "2", "--ntasks-per-node", "1", f"--chdir={chdir}",
+         f"--output={log}", "--wrap", command],
+        env=cluster.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_scaling_across_nodes_prints_the_efficiency(cluster: LocalSlurm, tmp_path: Path) -> None:
     """``acceptrun scaling --layouts 1x2,2x1`` inside a 2-node allocation: both layouts run."""
     root = tmp_path / "job"
@@ -294,12 +304,7 @@ def test_scaling_across_nodes_prints_the_efficiency(cluster: LocalSlurm, tmp_pat
         f"{sys.executable} -m acceptrun --workspace {root / '.acceptrun'} scaling spec.toml "
         f"--layouts 1x2,2x1 --steps 6 --json > {report}"
     )
-    proc = subprocess.run(
-        ["sbatch", "-N", "2", "--ntasks-per-node", "1", f"--chdir={root}",
-         f"--output={tmp_path / 'slurm.out'}", "--wrap", command],
-        env=cluster.env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    sbatch_two_nodes(cluster, root, command, tmp_path / "slurm.out")
     text = wait_for(
         lambda: report.exists() and report.read_text().rstrip().endswith("]") and report.read_text(),
         WAIT_S, 0.5, what=f"{report} (slurm output: {tmp_path / 'slurm.out'})",
@@ -323,12 +328,7 @@ def test_bench_comm_across_nodes_measures_every_rank_on_both_nodes(
         f"{sys.executable} -m acceptrun bench comm --nodes 2 --procs 1 --sizes 4KiB,64KiB "
         f"--buckets 1 --iters 3 --warmup 1 --ddp-steps 2 --out {report} --timeout 600"
     )
-    proc = subprocess.run(
-        ["sbatch", "-N", "2", "--ntasks-per-node", "1", f"--chdir={tmp_path}",
-         f"--output={tmp_path / 'slurm.out'}", "--wrap", command],
-        env=cluster.env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    sbatch_two_nodes(cluster, tmp_path, command, tmp_path / "slurm.out")
     result = wait_for(
         lambda: report.exists() and json.loads(report.read_text()),
         WAIT_S, 0.5, what=f"{report} (slurm output: {tmp_path / 'slurm.out'})",
