@@ -174,8 +174,10 @@ def _run_across_nodes(options: CommOptions, job: dict[str, Any], per_node: int) 
     workdir = Path(tempfile.mkdtemp(prefix="acceptrun-comm-", dir=os.getcwd()))  # shared
     job_path, result_path = workdir / "job.json", workdir / "result.json"
     job_path.write_text(json.dumps(job))
-    env = {**os.environ, "MASTER_ADDR": os.environ.get("ACCEPTRUN_RDZV_HOST")
-           or socket.gethostname(), "MASTER_PORT": str(_free_port())}  # fmt: skip
+    from acceptrun.workload.distributed import ENV_RDZV_HOST  # the same override as runs
+
+    host = os.environ.get(ENV_RDZV_HOST) or socket.gethostname()
+    env = {**os.environ, "MASTER_ADDR": host, "MASTER_PORT": str(_free_port())}
     argv = [
         srun, f"--nodes={options.nodes}", f"--ntasks-per-node={per_node}",
         f"--ntasks={options.nodes * per_node}", "--kill-on-bad-exit=1",
