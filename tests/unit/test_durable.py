@@ -87,3 +87,14 @@ def test_append_log_writes_held_records_once_due_without_another_append(tmp_path
         timeout=60,
         what="the held records written by the flusher",
     )
+    # The flusher sleeps while nothing is held; a later batch wakes it again, and a batch
+    # an append wrote itself (a lifecycle record) leaves it nothing to do.
+    log.append({"step": 2}, defer=True)
+    wait_for(
+        lambda: [r["step"] for r in read_jsonl(path)] == [0, 1, 2],
+        timeout=60,
+        what="a second batch written by the flusher after it slept",
+    )
+    log.append({"step": 3}, defer=True)
+    log.append({"step": 4})
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3, 4]

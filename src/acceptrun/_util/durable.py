@@ -171,6 +171,7 @@ class AppendLog:
         self._held: list[Any] = []
         self._held_since = 0.0
         self._flusher: threading.Thread | None = None
+        self._holding = threading.Event()  # set while records are held: wakes the flusher
 
     def append(self, obj: Any, *, sync: bool = False, defer: bool = False) -> None:
         """Append one record; ``defer`` may hold it briefly, ``sync`` also fsyncs.
@@ -187,6 +188,7 @@ class AppendLog:
                     self._held_since = now
                     if self._flusher is None:
                         self._start_flusher()
+                    self._holding.set()
                 self._held.append(obj)
                 if len(self._held) < self.FLUSH_RECORDS and now - self._held_since < self.FLUSH_S:
                     return
@@ -215,19 +217,24 @@ class AppendLog:
             os.fsync(self._fd)
 
     def _start_flusher(self) -> None:
-        """Start the thread that writes held records once they are FLUSH_S old."""
-        pid = os.getpid()
+        """Start the thread that writes held records once they are FLUSH_S old.
+
+        It sleeps on an event while nothing is held (a process that logs no steps, or
+        has ended its loop, costs no wake-ups), then until the oldest held record is due.
+        """
+        pid, holding = os.getpid(), self._holding
 
         def flush_held() -> None:
             while self._pid == pid:  # a forked child starts its own
+                holding.wait()
                 with self._lock:
                     due = self._held_since + self.FLUSH_S - time.monotonic()
                     if self._held and due <= 0:
                         with contextlib.suppress(OSError):  # the next append reports it
                             self._write(None, False)
-                        due = self.FLUSH_S
-                    elif not self._held:
-                        due = self.FLUSH_S
+                    if not self._held:
+                        holding.clear()  # under the lock: an append sets it again
+                        continue
                 time.sleep(max(due, 0.01))
 
         self._flusher = threading.Thread(target=flush_held, name="acceptrun-events", daemon=True)
@@ -237,8 +244,7 @@ class AppendLog:
         # A forked child (a data-loader worker): the parent's held records are the
         # parent's to write, and its lock may have been held at the fork.
         self._fd, self._pid, self._lock = None, os.getpid(), threading.Lock()
-        self._held, self._flusher = [], None
-        self._held = []
+        self._held, self._flusher, self._holding = [], None, threading.Event()
 
     def close(self) -> None:
         """Write what is held and close the descriptor (in the process that opened it)."""
