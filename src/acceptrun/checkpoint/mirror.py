@@ -203,6 +203,41 @@ class Mirror:
             thread.join(timeout)
         self._persist()
 
+    def follow(self, kind: str, fields: Mapping[str, Any]) -> None:
+        """A :meth:`CheckpointStore.subscribe` listener: mirror what the store commits.
+
+        A ``checkpoint_commit`` is queued for upload, a ``checkpoint_delete`` by retention
+        is retired from the mirror. For saves that commit through the store directly
+        (``sharded.save``), not through a Checkpointer, which queues its own commits.
+        Returns at once; never raises (the store calls it on the training loop's thread).
+
+        >>> store.subscribe(mirror.follow)
+        """
+        try:
+            retention = str(fields.get("reason") or "").startswith("retention")
+            if kind == "checkpoint_commit":
+                self.enqueue(int(fields["step"]), Path(str(fields["path"])))
+            elif kind == "checkpoint_delete" and retention and not fields.get("error"):
+                self.retire(int(fields["step"]))
+        except Exception as exc:  # a malformed event must not fail the commit that sent it
+            self._emit(
+                "mirror_failed",
+                {"step": fields.get("step"), "state": "not_queued", "reason": f"{kind}: {exc}"},
+            )
+
+    def drain_and_close(self, timeout: float | None = 60.0) -> bool:
+        """Give the queue up to ``timeout`` seconds, then stop the thread; True if drained.
+
+        When steps are still pending (an outage, a slow remote), a ``mirror_behind`` event
+        carries every step's state, so the lag is on record; the pending steps stay in the
+        state file and the next attempt's Mirror uploads them.
+        """
+        drained = self.wait(timeout)
+        if not drained:
+            self._emit("mirror_behind", {"status": {str(k): v for k, v in self.status().items()}})
+        self.close(timeout=5)
+        return drained
+
     def status(self) -> dict[int, dict[str, Any]]:
         """A copy of the per-step states: ``{step: {state, reason, attempts, ...}}``."""
         with self._cond:

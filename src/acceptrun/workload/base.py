@@ -43,6 +43,7 @@ class RunBase:
         self.drill = os.environ.get(ENV_DRILL) or None
         self._objects: dict[str, Any] = {}
         self._checkpointer: Any = None  # checkpoint.saver.Checkpointer, created on first use
+        self._mirror: Any = None  # checkpoint.mirror.Mirror of checkpoint.mirror (rank 0)
         self._last_values: dict[str, float] = {}
         self._last_values_step: int | None = None  # the step _last_values were logged for
         self._last_saved_step: int | None = None

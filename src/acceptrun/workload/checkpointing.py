@@ -40,8 +40,62 @@ class Checkpointing(RunBase):
             from acceptrun.checkpoint import sharded
             sharded.save(run.checkpoint_store(), step, {"model": msd, "optim": osd})
             info = sharded.load(run.checkpoint_store(), state)   # None on a fresh start
+
+        With ``checkpoint.mirror`` in the spec, what this store commits on rank 0 is
+        mirrored as ``run.checkpoint()``'s saves are: uploaded in the background, deleted
+        from the mirror when retention deletes it here, drained at exit.
         """
-        return self._store()
+        store = self._store()
+        if self.spec.checkpoint.mirror and not self.drill:
+            mirror = self._run_mirror()
+            store.subscribe(mirror.follow if mirror is not None else self._not_mirrored)
+        return store
+
+    def _run_mirror(self) -> Any:
+        """The run's one Mirror of ``checkpoint.mirror`` (rank 0 only), started on first use.
+
+        Shared by the Checkpointer and the stores of :meth:`checkpoint_store`, so that one
+        thread uploads and one state file (``mirror.json``) tracks every step.
+        """
+        if self._mirror is None and self.spec.checkpoint.mirror and self.rank == 0:
+            from acceptrun.checkpoint.mirror import Mirror
+
+            self._mirror = Mirror(
+                f"{self.spec.checkpoint.mirror.rstrip('/')}/{self.run_id}",
+                state_path=self.record.file("mirror.json"),
+                on_event=self._event_sink,
+            )
+            self._mirror.start()
+        return self._mirror
+
+    def _not_mirrored(self, kind: str, fields: dict[str, Any]) -> None:
+        """A checkpoint committed on a rank other than 0, which runs no mirror: say so."""
+        if kind != "checkpoint_commit":
+            return
+        self._event_sink(
+            "mirror_failed",
+            {
+                "step": fields.get("step"),
+                "state": "not_mirrored",
+                "reason": (
+                    f"checkpoint.mirror is set but step {fields.get('step')} was committed on "
+                    f"rank {self.rank}, and only rank 0 runs the mirror: pass sharded.save a "
+                    "process_group whose first rank is global rank 0 (or none, the default)"
+                ),
+            },
+        )
+
+    def _close_checkpoints(self) -> None:
+        """At exit: the last save committed, then the mirror drained (up to 60 s) or its lag
+        recorded (a ``mirror_behind`` event)."""
+        mirror, self._mirror = self._mirror, None
+        checkpointer = self._checkpointer
+        try:
+            if checkpointer is not None:
+                checkpointer.close()  # drains and closes the mirror it was given
+        finally:
+            if mirror is not None and (checkpointer is None or checkpointer.mirror is not mirror):
+                mirror.drain_and_close(60.0)
 
     def restore(
         self,
@@ -277,20 +331,12 @@ class Checkpointing(RunBase):
         return True
 
     def _make_checkpointer(self) -> Any:
-        from acceptrun.checkpoint.mirror import Mirror
         from acceptrun.checkpoint.saver import Checkpointer
 
         store = self._store()
         if self.rank == 0:  # rank 0 owns the root: the others write inside its saves
             store.remove_stale_staging()
-        mirror = None
-        if self.spec.checkpoint.mirror and self.rank == 0:
-            mirror = Mirror(
-                f"{self.spec.checkpoint.mirror.rstrip('/')}/{self.run_id}",
-                state_path=self.record.file("mirror.json"),
-                on_event=self._event_sink,
-            )
-            mirror.start()
+        mirror = self._run_mirror()
         prov = self.record.read_json("provenance.json") or {}
         meta = {
             "run_id": self.run_id,

@@ -157,9 +157,9 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
         if self.finished:
             return
         self.finished = True
-        if self._checkpointer is not None:
+        if self._checkpointer is not None or self._mirror is not None:
             try:
-                self._checkpointer.close()
+                self._close_checkpoints()  # the last save, then the mirror drained
             except Exception as exc:  # the exit status still gets recorded
                 status = f"error: {type(exc).__name__}: {exc}" if status == "ok" else status
         if self.drill:

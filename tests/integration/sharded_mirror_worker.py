@@ -1,0 +1,80 @@
+"""A rank of the sharded-mirror test: a tiny FSDP2 model (CPU, gloo) saved with sharded.save.
+
+Started by acceptrun through torchrun (``resources.processes = 2``). Environment:
+``TOTAL`` steps, ``EVERY``: a sharded checkpoint through ``run.checkpoint_store()`` after
+every EVERY-th step (the store is the only path to the mirror: no ``run.checkpoint``).
+A resumed attempt loads the newest verified checkpoint and continues after its step.
+At the end rank 0 writes every model and optimizer tensor, gathered, to
+``final.safetensors`` and registers it as the output ``final`` (copied into the record).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import acceptrun
+from acceptrun.checkpoint import sharded
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+run = acceptrun.init()
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+mesh = init_device_mesh("cpu", (world,))
+for layer in model:
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+store = run.checkpoint_store()
+
+
+def state(step: int) -> dict[str, object]:
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd, "train": {"step": step}}
+
+
+loading = state(-1)
+info = sharded.load(store, loading)
+if info is not None:
+    set_state_dict(model, opt, model_state_dict=loading["model"], optim_state_dict=loading["optim"])
+start = int(loading["train"]["step"]) + 1 if info is not None else 0  # type: ignore[index]
+
+total, every = int(os.environ["TOTAL"]), int(os.environ["EVERY"])
+for step in run.steps(start, total):
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 + step))
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    run.log(step, loss=loss.item())
+    if (step + 1) % every == 0:
+        sharded.save(store, step, state(step), metrics={"loss": loss.item()})
+
+opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+msd, osd = get_state_dict(model, opt, options=opts)
+if rank == 0:
+    tensors = {f"model.{k}": v.clone() for k, v in msd.items()}
+    for fqn, values in osd.get("state", {}).items():
+        for name, value in values.items():
+            tensors[f"optim.{fqn}.{name}"] = torch.as_tensor(value).clone()
+    final = Path("final.safetensors")
+    save_file(tensors, str(final))
+    run.output("final", final, copy=True)
+dist.barrier()
+dist.destroy_process_group()
