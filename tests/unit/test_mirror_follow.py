@@ -1,0 +1,66 @@
+"""Mirror.follow and Mirror.drain_and_close: a store's commits and retention reach the mirror.
+
+The path of ``run.checkpoint_store()`` (sharded saves): the store commits, its listener
+queues the step and retires what retention deleted. Real store, real local mirror, the
+mirror's real thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from acceptrun.checkpoint import CheckpointStore
+from acceptrun.checkpoint.mirror import Mirror, remote_steps
+
+Events = list[tuple[str, dict[str, Any]]]
+
+
+def commit(store: CheckpointStore, step: int) -> None:
+    writer = store.begin(step)
+    writer.write_bytes("shard-0.bin", bytes([step]) * 1000)
+    writer.write_bytes("shard-1.bin", bytes([step + 1]) * 500)
+    writer.write_bytes("dcp-metadata.json", b'{"kind": "test"}\n')
+    store.commit(writer)
+
+
+def test_commits_are_mirrored_and_retention_applies_remotely(tmp_path: Path) -> None:
+    events: Events = []
+    url = str(tmp_path / "mirror" / "run1")
+    mirror = Mirror(
+        url, state_path=tmp_path / "mirror.json", on_event=lambda k, f: events.append((k, f))
+    )
+    mirror.start()
+    store = CheckpointStore(tmp_path / "ckpt", keep_last=2)
+    store.subscribe(mirror.follow)
+    for step in (1, 2, 3, 4):
+        commit(store, step)
+    assert mirror.drain_and_close(timeout=60)
+    assert remote_steps(url) == [3, 4]  # 1 and 2: deleted locally by retention, then remotely
+    remote = CheckpointStore(url)
+    assert all(remote.verify(s).ok for s in (3, 4))
+    kinds = [k for k, _ in events]
+    assert "mirror_behind" not in kinds and "mirror_failed" not in kinds
+    uploaded = {f["step"] for k, f in events if k == "mirror_ok"}
+    deleted = {f["step"] for k, f in events if k == "mirror_delete"}
+    assert {3, 4} <= uploaded and deleted == uploaded - {3, 4}
+
+
+def test_an_unreachable_mirror_reports_its_lag(tmp_path: Path) -> None:
+    events: Events = []
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the mirror's directory should be")
+    mirror = Mirror(
+        str(blocker / "run1"),
+        state_path=tmp_path / "mirror.json",
+        on_event=lambda k, f: events.append((k, f)),
+        retry_base_s=30.0,
+        retry_max_s=30.0,
+    )
+    mirror.start()
+    store = CheckpointStore(tmp_path / "ckpt")
+    store.subscribe(mirror.follow)
+    commit(store, 7)
+    assert not mirror.drain_and_close(timeout=0.05)  # it can never drain: the lag is recorded
+    (behind,) = [f for k, f in events if k == "mirror_behind"]
+    assert behind["status"]["7"]["state"] == "pending"
