@@ -362,3 +362,14 @@ def test_store_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="keep_best"):
         CheckpointStore(tmp_path, keep_best=("loss", "lowest"))
     CheckpointStore(tmp_path, keep_last=1)  # allowed here, refused by the spec layer
+
+
+def test_join_of_a_staging_dir_this_machine_cannot_see_names_the_shared_directory(
+    tmp_path: Path,
+) -> None:
+    # A rank on another node whose checkpoint directory is a node-local disk: rank 0's
+    # staging directory is not there. The error says why, not only that it is missing.
+    store = CheckpointStore(tmp_path / "ckpt")
+    elsewhere = store.root / f".staging-step-3-{os.getpid()}-0a1b2c3d"
+    with pytest.raises(UserError, match=r"does not exist on this machine.*shared checkpoint"):
+        store.join(3, elsewhere)

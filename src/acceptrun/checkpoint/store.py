@@ -314,7 +314,13 @@ class CheckpointStore:
         ):
             raise UserError(f"{path} is not a staging directory of step {step} in {self.root}")
         if not path.is_dir():
-            raise UserError(f"{path} does not exist: the save of step {step} was abandoned")
+            raise UserError(
+                f"{path} does not exist on this machine: the save of step {step} was abandoned, "
+                f"or {self.root} is not one file system that every node sees. Ranks write into "
+                "the staging directory rank 0 began, so a run across nodes needs a shared "
+                "checkpoint directory: the record on a shared volume, or checkpoint.dir on "
+                "NFS, Lustre or EFS"
+            )
         return CheckpointWriter(self, step, path, owner=False)
 
     def commit(
