@@ -2,8 +2,8 @@
 
 Every rank writes only its own shards, so a model whose full state does not fit one
 process is saved without a gather. PyTorch's DCP plans who writes what; acceptrun
-supplies the storage (a :class:`DCPWriter` and a :class:`DCPReader`) so that the save
-keeps the store's guarantees:
+supplies the storage (:mod:`~acceptrun.checkpoint.dcp_storage`) so that the save keeps
+the store's guarantees:
 
 - one staging directory for the step: rank 0 begins it, the others join it (its path is
   broadcast over the process group as bytes, not pickled);
@@ -19,6 +19,11 @@ keeps the store's guarantees:
   quarantined and the previous one is used), reads the metadata as JSON and serves DCP's
   planner reads, so a checkpoint saved by N ranks loads on M. Nothing is unpickled.
 
+:func:`async_save` is the same save with the training loop blocked only while this
+rank's shards are copied into host memory (reused buffers); the files are written,
+hashed, fsynced and committed by a background thread whose collectives use a gloo group
+of their own (:func:`background_group`), never the training loop's.
+
 ::
 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -27,6 +32,10 @@ keeps the store's guarantees:
     store = CheckpointStore("ckpt", keep_last=2)
     model_sd, optim_sd = get_state_dict(model, opt)        # DTensors: this rank's shards
     sharded.save(store, step, {"model": model_sd, "optim": optim_sd, "step": step})
+
+    pending = sharded.async_save(store, step, {"model": model_sd, "optim": optim_sd})
+    ...                                                    # train on; then, or at a stop:
+    pending.wait()                                         # the CheckpointInfo, or RecordError
 
     state = {"model": model_sd, "optim": optim_sd, "step": 0}
     info = sharded.load(store, state)                      # None on a fresh start
@@ -38,455 +47,59 @@ keeps the store's guarantees:
 
 from __future__ import annotations
 
+import atexit
+import copy
 import dataclasses
-import io
-import json
+import os
+import sys
+import threading
+import time
 import warnings
-from collections import defaultdict
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
-from torch.distributed.checkpoint.metadata import (
-    BytesStorageMetadata,
-    ChunkStorageMetadata,
-    Metadata,
-    MetadataIndex,
-    StorageMeta,
-    TensorProperties,
-    TensorStorageMetadata,
-)
-from torch.distributed.checkpoint.planner import (
-    LoadItemType,
-    LoadPlan,
-    LoadPlanner,
-    ReadItem,
-    SavePlan,
-    SavePlanner,
-    WriteItem,
-    WriteItemType,
-)
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
-from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.tensor import DTensor
 
-from acceptrun._util.hashing import hash_bytes, split_hash
+from acceptrun.checkpoint.dcp_storage import (
+    FORMAT,
+    METADATA,
+    DCPReader,
+    DCPWriter,
+    JsonLoadPlanner,
+    JsonSavePlanner,
+    check_values,
+)
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
 from acceptrun.errors import RecordError, UserError
 
 __all__ = [
+    "FORMAT",
     "METADATA",
+    "AsyncSave",
     "DCPReader",
     "DCPWriter",
     "JsonLoadPlanner",
     "JsonSavePlanner",
+    "async_save",
+    "background_group",
+    "check_values",
     "load",
     "save",
+    "wait",
 ]
 
-METADATA = "dcp-metadata.json"
-FORMAT = "acceptrun.dcp"
-_SCHEMA = 1
+# DCP warns that a save without a process group is "a single process": that is the intent
+# here. The filter is set once, on the caller's thread (catch_warnings is not thread-safe).
+_ONE_PROCESS = "torch.distributed is disabled, unavailable or uninitialized"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Location:
-    """Where one item's bytes are: a shard file, an offset and a length (bytes)."""
-
-    file: str
-    offset: int
-    length: int
-    dtype: str | None = None  # tensors: the dtype and shape of the saved chunk
-    shape: tuple[int, ...] | None = None
-    file_size: int = 0  # the whole file, as hashed while written (rank 0 adopts it)
-    file_hash: str = ""
-
-
-# ---- JSON values (never pickle) ---------------------------------------------------------------
-
-
-def _json_bytes(fqn: str, value: Any) -> bytes:
-    try:
-        return json.dumps(value, allow_nan=False, sort_keys=True).encode()
-    except (TypeError, ValueError) as exc:
-        raise UserError(
-            f"sharded checkpoint value {fqn!r} is a {type(value).__name__}, which cannot be "
-            f"stored ({exc}): non-tensor values are kept as JSON (numbers, strings, bools, "
-            "None, lists, dicts with string keys), never pickled. Convert it (for example "
-            "a numpy array -> torch.from_numpy(a), a set -> sorted list) or leave it out"
-        ) from None
-
-
-def check_values(state_dict: Mapping[str, Any], prefix: str = "") -> None:
-    """Raise :class:`UserError` naming the first value that is neither a tensor nor JSON.
-
-    Objects with ``state_dict()`` (DCP's Stateful) are skipped: DCP calls them during the
-    save, and their non-tensor values are refused then, by :class:`JsonSavePlanner`.
-    """
-    for key, value in state_dict.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, torch.Tensor) or callable(getattr(value, "state_dict", None)):
-            continue
-        if isinstance(value, Mapping):
-            check_values(value, f"{name}.")
-        elif isinstance(value, list | tuple) and any(
-            isinstance(v, torch.Tensor | Mapping) for v in value
-        ):
-            check_values({str(i): v for i, v in enumerate(value)}, f"{name}.")
-        else:
-            _json_bytes(name, value)
-
-
-class JsonSavePlanner(DefaultSavePlanner):
-    """DCP's default save planner, but non-tensor values become JSON bytes, not pickle."""
-
-    def transform_object(self, write_item: WriteItem, object: Any) -> Any:
-        if write_item.type == WriteItemType.BYTE_IO:
-            return io.BytesIO(_json_bytes(write_item.index.fqn, object))
-        return object
-
-
-class JsonLoadPlanner(DefaultLoadPlanner):
-    """DCP's default load planner, but non-tensor values are parsed as JSON (no torch.load)."""
-
-    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
-        fqn = read_item.dest_index.fqn
-        try:
-            obj = json.loads(value.getvalue())
-        except ValueError as exc:
-            raise RecordError(f"sharded checkpoint value {fqn!r} is not JSON ({exc})") from None
-        if self.flatten_state_dict:
-            from torch.distributed.checkpoint._traverse import set_element
-
-            set_element(self.original_state_dict, self.mappings[fqn], obj)
-        else:
-            self.state_dict[fqn] = obj
-
-
-# ---- the metadata as JSON ---------------------------------------------------------------------
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise RecordError(f"{METADATA}: unknown dtype {name!r}")
-    return dtype
-
-
-def metadata_to_json(md: Metadata) -> dict[str, Any]:
-    """DCP's Metadata as plain JSON: entries, planner data (object paths), storage index."""
-    entries: dict[str, Any] = {}
-    for fqn, entry in md.state_dict_metadata.items():
-        if isinstance(entry, BytesStorageMetadata):
-            entries[fqn] = {"type": "bytes"}
-            continue
-        props = entry.properties
-        if props.layout != torch.strided:
-            raise UserError(
-                f"sharded checkpoint tensor {fqn!r}: layout {props.layout} is not supported (strided only)"
-            )
-        entries[fqn] = {
-            "type": "tensor",
-            "dtype": _dtype_name(props.dtype),
-            "requires_grad": bool(props.requires_grad),
-            "size": list(entry.size),
-            "chunks": [{"offsets": list(c.offsets), "sizes": list(c.sizes)} for c in entry.chunks],
-        }
-    planner: dict[str, list[str | int]] | None = None
-    if isinstance(md.planner_data, dict):
-        planner = {}
-        for fqn, path in md.planner_data.items():
-            if not all(isinstance(p, str | int) for p in path):
-                raise UserError(
-                    f"sharded checkpoint key {fqn!r} has a path {path!r} that JSON cannot hold"
-                )
-            planner[str(fqn)] = list(path)
-    storage = []
-    for index, loc in (md.storage_data or {}).items():
-        storage.append(
-            {
-                "fqn": index.fqn,
-                "offset": None if index.offset is None else list(index.offset),
-                "index": index.index,
-                "file": loc.file,
-                "at": loc.offset,
-                "length": loc.length,
-                "dtype": loc.dtype,
-                "shape": None if loc.shape is None else list(loc.shape),
-            }
-        )
-    return {
-        "kind": FORMAT,
-        "schema": _SCHEMA,
-        "version": md.version,
-        "entries": entries,
-        "planner_data": planner,
-        "storage": storage,
-    }
-
-
-def metadata_from_json(doc: Any) -> Metadata:
-    """The inverse of :func:`metadata_to_json`; a malformed document raises RecordError."""
-    if not isinstance(doc, dict) or doc.get("kind") != FORMAT or doc.get("schema") != _SCHEMA:
-        raise RecordError(f"{METADATA}: not acceptrun's DCP metadata (schema {_SCHEMA})")
-    try:
-        sd_md: dict[str, Any] = {}
-        for fqn, e in doc["entries"].items():
-            if e["type"] == "bytes":
-                sd_md[fqn] = BytesStorageMetadata()
-                continue
-            props = TensorProperties(
-                dtype=_dtype(e["dtype"]), requires_grad=bool(e["requires_grad"])
-            )
-            chunks = [
-                ChunkStorageMetadata(offsets=torch.Size(c["offsets"]), sizes=torch.Size(c["sizes"]))
-                for c in e["chunks"]
-            ]
-            sd_md[fqn] = TensorStorageMetadata(props, torch.Size(e["size"]), chunks)
-        storage: dict[MetadataIndex, _Location] = {}
-        for s in doc["storage"]:
-            index = MetadataIndex(s["fqn"], s["offset"], s["index"])
-            shape = None if s["shape"] is None else tuple(int(x) for x in s["shape"])
-            storage[index] = _Location(
-                str(s["file"]), int(s["at"]), int(s["length"]), s["dtype"], shape
-            )
-        planner = doc["planner_data"]
-        planner_data = None if planner is None else {k: tuple(v) for k, v in planner.items()}
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise RecordError(f"{METADATA}: malformed ({type(exc).__name__}: {exc})") from None
-    return Metadata(
-        sd_md, planner_data=planner_data, storage_data=storage, version=doc.get("version")
-    )
-
-
-# ---- storage ----------------------------------------------------------------------------------
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> tuple[memoryview, str, tuple[int, ...]]:
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()  # a device-to-host copy: the training loop waits for it
-    t = t.contiguous()
-    flat = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-    return memoryview(flat.numpy().data), _dtype_name(t.dtype), tuple(t.shape)
-
-
-class DCPWriter(StorageWriter):
-    """DCP storage that writes each rank's shards into one acceptrun save, committed by rank 0.
-
-    ``writer`` is this rank's :class:`CheckpointWriter`: the one rank 0 began (owner), or
-    one joined to its staging directory. Use through :func:`save`.
-    """
-
-    def __init__(
-        self,
-        store: CheckpointStore,
-        writer: CheckpointWriter,
-        *,
-        metrics: Mapping[str, float] | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__()
-        self.store = store
-        self.writer = writer
-        self.metrics = dict(metrics or {})
-        self.meta = dict(meta or {})
-        self.is_coordinator = False
-        self.info: CheckpointInfo | None = None
-
-    def reset(self, checkpoint_id: Any = None) -> None:
-        pass
-
-    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        self.is_coordinator = is_coordinator
-        if is_coordinator != self.writer.owner:
-            raise UserError(
-                "the DCP coordinator must be the rank that began the save (rank 0 of the "
-                "process group); pass the same process_group to sharded.save on every rank"
-            )
-
-    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
-        return plan
-
-    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        # Each rank's file is named by its place in the plan list (its rank in the group).
-        return [dataclasses.replace(p, storage_data=f"shard-{i}.bin") for i, p in enumerate(plans)]
-
-    def write_data(
-        self, plan: SavePlan, planner: SavePlanner
-    ) -> torch.futures.Future[list[WriteResult]]:
-        if not isinstance(planner, JsonSavePlanner):
-            raise UserError(
-                "DCPWriter needs JsonSavePlanner (non-tensor values as JSON, no pickle)"
-            )
-        name = str(plan.storage_data)
-        placed: list[tuple[WriteItem, int, int, str | None, tuple[int, ...] | None]] = []
-        if plan.items:
-            at = 0
-            with self.writer.open(name) as f:
-                # One file per rank, written sequentially: hashed as written, one fsync.
-                for item in plan.items:
-                    data = planner.resolve_data(item)
-                    if isinstance(data, io.BytesIO):  # a JSON value (JsonSavePlanner)
-                        raw: memoryview | bytes = data.getvalue()
-                        dtype, shape = None, None
-                    else:
-                        raw, dtype_name, shape_t = _tensor_bytes(data)
-                        dtype, shape = dtype_name, shape_t
-                    f.write(raw)
-                    placed.append((item, at, len(raw), dtype, shape))
-                    at += len(raw)
-        entry = self.writer.written()[0].get(name, {"size": 0, "hash": ""})
-        results = [
-            WriteResult(
-                index=item.index,
-                size_in_bytes=length,
-                storage_data=_Location(
-                    name, at, length, dtype, shape, entry["size"], entry["hash"]
-                ),
-            )
-            for item, at, length, dtype, shape in placed
-        ]
-        fut: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
-        fut.set_result(results)
-        return fut
-
-    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
-        """Rank 0, after every rank wrote: metadata JSON, adopt the files, commit."""
-        files: dict[str, dict[str, Any]] = {}
-        storage: dict[MetadataIndex, _Location] = {}
-        for rank_results in results:
-            for r in rank_results:
-                loc = r.storage_data
-                storage[r.index] = dataclasses.replace(loc, file_size=0, file_hash="")
-                files[loc.file] = {"size": loc.file_size, "hash": loc.file_hash}
-        own = self.writer.written()[0]
-        self.writer.adopt({k: v for k, v in files.items() if k not in own}, [])
-        metadata.storage_data = storage
-        doc = metadata_to_json(metadata)
-        self.writer.write_bytes(
-            METADATA, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-        )
-        meta = {**self.meta, "format": FORMAT, "shard_files": len(files)}
-        self.info = self.store.commit(self.writer, metrics=self.metrics, meta=meta)
-
-    def storage_meta(self) -> StorageMeta | None:
-        return StorageMeta(checkpoint_id=str(self.writer.path))
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return False
-
-
-class DCPReader(StorageReader):
-    """DCP storage that reads a committed, verified acceptrun checkpoint; no unpickling.
-
-    Use through :func:`load`, which verifies the checkpoint before reading it.
-    """
-
-    def __init__(self, info: CheckpointInfo) -> None:
-        super().__init__()
-        self.info = info
-        self.path = info.path
-        self.storage: dict[MetadataIndex, _Location] = {}
-
-    def reset(self, checkpoint_id: Any = None) -> None:
-        pass
-
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        entry = self.info.files.get(METADATA)
-        if entry is None:
-            raise RecordError(f"{self.path} is not a sharded checkpoint: it has no {METADATA}")
-        raw = (self.path / METADATA).read_bytes()
-        expected = str(entry["hash"])
-        if hash_bytes(raw, split_hash(expected)[0]) != expected:
-            raise RecordError(
-                f"{self.path / METADATA} does not match its manifest hash; verify the checkpoint"
-            )
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise RecordError(f"{self.path / METADATA}: not JSON ({exc})") from None
-        md = metadata_from_json(doc)
-        md.storage_meta = StorageMeta(checkpoint_id=str(self.path))
-        return md
-
-    def set_up_storage_reader(
-        self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
-    ) -> None:
-        self.storage = dict(metadata.storage_data or {})
-
-    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        return plan
-
-    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        return plans
-
-    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> torch.futures.Future[None]:
-        if not isinstance(planner, JsonLoadPlanner):
-            raise UserError(
-                "DCPReader needs JsonLoadPlanner (non-tensor values as JSON, no pickle)"
-            )
-        by_file: dict[str, list[tuple[ReadItem, _Location]]] = defaultdict(list)
-        for item in plan.items:
-            loc = self.storage.get(item.storage_index)
-            if loc is None:
-                raise RecordError(f"{self.path}: {item.storage_index.fqn!r} is not in {METADATA}")
-            by_file[loc.file].append((item, loc))
-        for name, items in by_file.items():
-            if name not in self.info.files:
-                raise RecordError(f"{self.path / name} is not in the manifest")
-            with open(self.path / name, "rb") as f:
-                for item, loc in sorted(items, key=lambda x: x[1].offset):
-                    f.seek(loc.offset)
-                    raw = f.read(loc.length)
-                    if len(raw) != loc.length:
-                        raise RecordError(
-                            f"{self.path / name}: short read at {loc.offset} ({len(raw)} of {loc.length} bytes)"
-                        )
-                    if item.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(item, io.BytesIO(raw))
-                        continue
-                    self._copy_tensor(item, loc, raw, planner)
-        fut: torch.futures.Future[None] = torch.futures.Future()
-        fut.set_result(None)
-        return fut
-
-    def _copy_tensor(
-        self, item: ReadItem, loc: _Location, raw: bytes, planner: LoadPlanner
-    ) -> None:
-        if loc.dtype is None or loc.shape is None:
-            raise RecordError(
-                f"{self.path / loc.file}: {item.storage_index.fqn!r} has no dtype/shape"
-            )
-        dtype = _dtype(loc.dtype)
-        if raw:
-            saved = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(loc.shape)
-        else:
-            saved = torch.empty(loc.shape, dtype=dtype)
-        for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths, strict=True)):
-            saved = saved.narrow(dim, start, length)
-        target = planner.resolve_tensor(item).detach()
-        if target.size() != saved.size():
-            raise RecordError(
-                f"{item.dest_index.fqn!r}: the checkpoint holds {tuple(saved.size())} at "
-                f"{tuple(item.storage_offsets)}, the state dict wants {tuple(target.size())}"
-            )
-        target.copy_(saved)
-        planner.commit_tensor(item, target)
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return False
-
-
-# ---- the API ----------------------------------------------------------------------------------
+# ---- the synchronous save and the load --------------------------------------------------------
 
 
 def _rank(group: Any) -> tuple[int, int]:
@@ -508,6 +121,70 @@ def _broadcast_text(text: str | None, group: Any) -> str:
     return bytes(data.tolist()).decode()
 
 
+def _begin(
+    store: CheckpointStore, step: int, rank: int, world: int, group: Any
+) -> CheckpointWriter:
+    """Rank 0 begins the save of ``step``; the others join its staging directory."""
+    if rank == 0:
+        writer: CheckpointWriter | None = None
+        try:
+            store.remove_stale_staging()
+            writer = store.begin(step)
+        finally:
+            if world > 1:  # tell the others even when begin failed ("" = no save)
+                _broadcast_text(str(writer.path) if writer else "", group)
+        return writer
+    path = _broadcast_text(None, group)
+    if not path:
+        raise RecordError(f"rank 0 could not begin the sharded save of step {step}; see its error")
+    return store.join(step, path)
+
+
+def _write_and_commit(
+    store: CheckpointStore,
+    writer: CheckpointWriter,
+    state_dict: dict[str, Any],
+    *,
+    rank: int,
+    world: int,
+    group: Any,
+    metrics: Mapping[str, float] | None,
+    meta: Mapping[str, Any] | None,
+    planner: JsonSavePlanner | None,
+) -> CheckpointInfo:
+    """DCP writes this rank's shards into ``writer``; rank 0 commits once all have written."""
+    step = writer.step
+    storage = DCPWriter(store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world})
+    try:
+        dcp_save(
+            state_dict,
+            storage_writer=storage,
+            planner=planner or JsonSavePlanner(),
+            process_group=group,
+            no_dist=world == 1 and not dist.is_initialized(),
+        )
+    except BaseException as exc:
+        if writer.state == "committed":
+            # Every rank had written (the commit runs after DCP's gather of the writes);
+            # only telling the others failed, so the checkpoint is whole.
+            info = store.get(step)
+            if info is not None:
+                return info
+        store.abort(writer)  # the owner removes the staging directory; a joined rank leaves it
+        if isinstance(exc, Exception):
+            raise RecordError(
+                f"the sharded save of step {step} failed (rank {rank} of {world}): {exc}. "
+                "Nothing was committed; earlier checkpoints are intact"
+            ) from exc
+        raise
+    info = storage.info if storage.info is not None else store.get(step)
+    if info is None:
+        raise RecordError(
+            f"the sharded save of step {step} finished but {store.root}/step-{step} has no manifest"
+        )
+    return info
+
+
 def save(
     store: CheckpointStore,
     step: int,
@@ -524,6 +201,7 @@ def save(
     replicated tensors are written once), Stateful objects, and JSON values. Returns the
     committed checkpoint on every rank. Blocks until the commit; on any failure (on any
     rank) nothing is committed and an error is raised on every rank that is still alive.
+    An :func:`async_save` in flight on the same directory is waited for first.
     ``planner``: a :class:`JsonSavePlanner` with other options (default: a new one).
 
     ::
@@ -531,47 +209,15 @@ def save(
         sharded.save(store, step, {"model": model_sd, "optim": optim_sd, "step": step})
     """
     check_values(state_dict)
+    _settle_previous(store, step)
     rank, world = _rank(process_group)
-    writer: CheckpointWriter | None = None
-    if rank == 0:
-        try:
-            store.remove_stale_staging()
-            writer = store.begin(step)
-        finally:
-            if world > 1:  # tell the others even when begin failed ("" = no save)
-                _broadcast_text(str(writer.path) if writer else "", process_group)
-    else:
-        path = _broadcast_text(None, process_group)
-        if not path:
-            raise RecordError(
-                f"rank 0 could not begin the sharded save of step {step}; see its error"
-            )
-        writer = store.join(step, path)
-    assert writer is not None
-    storage = DCPWriter(store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world})
-    try:
-        with warnings.catch_warnings():  # without a process group: one process, as meant
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp_save(
-                state_dict,
-                storage_writer=storage,
-                planner=planner or JsonSavePlanner(),
-                process_group=process_group,
-            )
-    except BaseException as exc:
-        store.abort(writer)  # the owner removes the staging directory; a joined rank leaves it
-        if isinstance(exc, Exception):
-            raise RecordError(
-                f"the sharded save of step {step} failed (rank {rank} of {world}): {exc}. "
-                "Nothing was committed; earlier checkpoints are intact"
-            ) from exc
-        raise
-    info = storage.info if storage.info is not None else store.get(step)
-    if info is None:
-        raise RecordError(
-            f"the sharded save of step {step} finished but {store.root}/step-{step} has no manifest"
-        )
-    return info
+    if world == 1 and not dist.is_initialized():
+        warnings.filterwarnings("ignore", message=_ONE_PROCESS)
+    writer = _begin(store, step, rank, world, process_group)
+    return _write_and_commit(
+        store, writer, state_dict, rank=rank, world=world, group=process_group,
+        metrics=metrics, meta=meta, planner=planner,
+    )  # fmt: skip
 
 
 def load(
@@ -626,3 +272,287 @@ def load(
             state_dict, storage_reader=DCPReader(info), planner=JsonLoadPlanner(), no_dist=True
         )
     return info
+
+
+# ---- the asynchronous save --------------------------------------------------------------------
+
+
+class AsyncSave:
+    """One sharded save in flight: staged in host memory, persisted by a background thread.
+
+    ``step``, ``stall_s`` (seconds the caller was blocked: waiting for the previous save
+    plus the host copy) and ``nbytes`` (bytes this rank staged) are known at once.
+    """
+
+    def __init__(self, store: CheckpointStore, step: int, stall_s: float, nbytes: int) -> None:
+        self.store = store
+        self.step = step
+        self.stall_s = stall_s
+        self.nbytes = nbytes
+        self.persist_s: float | None = None  # seconds from staged to committed (or failed)
+        self._done = threading.Event()
+        self._info: CheckpointInfo | None = None
+        self._error: RecordError | None = None
+        self._reported = False  # the error was raised to the caller at least once
+
+    def done(self) -> bool:
+        """True once the save is committed or has failed (never blocks)."""
+        return self._done.is_set()
+
+    def wait(self) -> CheckpointInfo:
+        """Block until the save ends: the committed checkpoint, or its :class:`RecordError`.
+
+        A failure on any rank (an error, a rank killed) is raised on every rank still
+        alive, and nothing was committed: the previous checkpoint is still LATEST.
+        """
+        self._done.wait()
+        if self._error is not None:
+            self._reported = True
+            raise self._error
+        assert self._info is not None, "a finished save has a checkpoint or an error"
+        return self._info
+
+    def result(self) -> CheckpointInfo:
+        """The same as :meth:`wait` (the name ``concurrent.futures.Future`` uses)."""
+        return self.wait()
+
+    def _run(self, staged: dict[str, Any], group: Any, **kwargs: Any) -> None:
+        """The background thread: begin or join, write this rank's shards, commit (rank 0)."""
+        t0 = time.perf_counter()
+        rank, world = kwargs["rank"], kwargs["world"]
+        try:
+            writer = _begin(self.store, self.step, rank, world, group)
+            self._info = _write_and_commit(self.store, writer, staged, group=group, **kwargs)
+        except BaseException as exc:  # kept for wait(), recorded now: never silent
+            error = exc if isinstance(exc, RecordError) else None
+            if error is None:
+                error = RecordError(
+                    f"the sharded save of step {self.step} failed (rank {rank} of {world}): "
+                    f"{type(exc).__name__}: {exc}. Nothing was committed; earlier checkpoints "
+                    "are intact"
+                )
+                error.__cause__ = exc
+            self._error = error
+            _emit(self.store, "checkpoint_failed", {"step": self.step, "error": str(error)})
+        finally:
+            staged.clear()  # the staged tensors stay in the buffers for the next save
+            self.persist_s = time.perf_counter() - t0
+            self._done.set()
+
+
+@dataclasses.dataclass
+class _Slot:
+    """One checkpoint directory's asynchronous saves: the newest, and the staging buffers."""
+
+    handle: AsyncSave | None = None
+    buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+
+_slots: dict[str, _Slot] = {}  # by the store's absolute root: stores of one directory share
+_slots_lock = threading.Lock()
+_groups: dict[tuple[int, int], Any] = {}  # (default group, process group) ids -> gloo group
+_exit_hook = False
+
+
+def _slot(store: CheckpointStore) -> _Slot:
+    with _slots_lock:
+        return _slots.setdefault(os.path.abspath(store.root), _Slot())
+
+
+def _emit(store: CheckpointStore, kind: str, fields: dict[str, Any]) -> None:
+    """Record an event through the store's sink; a failing sink is reported, not raised."""
+    try:
+        store._emit(kind, fields)
+    except Exception as exc:  # the event sink is the run's record: say so, keep saving
+        print(f"acceptrun: could not record {kind} {fields}: {exc}", file=sys.stderr)
+
+
+def _settle_previous(store: CheckpointStore, step: int) -> None:
+    """Wait for the save in flight on ``store``'s directory; raise its unreported failure."""
+    previous = _slot(store).handle
+    if previous is None:
+        return
+    previous._done.wait()
+    if previous._error is not None and not previous._reported:
+        previous._reported = True
+        raise RecordError(
+            f"the sharded save of step {previous.step} in {store.root} was not committed "
+            f"({previous._error}); the save of step {step} was not started. Fix the cause "
+            "and save again"
+        ) from previous._error
+
+
+def background_group(process_group: Any = None, *, timeout: timedelta | None = None) -> Any:
+    """The gloo group that background saves over ``process_group`` use; made once, collectively.
+
+    A collective from the saving thread must not share a process group with the training
+    loop's collectives (the two would interleave). Every rank of the default group calls
+    it the first time (``async_save`` does, on its first call), or every rank of
+    ``process_group`` when one is given. ``timeout``: how long a background collective
+    waits for a rank that stopped answering (default: torch's for gloo).
+    """
+    default = dist.group.WORLD
+    key = (id(default), id(process_group))
+    group = _groups.get(key)
+    if group is None:
+        if process_group is None:
+            group = dist.new_group(backend="gloo", timeout=timeout)
+        else:
+            ranks = dist.get_process_group_ranks(process_group)
+            group = dist.new_group(
+                ranks, backend="gloo", timeout=timeout, use_local_synchronization=True
+            )
+        # The groups are kept, so the ids of the key cannot be reused by new objects.
+        _groups[key] = (default, process_group, group)
+        return group
+    return group[2]
+
+
+@torch.no_grad()
+def _stage(
+    value: Any, path: str, old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]
+) -> Any:
+    """A copy of ``value`` in host memory that no later step can change.
+
+    Tensors are copied into the buffers of the previous save (``old``) when shape, dtype
+    and pinning match, else into new ones (pinned for CUDA tensors); DTensors keep their
+    sharding with a host copy of the local shard. JSON values are deep-copied.
+    """
+    if isinstance(value, torch.Tensor):
+        local = value.to_local() if isinstance(value, DTensor) else value.detach()
+        pin = local.device.type == "cuda"
+        buf = old.get(path)
+        if (
+            buf is None
+            or buf.shape != local.shape
+            or buf.dtype != local.dtype
+            or buf.is_pinned() != pin
+        ):
+            buf = torch.empty(local.shape, dtype=local.dtype, pin_memory=pin)
+        buf.copy_(local, non_blocking=pin)  # the copy the training loop waits for
+        new[path] = buf
+        if isinstance(value, DTensor):
+            # The same spec (mesh, placements, global shape) over the host copy, as torch's
+            # own stager builds it: DTensor.from_local would move it back to a GPU mesh.
+            return DTensor(buf, value._spec, requires_grad=False)  # type: ignore[no-untyped-call]
+        return buf
+    if isinstance(value, Mapping):
+        return {k: _stage(v, f"{path}.{k}", old, new) for k, v in value.items()}
+    if isinstance(value, list | tuple) and any(
+        isinstance(v, torch.Tensor | Mapping | list | tuple) for v in value
+    ):
+        items = [_stage(v, f"{path}.{i}", old, new) for i, v in enumerate(value)]
+        return tuple(items) if isinstance(value, tuple) else items
+    if callable(getattr(value, "state_dict", None)):
+        raise UserError(
+            f"sharded checkpoint value {path!r} is a {type(value).__name__} inside the state "
+            "dict: only top-level Stateful objects are saved (as DCP does); put it at the "
+            "top level or pass its state_dict()"
+        )
+    return copy.deepcopy(value)  # a JSON value (checked): a later change must not leak in
+
+
+def async_save(
+    store: CheckpointStore,
+    step: int,
+    state_dict: dict[str, Any],
+    *,
+    metrics: Mapping[str, float] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    process_group: Any = None,
+    planner: JsonSavePlanner | None = None,
+) -> AsyncSave:
+    """:func:`save`, with only the host copy of this rank's shards on the caller's time.
+
+    Every rank calls it at the same step. It waits for the previous save of this
+    directory (at most one in flight; a failure of it not yet raised by ``wait()`` is
+    raised now, and this save is not started), copies ``state_dict``'s tensors into host
+    buffers reused from save to save (Stateful objects: their ``state_dict()``, taken
+    now), and returns; a background thread then writes, hashes, fsyncs and commits
+    exactly as :func:`save` does, with its collectives on :func:`background_group`.
+    ``wait()`` on the result (or :func:`wait`) returns the committed checkpoint or
+    raises the failure as :class:`RecordError` on every rank still alive. A process
+    that exits with a save in flight waits for it, and prints a failure to stderr.
+
+    ::
+
+        pending = sharded.async_save(store, step, {"model": msd, "optim": osd, "step": step})
+        loss = train_step()                                # the save proceeds meanwhile
+        pending.wait()                                     # before stopping
+    """
+    global _exit_hook
+    t0 = time.perf_counter()
+    state = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state_dict.items()}
+    check_values(state)
+    _settle_previous(store, step)
+    rank, world = _rank(process_group)
+    distributed = dist.is_available() and dist.is_initialized()
+    group = background_group(process_group) if distributed else None
+    if not distributed:
+        warnings.filterwarnings("ignore", message=_ONE_PROCESS)
+    slot = _slot(store)
+    fresh: dict[str, torch.Tensor] = {}
+    staged = {k: _stage(v, k, slot.buffers, fresh) for k, v in state.items()}
+    if any(b.is_pinned() for b in fresh.values()):
+        torch.cuda.synchronize()  # the device-to-host copies were queued; the loop waits
+    slot.buffers = fresh
+    nbytes = sum(b.nbytes for b in fresh.values())
+    handle = AsyncSave(store, step, time.perf_counter() - t0, nbytes)
+    _emit(
+        store,
+        "checkpoint_stage",
+        {"step": step, "stall_s": round(handle.stall_s, 6), "bytes": nbytes},
+    )
+    thread = threading.Thread(
+        target=handle._run,
+        args=(staged, group),
+        kwargs={
+            "rank": rank,
+            "world": world,
+            "metrics": dict(metrics or {}),
+            "meta": {**(meta or {}), "async": True},
+            "planner": planner,
+        },
+        name=f"acceptrun-sharded-save-{step}",
+        daemon=True,  # the exit hook waits for it, so that a failure is still reported
+    )
+    with _slots_lock:
+        slot.handle = handle
+        if not _exit_hook:
+            atexit.register(_wait_at_exit)
+            _exit_hook = True
+    thread.start()
+    return handle
+
+
+def wait(store: CheckpointStore) -> CheckpointInfo | None:
+    """Wait for the newest :func:`async_save` of ``store``'s directory (None: there was none).
+
+    Returns its committed checkpoint or raises its :class:`RecordError`. Call it before a
+    graceful stop ends the process and before ``dist.destroy_process_group()``.
+    """
+    handle = _slot(store).handle
+    return None if handle is None else handle.wait()
+
+
+def _wait_at_exit() -> None:
+    """At process exit: finish every save in flight, and say which were not committed."""
+    with _slots_lock:
+        slots = list(_slots.items())
+    for root, slot in slots:
+        handle = slot.handle
+        if handle is None:
+            continue
+        if not handle.done():
+            print(
+                f"acceptrun: waiting for the sharded save of step {handle.step} in {root} "
+                "before exiting",
+                file=sys.stderr,
+            )
+        handle._done.wait()
+        if handle._error is not None and not handle._reported:
+            print(
+                f"acceptrun: the sharded save of step {handle.step} in {root} was NOT "
+                f"committed: {handle._error}",
+                file=sys.stderr,
+            )
