@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
+from acceptrun._util.net import free_port
 from acceptrun._util.units import format_bytes_exact
 from acceptrun.errors import UserError
 
@@ -95,12 +96,6 @@ def _gpu_count() -> int:
     return int(part.get("count", 0)) if not part.get("absent") else 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_comm(options: CommOptions) -> dict[str, Any]:
     """Start the workers, wait for them, return rank 0's figures."""
     gpus = _gpu_count()
@@ -123,7 +118,7 @@ def run_comm(options: CommOptions) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="acceptrun-comm-"))
     job_path, result_path = workdir / "job.json", workdir / "result.json"
     job_path.write_text(json.dumps(job))
-    port = _free_port()
+    port = free_port("127.0.0.1")
     _log.info(f"bench comm: {procs} processes, {backend}, {len(sizes)} sizes")
     workers = []
     deadline = time.monotonic() + options.timeout
@@ -177,7 +172,7 @@ def _run_across_nodes(options: CommOptions, job: dict[str, Any], per_node: int) 
     from acceptrun.workload.distributed import ENV_RDZV_HOST  # the same override as runs
 
     host = os.environ.get(ENV_RDZV_HOST) or socket.gethostname()
-    env = {**os.environ, "MASTER_ADDR": host, "MASTER_PORT": str(_free_port())}
+    env = {**os.environ, "MASTER_ADDR": host, "MASTER_PORT": str(free_port("127.0.0.1"))}
     argv = [
         srun, f"--nodes={options.nodes}", f"--ntasks-per-node={per_node}",
         f"--ntasks={options.nodes * per_node}", "--kill-on-bad-exit=1",

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.net import free_port
 from acceptrun.errors import AcceptrunRuntimeError, SpecError
 
 __all__ = ["RankGroup", "RankInfo", "die_with_parent", "launch_command", "rank_info"]
@@ -159,7 +160,7 @@ def _multinode_command(
     single = _wrap(spec, words, max(processes, 2))  # python -m torch.distributed.run ...
     i = single.index("--standalone")
     host = env.get(ENV_RDZV_HOST) or socket.gethostname()
-    port = env.get(ENV_RDZV_PORT) or str(_free_port())
+    port = env.get(ENV_RDZV_PORT) or str(free_port())
     rdzv_id = f"{env.get('ACCEPTRUN_RUN_ID', 'run')}-a{env.get('ACCEPTRUN_ATTEMPT', '0')}"
     torchrun = [
         *single[:i], "--nnodes", str(nodes), "--nproc-per-node", str(processes),
@@ -181,14 +182,6 @@ def _multinode_command(
         sys.executable, "-m", STEP_MODULE, "srun", "--", *srun,
         python, "-m", STEP_MODULE, "task", "--", *torchrun,
     ]  # fmt: skip
-
-
-def _free_port() -> int:
-    """A TCP port free on this host now (the rendezvous store binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _problem(spec: Any, why: str) -> SpecError:
