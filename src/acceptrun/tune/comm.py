@@ -222,6 +222,11 @@ def format_comm(result: dict[str, Any]) -> str:
         lines.append(
             f"  {row['bucket_cap_mb']:>10g} {row['step_s'] * 1e3:>10.2f} {row['samples_per_s']:>10.1f}"
         )
+    lines.append("scaling (DDP, bucket 25 MB)")
+    lines.append(f"  {'procs':>5} {'step ms':>10} {'samples/s':>10} {'efficiency':>10}")
+    for row in result["scaling"]:
+        lines.append(f"  {row['procs']:>5} {row['step_s'] * 1e3:>10.2f} {row['samples_per_s']:>10.1f} "
+                     f"{row['efficiency']:>10.1%}")  # fmt: skip
     if any(row["efficiency"] > 1.0 for row in result["scaling"]):
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         lines.append(
@@ -229,11 +234,6 @@ def format_comm(result: dict[str, Any]) -> str:
             "ran while the other ranks waited on the same machine (load average "
             f"{load:.1f}); measure on an idle machine"
         )
-    lines.append("scaling (DDP, bucket 25 MB)")
-    lines.append(f"  {'procs':>5} {'step ms':>10} {'samples/s':>10} {'efficiency':>10}")
-    for row in result["scaling"]:
-        lines.append(f"  {row['procs']:>5} {row['step_s'] * 1e3:>10.2f} {row['samples_per_s']:>10.1f} "
-                     f"{row['efficiency']:>10.1%}")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
