@@ -17,13 +17,18 @@ such a loop, framework-neutral and without torch:
   one is quarantined first); None on a fresh start;
 * :meth:`FrameworkRun.put_back` copies it back where the framework reads it, verified
   and swapped in whole;
-* :meth:`FrameworkRun.exit_stopped` ends a graceful stop: ``stopped`` event, exit 143.
+* :meth:`FrameworkRun.should_stop` decides a stop at a step boundary, the same on every
+  rank; :meth:`FrameworkRun.exit_stopped` ends it: ``stopped`` event, exit 143.
+
+In a run of several processes every rank makes the same calls: rank 0 picks and verifies
+the checkpoint to resume from and puts it back while the others wait for it, rank 0
+captures, and the ranks decide a stop together (see :meth:`FrameworkRun.should_stop`).
 
 >>> fr = FrameworkRun.attach()
 >>> info = fr.resume_point()                                   # None on a fresh start
 >>> if info: fr.put_back(info, {"ckpt": "out/checkpoint-40"})
 >>> fr.capture(50, {"ckpt": "out/checkpoint-50"})              # after the framework saved
->>> if fr.stop_requested: fr.exit_stopped(50)
+>>> if fr.should_stop(50): fr.exit_stopped(50)                 # once per step, every rank
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any, NoReturn
 
 from acceptrun.checkpoint.files import CaptureStats, capture, put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
-from acceptrun.errors import UserError
+from acceptrun.errors import AcceptrunRuntimeError, UserError
 from acceptrun.workload.run import Run, init
 
 __all__ = ["FrameworkRun"]
@@ -144,13 +149,22 @@ class FrameworkRun:
         and raises :class:`UserError`.
         """
         run = self.run
-        if run.resume_from:
-            path = Path(run._verified_resume_path(self.store, run.resume_from))
-            info = self.store.get(int(path.name.split("-", 1)[1]))
-        elif run.attempt > 1 and not run.drill:
-            info = self.store.latest_verified()
-        else:
+        if not run.resume_from and not (run.attempt > 1 and not run.drill):
             return None
+        group = run._rank_group()
+        if group is None:
+            step = self._verified_step()
+        else:  # rank 0 verifies (one re-read, not one per rank); every rank gets its answer
+            chosen: tuple[int | None, str | None] = (None, None)
+            if run.rank == 0:
+                try:
+                    chosen = (self._verified_step(), None)
+                except Exception as exc:  # raised on every rank, not only rank 0
+                    chosen = (None, f"{type(exc).__name__}: {exc}")
+            step, error = group.broadcast(chosen)
+            if error is not None:
+                raise AcceptrunRuntimeError(f"rank 0 could not pick the checkpoint: {error}")
+        info = None if step is None else self.store.get(step)
         if info is None:
             return None
         if not sources_of(info):
@@ -161,15 +175,41 @@ class FrameworkRun:
             )
         return info
 
+    def _verified_step(self) -> int | None:
+        """The step of the checkpoint to resume from, verified (see :meth:`resume_point`)."""
+        run = self.run
+        if run.resume_from:
+            path = Path(run._verified_resume_path(self.store, run.resume_from))
+            return int(path.name.split("-", 1)[1])
+        info = self.store.latest_verified()
+        return None if info is None else info.step
+
     def put_back(
         self, info: CheckpointInfo, targets: Mapping[str, str | os.PathLike[str]] | None = None
     ) -> dict[str, Path]:
         """Copy ``info``'s files back (to ``targets``: stored name -> path), verified.
 
-        Records a ``restored`` event with the seconds it took.
+        Records a ``restored`` event with the seconds it took. In a run of several
+        processes (one machine, one file system) rank 0 copies while the others wait,
+        then every rank gets the paths: all of them read the files after it returns.
         """
         t0 = time.perf_counter()
-        placed = put_back(info, targets)
+        group = self.run._rank_group()
+        if group is None:
+            placed = put_back(info, targets)
+        else:
+            done: tuple[dict[str, str] | None, str | None] = (None, None)
+            if self.run.rank == 0:
+                try:
+                    done = ({k: str(v) for k, v in put_back(info, targets).items()}, None)
+                except Exception as exc:  # raised on every rank, not only rank 0
+                    done = (None, f"{type(exc).__name__}: {exc}")
+            paths, error = group.broadcast(done)
+            if error is not None or paths is None:
+                raise AcceptrunRuntimeError(
+                    f"rank 0 could not put back the checkpoint of step {info.step}: {error}"
+                )
+            placed = {k: Path(v) for k, v in paths.items()}
         seconds = time.perf_counter() - t0
         self.last_captured = info.step
         self.restore_seconds = seconds
@@ -185,11 +225,28 @@ class FrameworkRun:
 
     @property
     def stop_requested(self) -> bool:
-        """True once the supervisor (``acceptrun stop``, a preemption, a limit) asked to stop."""
+        """True once the run is to stop (``acceptrun stop``, a preemption, a limit).
+
+        In a run of several processes, True on every rank from the :meth:`should_stop`
+        that decided the stop (see :attr:`~acceptrun.workload.run.Run.stop_requested`).
+        """
         return self.run.stop_requested
 
+    def should_stop(self, step: int) -> bool:
+        """Whether to stop after ``step`` (the optimizer step just finished); every rank's answer.
+
+        Call it from exactly one hook that runs once per optimizer step on every rank
+        (the Trainer's ``on_step_end``, Lightning's ``on_train_batch_end`` after an
+        optimizer step, the Accelerate tracker's step boundary): in a run of several
+        processes it is a collective (:meth:`~acceptrun.workload.run.Run.should_stop`).
+        """
+        return self.run.should_stop(step)
+
     def exit_stopped(self, step: int) -> NoReturn:
-        """Record the stop after ``step`` with the newest capture as its checkpoint; exit 143."""
+        """Record the stop after ``step`` with the newest capture as its checkpoint; exit 143.
+
+        Every rank calls it after the same :meth:`should_stop`; they exit together.
+        """
         self.close()
         self.run.exit_stopped(step, checkpoint=self.last_captured)
 

@@ -21,6 +21,13 @@ that checkpoint: it walks the epochs, skips the batches of the resumed epoch tha
 already trained, writes step events (step time, data wait, total for the ETA), and turns
 a graceful stop into a ``save_state`` of the finished step and exit 143.
 
+Several processes (``resources.processes``, torchrun; ``accelerate launch`` is not
+needed): every rank runs the same script. ``save_state`` writes on every rank (each its
+RNG states), the ranks wait for each other, then rank 0 captures the directory; on a
+restart rank 0 puts it back while the others wait, and every rank loads it. A stop is
+decided by all ranks together at each step boundary (``run.should_stop``, one collective
+a step), so they all save the same step and exit 143 together.
+
 Exactness: ``load_state`` restores the model, optimizer, scheduler, scaler and the RNG
 states as they were at the save, but not the data order of the epoch in progress. A
 shuffling DataLoader draws its permutation (and its workers' base seed) from the global
@@ -50,18 +57,32 @@ __all__ = ["Tracker", "track"]
 
 
 class _LoopState:
-    """Where the loop is, saved by ``save_state`` beside the model (a custom object)."""
+    """Where the loop is, saved by ``save_state`` beside the model (a custom object).
+
+    With several processes the prepared loader shuffles with a generator of its own
+    (Accelerate's ``synchronized_generator``, rank 0's state broadcast at each epoch's
+    start), which ``save_state`` does not keep: its state at the epoch's start and at the
+    save are kept here. Rank 0 writes this object; every rank loads it.
+    """
 
     def __init__(self) -> None:
         self.step: int | None = None  # the step whose end the next save_state records
         self.epoch = 0
         self.epoch_rng: torch.Tensor | None = None  # torch RNG when the epoch began
+        self.generator: torch.Generator | None = None  # the loader's, with several processes
+        self.epoch_gen: torch.Tensor | None = None  # its state when the epoch began
+        self.saved_gen: torch.Tensor | None = None  # its state at the save (loaded)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "epoch": self.epoch, "epoch_rng": self.epoch_rng}
+        now = self.generator.get_state() if self.generator is not None else None
+        return {
+            "step": self.step, "epoch": self.epoch, "epoch_rng": self.epoch_rng,
+            "epoch_gen": self.epoch_gen, "gen": now,
+        }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.epoch, self.epoch_rng = state["step"], state["epoch"], state["epoch_rng"]
+        self.epoch_gen, self.saved_gen = state.get("epoch_gen"), state.get("gen")
 
 
 class Tracker:
@@ -84,6 +105,7 @@ class Tracker:
         self._loop = _LoopState()
         self._stop_dir = Path(stop_dir) if stop_dir is not None else None
         self._last_dir: Path | None = None
+        self._saved_step: int | None = None  # the newest step save_state wrote, on every rank
         self._values: dict[str, float] = {}  # last loss and metrics: the checkpoint's metrics
         self._step_values: dict[str, float] = {}  # what log() gave for the step in flight
         self._in_steps = False
@@ -105,11 +127,18 @@ class Tracker:
         location = self._save_state(output_dir, **kwargs)
         folder = Path(location if location is not None else output_dir or ".")
         self._last_dir = folder
+        self._saved_step = step
+        if self.accelerator.num_processes > 1:
+            # Each rank writes its own RNG states into the directory, and save_state
+            # returns without waiting for the others: capture once all have written.
+            self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             self.fr.capture(
                 step, {folder.name: folder}, metrics=self._values,
                 meta={"framework": "accelerate", "epoch": self._loop.epoch},
             )  # fmt: skip
+        else:
+            self.fr.last_captured = step  # rank 0 captures it: the run's checkpoint of `step`
         return location
 
     def resume(self) -> int:
@@ -129,6 +158,7 @@ class Tracker:
                 f"stored it as step {info.step}; was it written by another script?"
             )
         self._last_dir = folder
+        self._saved_step = info.step
         self.resumed_from = info.step
         self.start = info.step + 1
         return self.start
@@ -141,7 +171,10 @@ class Tracker:
         Each step is timed (data wait: the time to get its batch) and its event written
         when the body ends, with what :meth:`log` added. A stop request ends the loop at
         the next step boundary: ``save_state`` of the finished step (captured), then
-        exit 143. ``loader`` is the prepared DataLoader; its length is an epoch.
+        exit 143. ``loader`` is the prepared DataLoader; its length is an epoch. The
+        boundary (:meth:`FrameworkRun.should_stop`) comes once before the first step
+        and once after each step but the last, on every rank: a collective when there
+        are several.
         """
         per_epoch = len(loader)
         if per_epoch == 0:
@@ -151,14 +184,21 @@ class Tracker:
         # Mid-epoch: draw the epoch's order as it was first drawn. At an epoch's end the
         # next epoch starts from the restored RNG, as it did in the uninterrupted run.
         resuming = offset > 0 and self._loop.epoch == epoch and self._loop.epoch_rng is not None
+        self._loop.generator = generator = getattr(loader, "synchronized_generator", None)
+        if (
+            self.resumed_from is not None
+            and generator is not None
+            and self._loop.saved_gen is not None
+        ):
+            generator.set_state(self._loop.saved_gen)  # where the uninterrupted run's was
         self._in_steps = True
         try:
+            if self.fr.should_stop(step - 1):  # asked before the first step
+                self._stop(step - 1)
             while step < total:
                 batches = self._epoch_batches(loader, epoch, offset, resuming)
                 resuming, offset = False, 0
                 while step < total:
-                    if self.fr.stop_requested:
-                        self._stop(step - 1)
                     t0 = time.perf_counter()
                     self._loop.step = step - 1
                     try:
@@ -172,6 +212,10 @@ class Tracker:
                     values.update(self._step_values)
                     self._step_values = {}
                     self.fr.log(step, **values, total_steps=total)
+                    # The boundary, once a step on every rank (none after the last step:
+                    # the loop ends there anyway).
+                    if step + 1 < total and self.fr.should_stop(step):
+                        self._stop(step)
                     step += 1
                 epoch += 1
         finally:
@@ -186,11 +230,15 @@ class Tracker:
         back after the first batch, where the uninterrupted run's RNG also was.
         """
         restored = None
+        generator = self._loop.generator
         if resuming and self._loop.epoch_rng is not None:
             restored = torch.get_rng_state()
             torch.set_rng_state(self._loop.epoch_rng)
+            if generator is not None and self._loop.epoch_gen is not None:
+                generator.set_state(self._loop.epoch_gen)  # ends where it was at the save
         else:
             self._loop.epoch_rng = torch.get_rng_state()
+            self._loop.epoch_gen = generator.get_state() if generator is not None else None
         self._loop.epoch = epoch
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
@@ -208,7 +256,7 @@ class Tracker:
 
     def _stop(self, step: int) -> None:
         """Save the finished ``step`` (unless saved already), then exit 143."""
-        if step >= 0 and self.fr.last_captured != step:
+        if step >= 0 and self._saved_step != step:
             base = self._stop_dir or (self._last_dir.parent if self._last_dir else Path("."))
             self._loop.step = step
             self.accelerator.save_state(str(base / f"stopped-step-{step}"))

@@ -282,6 +282,8 @@ class AcceptrunCallback(Callback):
             self.fr.log(step, **values)  # injected faults (kill@step=N) fire here
             if self.run.drill:  # `acceptrun ckpt drill`: one step after the restore, then report
                 self.run._finish_drill(step, 0.0)
+            # The stop boundary: once per optimizer step, on every rank (sets stop_requested).
+            self.fr.should_stop(step)
         self._rng_mark = _capture_rng({})
         self._end_prev = time.perf_counter()
         if self.fr.stop_requested:

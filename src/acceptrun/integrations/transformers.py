@@ -138,7 +138,8 @@ class AcceptrunCallback(TrainerCallback):
         self._pending = {"step": step, **event}
         if not control.should_log:  # else on_log adds the loss and writes it
             self._flush()
-        self._honour_stop(control)
+        # The stop boundary: on_step_end runs once per optimizer step on every rank.
+        self._honour_stop(control, self.fr.should_stop(step))
 
     def on_log(
         self,
@@ -158,7 +159,7 @@ class AcceptrunCallback(TrainerCallback):
             self._flush()
         elif "train_loss" in logs and not self.run.drill:  # the Trainer's summary at the end
             self.run.metric("train_loss", float(logs["train_loss"]), step=state.global_step)
-        self._honour_stop(control)
+        self._honour_stop(control, self.fr.stop_requested)
 
     def on_evaluate(
         self,
@@ -206,9 +207,9 @@ class AcceptrunCallback(TrainerCallback):
 
     # ---- helpers --------------------------------------------------------------------------
 
-    def _honour_stop(self, control: TrainerControl) -> None:
-        """A stop request: save this step, then stop (``on_save`` exits once it is captured)."""
-        if self.fr.stop_requested:
+    def _honour_stop(self, control: TrainerControl, stop: bool) -> None:
+        """A stop decided: save this step, then stop (``on_save`` exits once it is captured)."""
+        if stop:
             control.should_save = True
             control.should_training_stop = True
 

@@ -4,6 +4,14 @@ The supervisor asks for a graceful stop with SIGTERM. Inside :meth:`~acceptrun.w
 (or after :meth:`StopHandling.handle_stops`, for a framework's own loop) the signal only
 sets a flag; the loop ends at the next step boundary, checkpoints what is done, writes a
 ``stopped`` event and exits with status 143 (:data:`~acceptrun.workload.contract.EXIT_STOPPED`).
+
+In a run of several processes the ranks get the signal at different steps. They decide
+together, at a boundary every rank reaches the same number of times: ``steps()`` at the
+top of each step, a loop of its own (a framework's) through :meth:`StopHandling.should_stop`,
+called once per step on every rank. Either is one collective (an all_reduce on a gloo
+group of acceptrun's own) that carries the step number, so ranks that call it at
+different points get an error naming the steps instead of a stop that reaches some
+ranks only. :attr:`StopHandling.stop_requested` is the decision of the last such call.
 """
 
 from __future__ import annotations
@@ -11,26 +19,92 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import types
 from typing import NoReturn
 
+from acceptrun.errors import UserError
 from acceptrun.workload.base import RunBase
 from acceptrun.workload.contract import EXIT_STOPPED
 
 __all__ = ["StopHandling"]
+
+# The point steps() gives the agreement: no step a loop of the script's own can pass, so
+# a rank in steps()' agreement and one in should_stop() never pass for the same point.
+_STEPS_LOOP = -(2**62)
 
 
 class StopHandling(RunBase):
     """Stop requests and the exit they end in (a part of :class:`~acceptrun.workload.run.Run`)."""
 
     def _stop_agreed(self) -> bool:
-        """Whether to stop at this step boundary; in a multi-process run, every rank's answer.
+        """Whether to stop at this step boundary of ``steps()``; every rank's answer."""
+        return self._decide_stop(_STEPS_LOOP)
 
-        Ranks get the SIGTERM (forwarded by torchrun's agent) at different steps; each
-        boundary they agree (a collective of one number) so that all stop at the same one.
+    def should_stop(self, step: int) -> bool:
+        """Whether to stop now, after ``step``: the same answer on every rank.
+
+        For a loop that is not :meth:`steps` (a framework's, your own): call it once per
+        step, at the same point of the step, on every rank, and when it returns True save
+        the state after ``step`` and call :meth:`exit_stopped`. It also takes SIGTERM as
+        a stop request from now on, as :meth:`handle_stops` does (call that before the
+        loop, so that a stop before the first boundary waits for it too).
+
+        One process: reads the flag the signal set (no cost). Several (torchrun): one
+        all_reduce of three numbers on acceptrun's own gloo group (~0.2 ms on CPU; no GPU
+        sync), so the ranks, which get the signal at different steps, all stop after the
+        same one. It is a collective: a rank that does not call it leaves the others
+        waiting in it (the supervisor's hang detection then names the phase
+        ``stop_agreement``), and ranks that call it with different ``step`` values (one
+        calls it twice a step, or from another hook) raise :class:`~acceptrun.errors.UserError`
+        on every rank, naming the steps. Needs ``torch.distributed.init_process_group()``
+        first; without it each rank answers for its own signal.
+
+        >>> run.handle_stops()
+        >>> for step in range(start, total):
+        ...     train_step()
+        ...     if run.should_stop(step):
+        ...         run.checkpoint(step, block=True)
+        ...         run.exit_stopped(step, checkpoint=step)
         """
-        if self.ranks.distributed and (group := self._rank_group()) is not None:
-            self._stop_requested = group.agree(self._stop_signal)
+        if isinstance(step, bool) or not isinstance(step, int) or step < -1:
+            raise UserError(
+                f"run.should_stop(step={step!r}): step must be the number of the step just "
+                "finished, an int >= 0 (or -1 before the first step)"
+            )
+        self._loop_stops = True
+        return self._decide_stop(step)
+
+    def _decide_stop(self, point: int) -> bool:
+        """Whether to stop at ``point``; in a multi-process run, decided by all ranks at once.
+
+        Ranks get the SIGTERM (forwarded by torchrun's agent) at different steps; at each
+        boundary they agree (an all_reduce, MAX, of the flag and of the point and its
+        negation: every rank learns whether any was asked to stop, and the highest and
+        lowest point the ranks called from, which must be the same).
+        """
+        if not self.ranks.distributed:
+            return self._stop_requested  # set by the signal handler: no one to agree with
+        group = self._rank_group()
+        if group is None:  # no torch.distributed: each rank stops on its own signal
+            self._stop_requested = self._stop_requested or self._stop_signal
+            return self._stop_requested
+        import torch
+        import torch.distributed as dist
+
+        outer = self._phase
+        # What the heartbeat says while a rank waits here for the others: a rank that
+        # never comes (a contract broken) shows as a hang in phase "stop_agreement".
+        self._phase = ("stop_agreement", None if point == _STEPS_LOOP else point, time.time())
+        try:
+            value = torch.tensor([int(self._stop_signal), point, -point], dtype=torch.int64)
+            dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group.main)
+        finally:
+            self._phase = outer
+        flag, high, low = int(value[0]), int(value[1]), -int(value[2])
+        if high != low:
+            raise UserError(_mismatch(point, low, high, self.rank))
+        self._stop_requested = bool(flag)
         return self._stop_requested
 
     def _stop_at(self, step: int) -> None:
@@ -62,14 +136,20 @@ class StopHandling(RunBase):
 
     @property
     def stop_requested(self) -> bool:
-        """True once the supervisor (or a preemption) asked the workload to stop."""
+        """True once the workload is to stop: the supervisor (or a preemption) asked for it.
+
+        One process: True as soon as SIGTERM arrives. Several: True on every rank at
+        once, from the boundary (:meth:`steps`' or :meth:`should_stop`'s) where the ranks
+        agreed to stop, so acting on it cannot split the ranks; a rank's own signal alone
+        does not set it. A loop of its own polls :meth:`should_stop`, not this.
+        """
         return self._stop_requested
 
     def handle_stops(self) -> None:
         """Take SIGTERM as a stop request outside :meth:`steps` too, for a loop run elsewhere.
 
         A framework's own loop (the Hugging Face Trainer, Lightning) calls this once, then
-        polls :attr:`stop_requested` at its step boundaries, saves, and calls
+        asks :meth:`should_stop` at its step boundaries, saves, and calls
         :meth:`exit_stopped`. Without it SIGTERM outside ``steps()`` keeps its default
         effect (the process dies at once).
         """
@@ -78,15 +158,24 @@ class StopHandling(RunBase):
     def exit_stopped(self, step: int, *, checkpoint: int | None) -> NoReturn:
         """Record a graceful stop after ``step`` (``checkpoint``: the step saved) and exit 143.
 
-        For loops that poll :attr:`stop_requested` (see :meth:`handle_stops`); the state
+        For loops that ask :meth:`should_stop` (see :meth:`handle_stops`); the state
         must already be saved. Raises ``SystemExit(143)``, the status of a process ended
-        by SIGTERM, which the supervisor reads with the ``stopped`` event.
+        by SIGTERM, which the supervisor reads with the ``stopped`` event. In a run of
+        several processes every rank calls it after the same :meth:`should_stop`: they
+        meet at a barrier first (rank 0 may still be writing the checkpoint) and exit
+        together.
         """
         self._stopping = True
+        if self._checkpointer is not None:
+            self._checkpointer.wait()  # a run.checkpoint() of the script's still in flight
         self.record.event(
             "stopped", sync=True, attempt=self.attempt, step=step, checkpoint=checkpoint,
             reason="stop requested", **self._rank_field(),
         )  # fmt: skip
+        if self._group is not None:
+            # Exit together: torchrun's agent takes a rank that exits first for a failure
+            # and would tear the others down in the middle of their exit (or their save).
+            self._group.barrier()
         raise SystemExit(EXIT_STOPPED)
 
     def _on_stop_signal(self, signum: int, frame: types.FrameType | None) -> None:
@@ -128,3 +217,17 @@ class StopHandling(RunBase):
     ) -> None:
         self._exception = value
         sys.__excepthook__(tp, value, tb)
+
+
+def _mismatch(point: int, low: int, high: int, rank: int) -> str:
+    """The error when ranks met in one stop agreement from different points of their loops."""
+    here = "run.steps()" if point == _STEPS_LOOP else f"run.should_stop({point})"
+    if low == _STEPS_LOOP:
+        there = f"one rank was in run.steps() and another called run.should_stop({high})"
+    else:
+        there = f"the ranks called run.should_stop() with steps from {low} to {high}"
+    return (
+        f"the ranks disagree on where they decide a stop ({there}; rank {rank} was in "
+        f"{here}): every rank must call run.should_stop(step) once per step, at the same "
+        "point of the loop, and not inside run.steps(), which decides by itself"
+    )
