@@ -6,11 +6,20 @@ every EVERY-th step (the store is the only path to the mirror: no ``run.checkpoi
 A resumed attempt loads the newest verified checkpoint and continues after its step.
 At the end rank 0 writes every model and optimizer tensor, gathered, to
 ``final.safetensors`` and registers it as the output ``final`` (copied into the record).
+
+``HOLD_AT``: in attempt 1 only, after that step every rank writes ``held-<rank>`` in the
+working directory and waits for a stop (SIGTERM, forwarded by torchrun): a point mid-run
+where the test stops the run, whatever the machine's speed. At the next step boundary
+the ranks agree on the stop (all_reduce MAX), save a sharded checkpoint of the last
+finished step and exit as stopped (143), as docs/multi-node.md describes.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import time
+import types
 from pathlib import Path
 
 import torch
@@ -32,6 +41,14 @@ torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 run = acceptrun.init()
+stop = {"asked": False}
+
+
+def on_stop(signum: int, frame: types.FrameType | None) -> None:
+    stop["asked"] = True  # acted on at the end of the step, by every rank together
+
+
+signal.signal(signal.SIGTERM, on_stop)
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
@@ -56,7 +73,17 @@ if info is not None:
 start = int(loading["train"]["step"]) + 1 if info is not None else 0  # type: ignore[index]
 
 total, every = int(os.environ["TOTAL"]), int(os.environ["EVERY"])
+hold_at = int(os.environ.get("HOLD_AT", "-1")) if run.attempt == 1 else -1
+saved = start - 1 if info is not None else None
 for step in run.steps(start, total):
+    flag = torch.tensor([1 if stop["asked"] else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same boundary
+    if flag.item():
+        if step > 0 and saved != step - 1:  # the last finished step, unless already saved
+            sharded.save(store, step - 1, state(step - 1))
+            saved = step - 1
+        dist.barrier()
+        run.exit_stopped(step, checkpoint=saved)
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 + step))
     loss = model(x).pow(2).mean()
     loss.backward()
@@ -65,6 +92,11 @@ for step in run.steps(start, total):
     run.log(step, loss=loss.item())
     if (step + 1) % every == 0:
         sharded.save(store, step, state(step), metrics={"loss": loss.item()})
+        saved = step
+    if step == hold_at:
+        Path(f"held-{rank}").write_text(str(step))
+        while not stop["asked"]:
+            time.sleep(0.05)  # polling the flag the stop sets; not a timing assumption
 
 opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
 msd, osd = get_state_dict(model, opt, options=opts)

@@ -1,19 +1,24 @@
-"""Sharded checkpoints mirrored as ordinary ones: uploads, retention, events, resume.
+"""Sharded checkpoints mirrored as ordinary ones: uploads, retention, events, stop, resume.
 
-One run of 2 ranks under torchrun (gloo, CPU, a tiny FSDP2 model; sharded_mirror_worker.py)
-saves a sharded checkpoint every 3rd of 14 steps through ``run.checkpoint_store()`` only,
-with ``checkpoint.mirror`` set to a local directory and ``keep_last = 2``. A copy of its
-record, with the local checkpoints deleted, is then resumed from the mirror: the resumed
-attempt loads step 11 from the fetched shards and trains steps 12 and 13 to the same
-bits as the uninterrupted run. One module-scoped pair of runs feeds every assertion.
+Runs of 2 ranks under torchrun (gloo, CPU, a tiny FSDP2 model; sharded_mirror_worker.py)
+save a sharded checkpoint every 3rd of 14 steps through ``run.checkpoint_store()`` only,
+with ``checkpoint.mirror`` set to a local directory and ``keep_last = 2``. The first runs
+uninterrupted. The second is stopped (SIGTERM) while its ranks wait at a gate after step
+9: they save step 9 and exit, and the mirror is drained before the workload ends. Its
+local checkpoints are then deleted and ``resume --from-mirror`` fetches step 9; the
+resumed attempt trains steps 10 to 13 to the same bits as the uninterrupted run. One
+module-scoped set of runs feeds every assertion.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from safetensors.torch import load_file
@@ -25,11 +30,13 @@ from acceptrun.cost.ledger import build_ledger
 from acceptrun.record.workspace import RunRecord
 from acceptrun.run.launch import launch
 from acceptrun.run.lifecycle import resume_run
-from conftest import PYTHON, toml_str
+from conftest import PYTHON, toml_str, wait_for
 
 WORKER = Path(__file__).with_name("sharded_mirror_worker.py")
 TOTAL, EVERY = 14, 3  # checkpoints after steps 2, 5, 8 and 11; keep_last = 2 keeps 8 and 11
 SAVED, KEPT = [2, 5, 8, 11], [8, 11]
+HOLD_AT = 9  # the stopped run: 2, 5, 8, then 9 at the stop; 8 and 9 kept
+WAIT_S = 300.0  # seconds a 2-rank run may take on a loaded 2-core machine (torch per rank)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -38,35 +45,56 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 class Runs:
     record: RunRecord  # the uninterrupted run
     remote: Path  # its mirror root: <checkpoint.mirror>/<run_id>
-    resumed: RunRecord  # a copy of its record, local checkpoints deleted, resumed from the mirror
+    stopped: RunRecord  # stopped after step 9, then resumed from the mirror (attempt 2)
+    stopped_remote: Path
+    after_stop: list[int]  # the steps in its mirror when attempt 1 had ended
+
+
+def _job(base: Path, name: str, mirror: Path, env: str = "") -> Path:
+    job = base / name
+    job.mkdir()
+    shutil.copy(WORKER, job / WORKER.name)
+    (job / "spec.toml").write_text(
+        f'name = "{name}"\ncommand = [{toml_str(PYTHON)}, "{WORKER.name}"]\n'
+        f'env = {{ TOTAL = "{TOTAL}", EVERY = "{EVERY}", OMP_NUM_THREADS = "1"{env} }}\n'
+        "[resources]\nprocesses = 2\n"
+        f"[checkpoint]\nkeep_last = 2\nmirror = {toml_str(str(mirror))}\n"
+        '[limits]\nmax_restarts = 0\ngrace_period = "60s"\n'
+    )
+    return job / "spec.toml"
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     base = tmp_path_factory.mktemp("sharded-mirror")
-    job = base / "job"
-    job.mkdir()
-    shutil.copy(WORKER, job / WORKER.name)
-    mirror = base / "mirror"
-    (job / "spec.toml").write_text(
-        f'name = "shmirror"\ncommand = [{toml_str(PYTHON)}, "{WORKER.name}"]\n'
-        f'env = {{ TOTAL = "{TOTAL}", EVERY = "{EVERY}", OMP_NUM_THREADS = "1" }}\n'
-        "[resources]\nprocesses = 2\n"
-        f"[checkpoint]\nkeep_last = 2\nmirror = {toml_str(str(mirror))}\n"
-        '[limits]\nmax_restarts = 0\ngrace_period = "60s"\n'
-    )
-    result = launch(job / "spec.toml", workspace=base / "ws", echo=False)
+    mirror, ws = base / "mirror", base / "ws"
+    result = launch(_job(base, "shmirror", mirror), workspace=ws, echo=False)
     record = result.record
     assert result.exit_code == 0, (result.verdict, _tail(record))
 
-    # The record carried to another machine, without its checkpoints: only the mirror has them.
-    copy = RunRecord(shutil.copytree(record.path, base / "elsewhere" / "runs" / record.run_id))
-    shutil.rmtree(copy.checkpoints_dir)
-    shutil.rmtree(copy.path / "outputs")  # the resumed attempt writes its own final tensors
-    resumed = resume_run(copy, from_mirror=True, force=True, echo=False)
-    assert resumed.exit_code == 0, (resumed.verdict, _tail(copy))
-    assert resumed.from_step == KEPT[-1]
-    return Runs(record, mirror / record.run_id, copy)
+    spec = _job(base, "shstop", mirror, env=f', HOLD_AT = "{HOLD_AT}"')
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", str(spec)],
+        cwd=spec.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        held = [spec.parent / f"held-{r}" for r in (0, 1)]
+        wait_for(lambda: all(p.exists() for p in held), WAIT_S, 0.1, "both ranks at the gate")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (stopped,) = [RunRecord(p) for p in (ws / "runs").iterdir() if "-shstop-" in p.name]
+    stopped_remote = mirror / stopped.run_id
+    after_stop = remote_steps(str(stopped_remote)) if stopped_remote.exists() else []
+
+    # The machine is gone with its disk: only the mirror has the checkpoints.
+    shutil.rmtree(stopped.checkpoints_dir)
+    resumed = resume_run(stopped, from_mirror=True, echo=False)
+    assert resumed.exit_code == 0, (resumed.verdict, err[-2000:], _tail(stopped))
+    return Runs(record, mirror / record.run_id, stopped, stopped_remote, after_stop)
 
 
 def _tail(record: RunRecord) -> str:
@@ -120,20 +148,42 @@ def test_record_has_the_mirror_events_and_the_ledger_counts_them(runs: Runs) -> 
     assert mirror["left_bytes"] == sum(ok[s]["bytes"] for s in KEPT)
 
 
+def _attempt(record: RunRecord, kind: str, attempt: int) -> list[dict[str, Any]]:
+    return [e for e in record.events(kind) if e.get("attempt") == attempt]
+
+
+def test_a_graceful_stop_saves_and_drains_the_mirror_before_the_workload_ends(
+    runs: Runs,
+) -> None:
+    record = runs.stopped
+    exit1 = record.read_json("attempts/1/exit.json")
+    assert exit1["class"] == "stopped", exit1
+    stops = _attempt(record, "stopped", 1)
+    assert stops and {e["checkpoint"] for e in stops} == {HOLD_AT}  # no step lost
+    assert [e["step"] for e in _attempt(record, "checkpoint_commit", 1)] == [2, 5, 8, HOLD_AT]
+    # When attempt 1 had ended, its mirror held the retained steps, the stop's one included.
+    assert runs.after_stop == [8, HOLD_AT]
+    ok = {e["step"]: e["t"] for e in _attempt(record, "mirror_ok", 1)}
+    (end,) = [e for e in _attempt(record, "workload_end", 1) if e.get("rank", 0) == 0]
+    assert HOLD_AT in ok and ok[HOLD_AT] <= end["t"]  # drained before the workload ended
+    assert _attempt(record, "mirror_behind", 1) == []
+    assert list(record.events("mirror_failed")) == []
+
+
 def test_resume_from_the_mirror_restores_the_shards_bitwise(runs: Runs) -> None:
-    copy = runs.resumed
-    (fetched,) = copy.events("mirror_fetch")
-    assert fetched["step"] == KEPT[-1] and fetched["url"] == str(runs.remote)
-    starts = list(copy.events("attempt_start"))
-    assert [s["resume_step"] for s in starts] == [None, KEPT[-1]]
-    second = [e["step"] for e in copy.events("step") if e["attempt"] == 2]
-    assert second == list(range(KEPT[-1] + 1, TOTAL))  # continued after the fetched step
-    assert CheckpointStore(copy.checkpoints_dir).verify(KEPT[-1]).ok
-    (out,) = [e for e in copy.events("output") if e["attempt"] == 2]
+    record = runs.stopped
+    (fetched,) = record.events("mirror_fetch")
+    assert fetched["step"] == HOLD_AT and fetched["url"] == str(runs.stopped_remote)
+    starts = list(record.events("attempt_start"))
+    assert [s["resume_step"] for s in starts] == [None, HOLD_AT]
+    second = [e["step"] for e in _attempt(record, "step", 2)]
+    assert second == list(range(HOLD_AT + 1, TOTAL))  # continued after the fetched step
+    assert CheckpointStore(record.checkpoints_dir).verify(HOLD_AT).ok  # fetched, verified
+    (out,) = _attempt(record, "output", 2)
     (ref_out,) = runs.record.events("output")
     assert out["name"] == "final" and out["hash"] == ref_out["hash"]  # the same file, byte for byte
     ref = load_file(str(runs.record.path / "outputs" / "final" / "final.safetensors"))
-    got = load_file(str(copy.path / "outputs" / "final" / "final.safetensors"))
+    got = load_file(str(record.path / "outputs" / "final" / "final.safetensors"))
     assert sorted(ref) == sorted(got) and len(ref) > 6  # 4 model tensors, optimizer state
     for name in ref:
         assert ref[name].dtype == got[name].dtype and ref[name].shape == got[name].shape, name
