@@ -252,6 +252,16 @@ def _tensor_bytes(tensor: torch.Tensor) -> tuple[memoryview, str, tuple[int, ...
     return memoryview(flat.numpy().data), _dtype_name(t.dtype), tuple(t.shape)
 
 
+def _portable(exc: Exception, doing: str) -> RecordError:
+    """``exc`` as an error DCP can hand to the other ranks, with the same words.
+
+    DCP pickles a rank's error to send it to the others; one whose class cannot be
+    rebuilt from its message (DiskFullError takes keyword arguments) would break that
+    exchange and leave the other ranks waiting, so only the text travels.
+    """
+    return RecordError(f"{doing}: {type(exc).__name__}: {exc}")
+
+
 class DCPWriter(StorageWriter):
     """DCP storage that writes each rank's shards into one acceptrun save, committed by rank 0.
 
@@ -301,6 +311,16 @@ class DCPWriter(StorageWriter):
                 "DCPWriter needs JsonSavePlanner (non-tensor values as JSON, no pickle)"
             )
         name = str(plan.storage_data)
+        try:
+            results = self._write_file(name, plan, planner)
+        except Exception as exc:
+            raise _portable(exc, f"shard file {name}") from exc
+        fut: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
+        fut.set_result(results)
+        return fut
+
+    def _write_file(self, name: str, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
+        """This rank's items, one after the other, into ``name``; where each one went."""
         placed: list[tuple[WriteItem, int, int, str | None, tuple[int, ...] | None]] = []
         if plan.items:
             at = 0
@@ -318,7 +338,7 @@ class DCPWriter(StorageWriter):
                     placed.append((item, at, len(raw), dtype, shape))
                     at += len(raw)
         entry = self.writer.written()[0].get(name, {"size": 0, "hash": ""})
-        results = [
+        return [
             WriteResult(
                 index=item.index,
                 size_in_bytes=length,
@@ -328,12 +348,15 @@ class DCPWriter(StorageWriter):
             )
             for item, at, length, dtype, shape in placed
         ]
-        fut: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
-        fut.set_result(results)
-        return fut
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Rank 0, after every rank wrote: metadata JSON, adopt the files, commit."""
+        try:
+            self._commit(metadata, results)
+        except Exception as exc:
+            raise _portable(exc, f"committing {self.writer.path}") from exc
+
+    def _commit(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         files: dict[str, dict[str, Any]] = {}
         storage: dict[MetadataIndex, _Location] = {}
         for rank_results in results:

@@ -61,6 +61,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
@@ -140,6 +141,16 @@ def _begin(
     return store.join(step, path)
 
 
+def _describe(exc: BaseException) -> str:
+    """An error's words; DCP's CheckpointException: each failed rank's, without tracebacks."""
+    if isinstance(exc, CheckpointException):
+        return "; ".join(
+            f"rank {r}: {e}" if isinstance(e, RecordError) else f"rank {r}: {type(e).__name__}: {e}"
+            for r, (e, _) in sorted(exc.failures.items())
+        ).rstrip(".")
+    return str(exc).rstrip(".")
+
+
 def _write_and_commit(
     store: CheckpointStore,
     writer: CheckpointWriter,
@@ -171,10 +182,10 @@ def _write_and_commit(
             if info is not None:
                 return info
         store.abort(writer)  # the owner removes the staging directory; a joined rank leaves it
-        if isinstance(exc, Exception):
+        if isinstance(exc, Exception | CheckpointException):
             raise RecordError(
-                f"the sharded save of step {step} failed (rank {rank} of {world}): {exc}. "
-                "Nothing was committed; earlier checkpoints are intact"
+                f"the sharded save of step {step} failed (rank {rank} of {world}): "
+                f"{_describe(exc)}. Nothing was committed; earlier checkpoints are intact"
             ) from exc
         raise
     info = storage.info if storage.info is not None else store.get(step)
@@ -389,12 +400,13 @@ def background_group(process_group: Any = None, *, timeout: timedelta | None = N
     loop's collectives (the two would interleave). Every rank of the default group calls
     it the first time (``async_save`` does, on its first call), or every rank of
     ``process_group`` when one is given. ``timeout``: how long a background collective
-    waits for a rank that stopped answering (default: torch's for gloo).
+    waits for a rank that stopped answering (default: the training group's timeout).
     """
     default = dist.group.WORLD
     key = (id(default), id(process_group))
     group = _groups.get(key)
     if group is None:
+        timeout = timeout or _timeout_of(process_group or default)
         if process_group is None:
             group = dist.new_group(backend="gloo", timeout=timeout)
         else:
@@ -406,6 +418,15 @@ def background_group(process_group: Any = None, *, timeout: timedelta | None = N
         _groups[key] = (default, process_group, group)
         return group
     return group[2]
+
+
+def _timeout_of(group: Any) -> timedelta | None:
+    """A group's collective timeout, read from its CPU backend (None: not readable)."""
+    try:
+        value = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError):  # no CPU backend, or another torch
+        return None
+    return value if isinstance(value, timedelta) else None
 
 
 @torch.no_grad()

@@ -1,0 +1,188 @@
+"""Asynchronous sharded saves: 2 FSDP2 ranks on CPU/gloo train on while the save is written.
+
+The ranks are real processes (sharded_async_worker.py; the model, training step and
+gathered reference tensors are sharded_worker.py's). Each held background write waits
+on an event the training thread sets, and the tests wait on files, so no timing decides
+a result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.numpy import load_file
+from test_sharded_checkpoint import run_ranks, same_bits
+
+from acceptrun.checkpoint import CheckpointStore, sharded
+from acceptrun.checkpoint.store import LATEST
+from acceptrun.errors import RecordError
+from conftest import wait_for
+
+WORKER = Path(__file__).with_name("sharded_async_worker.py")
+TIMEOUT = 300  # seconds per group of ranks; generous for a loaded two-core machine
+
+
+def start_ranks(mode: str, root: Path, world: int, out: Path) -> list[subprocess.Popen[str]]:
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), mode, str(root), str(world), str(out), str(r)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+
+
+def finish(procs: list[subprocess.Popen[str]]) -> tuple[list[int], str]:
+    """Wait for every rank (killing all of them past TIMEOUT); exit codes and output."""
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=TIMEOUT)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:  # never leave ranks behind
+            p.kill()
+            p.wait()
+        pytest.fail(f"the ranks did not finish in {TIMEOUT} s")
+    return [p.returncode for p in procs], "\n".join(logs)
+
+
+def events(out: Path, rank: int) -> list[dict[str, object]]:
+    path = out / f"events-rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One 2-rank run: steps 1 and 2 saved asynchronously, step 3's save failing."""
+    base = tmp_path_factory.mktemp("sharded-async")
+    codes, log = finish(start_ranks("save", base / "ckpt", 2, base / "out"))
+    if any(codes):
+        pytest.fail(f"the save ranks exited {codes}:\n{log[-6000:]}")
+    return base / "ckpt", base / "out"
+
+
+@pytest.mark.slow
+def test_async_save_commits_while_training_goes_on(saved: tuple[Path, Path]) -> None:
+    root, out = saved
+    store = CheckpointStore(root)
+    assert [i.step for i in store.list()] == [1, 2]
+    for step in (1, 2):
+        info = store.get(step)
+        assert info is not None and store.verify(step).ok
+        assert sorted(info.files) == [sharded.METADATA, "shard-0.bin", "shard-1.bin"]
+        assert info.meta["format"] == sharded.FORMAT and info.meta["async"] is True
+    assert not [p for p in root.iterdir() if p.name.startswith(".staging")]
+    figures = json.loads((out / "save-2.json").read_text())
+    assert figures["nbytes"] > 0 and figures["persist_s"] > 0
+    rank0 = events(out, 0)
+    stages = [e for e in rank0 if e["kind"] == "checkpoint_stage"]
+    assert [e["step"] for e in stages] == [1, 2, 3] and all(e["bytes"] > 0 for e in stages)
+    assert [e["step"] for e in rank0 if e["kind"] == "checkpoint_commit"] == [1, 2]
+    assert not [e for e in events(out, 1) if e["kind"] == "checkpoint_commit"]  # rank 0 commits
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [pytest.param(2, id="2-ranks"), pytest.param(1, id="1-rank")])
+def test_restore_is_bitwise_the_state_at_the_call(
+    saved: tuple[Path, Path], tmp_path: Path, world: int
+) -> None:
+    # The parameters changed (a training step, then +1000 in place) after async_save
+    # returned and before its background write began; the checkpoint must not see it.
+    root, out = saved
+    run_ranks("load", root, world, tmp_path)  # sharded_worker: no unpickling, latest = 2
+    same_bits(out / "ref-2.safetensors", tmp_path / "loaded.safetensors")
+    assert json.loads((tmp_path / "loaded.json").read_text())["step"] == 2
+    ref, after = (
+        load_file(str(out / "ref-2.safetensors")),
+        load_file(str(out / "after.safetensors")),
+    )
+    changed = [k for k in ref if k.startswith("model.") and ref[k].tobytes() != after[k].tobytes()]
+    assert changed == sorted(k for k in ref if k.startswith("model."))  # the mutation was real
+
+
+@pytest.mark.slow
+def test_background_write_failure_is_raised_on_every_rank(saved: tuple[Path, Path]) -> None:
+    root, out = saved
+    for rank in (0, 1):
+        error = (out / f"step3-error-rank{rank}.txt").read_text()
+        assert error.startswith("RecordError: the sharded save of step 3 failed"), error
+        assert "Nothing was committed" in error
+        failed = [e for e in events(out, rank) if e["kind"] == "checkpoint_failed"]
+        assert [e["step"] for e in failed] == [3]
+    assert "File too large" in (out / "step3-error-rank1.txt").read_text()  # rank 1's EFBIG
+    assert (root / LATEST).read_text() == "step-2\n"
+    assert not (root / "step-3").exists()
+    assert not [p for p in root.iterdir() if p.name.startswith(".staging")]
+
+
+@pytest.mark.slow
+def test_rank_killed_during_background_write_commits_nothing(tmp_path: Path) -> None:
+    root, out = tmp_path / "ckpt", tmp_path / "out"
+    procs = start_ranks("kill", root, 2, out)
+    try:
+        wait_for(
+            lambda: all((out / f"rank{r}-ready").exists() for r in (0, 1)),
+            timeout=TIMEOUT,
+            what="both ranks to have trained on with the save of step 2 in flight",
+        )
+        assert (root / "step-1").is_dir() and not (root / "step-2").exists()
+        procs[1].send_signal(signal.SIGKILL)  # in the middle of writing its shard file
+    finally:
+        codes, log = finish(procs)
+    assert codes == [3, -signal.SIGKILL], f"{codes}:\n{log[-6000:]}"
+    error = (out / "rank0-error.txt").read_text()
+    assert "step 2" in error and "Nothing was committed" in error
+    assert (root / LATEST).read_text() == "step-1\n"
+    assert not (root / "step-2").exists()
+    assert not [p for p in root.iterdir() if p.name.startswith(".staging")]  # rank 0 aborted
+    assert CheckpointStore(root).verify(1).ok
+
+
+@pytest.mark.slow
+def test_exit_waits_for_the_save_and_reports_a_failed_one(tmp_path: Path) -> None:
+    root, out = tmp_path / "ckpt", tmp_path / "out"
+    root.mkdir()
+    codes, log = finish(start_ranks("exit", root, 1, out))
+    assert codes == [0], log
+    info = CheckpointStore(root).get(7)
+    assert info is not None and CheckpointStore(root).verify(7).ok
+    assert f"the sharded save of step 7 in {root / 'blocker' / 'ckpt'} was NOT committed" in log
+    assert [e["kind"] for e in events(out, 0)] == ["checkpoint_stage", "checkpoint_commit"]
+
+
+def test_unreported_failure_is_raised_by_the_next_save(tmp_path: Path) -> None:
+    """One process: a failed save nobody waited for stops the next one from starting."""
+    (tmp_path / "blocker").write_text("not a directory\n")
+    seen: list[tuple[str, dict[str, object]]] = []
+    store = CheckpointStore(
+        tmp_path / "blocker" / "ckpt", on_event=lambda k, f: seen.append((k, f))
+    )
+    first = sharded.async_save(store, 1, {"w": torch.ones(3)})
+    with pytest.raises(RecordError, match=r"step 1 .* was not committed .*step 2 was not started"):
+        sharded.async_save(store, 2, {"w": torch.ones(3)})
+    assert first.done()
+    with pytest.raises(
+        RecordError, match=r"the sharded save of step 1 failed .*Nothing was committed"
+    ):
+        sharded.wait(store)  # a finished save's outcome stays readable
+    assert [k for k, _ in seen] == ["checkpoint_stage", "checkpoint_failed"]
+    good = CheckpointStore(tmp_path / "ok")
+    w = torch.arange(6, dtype=torch.float32)
+    pending = sharded.async_save(good, 4, {"w": w, "meta": {"ids": [1, 2]}})
+    w.add_(1)
+    assert pending.result().step == 4 and sharded.wait(good) == pending.result()
+    state = {"w": torch.zeros(6), "meta": {"ids": []}}
+    assert sharded.load(good, state) is not None
+    assert torch.equal(state["w"], torch.arange(6, dtype=torch.float32))
