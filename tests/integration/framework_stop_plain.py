@@ -7,7 +7,9 @@ sees the batches the uninterrupted one saw. Environment:
 - ``TOTAL``: steps (default 12);
 - ``HOLD_AT``: in attempt 1, after that step every rank writes ``held-<rank>`` and waits
   for the file ``gate`` (the test writes it once the stop reached rank 0): the stop is
-  decided at that step's boundary, whatever the machine's speed.
+  decided at that step's boundary, whatever the machine's speed;
+- ``MISCOUNT_RANK``: that rank passes step + 1 to ``should_stop`` (a broken contract: the
+  ranks must fail together, not wait for each other).
 
 Each rank writes ``exit-<rank>-a<attempt>`` with the status it exits with (SystemExit),
 and rank 0 ``weights.sha256`` at the end.
@@ -40,6 +42,7 @@ run = acceptrun.init()
 run.handle_stops()  # SIGTERM outside run.steps(): a stop request, not death
 start = run.restore(model=model.module, optimizer=opt)
 hold = int(os.environ.get("HOLD_AT", "-1")) if run.attempt == 1 else -1
+miscount = 1 if os.environ.get("MISCOUNT_RANK") == str(rank) else 0
 try:
     for step in range(start, total):
         g = torch.Generator().manual_seed(step * world + rank)
@@ -54,7 +57,7 @@ try:
             deadline = time.monotonic() + 600  # seconds; the test opens the gate long before
             while not Path("gate").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
-        if run.should_stop(step):  # once a step, every rank: True on all of them at once
+        if run.should_stop(step + miscount):  # once a step, every rank: True on all at once
             run.checkpoint(step, block=True)
             run.exit_stopped(step, checkpoint=step)
         run.maybe_checkpoint(step)

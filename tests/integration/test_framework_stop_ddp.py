@@ -33,7 +33,7 @@ TOTAL = 12
 SPEC = """\
 name = "{name}"
 command = [{python}, "{script}"]
-env = {{ TOTAL = "{total}", HOLD_AT = "{hold}" }}
+env = {{ TOTAL = "{total}", HOLD_AT = "{hold}"{env} }}
 [resources]
 processes = 2
 [checkpoint]
@@ -45,14 +45,14 @@ grace_period = "300s"
 """
 
 
-def make_job(root: Path, script: str, *, hold: int) -> Path:
-    """A directory holding the worker and a spec that runs it on 2 ranks."""
+def make_job(root: Path, script: str, *, hold: int, env: str = "") -> Path:
+    """A directory holding the worker and a spec that runs it on 2 ranks (``env``: more TOML)."""
     root.mkdir(parents=True)
     shutil.copy(HERE / script, root / script)
     (root / "spec.toml").write_text(
         SPEC.format(
             name=Path(script).stem.replace("_", "-"), python=json.dumps(sys.executable),
-            script=script, total=TOTAL, hold=hold,
+            script=script, total=TOTAL, hold=hold, env=env,
         )
     )  # fmt: skip
     return root
@@ -156,3 +156,21 @@ def test_accelerate_stop_reaches_both_ranks(tmp_path: Path) -> None:
     info = CheckpointStore(record.checkpoints_dir).get(HOLD)
     assert info is not None and info.meta["framework"] == "accelerate"
     assert {f"files/stopped-step-{HOLD}/random_states_{r}.pkl" for r in (0, 1)} <= set(info.files)
+
+
+@pytest.mark.slow
+def test_ranks_that_decide_at_different_steps_fail_together(tmp_path: Path) -> None:
+    """Rank 1 passes step + 1: both ranks raise at the first boundary instead of waiting."""
+    job = make_job(tmp_path / "miscount", "framework_stop_plain.py", hold=-1,
+                   env=', MISCOUNT_RANK = "1"')  # fmt: skip
+    proc = acceptrun(job, "run", "-q", "spec.toml")
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    record = only_record_in(job / "ws")
+    exit1 = record.read_json("attempts/1/exit.json")
+    assert exit1["outcome"] == "failed", exit1
+    assert list(record.events("kill_sent")) == []  # the ranks ended by themselves
+    assert max(e["step"] for e in record.events("step")) == 0  # at the first boundary
+    log = (record.path / "attempts/1/stderr.log").read_text()
+    said = "the ranks disagree on where they decide a stop (the ranks called run.should_stop() with steps from 0 to 1"
+    assert f"{said}; rank 0 was in run.should_stop(0))" in log, log[-3000:]
+    assert f"{said}; rank 1 was in run.should_stop(1))" in log

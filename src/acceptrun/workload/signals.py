@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import types
 from typing import NoReturn
@@ -32,10 +33,17 @@ __all__ = ["StopHandling"]
 # The point steps() gives the agreement: no step a loop of the script's own can pass, so
 # a rank in steps()' agreement and one in should_stop() never pass for the same point.
 _STEPS_LOOP = -(2**62)
+# A rank waiting this long in one stop agreement says so on stderr (the attempt's
+# stderr.log): another rank may never come (the contract of should_stop() broken), or be
+# slow (rank 0 copying a large checkpoint). Seconds; checked every _WAIT_POLL_S.
+STOP_WAIT_WARN_S = 120.0
+_WAIT_POLL_S = 5.0
 
 
 class StopHandling(RunBase):
     """Stop requests and the exit they end in (a part of :class:`~acceptrun.workload.run.Run`)."""
+
+    _wait_watch: threading.Thread | None = None  # says when a stop agreement waits long
 
     def _stop_agreed(self) -> bool:
         """Whether to stop at this step boundary of ``steps()``; every rank's answer."""
@@ -92,6 +100,11 @@ class StopHandling(RunBase):
         import torch
         import torch.distributed as dist
 
+        if self._wait_watch is None:
+            self._wait_watch = threading.Thread(
+                target=self._watch_stop_wait, name="acceptrun-stop-wait", daemon=True
+            )
+            self._wait_watch.start()
         outer = self._phase
         # What the heartbeat says while a rank waits here for the others: a rank that
         # never comes (a contract broken) shows as a hang in phase "stop_agreement".
@@ -133,6 +146,17 @@ class StopHandling(RunBase):
             # and would tear the others down in the middle of their exit.
             self._group.barrier()
         raise SystemExit(EXIT_STOPPED)
+
+    def _watch_stop_wait(self) -> None:
+        """Say on stderr, once per wait, that this rank waits long in a stop agreement."""
+        warned = None
+        while not self.finished:
+            time.sleep(_WAIT_POLL_S)  # seconds; reads one tuple, costs the loop nothing
+            phase, step, since = self._phase
+            waited = time.time() - since
+            if phase == "stop_agreement" and since != warned and waited >= STOP_WAIT_WARN_S:
+                warned = since
+                print(_waiting(self.rank, step, waited), file=sys.stderr, flush=True)
 
     @property
     def stop_requested(self) -> bool:
@@ -230,4 +254,14 @@ def _mismatch(point: int, low: int, high: int, rank: int) -> str:
         f"the ranks disagree on where they decide a stop ({there}; rank {rank} was in "
         f"{here}): every rank must call run.should_stop(step) once per step, at the same "
         "point of the loop, and not inside run.steps(), which decides by itself"
+    )
+
+
+def _waiting(rank: int, step: int | None, waited: float) -> str:
+    """The line a rank prints when it has waited long in one stop agreement."""
+    where = "at a step boundary of run.steps()" if step is None else f"in run.should_stop({step})"
+    return (
+        f"acceptrun: rank {rank} has waited {waited:.0f} s {where} for the other ranks; "
+        "if one of them does not call it at this point (once per step, every rank), this "
+        "is a deadlock (docs/multi-process.md, 'Loops of their own')"
     )
