@@ -187,6 +187,16 @@ def test_mirror_ok_passes_and_behind_fails(tmp_path: Path) -> None:
     rb.write_json("mirror.json", {"steps": {"10": {"state": "failed"}}})
     c = rb.check("mirror")
     assert (c.status, c.required, c.evidence) == ("fail", True, "step 10 on /srv/mirror: failed")
+    assert c.fix and "credentials" in c.fix
+
+
+def test_mirror_that_was_never_handed_a_step_names_the_save_path(tmp_path: Path) -> None:
+    rb = VerdictRecord(tmp_path, CKPT + 'mirror = "/srv/mirror"\n')
+    rb.checkpoint(10)
+    rb.write_json("mirror.json", {"steps": {}})
+    c = rb.check("mirror")
+    assert c.status == "fail" and c.fix and "run.checkpoint_store()" in c.fix
+    assert "credentials" not in c.fix
 
 
 def test_mirror_without_mirror_json_fails_as_not_recorded_state(tmp_path: Path) -> None:
@@ -194,6 +204,7 @@ def test_mirror_without_mirror_json_fails_as_not_recorded_state(tmp_path: Path) 
     rb.checkpoint(10)
     c = rb.check("mirror")
     assert (c.status, c.evidence) == ("fail", "step 10 on /srv/mirror: not recorded")
+    assert c.fix and "run.checkpoint_store()" in c.fix
 
 
 DRILLS = '[acceptance]\ndrills = ["restore", "kill"]\n'

@@ -63,9 +63,17 @@ def last_checkpoint(given: CheckInput) -> list[Check]:
         states = (record.read_json("mirror.json") or {}).get("steps", {})
         state = states.get(str(latest.step), {}).get("state", "not recorded")
         ok = state == "ok"
+        if ok:
+            fix = None
+        elif not states:  # no step was ever handed to the mirror
+            fix = (
+                "nothing was handed to the mirror: save with run.checkpoint() or through "
+                "run.checkpoint_store() (a CheckpointStore built by the script is not mirrored)"
+            )
+        else:
+            fix = "the mirror is behind: check its credentials and reachability (mirror.json)"
         out.append(Check("data", "mirror", PASS if ok else FAIL, True,
-                         f"step {latest.step} on {ck.mirror}: {state}",
-                         None if ok else "the mirror is behind: check its credentials and reachability"))  # fmt: skip
+                         f"step {latest.step} on {ck.mirror}: {state}", fix))  # fmt: skip
     return out
 
 
