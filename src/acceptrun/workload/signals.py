@@ -66,14 +66,14 @@ class StopHandling(RunBase):
         ``stop_agreement``), and ranks that call it with different ``step`` values (one
         calls it twice a step, or from another hook) raise :class:`~acceptrun.errors.UserError`
         on every rank, naming the steps. Needs ``torch.distributed.init_process_group()``
-        first; without it each rank answers for its own signal.
+        first; without it each rank answers for its own signal. ::
 
-        >>> run.handle_stops()
-        >>> for step in range(start, total):
-        ...     train_step()
-        ...     if run.should_stop(step):
-        ...         run.checkpoint(step, block=True)
-        ...         run.exit_stopped(step, checkpoint=step)
+            run.handle_stops()
+            for step in range(start, total):
+                train_step()
+                if run.should_stop(step):
+                    run.checkpoint(step, block=True)
+                    run.exit_stopped(step, checkpoint=step)
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < -1:
             raise UserError(
