@@ -600,9 +600,9 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("resume_note", ResumeNoteEvent, "a framework resume note (Lightning)", "integrations/lightning"),
     _E("stale_checkpoint_removed", StaleCheckpointRemovedEvent, "a checkpoint newer than the resume point was removed", "integrations/transformers"),
     # checkpoints and the mirror
-    _E("checkpoint_stage", CheckpointStageEvent, "a checkpoint was staged: the loop's stall", "checkpoint/saver"),
+    _E("checkpoint_stage", CheckpointStageEvent, "a checkpoint was staged: the loop's stall", "checkpoint/saver, checkpoint/sharded"),
     _E("checkpoint_commit", CheckpointCommitEvent, "a checkpoint was committed and verified", "checkpoint/store"),
-    _E("checkpoint_failed", CheckpointFailedEvent, "a checkpoint save failed", "checkpoint/saver, supervisor/external"),
+    _E("checkpoint_failed", CheckpointFailedEvent, "a checkpoint save failed", "checkpoint/saver, checkpoint/sharded, supervisor/external"),
     _E("checkpoint_delete", CheckpointDeleteEvent, "a checkpoint was deleted (retention, gc)", "checkpoint/store, run/retention"),
     _E("checkpoint_quarantine", CheckpointQuarantineEvent, "a checkpoint failed verification and was moved aside", "checkpoint/store"),
     _E("checkpoint_staging_removed", CheckpointStagingRemovedEvent, "a dead writer's staging directory was removed", "checkpoint/store"),

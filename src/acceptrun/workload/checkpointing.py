@@ -7,11 +7,18 @@ drill (``ACCEPTRUN_DRILL``) restores, runs one step and records the result.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from acceptrun.errors import AcceptrunKeyError, AcceptrunRuntimeError, AcceptrunValueError
+from acceptrun.errors import (
+    AcceptrunError,
+    AcceptrunKeyError,
+    AcceptrunRuntimeError,
+    AcceptrunValueError,
+)
 from acceptrun.workload.base import RunBase
 
 __all__ = ["Checkpointing"]
@@ -90,12 +97,21 @@ class Checkpointing(RunBase):
         recorded (a ``mirror_behind`` event)."""
         mirror, self._mirror = self._mirror, None
         checkpointer = self._checkpointer
+        self._settle_sharded_save()  # its commit is then mirrored below
         try:
             if checkpointer is not None:
                 checkpointer.close()  # drains and closes the mirror it was given
         finally:
             if mirror is not None and (checkpointer is None or checkpointer.mirror is not mirror):
                 mirror.drain_and_close(60.0)
+
+    def _settle_sharded_save(self) -> None:
+        """A ``sharded.async_save`` still in flight on this run's directory ends first."""
+        sharded = sys.modules.get("acceptrun.checkpoint.sharded")
+        if sharded is None:  # never imported: no sharded save was made
+            return
+        with contextlib.suppress(AcceptrunError):  # recorded: a checkpoint_failed event
+            sharded.wait(self._store())
 
     def restore(
         self,
