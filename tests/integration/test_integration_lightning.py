@@ -30,7 +30,6 @@ pytestmark = pytest.mark.slow  # each Lightning process spends seconds importing
 PYTHON = sys.executable
 TOTAL = 30  # steps; 12 batches per epoch, so the run ends mid-epoch 2
 KILL_AT = 20  # mid-epoch 1: the newest checkpoint is step 18, six batches into the epoch
-KILL_AT_EPOCH_END = 13  # the newest checkpoint is step 12, the end of epoch 0
 
 TRAIN = textwrap.dedent(
     """
@@ -206,29 +205,18 @@ def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(
     assert step_losses(record) == reference["losses"]  # the same loss at every step
 
 
-def test_killed_after_an_epoch_end_with_loader_workers_resumes_bitwise(
+def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise_without_validation(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
-    job = make_job(tmp_path / "job")
-    kill = f"kill@step={KILL_AT_EPOCH_END}"
-    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "--inject", kill, "spec.toml", WORKERS="2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record_in(tmp_path / "ws")
-    assert [e["step"] for e in record.events("restored")] == [12]  # epoch 1 starts afresh
-    # Two worker processes give the same batches in the same order as the main process.
-    assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert step_losses(record) == reference["losses"]
-
-
-def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
-    tmp_path: Path, reference: dict[str, Any]
-) -> None:
+    """A stop mid-run, then `acceptrun resume`; no validation and checkpoints every 7 steps:
+    validation does not move the training random streams, so this is still the reference."""
     job = make_job(tmp_path / "job")
     ws = tmp_path / "ws"
+    env = {"NOVAL": "1", "EVERY": "7"}
     # 0.4 s a step: the stop lands mid-run however long `acceptrun stop` takes to start.
     run = subprocess.Popen(
         [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
-        cwd=job, env={**os.environ, "STEP_S": "0.4"}, stdout=subprocess.PIPE,
+        cwd=job, env={**os.environ, **env, "STEP_S": "0.4"}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -238,7 +226,7 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
             record = RunRecord(found[0].parent) if found else None
             return record if record and list(record.events("checkpoint_commit")) else None
 
-        record = wait_for(committed, what="a first checkpoint")
+        record = wait_for(committed, timeout=300, what="a first checkpoint")
         stop = acceptrun(job, ws, "stop", record.run_id, "--wait", timeout=120)
         assert stop.returncode == 0, stop.stdout + stop.stderr
         run.communicate(timeout=60)
@@ -253,24 +241,35 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise(
     assert stopped["step"] == last and stopped["checkpoint"] == last < TOTAL
     commits = [e["step"] for e in record.events("checkpoint_commit")]
     assert commits[-1] == last  # the step in flight finished and was saved
-    if last % 6:  # not a ModelCheckpoint step: the callback saved its own .ckpt
+    if last % 7:  # not a ModelCheckpoint step: the callback saved its own .ckpt
         info = json.loads((record.checkpoints_dir / f"step-{last}" / "MANIFEST.json").read_text())
         assert list(info["meta"]["files"]) == ["ckpt/acceptrun.ckpt"]
     assert exit1["work"]["steps_lost"] == 0
 
-    resumed = acceptrun(job, ws, "resume", "-q", record.run_id)
+    resumed = acceptrun(job, ws, "resume", "-q", record.run_id, **env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [e["step"] for e in record.events("restored")] == [last]
+    assert not [e for e in record.events("metric") if e["name"] == "val_loss"]
+    # ModelCheckpoint's steps, and the stop's; step 30 has no ModelCheckpoint file: the
+    # callback saved its own for the output.
+    commits = [e["step"] for e in record.events("checkpoint_commit")]
+    assert last in commits
+    assert [c for c in commits if c != last] == [c for c in (7, 14, 21, 28, 30) if c != last]
+    (output,) = record.events("output")
+    assert output["path"] == str(job / "ckpt" / "acceptrun.ckpt")
     assert (job / "weights.sha256").read_text() == reference["sha"]
     assert step_losses(record) == reference["losses"]
 
 
-def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
+def test_corrupted_newest_is_quarantined_and_the_epoch_end_one_resumes_bitwise_with_workers(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
+    """Step 18's checkpoint is corrupted: the resume quarantines it and restores step 12,
+    the end of epoch 0, with two loader worker processes (epoch 1 starts afresh)."""
     job = make_job(tmp_path / "job", restarts=0)
     ws = tmp_path / "ws"
-    proc = acceptrun(job, ws, "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml")
+    kill = f"kill@step={KILL_AT}"
+    proc = acceptrun(job, ws, "run", "-q", "--inject", kill, "spec.toml", WORKERS="2")
     assert proc.returncode == 1  # killed, no restart allowed
     record = only_record_in(ws)
     newest = record.checkpoints_dir / "step-18" / "files" / "ckpt" / "epoch=1-step=18.ckpt"
@@ -278,32 +277,15 @@ def test_corrupted_newest_checkpoint_is_quarantined_and_the_one_before_used(
     blob[len(blob) // 2] ^= 0xFF  # one flipped byte
     newest.write_bytes(bytes(blob))
 
-    resumed = acceptrun(job, ws, "resume", "-q", record.run_id)
+    resumed = acceptrun(job, ws, "resume", "-q", record.run_id, WORKERS="2")
     assert resumed.returncode in (0, 1), resumed.stdout + resumed.stderr
     (quarantine,) = record.events("checkpoint_quarantine")
     assert quarantine["step"] == 18 and "failed verification" in quarantine["reason"]
     assert list((record.checkpoints_dir / "quarantine").glob("step-18-*"))
-    (restored,) = record.events("restored")
-    assert restored["step"] == 12
+    assert [e["step"] for e in record.events("restored")] == [12]  # epoch 1 starts afresh
     assert record.read_json("attempts/2/exit.json")["class"] == "success"
-    # The file put back is the verified copy, whatever Lightning left in ckpt/.
-    assert (job / "weights.sha256").read_text() == reference["sha"]
-    assert step_losses(record) == reference["losses"]
-
-
-def test_validation_does_not_move_the_training_random_streams(
-    tmp_path: Path, reference: dict[str, Any]
-) -> None:
-    """No validation, and checkpoints every 7 steps: the same training as the reference."""
-    job = make_job(tmp_path / "job")
-    proc = acceptrun(job, tmp_path / "ws", "run", "-q", "spec.toml", NOVAL="1", EVERY="7")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record_in(tmp_path / "ws")
-    assert not [e for e in record.events("metric") if e["name"] == "val_loss"]
-    # Step 30 has no ModelCheckpoint file: the callback saved its own for the output.
-    assert [e["step"] for e in record.events("checkpoint_commit")] == [7, 14, 21, 28, 30]
-    (output,) = record.events("output")
-    assert output["path"] == str(job / "ckpt" / "acceptrun.ckpt")
+    # The file put back is the verified copy, whatever Lightning left in ckpt/; two worker
+    # processes give the same batches in the same order as the main process.
     assert (job / "weights.sha256").read_text() == reference["sha"]
     assert step_losses(record) == reference["losses"]
 
