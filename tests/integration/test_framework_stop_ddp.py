@@ -5,7 +5,8 @@ loop that polls ``run.should_stop(step)`` after ``run.handle_stops()``
 (framework_stop_plain.py), and an Accelerate loop through ``track(accelerator)``
 (framework_stop_accelerate.py). Each is run once uninterrupted, and once held at step
 ``HOLD`` until ``acceptrun stop`` has reached rank 0 (a gate file, so the stop lands at
-the same step however fast the machine is), then resumed with ``acceptrun resume``:
+the same step however fast the machine is), then resumed with ``acceptrun resume``
+(the uninterrupted run runs meanwhile):
 both ranks must write ``stopped`` at the agreed step, exit 143, leave the checkpoint of
 that step, and the resumed run must end ACCEPTED with weights bitwise equal to the
 uninterrupted run's.
@@ -73,14 +74,29 @@ def acceptrun(job: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def uninterrupted(root: Path, script: str) -> dict[str, Any]:
-    job = make_job(root, script, hold=-1)
-    proc = acceptrun(job, "run", "-q", "spec.toml")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {
-        "hash": (job / "weights.sha256").read_text(),
-        "losses": step_losses(only_record_in(job / "ws")),
+def reference_and_stopped(root: Path, script: str) -> tuple[dict[str, Any], Path, RunRecord]:
+    """The uninterrupted run, started first and run while the other one is held and resumed.
+
+    Returns the reference's final weights hash and losses, and the stopped run's job and record.
+    """
+    ref_job = make_job(root / "ref", script, hold=-1)
+    ref = subprocess.Popen(
+        acceptrun_cmd(ref_job, "run", "-q", "spec.toml"), cwd=ref_job, env=clean_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        job, record = stopped_and_resumed(root / "stop", script)
+        out, err = ref.communicate(timeout=600)
+    finally:
+        if ref.poll() is None:
+            ref.kill()
+            ref.wait()
+    assert ref.returncode == 0, out + err
+    reference = {
+        "hash": (ref_job / "weights.sha256").read_text(),
+        "losses": step_losses(only_record_in(ref_job / "ws")),
     }
+    return reference, job, record
 
 
 def stopped_and_resumed(root: Path, script: str) -> tuple[Path, RunRecord]:
@@ -135,9 +151,7 @@ def assert_stopped_at_hold_then_bitwise(job: Path, record: RunRecord, ref: dict[
 
 @pytest.mark.slow
 def test_plain_loop_should_stop_reaches_both_ranks(tmp_path: Path) -> None:
-    script = "framework_stop_plain.py"
-    ref = uninterrupted(tmp_path / "ref", script)
-    job, record = stopped_and_resumed(tmp_path / "stop", script)
+    ref, job, record = reference_and_stopped(tmp_path, "framework_stop_plain.py")
     assert_stopped_at_hold_then_bitwise(job, record, ref)
     # run.checkpoint() of 2 ranks: both ranks' own state in the stop's checkpoint
     info = CheckpointStore(record.checkpoints_dir).get(HOLD)
@@ -147,9 +161,7 @@ def test_plain_loop_should_stop_reaches_both_ranks(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_accelerate_stop_reaches_both_ranks(tmp_path: Path) -> None:
     pytest.importorskip("accelerate", reason="the accelerate extra is not installed")
-    script = "framework_stop_accelerate.py"
-    ref = uninterrupted(tmp_path / "ref", script)
-    job, record = stopped_and_resumed(tmp_path / "stop", script)
+    ref, job, record = reference_and_stopped(tmp_path, "framework_stop_accelerate.py")
     assert_stopped_at_hold_then_bitwise(job, record, ref)
     # The stop fell between the script's saves: save_state into stopped-step-6, which
     # holds both ranks' RNG states (each rank wrote its own before rank 0 captured).
