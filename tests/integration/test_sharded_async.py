@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +22,11 @@ from safetensors.numpy import load_file
 from test_sharded_checkpoint import run_ranks, same_bits
 
 from acceptrun.checkpoint import CheckpointStore, sharded
+from acceptrun.checkpoint.mirror import remote_steps
 from acceptrun.checkpoint.store import LATEST
 from acceptrun.errors import RecordError
-from conftest import wait_for
+from acceptrun.run.launch import launch
+from conftest import PYTHON, toml_str, wait_for
 
 WORKER = Path(__file__).with_name("sharded_async_worker.py")
 TIMEOUT = 300  # seconds per group of ranks; generous for a loaded two-core machine
@@ -186,3 +189,28 @@ def test_unreported_failure_is_raised_by_the_next_save(tmp_path: Path) -> None:
     state = {"w": torch.zeros(6), "meta": {"ids": []}}
     assert sharded.load(good, state) is not None
     assert torch.equal(state["w"], torch.arange(6, dtype=torch.float32))
+
+
+@pytest.mark.slow
+def test_run_finish_waits_for_the_save_before_the_mirror_drains(tmp_path: Path) -> None:
+    script = Path(__file__).with_name("sharded_async_run.py")
+    job, mirror = tmp_path / "job", tmp_path / "mirror"
+    job.mkdir()
+    shutil.copy(script, job / script.name)
+    (job / "spec.toml").write_text(
+        f'name = "shasync"\ncommand = [{toml_str(PYTHON)}, "{script.name}"]\n'
+        'env = { OMP_NUM_THREADS = "1" }\n'
+        f"[checkpoint]\nkeep_last = 2\nmirror = {toml_str(str(mirror))}\n"
+        "[limits]\nmax_restarts = 0\n"
+    )
+    result = launch(job / "spec.toml", workspace=tmp_path / "ws", echo=False)
+    record = result.record
+    commits = [e["step"] for e in record.events("checkpoint_commit")]
+    assert commits == [0, 1, 2, 3], (result.verdict, commits)
+    assert [e["step"] for e in record.events("checkpoint_stage")] == [0, 1, 2, 3]
+    assert not list(record.events("checkpoint_failed"))
+    assert remote_steps(str(mirror / record.run_id)) == [2, 3]  # step 3 reached the mirror
+    state = {"w": torch.zeros(10_000), "train": {"step": -1}}
+    info = sharded.load(CheckpointStore(record.checkpoints_dir), state)
+    assert info is not None and info.step == 3 and state["train"]["step"] == 3
+    assert torch.equal(state["w"], torch.full((10_000,), 4.0))
