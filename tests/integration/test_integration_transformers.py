@@ -1,8 +1,8 @@
 """The Hugging Face Trainer with AcceptrunCallback, under a real `acceptrun run`.
 
 A tiny GPT-2 (2 layers, hidden 32, vocabulary 100) built from a config, on random tokens:
-no downloads. The same job runs uninterrupted, killed by an injected fault, stopped
-gracefully and resumed, and with its newest checkpoint corrupted; every resumed run must
+no downloads. The same job runs uninterrupted, stopped gracefully and resumed, and killed
+by an injected fault with its newest checkpoint corrupted; every resumed run must
 end with weights bitwise equal to the uninterrupted one, and the loss of every step it
 ran again equal to the uninterrupted run's.
 """
@@ -182,24 +182,6 @@ def test_restore_drill_of_a_trainer_run(reference: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_bitwise(tmp_path: Path, reference: dict[str, Any]) -> None:
-    """kill@step=12 fires from the callback's step event; attempt 2 resumes from step 10."""
-    job = make_job(tmp_path / "killed")
-    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = only_record_in(job / "ws")
-    (fault,) = record.events("fault_injected")
-    assert fault["step"] == 12 and fault["action"] == "kill"
-    assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 10]
-    (restored,) = record.events("restored")
-    assert restored["attempt"] == 2 and restored["step"] == 10
-    assert (job / "weights.sha256").read_text() == reference["hash"]
-    again = step_losses(record, attempt=2)
-    assert sorted(again) == list(range(11, 21))
-    assert again == {s: reference["losses"][s] for s in again}  # the loss curve, exactly
-
-
-@pytest.mark.slow
 def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, Any]) -> None:
     job = make_job(tmp_path / "stopped")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
@@ -234,10 +216,11 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
 
 
 @pytest.mark.slow
-def test_corrupted_newest_checkpoint_is_quarantined(
+def test_killed_run_past_a_corrupted_checkpoint_resumes_bitwise(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
-    """Attempt 1 flips a byte of the stored step 10, then dies at step 12: resume from 5.
+    """Attempt 1 flips a byte of the stored step 10, then kill@step=12 fires from the
+    callback's step event: attempt 2 quarantines step 10 and resumes from step 5.
 
     The callback is attached with trainer.add_callback() here, after the Trainer exists.
     """
@@ -246,9 +229,16 @@ def test_corrupted_newest_checkpoint_is_quarantined(
     proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
+    (fault,) = record.events("fault_injected")
+    assert fault["step"] == 12 and fault["action"] == "kill"
     (q,) = record.events("checkpoint_quarantine")
     assert q["step"] == 10 and "failed verification" in q["reason"]
     assert [a["resume_step"] for a in record.events("attempt_start")] == [None, 5]
+    (restored,) = record.events("restored")
+    assert restored["attempt"] == 2 and restored["step"] == 5
     (removed,) = record.events("stale_checkpoint_removed")  # the Trainer's own checkpoint-10
     assert removed["path"].endswith("checkpoint-10") and removed["resumed_step"] == 5
     assert (job / "weights.sha256").read_text() == reference["hash"]
+    again = step_losses(record, attempt=2)
+    assert sorted(again) == list(range(6, 21))
+    assert again == {s: reference["losses"][s] for s in again}  # the loss curve, exactly
