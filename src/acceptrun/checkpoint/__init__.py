@@ -9,7 +9,10 @@
 - :mod:`~acceptrun.checkpoint.saver`: async saves (stage, then persist in the background);
 - :mod:`~acceptrun.checkpoint.mirror`: copies off the machine through fsspec;
 - :mod:`~acceptrun.checkpoint.sharded`: FSDP2/DTensor state saved shard by shard through
-  torch.distributed.checkpoint into the store (JSON metadata, no pickle, resharding).
+  torch.distributed.checkpoint into the store (JSON metadata, no pickle, resharding),
+  synchronously or in the background (``async_save``);
+- :mod:`~acceptrun.checkpoint.dcp_storage`: the DCP storage writer/reader and planners
+  that sharded saves and loads use.
 
 The torch-dependent names are imported lazily, so the supervisor can use the store
 without importing torch.
