@@ -69,3 +69,14 @@ def test_a_long_wait_names_the_rank_the_step_and_the_contract() -> None:
     assert line.startswith("acceptrun: rank 1 has waited 125 s in run.should_stop(7)")
     assert "once per step, every rank" in line
     assert "at a step boundary of run.steps()" in signals._waiting(0, None, 130.0)
+
+
+def test_a_script_that_ends_its_own_stop_ends_the_workload_as_stopped(run: Run) -> None:
+    # A script with its own SIGTERM handler calls exit_stopped() without should_stop():
+    # the workload's end must still read "stopped", not "ok".
+    with pytest.raises(SystemExit) as exited:
+        run.exit_stopped(4, checkpoint=4)
+    assert exited.value.code == 143 and not run.stop_requested
+    run._at_exit()
+    (end,) = run.record.events("workload_end")
+    assert end["status"] == "stopped"

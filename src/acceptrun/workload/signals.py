@@ -232,7 +232,7 @@ class StopHandling(RunBase):
         if self.finished:
             return
         status = "ok"
-        if self._stop_requested:
+        if self._stop_requested or self._stopping:  # _stopping: exit_stopped() or the loop's stop
             status = "stopped"
         elif self._exception is not None:
             status = f"error: {type(self._exception).__name__}: {self._exception}"
