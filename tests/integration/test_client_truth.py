@@ -46,40 +46,56 @@ def exits(record: RunRecord) -> list[dict[str, Any]]:
     ]
 
 
-# ---- 1. restore gives back every plain value ---------------------------------------------------
+# ---- 1. restore gives back every plain value; the script's own torch.save after it is exact ----
 
-PLAIN_VALUES = """
+RESUMED_STATE = """
 import json
 import torch
 import acceptrun
 
 torch.manual_seed(0)
-model = torch.nn.Linear(2, 1)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+opt = torch.optim.Adam([{"params": model[0].parameters()},
+                        {"params": model[2].parameters(), "lr": 1e-2}], lr=1e-3)
+x, y = torch.randn(16, 4), torch.randn(16, 1)   # before restore(), which sets the RNG
 counters = {"seen": 0}
 history = []
 hidden = torch.zeros(1, 3, requires_grad=True)   # an RNN's hidden state, carried over
 run = acceptrun.init()
-start = run.restore(model=model, counters=counters, history=history, hidden=hidden,
-                    best=float("inf"), name="fresh")
+start = run.restore(model=model, optimizer=opt, counters=counters, history=history,
+                    hidden=hidden, best=float("inf"), name="fresh")
 best = run.restored.get("best", float("inf"))
 for step in run.steps(start, 8):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
     counters["seen"] += 1
     history.append(step)
     with torch.no_grad():
         hidden += 1
     best = min(best, 10.0 - step)
     run.update_state(best=best, name=f"after {step}")
-    run.log(step, loss=10.0 - step)
+    run.log(step, loss=loss.item())
     if step % 2 == 1:
         run.checkpoint(step, block=True)
+torch.save(opt.state_dict(), "optimizer.pt")
+torch.save(model.state_dict(), "model.pt")
 json.dump({"counters": counters, "history": history, "hidden": hidden.tolist(), "best": best,
            "name": run.state("name"), "restored": sorted(run.restored)}, open("values.json", "w"))
 """
 
 
-def test_restore_gives_back_plain_values(project: Project) -> None:
-    result = run_spec(project, PLAIN_VALUES, inject=["kill@step=4"])
-    record = result.record
+@pytest.mark.slow
+def test_restore_gives_back_plain_values_and_the_optimizer_pickles_byte_identical(
+    project: Project,
+) -> None:
+    run_spec(project, RESUMED_STATE)
+    reference = {n: (project.root / n).read_bytes() for n in ("optimizer.pt", "model.pt")}
+    for n in (*reference, "values.json"):
+        (project.root / n).unlink()
+    record = run_spec(project, RESUMED_STATE, inject=["kill@step=4"]).record
     assert [e["resume_step"] for e in record.events("attempt_start")] == [None, 3]
     got = json.loads((project.root / "values.json").read_text())
     # Attempt 2 went on from what step 3 saved, as if never interrupted.
@@ -89,6 +105,10 @@ def test_restore_gives_back_plain_values(project: Project) -> None:
     assert got["best"] == 3.0
     assert got["name"] == "after 7"
     assert got["restored"] == ["best", "counters", "hidden", "history", "name"]
+    # The script's own torch.save of its optimizer and model, after the resume: the bytes
+    # of the uninterrupted run.
+    for name, data in reference.items():
+        assert (project.root / name).read_bytes() == data, name
 
 
 # ---- 2. injected faults fire in any loop that logs, and a missed one fails the verdict --------
@@ -118,8 +138,19 @@ def test_step_fault_fires_in_a_log_loop(project: Project) -> None:
     assert compute_verdict(record).accepted
 
 
+# The same loop without the model and its checkpoints (no torch to import): a step fault
+# is checked against the steps the script logged, whatever else it does.
+LOG_LOOP_ONLY = """
+import acceptrun
+
+run = acceptrun.init()
+for step in range(8):                      # a script's own loop: no run.steps()
+    run.log(step, loss=1.0 / (step + 1))
+"""
+
+
 def test_a_fault_that_never_fired_rejects_the_run(project: Project) -> None:
-    record = run_spec(project, LOG_LOOP, inject=["kill@step=40"]).record
+    record = run_spec(project, LOG_LOOP_ONLY, inject=["kill@step=40"]).record
     (only,) = exits(record)
     assert only["outcome"] == "success"
     verdict = compute_verdict(record)
@@ -170,47 +201,7 @@ def test_an_exception_in_the_loop_does_not_count_as_a_step(project: Project) -> 
     assert only["class"] == "user_error"  # a NameError before the first step
 
 
-# ---- 4. the script's own torch.save after a resume is byte-identical ---------------------------
-
-OPTIMIZER_SAVE = """
-import torch
-import acceptrun
-
-torch.manual_seed(0)
-torch.set_num_threads(1)
-model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-opt = torch.optim.Adam([{"params": model[0].parameters()},
-                        {"params": model[2].parameters(), "lr": 1e-2}], lr=1e-3)
-x, y = torch.randn(16, 4), torch.randn(16, 1)   # before restore(), which sets the RNG
-run = acceptrun.init()
-start = run.restore(model=model, optimizer=opt)
-for step in run.steps(start, 8):
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    run.log(step, loss=loss.item())
-    run.maybe_checkpoint(step)
-torch.save(opt.state_dict(), "optimizer.pt")
-torch.save(model.state_dict(), "model.pt")
-"""
-
-
-@pytest.mark.slow
-def test_optimizer_saved_after_a_resume_is_byte_identical(project: Project) -> None:
-    extra = "[checkpoint]\nevery_steps = 2\n"
-    run_spec(project, OPTIMIZER_SAVE, extra=extra)
-    reference = {n: (project.root / n).read_bytes() for n in ("optimizer.pt", "model.pt")}
-    for n in reference:
-        (project.root / n).unlink()
-    record = run_spec(project, OPTIMIZER_SAVE, extra=extra, inject=["kill@step=4"]).record
-    # Resumed from step 3's checkpoint, or step 1's if the async save of 3 was still writing.
-    assert [e["resume_step"] for e in record.events("attempt_start")][-1] in (1, 3)
-    for name, data in reference.items():
-        assert (project.root / name).read_bytes() == data, name
-
-
-# ---- 5. the restore drill never changes the user's files --------------------------------------
+# ---- 4. the restore drill never changes the user's files --------------------------------------
 
 WRITES_FILES = """
 import os
@@ -254,7 +245,7 @@ def test_restore_drill_leaves_outputs_and_working_tree_alone(project: Project) -
     assert hash_file(Path(output["path"]))[0] == output["hash"]  # as registered
 
 
-# ---- 6. the same exception twice is not retried blindly; nccl on a CPU run is flagged ---------
+# ---- 5. the same exception twice is not retried blindly; nccl on a CPU run is flagged ---------
 
 SAME_ERROR_AT_STEP = """
 import torch
@@ -312,7 +303,7 @@ def test_different_failures_are_still_retried(project: Project) -> None:
     assert [a["outcome"] for a in attempts] == ["failed", "failed", "success"]
 
 
-# ---- 7. an injected supervisor kill is described as injected ----------------------------------
+# ---- 6. an injected supervisor kill is described as injected ----------------------------------
 
 
 def test_injected_time_kill_is_described_as_injected(project: Project) -> None:

@@ -79,11 +79,13 @@ def _iters(log: Path) -> list[int]:
     return [int(m.group(1)) for m in re.finditer(r"^iter (\d+):", log.read_text(), re.M)]
 
 
-def _reference(tmp_path: Path, *extra: str) -> str:
-    """The SHA-256 of the weights after an uninterrupted run of the same script."""
-    out = tmp_path / "reference"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The SHA-256 of the weights after an uninterrupted run of the script, shared by the
+    tests that resume it (``--hf`` changes only how it saves, not what it trains)."""
+    out = tmp_path_factory.mktemp("reference") / "out"
     subprocess.run(
-        [PYTHON, str(TRAIN), "--out_dir", str(out), *extra],
+        [PYTHON, str(TRAIN), "--out_dir", str(out)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -112,7 +114,7 @@ def _nanogpt_spec(
 
 
 @pytest.mark.slow
-def test_killed_script_resumes_from_its_own_checkpoint(project: Project, tmp_path: Path) -> None:
+def test_killed_script_resumes_from_its_own_checkpoint(project: Project, reference: str) -> None:
     """(a) nanoGPT shape, SIGKILLed: attempt 2 starts from the captured ckpt.pt, bit-exact."""
     spec = _nanogpt_spec(project)
     proc = _start(project, spec)
@@ -166,7 +168,7 @@ def test_killed_script_resumes_from_its_own_checkpoint(project: Project, tmp_pat
     assert [(e["attempt"], e["step"]) for e in skipped] == [(2, resume_step)]
 
     # Bit for bit the uninterrupted run.
-    assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path)
+    assert (project.root / "out" / "weights.sha256").read_text() == reference
 
     # ckpt ls / verify see the captured checkpoints as any other.
     ls = project.cli("ckpt", "ls", rec.run_id, check_rc=0)
@@ -249,7 +251,7 @@ def test_slow_writer_is_never_captured_half_written(project: Project, tmp_path: 
 
 @pytest.mark.slow
 def test_corrupt_newest_capture_is_quarantined_and_the_one_before_used(
-    project: Project, tmp_path: Path
+    project: Project, reference: str
 ) -> None:
     """(c) `acceptrun resume` after a kill: the newest capture fails verification."""
     spec = _nanogpt_spec(project, extra="max_restarts = 0")
@@ -278,12 +280,12 @@ def test_corrupt_newest_capture_is_quarantined_and_the_one_before_used(
     log2 = (rec.attempt_dir(2) / "stdout.log").read_text()
     first = int(re.search(r"at iter (\d+)", log2).group(1))  # type: ignore[union-attr]
     assert before.step < first <= before.step + EVERY
-    assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path)
+    assert (project.root / "out" / "weights.sha256").read_text() == reference
 
 
 @pytest.mark.slow
 def test_hugging_face_directories_resume_with_the_restored_path(
-    project: Project, tmp_path: Path
+    project: Project, reference: str
 ) -> None:
     """(d) ``out/checkpoint-*`` directories, a string command, --resume_from_checkpoint DIR."""
     shutil.copy(TRAIN, project.root / "train.py")
@@ -320,7 +322,7 @@ def test_hugging_face_directories_resume_with_the_restored_path(
         f"files/out/checkpoint-{info.step}/model.pt",
         f"files/out/checkpoint-{info.step}/trainer_state.json",
     ]
-    assert (project.root / "out" / "weights.sha256").read_text() == _reference(tmp_path, "--hf")
+    assert (project.root / "out" / "weights.sha256").read_text() == reference
 
 
 def test_resume_args_after_a_pipeline_are_refused_before_launch(project: Project) -> None:

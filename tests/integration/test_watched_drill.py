@@ -129,6 +129,13 @@ def test_drill_fails_a_script_that_ignores_its_resume_flag(project: Project) -> 
 @pytest.mark.slow
 def test_drill_of_a_watched_run_without_progress_is_refused(project: Project) -> None:
     spec = _spec(project, progress=False)
+    # Refused before anything runs, so any run with a captured checkpoint will do: this
+    # train.py writes its checkpoint and its output and exits (the final pass captures it).
+    (project.root / "train.py").write_text(
+        "import os\nos.makedirs('out', exist_ok=True)\n"
+        "open('out/ckpt.pt', 'wb').write(b'x' * 4096)\n"
+        "open('out/weights.sha256', 'w').write('0' * 64)\n"
+    )
     project.cli("run", "-q", str(spec), timeout=300, check_rc=0)
     record = project.only_record()
     assert CheckpointStore(record.checkpoints_dir).latest() is not None
