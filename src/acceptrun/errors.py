@@ -29,6 +29,8 @@ Messages name the thing, the bad value and the fix, so a user never needs the tr
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AcceptrunError",
     "AcceptrunFileNotFoundError",
@@ -126,6 +128,25 @@ class DiskFullError(UserError, OSError):
 
     def __str__(self) -> str:
         return self.message  # OSError's "[Errno 28] ..." form would hide the message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments: the default reduction would call DiskFullError(message)
+        # and fail, so an error sent between processes (DCP gathers a rank's exception
+        # with pickle, multiprocessing returns it) could not be rebuilt on the other side.
+        # A subclass's own attributes (CheckpointDiskFullError.intact) travel as state.
+        args = (type(self), self.message, self.errno, self.directory, self.needed, self.free)
+        return (_rebuild_disk_full, args, dict(self.__dict__))
+
+
+def _rebuild_disk_full(
+    cls: type[DiskFullError],
+    message: str,
+    errno: int,
+    directory: str,
+    needed: int | None,
+    free: int | None,
+) -> DiskFullError:
+    return cls(message, errno=errno, directory=directory, needed=needed, free=free)
 
 
 class RecordError(AcceptrunError):

@@ -55,6 +55,21 @@ def test_a_full_checkpoint_disk_is_still_the_os_error_it_was() -> None:
     assert "DiskFullError" in errors.__all__
 
 
+def test_a_full_disk_error_survives_pickle_between_processes() -> None:
+    # DCP gathers a failed rank's exception with pickle; keyword-only arguments broke that.
+    import pickle
+
+    from acceptrun.checkpoint.saver import CheckpointDiskFullError
+
+    exc = CheckpointDiskFullError("ck is full: ...", errno=28, directory="ck", needed=9, free=1)
+    exc.intact = 4
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is CheckpointDiskFullError and str(back) == "ck is full: ..."
+    assert (back.errno, back.directory, back.needed, back.free, back.intact) == (28, "ck", 9, 1, 4)
+    plain = pickle.loads(pickle.dumps(errors.DiskFullError("full", errno=27, directory="d")))
+    assert type(plain) is errors.DiskFullError and (plain.errno, plain.filename) == (27, "d")
+
+
 def test_git_error_is_a_user_error_the_cli_exits_2_on() -> None:
     assert issubclass(errors.GitError, errors.UserError)
     assert errors.GitError.exit_code == 2
