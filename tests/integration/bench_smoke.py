@@ -21,7 +21,7 @@ BENCH = ROOT / "bench"
 # Script -> arguments that make it small. "{out}" is a fresh directory.
 SMOKE: dict[str, list[str]] = {
     "batch_inference.py": [
-        "--kills", "2", "--items", "40", "--shard-size", "10", "--reps", "1",
+        "--kills", "1", "--items", "40", "--shard-size", "10", "--reps", "1",
         "--overhead-items", "200", "--overhead-shard-size", "50", "--root", "{out}",
     ],
     "bert_squad.py": [
@@ -33,13 +33,14 @@ SMOKE: dict[str, list[str]] = {
     "fuzz_campaign.py": ["--profile", "ci", "--targets", "checkpoint", "--json"],
     "gpu_check_telemetry.py": ["{out}"],
     "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
-    "kill_campaign.py": ["--kills", "3", "--root", "{out}"],
-    "overhead.py": ["--pairs", "3", "--steps", "30"],
+    "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
+    "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
     "recovery.py": ["--idle-seconds", "3", "--root", "{out}"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
     "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],
-    "supervisor_kills.py": ["--kills", "2", "--root", "{out}"],
+    "stop_agreement.py": ["--calls", "10", "--ranks", "2"],  # after its 100 warm-up calls
+    "supervisor_kills.py": ["--kills", "1", "--root", "{out}"],
     "ui_board.py": ["--runs", "50", "--repeats", "2", "--seconds", "1"],
     "watched_checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
 }  # fmt: skip
