@@ -245,17 +245,24 @@ def load(
     the previous one is used (``step`` given: it must verify). Returns the checkpoint
     loaded, or None when there is none (a fresh start). JSON values are replaced by what
     was saved (tuples come back as lists).
+
+    The store of a restore drill (``run.checkpoint_store()`` under ``acceptrun ckpt
+    drill``) carries two hooks, read here: ``restore_source``, the run's own store, which
+    the load reads (without quarantining anything: a drill changes no checkpoint), and
+    ``on_sharded_load(info, seconds, rank, world)``, which tells the run that this rank
+    restored, so that the drill counts the load as its restore.
     """
     rank, world = _rank(process_group)
+    source: CheckpointStore = getattr(store, "restore_source", None) or store
     chosen: str | None = None
     if rank == 0:
         try:
             if step is None:
-                info = store.latest_verified()
+                info = source.latest_verified(quarantine=source is store)
             else:
-                result = store.verify(step)
+                result = source.verify(step)
                 result.raise_for_problems()
-                info = store.get(step)
+                info = source.get(step)
             chosen = "" if info is None else str(info.step)
         finally:
             if world > 1:
@@ -266,10 +273,10 @@ def load(
             raise RecordError("rank 0 could not choose a sharded checkpoint to load; see its error")
     if not chosen:
         return None
-    info = store.get(int(chosen))
+    info = source.get(int(chosen))
     if info is None:
         raise RecordError(
-            f"checkpoint step-{chosen} of {store.root} disappeared before it was loaded"
+            f"checkpoint step-{chosen} of {source.root} disappeared before it was loaded"
         )
     if info.meta.get("format") != FORMAT:
         raise UserError(
@@ -277,11 +284,15 @@ def load(
         )
     # no_dist: each rank plans its own reads from the JSON metadata, so no plans are
     # exchanged (DCP pickles those between ranks); ranks may differ in number from the save.
+    t0 = time.perf_counter()
     with warnings.catch_warnings():  # DCP warns that no_dist means "a single process"
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp_load(
             state_dict, storage_reader=DCPReader(info), planner=JsonLoadPlanner(), no_dist=True
         )
+    report = getattr(store, "on_sharded_load", None)
+    if report is not None:
+        report(info, time.perf_counter() - t0, rank, world)
     return info
 
 

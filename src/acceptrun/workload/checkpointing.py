@@ -8,6 +8,8 @@ drill (``ACCEPTRUN_DRILL``) restores, runs one step and records the result.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -20,12 +22,15 @@ from acceptrun.errors import (
     AcceptrunValueError,
 )
 from acceptrun.workload.base import RunBase
+from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX
 
 __all__ = ["Checkpointing"]
 
 
 class Checkpointing(RunBase):
     """Restore, checkpoint and restore drills (a part of :class:`~acceptrun.workload.run.Run`)."""
+
+    _drill_scratch: Any = None  # a restore drill's scratch CheckpointStore, made on first use
 
     def _store(self) -> Any:
         from acceptrun.checkpoint.store import CheckpointStore
@@ -51,12 +56,67 @@ class Checkpointing(RunBase):
         With ``checkpoint.mirror`` in the spec, what this store commits on rank 0 is
         mirrored as ``run.checkpoint()``'s saves are: uploaded in the background, deleted
         from the mirror when retention deletes it here, drained at exit.
+
+        In a restore drill it is a scratch store instead (:meth:`_drill_store`): loads
+        read the run's checkpoints, saves never reach them.
         """
+        if self.drill:
+            return self._drill_store()
         store = self._store()
+        store.on_sharded_load = self._sharded_loaded  # a restore, as run.restore's (sharded.load)
         if self.spec.checkpoint.mirror and not self.drill:
             mirror = self._run_mirror()
             store.subscribe(mirror.follow if mirror is not None else self._not_mirrored)
         return store
+
+    def _drill_store(self) -> Any:
+        """A restore drill's store for ``sharded.save``/``load``: a scratch directory.
+
+        A drill must never change the run's checkpoints, yet a sharded script saves
+        through the store as it always does. So its saves go through the whole protocol
+        (staging, hashes, manifest, commit) into ``<run>/.drill-checkpoints-<launch>``,
+        which every rank of this launch names alike (torchrun's run id) and the drill
+        removes when the workload has exited; no event of it reaches the run's record.
+        Loads read the run's own checkpoints (``restore_source``, never quarantining), and
+        each rank's load is reported to :meth:`_sharded_loaded`, the drill's proof of the
+        restore.
+        """
+        if self._drill_scratch is None:
+            from acceptrun.checkpoint.store import CheckpointStore
+
+            ck = self.spec.checkpoint
+            launch = os.environ.get("TORCHELASTIC_RUN_ID") or f"pid{os.getpid()}"
+            name = DRILL_SCRATCH_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", launch)
+            scratch: Any = CheckpointStore(self.run_dir / name, keep_last=ck.keep_last)
+            scratch.restore_source = CheckpointStore(self.checkpoint_dir)  # read only
+            scratch.on_sharded_load = self._sharded_loaded
+            scratch.drill_saves = []  # the steps the drill's own saves committed (rank 0)
+            scratch.subscribe(
+                lambda kind, fields: (
+                    scratch.drill_saves.append(fields.get("step"))
+                    if kind == "checkpoint_commit"
+                    else None
+                )
+            )
+            self._drill_scratch = scratch
+        return self._drill_scratch
+
+    def _sharded_loaded(self, info: Any, seconds: float, rank: int, world: int) -> None:
+        """``sharded.load`` filled this rank's state from the run's checkpoint ``info``.
+
+        The run's restore, as :meth:`restore`'s: what a drill checks, and (rank 0, not in a
+        drill) a ``restored`` event with the step and the seconds the load took.
+        """
+        self._restored = {
+            "step": info.step, "path": str(info.path), "seconds": seconds,
+            "how": f"sharded.load on rank {rank} of {world}",
+        }  # fmt: skip
+        self._last_saved_step = info.step
+        if not self.drill and self.rank == 0:
+            self.record.event(
+                "restored", sync=True, attempt=self.attempt, step=info.step,
+                path=str(info.path), seconds=round(seconds, 4), source="sharded",
+            )  # fmt: skip
 
     def _run_mirror(self) -> Any:
         """The run's one Mirror of ``checkpoint.mirror`` (rank 0 only), started on first use.
@@ -374,11 +434,20 @@ class Checkpointing(RunBase):
         values = (
             ", ".join(f"{k}={v:.6g}" for k, v in self._last_values.items()) or "no values logged"
         )
+        how = f" with {restored['how']}" if restored.get("how") else ""
         evidence = (
-            f"restored step {restored.get('step')} in {restored.get('seconds', 0):.2f}s and ran step {step} ({values})"
+            f"restored step {restored.get('step')}{how} in {restored.get('seconds', 0):.2f}s "
+            f"and ran step {step} ({values})"
             if restored
-            else "nothing was restored: the workload never called run.restore() or had no checkpoint"
+            else "nothing was restored: the workload never called run.restore() or "
+            "sharded.load(run.checkpoint_store(), ...), or had no checkpoint"
         )
+        scratch = self._drill_scratch
+        if scratch is not None and scratch.drill_saves:
+            evidence += (
+                f"; its sharded save of step {', '.join(map(str, scratch.drill_saves))} "
+                "committed to a scratch store, not to the run's checkpoints"
+            )
         self.record.event(
             "drill", sync=True, drill=self.drill, ok=ok, step=step, evidence=evidence,
             **self._rank_field(),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "CONTROL_FILE",
+    "DRILL_SCRATCH_PREFIX",
     "ENV_ATTEMPT",
     "ENV_CHECKPOINT_DIR",
     "ENV_DRILL",
@@ -77,6 +78,10 @@ CONTROL_FILE = "control.json"
 # attempts/<n>/stacks.txt: the workload's faulthandler writes every thread's stack there on
 # SIGUSR2, which the supervisor sends before killing a hung attempt (rank r > 0: stacks-rank<r>.txt).
 STACKS_FILE = "stacks.txt"
+# <run>/.drill-checkpoints-<launch>/: where a restore drill's sharded saves commit (the
+# workload's scratch store, so that a drill never changes the run's checkpoints); the drill
+# removes those it made once the workload has exited.
+DRILL_SCRATCH_PREFIX = ".drill-checkpoints-"
 
 # ---- events the workload appends to events.jsonl ----------------------------------------------
 EVENT_KINDS = {

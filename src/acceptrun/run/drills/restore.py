@@ -51,7 +51,7 @@ from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor.core import contract_env
 from acceptrun.supervisor.process import ChildProcess
-from acceptrun.workload.contract import ENV_DRILL
+from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX, ENV_DRILL
 
 __all__ = ["DrillResult", "restore_drill"]
 
@@ -140,6 +140,9 @@ def restore_drill(
 
     scratch = log_dir / "workdir"
     skip = {record.path.parent.parent.resolve(), ckpt_dir.resolve()}  # workspace, checkpoints
+    # A sharded script's saves during the drill commit into scratch stores in the record
+    # (workload/checkpointing.py, _drill_store); those this drill made are removed after it.
+    stores_before = set(record.path.glob(f"{DRILL_SCRATCH_PREFIX}*"))
     linked = _scratch_copy(spec.workdir_path, scratch, skip)
     watched = _output_paths(record) + linked
     before_stat = {p: _stat(p) for p in watched}
@@ -176,6 +179,8 @@ def restore_drill(
         child.finish()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        for made in set(record.path.glob(f"{DRILL_SCRATCH_PREFIX}*")) - stores_before:
+            shutil.rmtree(made, ignore_errors=True)
     seconds = time.monotonic() - t0
     reported = list(record.events("drill"))[before:]
     if reported:
@@ -183,6 +188,13 @@ def restore_drill(
         last = next((e for e in reported if e.get("rank", 0) == 0), reported[-1])
         ok = all(bool(e.get("ok")) for e in reported) and rc == 0
         ranks = f" on {len(reported)} ranks" if len(reported) > 1 else ""
+        missing = _silent_ranks(spec, reported)
+        if missing:
+            ok = False
+            ranks = (
+                f" on {len(reported)} of {spec.resources.processes} ranks (rank "
+                f"{', '.join(map(str, missing))} reported no drill: every rank must restore)"
+            )
         evidence = (
             f"{last.get('evidence')}{ranks}{' with GPUs hidden' if cpu else ''}; "
             f"{seconds:.1f}s in all"
@@ -203,6 +215,14 @@ def restore_drill(
             "drill", sync=True, drill="restore", ok=False, step=info.step, evidence=evidence
         )
     return _finish(record, n, info, cpu, result, watched, before_stat)
+
+
+def _silent_ranks(spec: RunSpec, reported: list[dict[str, Any]]) -> list[int]:
+    """The ranks of a one-machine multi-process run that wrote no drill event."""
+    processes = spec.resources.processes
+    if processes <= 1 or spec.resources.nodes > 1:
+        return []
+    return sorted(set(range(processes)) - {int(e.get("rank", 0)) for e in reported})
 
 
 def _finish(
