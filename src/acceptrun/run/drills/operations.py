@@ -504,7 +504,8 @@ def run_ops_drill(
         raise UserError(
             f"the reference run {ref.run_id} committed no checkpoint before its last step: the "
             "drill needs checkpoints (run.restore(model=..., optimizer=...) and "
-            "run.maybe_checkpoint(step) with [checkpoint] every_steps in the spec)"
+            "run.maybe_checkpoint(step) with [checkpoint] every_steps in the spec, or "
+            "sharded.save(run.checkpoint_store(), step, ...))"
         )
     startup = startup_seconds(ref)
     assert startup is not None, "a run with steps has an attempt start and a first step"

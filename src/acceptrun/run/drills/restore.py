@@ -8,6 +8,12 @@ one step, records a ``drill`` event with what it saw, and exits without saving o
 logging anything into the run. ``--cpu`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``)
 to prove the checkpoint restores on another kind of machine.
 
+A sharded (FSDP2) script restores with ``sharded.load(run.checkpoint_store(), ...)``:
+that load is each rank's restore, and in the drill the store is a scratch one, so the
+step's ``sharded.save`` commits into ``<run>/.drill-checkpoints-<launch>`` (removed here
+after the workload exits), never into the run's checkpoints. In a run of several
+processes on one machine every rank must report its drill event.
+
 The drill never changes the user's files: it runs in a scratch copy of the working
 directory (``drills/<n>/workdir``, removed afterwards), so a script that truncates its
 log, writes its model or saves outputs at start-up or in its one step writes into the
@@ -208,7 +214,8 @@ def restore_drill(
         why = "timed out" if seconds >= timeout else f"exited {rc}"
         evidence = (
             f"the workload {why} without reporting a drill ({last_line}); it must call "
-            "run.restore(...) and loop with run.steps(...)"
+            "run.restore(...) (or sharded.load(run.checkpoint_store(), ...)) and loop with "
+            "run.steps(...)"
         )
         result = DrillResult(False, info.step, evidence, seconds, log_dir)
         record.event(
