@@ -115,3 +115,15 @@ def test_silent_ranks_names_the_ranks_without_a_drill_event(
     )
     reported = [{"kind": "drill", "ok": True, "rank": r} for r in ranks]
     assert _silent_ranks(load_spec(spec_path), reported) == silent
+
+
+def test_a_drill_load_restores_the_step_the_drill_verified(
+    tmp_path: Path, run_store: CheckpointStore
+) -> None:
+    loads: list[Any] = []
+    scratch = drill_store(tmp_path, run_store, loads)
+    scratch.restore_step = 1  # ACCEPTRUN_RESUME_FROM named step-1, though step 2 is newer
+    state: dict[str, Any] = {"w": torch.zeros(64), "train": {"step": -1}}
+    info = sharded.load(scratch, state)
+    assert info is not None and info.step == 1 and [s for s, *_ in loads] == [1]
+    assert torch.equal(state["w"], torch.ones(64)) and state["train"] == {"step": 1}

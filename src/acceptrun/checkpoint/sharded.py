@@ -247,13 +247,17 @@ def load(
     was saved (tuples come back as lists).
 
     The store of a restore drill (``run.checkpoint_store()`` under ``acceptrun ckpt
-    drill``) carries two hooks, read here: ``restore_source``, the run's own store, which
-    the load reads (without quarantining anything: a drill changes no checkpoint), and
+    drill``) carries hooks, read here: ``restore_source``, the run's own store, which the
+    load reads (without quarantining anything: a drill changes no checkpoint);
+    ``restore_step``, the step the drill verified and restores (as ``step``); and
     ``on_sharded_load(info, seconds, rank, world)``, which tells the run that this rank
-    restored, so that the drill counts the load as its restore.
+    restored, so that the drill counts the load as its restore (a run's own store has
+    that one too: a ``restored`` event).
     """
     rank, world = _rank(process_group)
     source: CheckpointStore = getattr(store, "restore_source", None) or store
+    if step is None:
+        step = getattr(store, "restore_step", None)
     chosen: str | None = None
     if rank == 0:
         try:

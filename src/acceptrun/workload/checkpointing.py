@@ -77,7 +77,8 @@ class Checkpointing(RunBase):
         (staging, hashes, manifest, commit) into ``<run>/.drill-checkpoints-<launch>``,
         which every rank of this launch names alike (torchrun's run id) and the drill
         removes when the workload has exited; no event of it reaches the run's record.
-        Loads read the run's own checkpoints (``restore_source``, never quarantining), and
+        Loads read the run's own checkpoints (``restore_source``, never quarantining): the
+        step the drill verified (``restore_step``, from ``ACCEPTRUN_RESUME_FROM``), and
         each rank's load is reported to :meth:`_sharded_loaded`, the drill's proof of the
         restore.
         """
@@ -89,6 +90,10 @@ class Checkpointing(RunBase):
             name = DRILL_SCRATCH_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", launch)
             scratch: Any = CheckpointStore(self.run_dir / name, keep_last=ck.keep_last)
             scratch.restore_source = CheckpointStore(self.checkpoint_dir)  # read only
+            resume = Path(self.resume_from or "").name
+            scratch.restore_step = (  # the checkpoint the drill verified, as run.restore's
+                int(resume.split("-", 1)[1]) if re.fullmatch(r"step-\d+", resume) else None
+            )
             scratch.on_sharded_load = self._sharded_loaded
             scratch.drill_saves = []  # the steps the drill's own saves committed (rank 0)
             scratch.subscribe(
