@@ -197,9 +197,10 @@ def restore_drill(
         missing = _silent_ranks(spec, reported)
         if missing:
             ok = False
+            which = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
             ranks = (
-                f" on {len(reported)} of {spec.resources.processes} ranks (rank "
-                f"{', '.join(map(str, missing))} reported no drill: every rank must restore)"
+                f" on {len(reported)} of {spec.resources.processes} ranks ({which} reported "
+                "no drill: every rank must restore)"
             )
         evidence = (
             f"{last.get('evidence')}{ranks}{' with GPUs hidden' if cpu else ''}; "
