@@ -93,3 +93,19 @@ def test_format_provenance_tolerates_missing_and_damaged_parts() -> None:
     text = provenance.format_provenance({"schema": 1, "os": {"system": "Linux"}})
     assert "os        unreadable (KeyError: 'release')" in text
     assert "gpus      absent (not recorded)" in text
+
+
+def test_probe_timeout_comes_from_the_environment_or_says_what_is_wrong(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from acceptrun.capture.provenance import ENV_PROBE_TIMEOUT, PROBE_TIMEOUT, probe_timeout
+    from acceptrun.errors import UserError
+
+    monkeypatch.delenv(ENV_PROBE_TIMEOUT, raising=False)
+    assert probe_timeout() == PROBE_TIMEOUT == 180.0
+    monkeypatch.setenv(ENV_PROBE_TIMEOUT, "600")
+    assert probe_timeout() == 600.0
+    for bad in ("soon", "0", "-5", "nan"):
+        monkeypatch.setenv(ENV_PROBE_TIMEOUT, bad)
+        with pytest.raises(UserError, match=rf"ACCEPTRUN_PROBE_TIMEOUT is '{bad}'; set it to"):
+            probe_timeout()

@@ -50,7 +50,7 @@ from acceptrun._util.redact import (  # the one place that says what a secret is
     secret_values,
 )
 from acceptrun.capture import _probe
-from acceptrun.errors import GitError
+from acceptrun.errors import GitError, UserError
 
 __all__ = [
     "Change",
@@ -66,7 +66,30 @@ SCHEMA = 1
 PROBE = Path(__file__).with_name("_probe.py")
 ENV_CACHE_DIR = "ACCEPTRUN_CACHE_DIR"
 ENV_PROBE_CACHE = "ACCEPTRUN_PROBE_CACHE"  # "0" probes afresh every time
-PROBE_TIMEOUT = 60.0  # seconds for the python/packages/torch probe; torch import is ~1 s
+# Seconds for the python/packages/torch probe. torch's import takes 1 to 4 s on an idle
+# machine, but over 60 s was measured on a 2-core machine at load 20; a probe that gives
+# up records torch as absent, so the limit is generous (a cached probe takes ~50 ms).
+PROBE_TIMEOUT = 180.0
+ENV_PROBE_TIMEOUT = "ACCEPTRUN_PROBE_TIMEOUT"
+
+
+def probe_timeout() -> float:
+    """``$ACCEPTRUN_PROBE_TIMEOUT`` seconds when set to a positive number, else PROBE_TIMEOUT."""
+    raw = os.environ.get(ENV_PROBE_TIMEOUT, "").strip()
+    if not raw:
+        return PROBE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UserError(
+            f"{ENV_PROBE_TIMEOUT} is {raw!r}; set it to a number of seconds above 0 "
+            f"(default {PROBE_TIMEOUT:g}) or unset it"
+        )
+    return value
+
+
 PARTS = ("os", "host", "cpu", "memory", "python", "packages", "git", "torch", "gpus", "env")
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "SLURM_", "HF_", "TRANSFORMERS_",
@@ -365,12 +388,14 @@ def capture(
     ``env`` is the workload's environment (default ``os.environ``); a chosen, redacted
     subset is recorded. ``exclude`` names directories that are never the code's changes
     (the acceptrun workspace): left out of ``dirty``, the untracked list and the diff.
-    Takes about as long as importing torch (~1 s on a warm disk),
-    which overlaps with reading the other parts.
+    Takes about as long as importing torch (~1 s on a warm disk), which overlaps with
+    reading the other parts; a probe slower than ``$ACCEPTRUN_PROBE_TIMEOUT`` (default
+    180 s) records its parts as absent with the reason.
 
     >>> capture(diff_path="run/git.diff")["git"]["dirty"]
     False
     """
+    timeout = probe_timeout()
     interpreter = python or sys.executable
     probe = (
         _start_probe(interpreter, _probe_args(), env) if interpreter else "sys.executable is empty"
@@ -393,7 +418,7 @@ def capture(
         )
         parts["gpus"] = _guard("gpus", _gpus_part)
         parts["env"] = _guard("env", lambda: _env_part(os.environ if env is None else env))
-        remaining = max(1.0, PROBE_TIMEOUT - (time.monotonic() - started))
+        remaining = max(1.0, timeout - (time.monotonic() - started))
         answer = _finish_probe(probe, interpreter, remaining)
         if isinstance(answer, dict):
             cache = answer.pop("cache", None)
