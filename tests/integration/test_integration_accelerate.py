@@ -57,7 +57,10 @@ WORKLOAD = SETUP + textwrap.dedent(
 
     tracker = track(accelerator)
     for step, (x, y) in tracker.steps(loader, total):
-        time.sleep(float(os.environ.get("STEP_SLEEP", "0")))
+        if str(step) == os.environ.get("HOLD_AT") and os.environ["ACCEPTRUN_ATTEMPT"] == "1":
+            deadline = time.monotonic() + 600  # held until the test's stop has landed
+            while not tracker.fr.stop_requested and time.monotonic() < deadline:
+                time.sleep(0.05)
         loss = nn.functional.mse_loss(model(x), y)
         accelerator.backward(loss)
         opt.step(); sched.step(); opt.zero_grad()
@@ -105,7 +108,7 @@ keep_last = 2
 [limits]
 max_restarts = 1
 restart_backoff = 0
-grace_period = "60s"
+grace_period = "300s"
 """
 
 
@@ -168,7 +171,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
     ws = job / "ws"
     run = subprocess.Popen(
         [sys.executable, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
-        cwd=job, env=clean_env(STEP_SLEEP="0.2"), stdout=subprocess.PIPE,
+        cwd=job, env=clean_env(HOLD_AT="6"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

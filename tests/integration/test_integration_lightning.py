@@ -44,7 +44,7 @@ TRAIN = textwrap.dedent(
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     TOTAL = int(os.environ.get("TOTAL", "30"))
-    PAUSE = float(os.environ.get("STEP_S", "0"))
+    HOLD_AT = int(os.environ.get("HOLD_AT", "-1"))  # attempt 1 waits here for the stop
     PLAIN = os.environ.get("PLAIN")  # without acceptrun: Lightning's own resume
 
     class Tiny(pl.LightningModule):
@@ -56,7 +56,10 @@ TRAIN = textwrap.dedent(
             x, y = batch
             loss = nn.functional.mse_loss(self.net(x), y)
             self.log("train_loss", loss)
-            time.sleep(PAUSE)
+            if self.global_step == HOLD_AT and os.environ.get("ACCEPTRUN_ATTEMPT") == "1":
+                deadline = time.monotonic() + 600  # held until the test's stop has landed
+                while not acb.fr.stop_requested and time.monotonic() < deadline:
+                    time.sleep(0.05)
             return loss
 
         def validation_step(self, batch, i):
@@ -77,7 +80,8 @@ TRAIN = textwrap.dedent(
     callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=every, save_top_k=-1)]
     if not PLAIN:
         from acceptrun.integrations.lightning import AcceptrunCallback
-        callbacks.append(AcceptrunCallback())
+        acb = AcceptrunCallback()
+        callbacks.append(acb)
     trainer = pl.Trainer(
         max_steps=TOTAL, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=6,
@@ -99,7 +103,7 @@ keep_last = 3
 [limits]
 max_restarts = {restarts}
 restart_backoff = 0
-grace_period = "60s"
+grace_period = "300s"
 [acceptance]
 outputs = ["model"]
 """
@@ -213,10 +217,10 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise_without_validatio
     job = make_job(tmp_path / "job")
     ws = tmp_path / "ws"
     env = {"NOVAL": "1", "EVERY": "7"}
-    # 0.4 s a step: the stop lands mid-run however long `acceptrun stop` takes to start.
+    # Attempt 1 holds step 10 until the stop has landed, however slow the machine.
     run = subprocess.Popen(
         [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
-        cwd=job, env={**os.environ, **env, "STEP_S": "0.4"}, stdout=subprocess.PIPE,
+        cwd=job, env={**os.environ, **env, "HOLD_AT": "10"}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

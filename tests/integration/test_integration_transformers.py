@@ -93,7 +93,7 @@ keep_last = 2
 [limits]
 max_restarts = 1
 restart_backoff = 0
-grace_period = "60s"
+grace_period = "300s"
 [acceptance]
 outputs = ["model/model.safetensors"]
 """
