@@ -131,9 +131,9 @@ def test_record_has_the_mirror_events_and_the_ledger_counts_them(runs: Runs) -> 
     # A retired step may have been skipped (deleted locally before its upload began):
     # that depends on the mirror thread's speed; the kept ones are always uploaded.
     assert set(KEPT) <= set(ok) <= set(SAVED)
-    deleted = sorted(e["step"] for e in record.events("mirror_delete"))
-    assert deleted == sorted(set(ok) - set(KEPT))  # every upload retention retired is gone
-    assert list(record.events("mirror_failed")) == []
+    deleted = {e["step"] for e in record.events("mirror_delete")}
+    assert set(ok) - set(KEPT) <= deleted <= set(SAVED) - set(KEPT)  # retired uploads gone
+    assert_only_skipped(record, set(SAVED) - set(KEPT))
     assert list(record.events("mirror_behind")) == []  # drained at exit
     for step in KEPT:
         files = runs.remote / f"step-{step}"
@@ -146,6 +146,13 @@ def test_record_has_the_mirror_events_and_the_ledger_counts_them(runs: Runs) -> 
     mirror = build_ledger(record)["storage"]["mirror"]
     assert {i["step"] for i in mirror["items"]} == set(ok)
     assert mirror["left_bytes"] == sum(ok[s]["bytes"] for s in KEPT)
+
+
+def assert_only_skipped(record: RunRecord, retired: set[int]) -> None:
+    """No upload failed; a step retention deleted locally before or during its upload is
+    reported "skipped" (mirror_failed, state skipped), which the mirror thread's pace decides."""
+    failed = list(record.events("mirror_failed"))
+    assert all(e["state"] == "skipped" and e["step"] in retired for e in failed), failed
 
 
 def _attempt(record: RunRecord, kind: str, attempt: int) -> list[dict[str, Any]]:
@@ -167,7 +174,7 @@ def test_a_graceful_stop_saves_and_drains_the_mirror_before_the_workload_ends(
     (end,) = [e for e in _attempt(record, "workload_end", 1) if e.get("rank", 0) == 0]
     assert HOLD_AT in ok and ok[HOLD_AT] <= end["t"]  # drained before the workload ended
     assert _attempt(record, "mirror_behind", 1) == []
-    assert list(record.events("mirror_failed")) == []
+    assert_only_skipped(record, {2, 5})
 
 
 def test_resume_from_the_mirror_restores_the_shards_bitwise(runs: Runs) -> None:
