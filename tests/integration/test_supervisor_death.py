@@ -89,3 +89,8 @@ def test_black_box_ignoring_sigterm_ends_after_its_grace(tmp_path: Path) -> None
     assert helper_gone(), "the helper in a session of its own survived"
     lost = events(rdir, "supervisor_lost")
     assert [e["by"] for e in lost] == ["watchdog"]
+    # It ignored SIGTERM, so the watchdog killed it at the end of the grace period, and
+    # the record says so (the stop was not graceful).
+    (killed,) = events(rdir, "kill_sent")
+    assert (killed["by"], killed["signal"]) == ("watchdog", "SIGKILL"), killed
+    assert killed["after_s"] >= 2.0 and "grace period (2 s) ran out" in killed["reason"]

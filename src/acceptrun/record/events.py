@@ -186,6 +186,7 @@ class SignalSentEvent(Event, total=False):
     signal: Required[str]
     reason: str
     after_s: float
+    by: str  # "watchdog" when the supervisor was gone; absent: the supervisor
 
 
 class BudgetEvent(Event, total=False):
@@ -575,7 +576,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("hang_detected", HangDetectedEvent, "no progress (or only data waits) for the hang window", "supervisor/core"),
     _E("stacks", StacksEvent, "the stacks of a hung attempt were written", "supervisor/core"),
     _E("stop_sent", SignalSentEvent, "the supervisor asked the workload to stop (SIGTERM)", "supervisor/core"),
-    _E("kill_sent", SignalSentEvent, "the supervisor killed the workload (SIGKILL)", "supervisor/core"),
+    _E("kill_sent", SignalSentEvent, "the supervisor (or its watchdog) killed the workload (SIGKILL)", "supervisor/core, supervisor/_watchdog"),
     _E("budget_warning", BudgetEvent, "the spend passed the budget's warning share", "supervisor/core"),
     _E("budget_stop", BudgetEvent, "the spend reached the budget: stopping", "supervisor/core"),
     _E("fault_injected", FaultInjectedEvent, "a drill fault fired (--inject)", "supervisor/core, workload/inject"),

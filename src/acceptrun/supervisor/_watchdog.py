@@ -16,7 +16,9 @@ kills it then anyway). When the supervisor is gone it:
    the attempt's other processes (torchrun's ranks checkpointing after their agent died);
 4. SIGKILLs the leader's process group and every process whose environment carries this
    attempt's ``ACCEPTRUN_RUN_ID`` and ``ACCEPTRUN_ATTEMPT`` (torchrun's ranks, setsid'd
-   helpers), then exits.
+   helpers), then exits. When anything of the attempt was still there at the end of the
+   grace period, a ``kill_sent`` event (``by`` = "watchdog") says so first: the stop was
+   not graceful, and the record must not leave that to be guessed.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ def _strays(run_id: str, attempt: str) -> list[int]:
     return found
 
 
-def _event(path: str, **fields: object) -> None:
-    line = json.dumps({"t": round(time.time(), 6), "kind": "supervisor_lost", **fields}) + "\n"
+def _event(path: str, kind: str, **fields: object) -> None:
+    line = json.dumps({"t": round(time.time(), 6), "kind": kind, **fields}) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -85,7 +87,7 @@ def _event(path: str, **fields: object) -> None:
             os.close(fd)
     except OSError as exc:
         print(
-            f"acceptrun watchdog: could not record supervisor_lost in {path}: {exc}",
+            f"acceptrun watchdog: could not record {kind} in {path}: {exc}",
             file=sys.stderr,
         )
 
@@ -101,7 +103,10 @@ def main(argv: list[str]) -> int:
             return 0  # the attempt ended while the supervisor lives: nothing to guard
         time.sleep(POLL_S)
     lost_at = time.time()
-    _event(events, attempt=int(attempt), by="watchdog", supervisor_pid=supervisor, grace_s=grace)
+    _event(
+        events, "supervisor_lost", attempt=int(attempt), by="watchdog",
+        supervisor_pid=supervisor, grace_s=grace,
+    )  # fmt: skip
     try:
         if group_term:
             os.killpg(leader, signal.SIGTERM)
@@ -118,6 +123,14 @@ def main(argv: list[str]) -> int:
         time.sleep(STRAY_POLL_S)
     # The leader has exited (checkpointed) or overstayed its grace: nothing of the attempt
     # may stay behind. A second sweep catches a process forked during the first.
+    left = ([leader] if _exists(leader) else []) + _strays(run_id, attempt)
+    if left:
+        _event(
+            events, "kill_sent", attempt=int(attempt), by="watchdog", signal="SIGKILL",
+            after_s=round(time.time() - lost_at, 3),
+            reason=f"the supervisor was gone and the grace period ({grace:g} s) ran out: "
+            f"processes {sorted(set(left))} still running",
+        )  # fmt: skip
     for _ in range(2):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, signal.SIGKILL)
