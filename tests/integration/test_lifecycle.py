@@ -62,7 +62,7 @@ TRAIN = textwrap.dedent(
 )
 
 
-def make_job(tmp_path: Path, *, mirror: Path | None = None, grace: str = "20s") -> Path:
+def make_job(tmp_path: Path, *, mirror: Path | None = None, grace: str = "300s") -> Path:
     job = tmp_path / "job"
     job.mkdir()
     (job / "train.py").write_text(TRAIN)

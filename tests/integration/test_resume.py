@@ -93,7 +93,7 @@ def make_job(
     (job / "spec.toml").write_text(
         f'name = "{name}"\ncommand = ["{sys.executable}", "train.py"]\n'
         f"[checkpoint]\nevery_steps = {every}\nkeep_last = 2\n"
-        f'[limits]\nmax_restarts = {restarts}\nrestart_backoff = 0\ngrace_period = "20s"\n{extra}'
+        f'[limits]\nmax_restarts = {restarts}\nrestart_backoff = 0\ngrace_period = "300s"\n{extra}'
     )
     return job
 

@@ -51,7 +51,7 @@ def serving_spec(
     argv = [PYTHON, "serving_server.py", str(port), *args.split()]
     text = f"""
     [limits]
-    grace_period = "5s"
+    grace_period = "60s"
     max_restarts = 2
     [cost]
     price_per_hour = 0.5

@@ -88,8 +88,8 @@ def make_spec(root: Path, *, total: int, step_s: float, extra: str = "") -> Path
         f'name = "tiny"\ncommand = ["{sys.executable}", "train.py"]\n'
         f'env = {{ TOTAL = "{total}", STEP_S = "{step_s}" }}\n'
         "[checkpoint]\nevery_steps = 5\n"
-        '[limits]\ngrace_period = "15s"\n'
-        f'[slurm]\nsignal_grace = "60s"\n{extra}'
+        '[limits]\ngrace_period = "90s"\n'
+        f'[slurm]\nsignal_grace = "120s"\n{extra}'
     )
     return spec
 
@@ -152,9 +152,9 @@ def test_sbatch_script_for_a_gpu_spec(tmp_path: Path) -> None:
         '[resources]\ngpus = 4\ncpus = 32\nmemory_gb = 256\n',
     )  # fmt: skip
     text = spec_path.read_text().replace(
-        'grace_period = "15s"', 'grace_period = "30s"\nwall_time = "2h"'
+        'grace_period = "90s"', 'grace_period = "30s"\nwall_time = "2h"'
     )
-    spec_path.write_text(text.replace('signal_grace = "60s"', 'signal_grace = "5m"'))
+    spec_path.write_text(text.replace('signal_grace = "120s"', 'signal_grace = "5m"'))
     ws = Workspace.create(tmp_path / ".acceptrun")
     job_dir = ws.root / "slurm" / "r-1"
     script = batch_script(

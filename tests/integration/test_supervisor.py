@@ -147,7 +147,7 @@ def test_killed_by_a_real_signal(project: Any, signum: int, name: str) -> None:
 def test_wall_time_stops_the_workload(project: Any) -> None:
     spec = project.spec(
         "import time\ntime.sleep(60)\n",
-        extra='[limits]\nwall_time = "1s"\ngrace_period = "1s"\nmax_restarts = 3\n',
+        extra='[limits]\nwall_time = "1s"\ngrace_period = "60s"\nmax_restarts = 3\n',
     )
     result = launch(spec, workspace=project.workspace, echo=False)
 
@@ -245,7 +245,7 @@ def test_stop_request_to_the_supervisor_ends_at_a_step_boundary(
 ) -> None:
     spec = project.spec(
         STEPPING_WORKLOAD,
-        extra='[limits]\nmax_restarts = 3\nrestart_backoff = 0.1\ngrace_period = "20s"\n',
+        extra='[limits]\nmax_restarts = 3\nrestart_backoff = 0.1\ngrace_period = "300s"\n',
     )
     proc, rec = signal_cli_run(project, spec, poll, signum)
 
