@@ -51,7 +51,7 @@ def test_hang_is_detected_stacks_collected_and_retried(tmp_path: Path) -> None:
     body = CKPT_LOOP.replace(
         "{extra}", "if step == 6 and run.attempt == 1:\n        time.sleep(1000)  # stuck in a step"
     )
-    spec = '[checkpoint]\nevery_steps = 3\n[limits]\nhang_window = "2s"\nrestart_backoff = 0\n'
+    spec = '[checkpoint]\nevery_steps = 3\n[limits]\nhang_window = "10s"\nrestart_backoff = 0\n'
     result = launch(job(tmp_path, body, spec), workspace=tmp_path / "ws", echo=False)
     assert result.exit_code == 0, result.verdict
     first, second = exits(result.record)
@@ -64,7 +64,7 @@ def test_hang_is_detected_stacks_collected_and_retried(tmp_path: Path) -> None:
     # checkpoint (the hang window and more) was.
     assert first["work"]["checkpoint_after"] == 5
     assert first["work"]["steps_lost"] == 0
-    assert first["work"]["seconds_lost"] >= 2
+    assert first["work"]["seconds_lost"] >= 10
     assert second["work"]["resumed_from"] == 5
 
 
@@ -73,7 +73,7 @@ def test_data_stall_is_told_from_a_hang(tmp_path: Path) -> None:
         "    loss = model",
         "    with run.data_wait():\n        if step == 4 and run.attempt == 1:\n            time.sleep(1000)\n    loss = model",
     ).replace("{extra}", "")
-    spec = '[limits]\nhang_window = "2s"\nrestart_backoff = 0\n'
+    spec = '[limits]\nhang_window = "10s"\nrestart_backoff = 0\n'
     result = launch(job(tmp_path, body, spec), workspace=tmp_path / "ws", echo=False)
     first = exits(result.record)[0]
     assert first["class"] == "data_stall"
@@ -82,7 +82,7 @@ def test_data_stall_is_told_from_a_hang(tmp_path: Path) -> None:
 
 def test_black_box_hang_without_client(tmp_path: Path) -> None:
     body = "import time\nprint('started', flush=True)\ntime.sleep(1000)\n"
-    spec = '[limits]\nhang_window = "2s"\nmax_restarts = 0\n'
+    spec = '[limits]\nhang_window = "10s"\nmax_restarts = 0\n'
     result = launch(job(tmp_path, body, spec), workspace=tmp_path / "ws", echo=False)
     (first,) = exits(result.record)
     assert first["class"] == "hang"
