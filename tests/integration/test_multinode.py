@@ -1,7 +1,7 @@
 """Multi-node runs on a real two-node Slurm on localhost (tools/slurm_local.py --nodes 2).
 
 One cluster (nodes n1 and n2) serves the module. Each run is a 2-node x 1-process FSDP2
-job (gloo, CPU; multinode_worker.py) submitted with ``acceptrun.backends.slurm.submit``:
+job (gloo, CPU; fsdp2_worker.py) submitted with ``acceptrun.backends.slurm.submit``:
 one supervisor on the first node, one srun step per attempt with one torchrun per node.
 The reference run goes to ACCEPTED; a run whose node n2 loses its processes (SIGKILL,
 found by SLURMD_NODENAME in /proc/<pid>/environ) is classified ``node_lost`` and
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 from slurm_local import LocalSlurm  # noqa: E402
 
-WORKER = Path(__file__).resolve().parent / "multinode_worker.py"
+WORKER = Path(__file__).resolve().parent / "fsdp2_worker.py"
 WAIT_S = 420.0  # seconds a 2-node job may take on a loaded 2-core machine (torch per rank)
 TOTAL, EVERY, HOLD_AT = 14, 4, 9  # checkpoints after steps 3, 7 and 11; the gate after 9
 
@@ -61,12 +61,12 @@ def submit_run(cluster: LocalSlurm, root: Path, *, hold: bool) -> tuple[str, Run
     """Submit a 2-node job from its own workspace; (job id, its record, the worker's OUT)."""
     os.environ["SLURM_CONF"] = str(cluster.conf)  # restored by conftest's clean_environ
     root.mkdir(parents=True)
-    shutil.copy(WORKER, root / "multinode_worker.py")
+    shutil.copy(WORKER, root / "fsdp2_worker.py")
     out = root / "out"
     hold_env = f', HOLD_AT = "{HOLD_AT}"' if hold else ""
     spec = root / "spec.toml"
     spec.write_text(
-        f'name = "fsdp2"\ncommand = ["{sys.executable}", "multinode_worker.py"]\n'
+        f'name = "fsdp2"\ncommand = ["{sys.executable}", "fsdp2_worker.py"]\n'
         f'env = {{ TOTAL = "{TOTAL}", EVERY = "{EVERY}", OUT = "{out}"{hold_env} }}\n'
         "[resources]\nnodes = 2\n"
         '[limits]\ngrace_period = "60s"\n'
@@ -293,9 +293,9 @@ def test_scaling_across_nodes_prints_the_efficiency(cluster: LocalSlurm, tmp_pat
     """``acceptrun scaling --layouts 1x2,2x1`` inside a 2-node allocation: both layouts run."""
     root = tmp_path / "job"
     root.mkdir()
-    shutil.copy(WORKER, root / "multinode_worker.py")
+    shutil.copy(WORKER, root / "fsdp2_worker.py")
     (root / "spec.toml").write_text(
-        f'name = "fsdp2"\ncommand = ["{sys.executable}", "multinode_worker.py"]\n'
+        f'name = "fsdp2"\ncommand = ["{sys.executable}", "fsdp2_worker.py"]\n'
         f'env = {{ TOTAL = "{TOTAL}", EVERY = "{EVERY}", OUT = "{root / "out"}" }}\n'
         '[limits]\ngrace_period = "60s"\n'
     )

@@ -9,15 +9,14 @@ a result.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from rank_procs import TIMEOUT, finish_ranks, start_ranks
 from safetensors.numpy import load_file
 from test_sharded_checkpoint import run_ranks, same_bits
 
@@ -29,36 +28,14 @@ from acceptrun.run.launch import launch
 from conftest import PYTHON, toml_str, wait_for
 
 WORKER = Path(__file__).with_name("sharded_async_worker.py")
-TIMEOUT = 300  # seconds per group of ranks; generous for a loaded two-core machine
 
 
-def start_ranks(mode: str, root: Path, world: int, out: Path) -> list[subprocess.Popen[str]]:
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), mode, str(root), str(world), str(out), str(r)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
+def start(mode: str, root: Path, world: int, out: Path) -> list[subprocess.Popen[str]]:
+    return start_ranks(WORKER, mode, root, world, out)
 
 
 def finish(procs: list[subprocess.Popen[str]]) -> tuple[list[int], str]:
-    """Wait for every rank (killing all of them past TIMEOUT); exit codes and output."""
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=TIMEOUT)[0])
-    except subprocess.TimeoutExpired:
-        for p in procs:  # never leave ranks behind
-            p.kill()
-            p.wait()
-        pytest.fail(f"the ranks did not finish in {TIMEOUT} s")
-    return [p.returncode for p in procs], "\n".join(logs)
+    return finish_ranks(procs, "the ranks")
 
 
 def events(out: Path, rank: int) -> list[dict[str, object]]:
@@ -70,7 +47,7 @@ def events(out: Path, rank: int) -> list[dict[str, object]]:
 def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """One 2-rank run: steps 1 and 2 saved asynchronously, step 3's save failing."""
     base = tmp_path_factory.mktemp("sharded-async")
-    codes, log = finish(start_ranks("save", base / "ckpt", 2, base / "out"))
+    codes, log = finish(start("save", base / "ckpt", 2, base / "out"))
     if any(codes):
         pytest.fail(f"the save ranks exited {codes}:\n{log[-6000:]}")
     return base / "ckpt", base / "out"
@@ -133,7 +110,7 @@ def test_background_write_failure_is_raised_on_every_rank(saved: tuple[Path, Pat
 @pytest.mark.slow
 def test_rank_killed_during_background_write_commits_nothing(tmp_path: Path) -> None:
     root, out = tmp_path / "ckpt", tmp_path / "out"
-    procs = start_ranks("kill", root, 2, out)
+    procs = start("kill", root, 2, out)
     try:
         wait_for(
             lambda: all((out / f"rank{r}-ready").exists() for r in (0, 1)),
@@ -157,7 +134,7 @@ def test_rank_killed_during_background_write_commits_nothing(tmp_path: Path) -> 
 def test_exit_waits_for_the_save_and_reports_a_failed_one(tmp_path: Path) -> None:
     root, out = tmp_path / "ckpt", tmp_path / "out"
     root.mkdir()
-    codes, log = finish(start_ranks("exit", root, 1, out))
+    codes, log = finish(start("exit", root, 1, out))
     assert codes == [0], log
     info = CheckpointStore(root).get(7)
     assert info is not None and CheckpointStore(root).verify(7).ok

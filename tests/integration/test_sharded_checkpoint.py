@@ -8,14 +8,12 @@ state is real DTensor shards, not a simulation.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from rank_procs import finish_ranks, start_ranks
 from safetensors.numpy import load_file
 
 from acceptrun.checkpoint import CheckpointStore, sharded
@@ -23,35 +21,14 @@ from acceptrun.checkpoint.store import LATEST, MANIFEST
 from acceptrun.errors import UserError
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
-TIMEOUT = 300  # seconds per group of ranks; generous for a loaded two-core machine
 
 
 def run_ranks(mode: str, root: Path, world: int, out: Path) -> list[int]:
-    """Start ``world`` rank processes of the worker and wait for all; their exit codes."""
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), mode, str(root), str(world), str(out), str(r)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=TIMEOUT)[0])
-    except subprocess.TimeoutExpired:
-        for p in procs:  # never leave ranks behind
-            p.kill()
-            p.wait()
-        pytest.fail(f"{mode} on {world} ranks did not finish in {TIMEOUT} s")
-    codes = [p.returncode for p in procs]
+    """Run ``world`` rank processes of the worker to their end; their exit codes."""
+    what = f"{mode} on {world} ranks"
+    codes, log = finish_ranks(start_ranks(WORKER, mode, root, world, out), what)
     if mode != "kill" and any(codes):
-        pytest.fail(f"{mode} on {world} ranks exited {codes}:\n" + "\n".join(logs)[-6000:])
+        pytest.fail(f"{what} exited {codes}:\n" + log[-6000:])
     return codes
 
 

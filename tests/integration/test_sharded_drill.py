@@ -1,6 +1,6 @@
 """Drills of a sharded (FSDP2) script: the sharded load is the restore, saves stay out.
 
-The script (sharded_mirror_worker.py: 2 ranks under torchrun, gloo, CPU, a tiny FSDP2
+The script (fsdp2_worker.py: 2 ranks under torchrun, gloo, CPU, a tiny FSDP2
 model) saves a sharded checkpoint through ``run.checkpoint_store()`` after every 3rd of
 12 steps and resumes with ``sharded.load``. ``acceptrun drill SPEC`` runs it as reference,
 then killed after its first checkpoint and preempted, and compares the two bitwise (the
@@ -27,7 +27,7 @@ from acceptrun.run.drills.restore import DrillResult, restore_drill
 from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX
 from conftest import PYTHON, toml_str
 
-WORKER = Path(__file__).with_name("sharded_mirror_worker.py")
+WORKER = Path(__file__).with_name("fsdp2_worker.py")
 TOTAL, EVERY = 12, 3  # sharded checkpoints after steps 2, 5, 8 and 11; 8 and 11 kept
 LAST = TOTAL - 1
 WAIT_S = 300.0  # seconds a 2-rank drill may take on a loaded 2-core machine (torch per rank)

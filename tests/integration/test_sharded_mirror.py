@@ -1,6 +1,6 @@
 """Sharded checkpoints mirrored as ordinary ones: uploads, retention, events, stop, resume.
 
-Runs of 2 ranks under torchrun (gloo, CPU, a tiny FSDP2 model; sharded_mirror_worker.py)
+Runs of 2 ranks under torchrun (gloo, CPU, a tiny FSDP2 model; fsdp2_worker.py)
 save a sharded checkpoint every 3rd of 14 steps through ``run.checkpoint_store()`` only,
 with ``checkpoint.mirror`` set to a local directory and ``keep_last = 2``. The first runs
 uninterrupted. The second is stopped (SIGTERM) while its ranks wait at a gate after step
@@ -32,7 +32,7 @@ from acceptrun.run.launch import launch
 from acceptrun.run.lifecycle import resume_run
 from conftest import PYTHON, toml_str, wait_for
 
-WORKER = Path(__file__).with_name("sharded_mirror_worker.py")
+WORKER = Path(__file__).with_name("fsdp2_worker.py")
 TOTAL, EVERY = 14, 3  # checkpoints after steps 2, 5, 8 and 11; keep_last = 2 keeps 8 and 11
 SAVED, KEPT = [2, 5, 8, 11], [8, 11]
 HOLD_AT = 9  # the stopped run: 2, 5, 8, then 9 at the stop; 8 and 9 kept

@@ -1,19 +1,24 @@
-"""A rank of the multi-node tests: a tiny FSDP2 model (CPU, gloo) with sharded checkpoints.
+"""A rank of an FSDP2 training script: a tiny model (CPU, gloo) with sharded checkpoints.
 
-Started by acceptrun through srun and torchrun, one rank per node. Environment:
+The script of the multi-node tests (started through srun and torchrun, one rank per
+node), of the sharded-mirror tests and of the drills on sharded scripts (torchrun, two
+ranks on one machine). It is written as a user would write one: the client API, a store
+from ``run.checkpoint_store()`` (checkpoints, retention and the mirror), ``sharded.save``
+and ``sharded.load``. Environment:
 
 - ``TOTAL`` steps, ``EVERY``: a sharded checkpoint after every EVERY-th step;
 - ``HOLD_AT``: in attempt 1 only, after that step (and its checkpoint, if any) every
   rank writes ``OUT/held-<rank>`` and waits until ``OUT/release`` exists or a stop is
-  asked for: a point mid-run where the test kills a node or signals the job, without
-  guessing how fast the machine is;
-- ``OUT``: where rank 0 writes ``final.safetensors`` (every model and optimizer tensor,
-  gathered) when the run completes, and every rank ``rank-<rank>.json`` (its node).
+  asked for: a point mid-run where the test kills a node, signals the job or stops the
+  run, without guessing how fast the machine is;
+- ``OUT`` (default: the working directory): where every rank writes ``rank-<rank>.json``
+  (its node) and rank 0, when the run completes, ``final.safetensors`` (every model and
+  optimizer tensor, gathered), registered as the output ``final`` (copied into the record).
 
 A stop (SIGTERM, forwarded by torchrun) sets a flag; at each step boundary the ranks
 agree on it (all_reduce MAX), save a sharded checkpoint of the last finished step on
-every node and exit as stopped (143). A resumed attempt loads the newest checkpoint every
-rank committed.
+every rank and exit as stopped (143), as docs/multi-node.md describes. A resumed attempt
+loads the newest checkpoint every rank committed and continues after its step.
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from torch.distributed.fsdp import fully_shard
 import acceptrun
 from acceptrun.checkpoint import sharded
 
+torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 run = acceptrun.init()
-out = Path(os.environ["OUT"])
+out = Path(os.environ.get("OUT", "."))
 out.mkdir(parents=True, exist_ok=True)
 (out / f"rank-{rank}.json").write_text(
     json.dumps(
@@ -106,7 +112,7 @@ for step in run.steps(start, total):
     if step == hold_at:
         (out / f"held-{rank}").write_text(str(step))
         while not (out / "release").exists() and not stop["asked"]:
-            time.sleep(0.05)  # polling a file the test writes; not a timing assumption
+            time.sleep(0.05)  # polling a file the test writes and the stop flag; no timing
 
 opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
 msd, osd = get_state_dict(model, opt, options=opts)
@@ -115,7 +121,9 @@ if rank == 0:
     for fqn, values in osd.get("state", {}).items():
         for name, value in values.items():
             tensors[f"optim.{fqn}.{name}"] = torch.as_tensor(value).clone()
-    save_file(tensors, str(out / "final.safetensors"))
+    final = out / "final.safetensors"
+    save_file(tensors, str(final))
+    run.output("final", final, copy=True)
     run.metric("final/loss", loss.item())
 dist.barrier()
 dist.destroy_process_group()
