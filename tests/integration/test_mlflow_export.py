@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from acceptrun._util.durable import append_jsonl
 from acceptrun.backends.mlflow import export_run
+from acceptrun.errors import UserError
+from acceptrun.record.workspace import Workspace
 from acceptrun.run.launch import launch
 from conftest import Project
 
@@ -67,3 +70,35 @@ def test_a_real_run_exports_params_metrics_tags_and_artifacts(
     assert artifacts == {"spec.toml", "verdict.json", "provenance.json", "run.json"}
     # Artifacts live beside the database, not in the current directory.
     assert (root / "mlartifacts").is_dir()
+
+
+def test_every_step_value_is_exported_in_batches(tmp_path: Path, store: tuple[str, Path]) -> None:
+    # 400 steps of 3 metrics: one of MLflow's 1,000-value batches and a partial last
+    # one. How long the export takes is a figure, not a test (a loaded machine is slow).
+    from mlflow.tracking import MlflowClient
+
+    record = Workspace.create(tmp_path / ".acceptrun").create_run(
+        "big", spec_text='name = "big"\ncommand = ["true"]\n', state={"status": "running"}
+    )
+    append_jsonl(record.events_path, {"t": 1000.0, "kind": "run_start"})
+    with open(record.events_path, "a") as f:
+        for i in range(400):
+            f.write(
+                f'{{"t":{1001 + i * 0.1},"kind":"step","attempt":1,"step":{i},'
+                f'"step_time":0.1,"loss":{1 / (i + 1)},"samples":32}}\n'
+            )
+    run_id = export_run(record.path, tracking_uri=store[0])
+    client = MlflowClient(tracking_uri=store[0])
+    assert client.get_experiment(client.get_run(run_id).info.experiment_id).name == "big"
+    history = client.get_metric_history(run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(400))
+    assert {m.step: m.value for m in history}[399] == pytest.approx(1 / 400)
+    assert client.get_run(run_id).info.status == "RUNNING"  # still live: not terminated
+
+
+def test_a_file_store_uri_is_refused_with_the_fix(tmp_path: Path) -> None:
+    record = Workspace.create(tmp_path / ".acceptrun").create_run(
+        "f", spec_text='name = "f"\ncommand = ["true"]\n', state={"status": "finished"}
+    )
+    with pytest.raises(UserError, match="sqlite:///"):
+        export_run(record.path, tracking_uri=(tmp_path / "mlruns").as_uri())
