@@ -23,16 +23,14 @@ import json
 import os
 import resource
 import signal
-import sys
 import threading
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
-from sharded_worker import build, full_tensors, state, train_step
+from sharded_worker import build, full_tensors, init_group, rank_argv, state, train_step
 
 from acceptrun.checkpoint import CheckpointStore, sharded
 from acceptrun.errors import RecordError
@@ -151,13 +149,7 @@ def worker(rank: int, mode: str, root: str, world: int, out: str) -> None:
     if mode == "exit":
         exit_mode(root, out_dir)
         return
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{out}/pg-{mode}-{world}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=60),
-    )
+    init_group(mode, world, out, rank)
     store = CheckpointStore(
         root, keep_last=3, on_event=events_to(out_dir / f"events-rank{rank}.jsonl")
     )
@@ -170,12 +162,5 @@ def worker(rank: int, mode: str, root: str, world: int, out: str) -> None:
 
 
 if __name__ == "__main__":
-    mode, root, world, out, rank = (
-        sys.argv[1],
-        sys.argv[2],
-        int(sys.argv[3]),
-        sys.argv[4],
-        int(sys.argv[5]),
-    )
-    torch.set_num_threads(1)
+    mode, root, world, out, rank = rank_argv()
     worker(rank, mode, root, world, out)

@@ -36,6 +36,29 @@ from torch.distributed.fsdp import fully_shard
 
 from acceptrun.checkpoint import CheckpointStore, sharded
 
+GROUP_TIMEOUT_S = 300  # seconds; see init_group
+
+
+def rank_argv() -> tuple[str, str, int, str, int]:
+    """``MODE ROOT WORLD OUT RANK`` from the command line (one thread per rank)."""
+    torch.set_num_threads(1)
+    return sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+
+
+def init_group(mode: str, world: int, out: str, rank: int) -> None:
+    """The gloo group of ``world`` ranks over a FileStore in OUT.
+
+    The timeout covers the wait for the last rank to arrive: on a loaded machine one
+    rank's torch import can take a minute longer than another's.
+    """
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{out}/pg-{mode}-{world}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=GROUP_TIMEOUT_S),
+    )
+
 
 def build(seed: int, world: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
@@ -92,13 +115,7 @@ def no_unpickling(*_a: Any, **_k: Any) -> Any:
 
 
 def worker(rank: int, mode: str, root: str, world: int, out: str) -> None:
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{out}/pg-{mode}-{world}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=30),
-    )
+    init_group(mode, world, out, rank)
     store = CheckpointStore(root, keep_last=3)
     random.seed(7)
     if mode in ("save", "kill"):
@@ -144,12 +161,5 @@ def worker(rank: int, mode: str, root: str, world: int, out: str) -> None:
 
 
 if __name__ == "__main__":
-    mode, root, world, out, rank = (
-        sys.argv[1],
-        sys.argv[2],
-        int(sys.argv[3]),
-        sys.argv[4],
-        int(sys.argv[5]),
-    )
-    torch.set_num_threads(1)
+    mode, root, world, out, rank = rank_argv()
     worker(rank, mode, root, world, out)
