@@ -168,7 +168,7 @@ def project(tmp_path: Path, workspace: Path) -> Project:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 120.0, interval: float = 0.02, what: str = ""
+    predicate: Callable[[], Any], timeout: float = 300.0, interval: float = 0.02, what: str = ""
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -123,7 +123,7 @@ def run_campaign(root: Path, kills: int, seed: int = 0, max_delay: float = 0.3) 
                 break
         time.sleep(rng.uniform(0, max_delay))
         proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)  # also reaps it: a zombie's pid looks alive
+        out, err = proc.communicate(timeout=300)  # also reaps it: a zombie's pid looks alive
         out = "".join(early) + out
         if proc.returncode != -signal.SIGKILL:
             raise RuntimeError(f"worker exited {proc.returncode} before the kill: {err}")

@@ -54,7 +54,7 @@ def test_upload_to_s3_writes_data_then_manifest_then_latest(
     )
     mirror.start()
     mirror.enqueue(10, step_dir)
-    assert mirror.wait(timeout=30)
+    assert mirror.wait(timeout=120)
     mirror.close()
 
     fs, root = fsspec.url_to_fs(url, **options)
@@ -129,7 +129,7 @@ def test_local_corruption_after_commit_is_never_mirrored(
     )
     mirror.start()
     mirror.enqueue(7, step_dir)
-    assert mirror.wait(timeout=30) is False
+    assert mirror.wait(timeout=120) is False
     mirror.close()
 
     state = read_json(tmp_path / "mirror.json")["steps"]["7"]
@@ -225,7 +225,7 @@ def test_outage_queues_steps_and_catches_up_newest_first(
     assert mirror.wait(timeout=0.5) is False
 
     server.start()  # same port, comes back empty: the bucket is made again
-    assert mirror.wait(timeout=30)
+    assert mirror.wait(timeout=120)
     mirror.close()
 
     assert remote_steps(url, storage_options=options) == [100, 200]

@@ -182,7 +182,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
     wait_for(committed, timeout=240, what="the checkpoint of step 3")
     record = only_record_in(job / "ws")
     assert acceptrun(job, "stop", record.run_id, "--wait").returncode == 0
-    run.communicate(timeout=60)
+    run.communicate(timeout=300)
     (stopped,) = record.events("stopped")
     last = max(e["step"] for e in record.events("step"))
     assert stopped["step"] == stopped["checkpoint"] == last < 29

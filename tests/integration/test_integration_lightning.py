@@ -233,7 +233,7 @@ def test_graceful_stop_saves_exits_143_and_resume_ends_bitwise_without_validatio
         record = wait_for(committed, timeout=300, what="a first checkpoint")
         stop = acceptrun(job, ws, "stop", record.run_id, "--wait", timeout=120)
         assert stop.returncode == 0, stop.stdout + stop.stderr
-        run.communicate(timeout=60)
+        run.communicate(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()

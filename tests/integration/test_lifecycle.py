@@ -147,7 +147,7 @@ def test_stop_then_resume_here_elsewhere_and_from_mirror(
     assert code == 0, err
     assert f"stop sent to run {record.run_id}" in err
     assert "REJECTED" in out  # a stopped run is not accepted
-    assert proc.wait(timeout=30) == 1
+    assert proc.wait(timeout=120) == 1
     exit1 = record.read_json("attempts/1/exit.json")
     assert (
         exit1["outcome"] == "stopped" and f"acceptrun stop by {user_at_host()}" in exit1["reason"]
@@ -200,7 +200,7 @@ def test_stop_then_resume_here_elsewhere_and_from_mirror(
         code, out, _ = cli(capsys, ws, "logs", "-f", record.run_id)
         assert code == 0
         assert record.state["status"] == "finished"  # -f ended because the run closed
-        assert resume.wait(timeout=30) == 0, resume.communicate()
+        assert resume.wait(timeout=120) == 0, resume.communicate()
     finally:
         if resume.poll() is None:
             resume.kill()
@@ -260,7 +260,7 @@ def test_kill_ignores_the_grace_period(
     (kill,) = audits(record)
     assert kill["action"] == "kill" and kill["by"] == user_at_host()
     assert list(record.events("attempt_start")) and not list(record.events("restart"))
-    assert proc.wait(timeout=30) == 1
+    assert proc.wait(timeout=120) == 1
 
     code, _, err = cli(capsys, ws, "stop", record.run_id)
     assert code == 2

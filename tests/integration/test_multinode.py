@@ -252,7 +252,9 @@ def test_time_limit_signal_checkpoints_on_both_nodes_requeues_and_resumes(
     """--signal=B:USR1@grace, delivered now: what Slurm sends before the time limit."""
     job, record, out = submit_run(cluster, tmp_path / "job", hold=True)
     wait_for(lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9")
-    sent = subprocess.run(["scancel", "--batch", "--signal=USR1", job], env=cluster.env, timeout=60)
+    sent = subprocess.run(
+        ["scancel", "--batch", "--signal=USR1", job], env=cluster.env, timeout=300
+    )
     assert sent.returncode == 0
     state = wait_closed(record, attempts=2)
     assert state["verdict"] == "accepted", state

@@ -132,7 +132,7 @@ def test_a_pattern_without_a_loss_group_does_not_feed_max_loss(
 def test_a_required_restore_drill_on_a_black_box_is_an_error(project: Project) -> None:
     spec = project.spec(BLACK_BOX_SCRIPT, extra='[acceptance]\ndrills = ["restore"]\n')
     for args in (("spec", "check", str(spec)), ("run", str(spec))):
-        proc = project.cli(*args, timeout=60)
+        proc = project.cli(*args, timeout=300)
         assert proc.returncode == 2, proc.stderr
         assert "acceptance.drills" in proc.stderr
         assert "checkpoint.watch and checkpoint.resume_args" in proc.stderr
@@ -156,7 +156,7 @@ def test_launch_prints_and_records_warnings_and_the_verdict_shows_them(project: 
 
 def test_drill_refuses_a_black_box_before_the_reference_run(project: Project) -> None:
     spec = project.spec(BLACK_BOX_SCRIPT)
-    proc = project.cli("drill", str(spec), timeout=60)
+    proc = project.cli("drill", str(spec), timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "watches no checkpoint" in proc.stderr and "checkpoint.watch" in proc.stderr
     assert project.run_ids() == []  # no reference run was started
@@ -166,7 +166,7 @@ def test_ckpt_drill_refuses_a_black_box_run(project: Project) -> None:
     spec = project.spec(BLACK_BOX_SCRIPT)
     assert project.cli("run", str(spec), timeout=120).returncode == 0
     record = project.only_record()
-    proc = project.cli("ckpt", "drill", record.run_id, timeout=60)
+    proc = project.cli("ckpt", "drill", record.run_id, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "is a black box" in proc.stderr and "checkpoint.watch" in proc.stderr
     assert not (record.path / "drills").exists()
@@ -197,7 +197,7 @@ def test_stop_of_a_black_box_promises_no_checkpoint(project: Project) -> None:
         assert "no checkpoint is taken" in stop.stderr
         assert "SIGKILL after the grace period (1.0s)" in stop.stderr
         assert "checkpoints at its next step boundary" not in stop.stderr
-        proc.wait(timeout=60)
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -116,7 +116,7 @@ def test_required_output_nobody_provides_is_refused_before_any_record(project: P
         extra='[outputs]\nmodel = "out/model.bin"\n[acceptance]\noutputs = ["model", "report"]\n',
     )
     for args in (("spec", "check", str(spec)), ("run", str(spec))):
-        proc = project.cli(*args, timeout=60)
+        proc = project.cli(*args, timeout=300)
         assert proc.returncode == 2, proc.stderr
         assert "acceptance.outputs: 'report' is required" in proc.stderr
         assert '[outputs] report = "path/to/file"' in proc.stderr  # the fix

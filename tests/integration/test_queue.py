@@ -120,7 +120,7 @@ class Queue:
         finally:
             db.close()
 
-    def wait(self, predicate: Any, timeout: float = 60.0, what: str = "") -> Any:
+    def wait(self, predicate: Any, timeout: float = 300.0, what: str = "") -> Any:
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
@@ -257,7 +257,7 @@ def test_preemption_stops_gracefully_and_resumes_the_same_run(queue: Queue) -> N
     high = queue.submit(queue.spec("high", [str(queue.root / "high.json"), "0"]), priority=9)
     queue.wait(lambda: queue.jobs()[low].state == "done", timeout=120, what="low done")
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=30) == 0
+    assert worker.wait(timeout=120) == 0
     jobs = queue.jobs()
     assert jobs[high].state == "done"
     assert jobs[low].preemptions == 1 and jobs[low].attempts == 2
@@ -358,6 +358,6 @@ def test_cancel_a_queued_and_a_running_job(queue: Queue) -> None:
     again = queue.cli("cancel", str(running))
     assert again.returncode == 2 and "nothing to cancel" in again.stderr
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=30) == 0
+    assert worker.wait(timeout=120) == 0
     listing = json.loads(queue.cli("queue", "--json").stdout)
     assert listing["workers"] == []  # it left the table on its way out

@@ -162,7 +162,7 @@ def test_graceful_stop_loses_no_step(tmp_path: Path, workers: str) -> None:
 
     events = wait_for(twenty_steps_logged, what="the workload to log 20 steps")
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=300)
     evs = list(read_jsonl(events))
     last_step = max(e["step"] for e in evs if e["kind"] == "step")
     (stopped,) = [e for e in evs if e["kind"] == "stopped"]

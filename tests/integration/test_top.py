@@ -55,7 +55,7 @@ def test_top_once_shows_a_live_run_with_its_step(
     finally:
         (project.root / "stop-now").write_text("")
         try:
-            proc.wait(timeout=60)
+            proc.wait(timeout=300)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -208,11 +208,11 @@ def test_actions_need_the_token_and_the_boards_own_origin(board: dict[str, Any])
 
 def test_the_command_refuses_a_short_token_and_a_busy_port(tmp_path: Path) -> None:
     ws = Workspace.create(tmp_path / "ws")
-    proc = _cli(ws.root, tmp_path, "ui", "--token", "short", "--port", "0", timeout=60)
+    proc = _cli(ws.root, tmp_path, "ui", "--token", "short", "--port", "0", timeout=300)
     assert proc.returncode == 2 and "give at least 16" in proc.stderr
     served = Served(Board.for_workspaces([ws]))
     try:
-        proc = _cli(ws.root, tmp_path, "ui", "--port", str(served.port), timeout=60)
+        proc = _cli(ws.root, tmp_path, "ui", "--port", str(served.port), timeout=300)
         assert proc.returncode == 2 and "choose another port" in proc.stderr
     finally:
         served.close()
@@ -316,8 +316,8 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
             text = driver.find_element(By.ID, "live-step").text
             return int(text) if text.isdigit() else None
 
-        first = wait_for(step, 60, 0.1, "a step number on the page")
-        wait_for(lambda: (step() or 0) >= first + 5, 60, 0.1, "the step number to increase")
+        first = wait_for(step, 300, 0.1, "a step number on the page")
+        wait_for(lambda: (step() or 0) >= first + 5, 300, 0.1, "the step number to increase")
         assert driver.execute_script("return window.acceptrunNoReload") == 1  # no reload
         wait_for(
             lambda: driver.find_element(By.ID, "live-loss").find_element(By.CSS_SELECTOR, "path.series").get_attribute("d"),
@@ -358,7 +358,7 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
             120, 0.2, "attempt 2",
         )  # fmt: skip
         assert starts[0].get("resume_step") == stopped[-1]["checkpoint"], starts
-        wait_for(lambda: record.state.get("status") == "running", 60, 0.2, "running again")
+        wait_for(lambda: record.state.get("status") == "running", 300, 0.2, "running again")
 
         def stop_sent() -> bool:
             status, headers, _ = served.request(
@@ -366,7 +366,7 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
             )
             return status == 303 and "msg=stop+sent" in headers["location"]
 
-        wait_for(stop_sent, 60, 0.5, "a stop of the resumed run")
+        wait_for(stop_sent, 300, 0.5, "a stop of the resumed run")
         wait_for(lambda: record.state.get("status") in ("finished", "stopped"), 120, 0.2, "closed")
     finally:
         if driver is not None:
