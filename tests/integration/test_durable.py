@@ -95,6 +95,7 @@ def test_a_forked_child_does_not_write_its_parents_held_records(tmp_path: Path) 
 
     path = tmp_path / "events.jsonl"
     log = AppendLog(path)
+    log.FLUSH_S = 3600.0  # held until close(): the flusher thread must not write it first
     log.append({"who": "parent", "step": 0}, defer=True)
     pid = os.fork()
     if pid == 0:  # the child: a data-loader worker, say

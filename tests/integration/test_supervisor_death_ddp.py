@@ -4,7 +4,8 @@ The single-process case is tests/integration/test_supervisor_death.py; here the 
 ``resources.processes = 2``: a torchrun agent and two gloo ranks on CPU, each rank in a
 session of its own (torchrun starts them so). Both ranks stop at a gate in the middle of
 step ``GATE`` (a file each writes, then they wait for ``go``): the supervisor is killed
-there, so the kill lands mid-step whatever the machine's speed; then the gate opens. No
+there, so the kill lands mid-step whatever the machine's speed; the gate opens once the
+stop has reached the ranks (rank 0's ``stop_requested``). No
 rank and no torchrun may survive (the pids seen before the kill, and every process that
 carries the run id), the ranks finish the step in flight and checkpoint it together,
 ``acceptrun ls`` reads "interrupted", and ``acceptrun resume`` continues from that
@@ -118,9 +119,17 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
     ranks = {int(g.read_text()) for g in gates}
     agents = [p.pid for p in tree if "torch.distributed.run" in " ".join(p.cmdline())]
     assert len(agents) == 1 and ranks <= {p.pid for p in tree}, (agents, ranks, tree)
-    (job / "go").touch()  # the step in flight finishes; its supervisor is gone
     rdir = run_dir(ws)
     assert rdir is not None
+    # The gate opens once the stop has reached a rank (rank 0 records its SIGTERM; the ranks
+    # agree on a stop at the next boundary by MAX): the signal travels through torchrun's
+    # agent, and the ranks' own look at the supervisor runs at most once a second, so a
+    # gate opened at once lets fast steps run on before either lands.
+    wait_for(
+        lambda: [e for e in events(rdir, "stop_requested") if e.get("attempt") == 1],
+        300, 0.05, "the stop to reach the ranks",
+    )  # fmt: skip
+    (job / "go").touch()  # the step in flight finishes; its supervisor is gone
     # Within the grace period and some slack (the grace is long so that the checkpoint at
     # the stop beats it on a loaded machine; a quick stop ends the wait sooner); a process
     # in its exit has no environment to read any more, so the pids seen before the kill are
