@@ -97,6 +97,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     return (job / "weights.sha256").read_text()
 
 
+def _command_lines(pid: int) -> dict[int, str]:
+    """Every descendant of ``pid``: its command line ("" for one that could not be read)."""
+    out = {}
+    for proc in psutil.Process(pid).children(recursive=True):
+        try:
+            out[proc.pid] = " ".join(proc.cmdline())
+        except psutil.Error:
+            out[proc.pid] = ""
+    return out
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -112,13 +123,14 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
     try:
         gates = [job / "at-gate-0", job / "at-gate-1"]
         wait_for(lambda: all(g.exists() and g.read_text() for g in gates), 300, 0.05, "the gate")
-        tree = psutil.Process(sup.pid).children(recursive=True)
+        # Read before the kill: torchrun's agent may be a zombie a moment after it.
+        tree = _command_lines(sup.pid)
     finally:
         sup.send_signal(signal.SIGKILL)
         sup.wait()
     ranks = {int(g.read_text()) for g in gates}
-    agents = [p.pid for p in tree if "torch.distributed.run" in " ".join(p.cmdline())]
-    assert len(agents) == 1 and ranks <= {p.pid for p in tree}, (agents, ranks, tree)
+    agents = [pid for pid, cmd in tree.items() if "torch.distributed.run" in cmd]
+    assert len(agents) == 1 and ranks <= set(tree), (agents, ranks, tree)
     rdir = run_dir(ws)
     assert rdir is not None
     # The gate opens once the stop has reached a rank (rank 0 records its SIGTERM; the ranks
