@@ -8,9 +8,9 @@ and ``sharded.load``. Environment:
 
 - ``TOTAL`` steps, ``EVERY``: a sharded checkpoint after every EVERY-th step;
 - ``HOLD_AT``: in attempt 1 only, after that step (and its checkpoint, if any) every
-  rank writes ``OUT/held-<rank>`` and waits until ``OUT/release`` exists or a stop is
-  asked for: a point mid-run where the test kills a node, signals the job or stops the
-  run, without guessing how fast the machine is;
+  rank writes ``OUT/held-<rank>`` and waits for a stop (its SIGTERM handler wakes it
+  through a pipe): a point mid-run where the test kills a node, signals the job or stops
+  the run, without guessing how fast the machine is;
 - ``OUT`` (default: the working directory): where every rank writes ``rank-<rank>.json``
   (its node) and rank 0, when the run completes, ``final.safetensors`` (every model and
   optimizer tensor, gathered), registered as the output ``final`` (copied into the record).
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
-import time
 import types
 from pathlib import Path
 
@@ -58,10 +58,12 @@ out.mkdir(parents=True, exist_ok=True)
 )
 
 stop = {"asked": False}
+wake_r, wake_w = os.pipe()  # the handler writes a byte: a rank held mid-run wakes on it
 
 
 def on_stop(signum: int, frame: types.FrameType | None) -> None:
     stop["asked"] = True  # acted on at the end of the step, by every rank together
+    os.write(wake_w, b"\0")
 
 
 signal.signal(signal.SIGTERM, on_stop)
@@ -111,8 +113,10 @@ for step in run.steps(start, total):
         saved = step
     if step == hold_at:
         (out / f"held-{rank}").write_text(str(step))
-        while not (out / "release").exists() and not stop["asked"]:
-            time.sleep(0.05)  # polling a file the test writes and the stop flag; no timing
+        while not stop["asked"]:
+            # Woken by the handler's byte; the timeout lets the handler run when the
+            # signal was taken by another thread (Python runs handlers in this one).
+            select.select([wake_r], [], [], 1.0)
 
 opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
 msd, osd = get_state_dict(model, opt, options=opts)
