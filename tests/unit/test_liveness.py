@@ -117,3 +117,33 @@ def test_reports_say_interrupted_with_the_last_sign_of_life(tmp_path: Path) -> N
     text = status_text({"status": "running"}, sup)
     assert text.startswith("interrupted") and sup["last_seen"] in text
     assert status_text({"status": "running"}, {"state": "alive"}) == "running"
+
+
+def test_a_standalone_runs_lease_names_its_process_not_a_supervisor(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path, "running", lease(role="standalone", started=STARTED - 3600, renewed_at=0.0)
+    )
+    state = supervisor_state(run)
+    assert state.gone and state.keeper == "standalone"
+    assert state.detail.startswith(f"its process (pid {ME}) is gone")
+    text = status_text({"status": "running"}, state.to_dict())
+    assert text.startswith("interrupted (its process is gone;")
+    (tmp_path / "alive").mkdir()
+    alive = make_run(tmp_path / "alive", "running", lease(role="standalone"))
+    assert supervisor_state(alive).state == "alive"
+
+
+def test_the_lease_writer_records_its_role_and_ends(tmp_path: Path) -> None:
+    from acceptrun.record.lease import end_lease, start_lease
+    from acceptrun.record.workspace import RunRecord
+
+    path = make_run(tmp_path, "running", None)
+    record = RunRecord(path)
+    start_lease(record, role="standalone")
+    try:
+        body = json.loads((path / "supervisor.json").read_text())
+        assert (body["pid"], body["role"], body["ended_at"]) == (ME, "standalone", None)
+        assert supervisor_state(path).state == "alive"
+    finally:
+        end_lease(record)
+    assert json.loads((path / "supervisor.json").read_text())["ended_at"] is not None

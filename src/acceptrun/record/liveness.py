@@ -2,10 +2,14 @@
 
 The process that supervises a run (``acceptrun run``, ``acceptrun resume``) holds a
 lease in the run directory, ``supervisor.json`` (written by
-:mod:`acceptrun.supervisor.lease`)::
+:mod:`acceptrun.record.lease`)::
 
-    {"pid": 4242, "started": 1796101234.56, "host": "gpu-7", "renewed_at": 1796101300.1,
-     "interval_s": 2.0, "ended_at": null}
+    {"pid": 4242, "started": 1796101234.56, "host": "gpu-7", "role": "supervisor",
+     "renewed_at": 1796101300.1, "interval_s": 2.0, "ended_at": null}
+
+A standalone run (a plain ``python train.py`` calling ``acceptrun.init()``) has no
+supervisor: its training process holds the lease itself (``role: standalone``), and the
+messages below name it as "its process".
 
 A reader asks :func:`supervisor_state`:
 
@@ -67,6 +71,7 @@ class SupervisorLiveness:
     state: str  # alive | gone | ended
     last_sign_of_life: float | None  # unix seconds; None when nothing was ever recorded
     detail: str  # for messages: why gone, or who is alive
+    keeper: str = "supervisor"  # who holds the lease: supervisor, or standalone (the script)
 
     @property
     def gone(self) -> bool:
@@ -83,6 +88,7 @@ class SupervisorLiveness:
             "last_sign_of_life": self.last_sign_of_life,
             "last_seen": None if self.last_sign_of_life is None else self.last_seen_iso,
             "detail": self.detail,
+            "keeper": self.keeper,
         }
 
 
@@ -118,7 +124,8 @@ def supervisor_state(
     if alive or (status not in _SUPERVISED and status != RunStatus.INTERRUPTED):
         # created (nothing supervises it yet), failed (a tune sweep): not ours to judge
         return SupervisorLiveness("alive" if alive else "ended", None, detail)
-    return SupervisorLiveness("gone", last_sign_of_life(run_dir, lease), detail)
+    keeper = "standalone" if (lease or {}).get("role") == "standalone" else "supervisor"
+    return SupervisorLiveness("gone", last_sign_of_life(run_dir, lease), detail, keeper)
 
 
 def _lease_alive(
@@ -132,8 +139,9 @@ def _lease_alive(
         if type(pid) is not int or (host and host != socket.gethostname()):
             return True, "no lease and no local pid to check: assumed alive"
         return _pid_alive(pid, None)
+    keeper = "its process" if lease.get("role") == "standalone" else "its supervisor"
     if lease.get("ended_at") is not None:
-        return False, f"its supervisor (pid {lease.get('pid')}) exited without closing the run"
+        return False, f"{keeper} (pid {lease.get('pid')}) exited without closing the run"
     pid, started = lease.get("pid"), lease.get("started")
     if lease.get("host") != socket.gethostname():
         renewed = lease.get("renewed_at")
@@ -142,10 +150,10 @@ def _lease_alive(
         return False, f"its lease on host {lease.get('host')} lapsed"
     if type(pid) is not int:
         return False, "its lease names no pid"
-    return _pid_alive(pid, started if isinstance(started, int | float) else None)
+    return _pid_alive(pid, started if isinstance(started, int | float) else None, keeper)
 
 
-def _pid_alive(pid: int, started: float | None) -> tuple[bool, str]:
+def _pid_alive(pid: int, started: float | None, keeper: str = "its supervisor") -> tuple[bool, str]:
     import psutil
 
     try:
@@ -154,14 +162,14 @@ def _pid_alive(pid: int, started: float | None) -> tuple[bool, str]:
             zombie = proc.status() == psutil.STATUS_ZOMBIE
             created = proc.create_time()
     except psutil.NoSuchProcess:
-        return False, f"its supervisor (pid {pid}) is gone"
+        return False, f"{keeper} (pid {pid}) is gone"
     except psutil.AccessDenied:
         return True, f"pid {pid} belongs to another user: assumed alive"
     if zombie:
-        return False, f"its supervisor (pid {pid}) has exited"
+        return False, f"{keeper} (pid {pid}) has exited"
     if started is not None and abs(created - started) > START_SLACK_S:
-        return False, f"its supervisor (pid {pid}) is gone; the pid is now another process"
-    return True, f"supervisor pid {pid}"
+        return False, f"{keeper} (pid {pid}) is gone; the pid is now another process"
+    return True, f"{keeper.removeprefix('its ')} pid {pid}"
 
 
 def last_sign_of_life(run_dir: str | Path, lease: dict[str, Any] | None = None) -> float | None:
@@ -221,7 +229,10 @@ def status_text(state: dict[str, Any], supervisor: dict[str, Any] | None) -> str
     """A report's status line from run.json and :meth:`SupervisorLiveness.to_dict`."""
     if (supervisor or {}).get("state") == "gone":
         seen = (supervisor or {}).get("last_seen") or "unknown"
-        return f"interrupted (its supervisor is gone; last sign of life {seen})"
+        who = (
+            "its process" if (supervisor or {}).get("keeper") == "standalone" else "its supervisor"
+        )
+        return f"interrupted ({who} is gone; last sign of life {seen})"
     return str(state.get("status"))
 
 

@@ -37,6 +37,7 @@ from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import AcceptrunError, RecordError, UserError
+from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.status import RUN_CLOSED, RUN_SUPERVISED
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso, user_at_host
 from acceptrun.run.close import close_run
@@ -334,7 +335,8 @@ def resume_run(
         elif local is not None and url is not None:
             _log.info(f"step {local.step} verifies locally; the mirror is not needed")
         # A batch inference run resumes from its committed shards, not from a checkpoint.
-        never_launched = interrupted is not None and not done  # died in preflight: no work yet
+        # died in preflight: no work yet (a standalone script has no attempt folders, and ran)
+        never_launched = interrupted is not None and not done and state.get("mode") != "standalone"
         if from_step is None and not (from_scratch or spec.inference.enabled or never_launched):
             raise UserError(
                 f"run {record.run_id} has no checkpoint that verifies in {ckpt_dir}: resuming "
@@ -392,6 +394,9 @@ def _check_resumable(record: RunRecord, *, force: bool) -> None:
     run_id, state = record.run_id, record.state
     status = str(state.get("status"))
     if status in (*ACTIVE, "closing"):
+        keeper = supervisor_state(record, state)
+        if keeper.gone and keeper.keeper == "standalone":
+            return  # a plain `python train.py` that died without closing its record
         sup = inspect_supervisor(record, state)
         if sup.alive:
             raise UserError(

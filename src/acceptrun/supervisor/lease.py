@@ -3,10 +3,11 @@
 ``kill -9`` of ``acceptrun run`` (the OOM killer, a node reboot) must neither leave the
 workload training unsupervised nor leave the record saying "running" for ever:
 
-- :class:`SupervisorLease` writes ``supervisor.json`` in the run directory (pid, process
-  start time, host) and renews it every :data:`RENEW_S` seconds from a thread of its own;
-  readers (:mod:`acceptrun.record.liveness`) show a run whose supervisor is gone as
-  ``interrupted``, with its last sign of life.
+- :class:`~acceptrun.record.lease.SupervisorLease` (in the record layer, since a standalone
+  run's training process holds one too) writes ``supervisor.json`` in the run directory
+  (pid, process start time, host) and renews it every ``RENEW_S`` seconds from a thread
+  of its own; readers (:mod:`acceptrun.record.liveness`) show a run whose supervisor is
+  gone as ``interrupted``, with its last sign of life.
 - :func:`die_with_supervisor` runs in the forked child before exec: the kernel sends it
   SIGTERM when the supervisor dies (Linux ``PR_SET_PDEATHSIG``). A script using the
   client checkpoints at its next step boundary and exits; so does a script that handles
@@ -22,22 +23,24 @@ workload training unsupervised nor leave the record saying "running" for ever:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.durable import write_json_atomic
-from acceptrun.errors import UserError
-from acceptrun.record.liveness import LEASE_FILE
+from acceptrun.record.lease import (
+    RENEW_S,
+    SupervisorLease,
+    end_lease,
+    hold_lease,
+    process_start_time,
+    start_lease,
+)
 from acceptrun.record.workspace import RunRecord
 
 __all__ = [
@@ -52,117 +55,8 @@ __all__ = [
     "take_over",
 ]
 
-RENEW_S = 2.0  # seconds between lease renewals: one small atomic write each
 _PR_SET_PDEATHSIG = 1  # prctl(2) option, linux/prctl.h
 _WATCHDOG = Path(__file__).with_name("_watchdog.py")
-
-
-def process_start_time(pid: int | None = None) -> float:
-    """The process's start time (unix seconds, psutil's create_time): a pid plus this
-    names one process, not whichever reuses the pid later."""
-    import psutil
-
-    return float(psutil.Process(os.getpid() if pid is None else pid).create_time())
-
-
-class SupervisorLease:
-    """``supervisor.json`` of one run, renewed every :data:`RENEW_S` s while held."""
-
-    def __init__(self, record: RunRecord, *, interval_s: float = RENEW_S) -> None:
-        self.record = record
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._body = {
-            "pid": os.getpid(),
-            "started": process_start_time(),
-            "host": socket.gethostname(),
-            "interval_s": interval_s,
-            "ended_at": None,
-        }
-        self.failures = 0  # renewals that could not be written (a full disk): logged, not fatal
-        # One write at a time; the process's exit waits for one in flight, which would
-        # otherwise leave its temporary file behind (the renewing thread is a daemon).
-        self._writing = threading.Lock()
-
-    @property
-    def path(self) -> Path:
-        return self.record.file(LEASE_FILE)
-
-    def start(self) -> None:
-        """Write the lease now (a reader sees it at once), then renew it on a thread."""
-        self._write()
-        atexit.register(self._quiesce)
-        self._thread = threading.Thread(target=self._renew, name="acceptrun-lease", daemon=True)
-        self._thread.start()
-
-    def _write(self, **extra: Any) -> None:
-        body = {**self._body, "renewed_at": round(time.time(), 3), **extra}
-        with self._writing:
-            try:
-                write_json_atomic(self.path, body)
-            except (OSError, UserError) as exc:  # UserError: disk full or read-only
-                # Background work never kills the run: a reader then sees an older renewal.
-                self.failures += 1
-                if self.failures == 1:
-                    print(f"acceptrun: could not renew {self.path}: {exc}", file=sys.stderr)
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            if not self._stop.is_set():
-                self._write()
-
-    def _quiesce(self) -> None:
-        """At exit: no new renewal, and the one in flight finishes (and cleans up)."""
-        self._stop.set()
-        with self._writing:
-            pass
-
-    def end(self) -> None:
-        """Stop renewing and mark the lease ended (the supervisor exits on purpose)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._write(ended_at=round(time.time(), 3))
-        atexit.unregister(self._quiesce)
-
-
-_held: dict[Path, SupervisorLease] = {}  # run directory -> the lease this process holds
-_held_lock = threading.Lock()
-
-
-def start_lease(record: RunRecord) -> SupervisorLease:
-    """Take the run's lease for this process (``acceptrun run``, ``acceptrun resume``).
-
-    Held until :func:`end_lease` (called by the close of the run); a lease this process
-    already holds for the record is renewed, not doubled.
-    """
-    key = record.path.resolve()
-    with _held_lock:
-        lease = _held.get(key)
-        if lease is None:
-            lease = _held[key] = SupervisorLease(record)
-            lease.start()
-    return lease
-
-
-def end_lease(record: RunRecord) -> None:
-    """Mark the run's lease ended, if this process holds it (no-op otherwise)."""
-    with _held_lock:
-        lease = _held.pop(record.path.resolve(), None)
-    if lease is not None:
-        lease.end()
-
-
-@contextlib.contextmanager
-def hold_lease(record: RunRecord) -> Iterator[SupervisorLease]:
-    """Hold the run's lease for the body of the ``with``; mark it ended on the way out."""
-    lease = SupervisorLease(record)
-    lease.start()
-    try:
-        yield lease
-    finally:
-        lease.end()
 
 
 def die_with_supervisor(sig: int = signal.SIGTERM) -> Callable[[], None] | None:

@@ -67,6 +67,7 @@ from acceptrun._util.durable import write_atomic
 from acceptrun._util.hashing import hash_file
 from acceptrun._util.redact import redact_text
 from acceptrun.errors import AcceptrunFileNotFoundError, AcceptrunRuntimeError, AcceptrunValueError
+from acceptrun.record.lease import end_lease, start_lease
 from acceptrun.record.workspace import RunRecord, find_workspace, now_iso
 from acceptrun.workload.base import _number
 from acceptrun.workload.checkpointing import Checkpointing
@@ -174,6 +175,7 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
             from acceptrun.run.close import close_standalone
 
             close_standalone(self.record, status=status)
+            end_lease(self.record)  # closed: this process lets go of its record
 
     def __repr__(self) -> str:
         mode = "supervised" if self.supervised else "standalone"
@@ -245,6 +247,9 @@ def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | Non
         spec_text=spec.to_toml(),
         state={"mode": "standalone", "status": "running", "started_at": now_iso(), "attempts": 1},
     )
+    # This process keeps the record: if it dies without closing it (kill -9, the OOM
+    # killer), readers show the run interrupted, not running for ever (record/lease.py).
+    start_lease(record, role="standalone")
     prov = provenance.capture(diff_path=record.file("git.diff"), exclude=[ws.root])
     record.write_json("provenance.json", prov)
     return record

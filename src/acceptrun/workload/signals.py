@@ -229,8 +229,8 @@ class StopHandling(RunBase):
             )
 
     def _at_exit(self) -> None:
-        if self.finished:
-            return
+        if self.finished or os.getpid() != self._pid:
+            return  # a forked child's exit is not the workload's end (nor its record's)
         status = "ok"
         if self._stop_requested or self._stopping:  # _stopping: exit_stopped() or the loop's stop
             status = "stopped"
