@@ -5,6 +5,8 @@ standalone one) and returns a :class:`Run`; everything else is the ``acceptrun``
 Importing this package imports neither torch nor any other heavy dependency.
 """
 
+from typing import TYPE_CHECKING
+
 from acceptrun.errors import (
     AcceptrunError,
     DataError,
@@ -15,13 +17,22 @@ from acceptrun.errors import (
     WorkspaceError,
 )
 from acceptrun.workload.contract import ENV_VARS
-from acceptrun.workload.run import Run, init
+
+if TYPE_CHECKING:
+    from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
+    from acceptrun.workload.run import Run, init
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # torch-backed helpers, imported on first use so `import acceptrun` stays light.
+    # Imported on first use: the client (init, Run) only by a training script, so that the
+    # `acceptrun` command does not load it; the torch-backed helpers so that
+    # `import acceptrun` stays light.
+    if name in ("Run", "init"):
+        from acceptrun.workload import run
+
+        return getattr(run, name)
     if name in ("ResumableLoader", "ResumableSampler"):
         from acceptrun.checkpoint import loader
 

@@ -14,7 +14,24 @@ its security rules; :mod:`~acceptrun.ui.assets` holds the stylesheet and the one
 
 from __future__ import annotations
 
-from acceptrun.ui.board import Board, RunFilter
-from acceptrun.ui.server import BoardServer, make_server
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from acceptrun.ui.board import Board, RunFilter
+    from acceptrun.ui.server import BoardServer, make_server
 
 __all__ = ["Board", "BoardServer", "RunFilter", "make_server"]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use: every `acceptrun` command registers `ui` (ui/cli.py), and the
+    # server with its pages and the report's stylesheet is only needed by `acceptrun ui`.
+    if name in ("Board", "RunFilter"):
+        from acceptrun.ui import board
+
+        return getattr(board, name)
+    if name in ("BoardServer", "make_server"):
+        from acceptrun.ui import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'acceptrun.ui' has no attribute {name!r}")
