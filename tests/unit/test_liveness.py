@@ -147,3 +147,35 @@ def test_the_lease_writer_records_its_role_and_ends(tmp_path: Path) -> None:
     finally:
         end_lease(record)
     assert json.loads((path / "supervisor.json").read_text())["ended_at"] is not None
+
+
+def old_standalone(tmp_path: Path, start: dict[str, Any] | None, host: str | None = None) -> Path:
+    """A standalone run recorded before such runs held a lease: run.json and events only."""
+    run = tmp_path / "run"
+    run.mkdir()
+    who = f"me@{host or socket.gethostname()}"
+    state = {"status": "running", "mode": "standalone", "created_by": who}
+    (run / "run.json").write_text(json.dumps(state))
+    lines = [] if start is None else [json.dumps({"kind": "workload_start", **start})]
+    (run / "events.jsonl").write_text("".join(line + "\n" for line in lines))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("start", "host", "expected", "says"),
+    [
+        pytest.param({"pid": ME, "t": time.time()}, None, "alive", "process pid", id="running"),
+        pytest.param(
+            {"pid": ME, "t": STARTED - 3600}, None, "gone", "is now another process", id="reused"
+        ),
+        pytest.param({"pid": ME, "t": 1.0}, "elsewhere", "alive", "host elsewhere", id="remote"),
+        pytest.param(None, None, "alive", "no pid recorded yet", id="not-started"),
+    ],
+)
+def test_an_old_standalone_run_is_judged_by_its_workload_start_pid(
+    tmp_path: Path, start: dict[str, Any] | None, host: str | None, expected: str, says: str
+) -> None:
+    state = supervisor_state(old_standalone(tmp_path, start, host))
+    assert state.state == expected and says in state.detail
+    if expected == "gone":
+        assert state.keeper == "standalone" and state.detail.startswith("its process")

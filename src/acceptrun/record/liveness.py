@@ -120,11 +120,16 @@ def supervisor_state(
         return SupervisorLiveness("ended", None, f"the run is {status}")
     lease = read_lease(run_dir)
     now = time.time() if now is None else now
-    alive, detail = _lease_alive(lease, state, now)
+    standalone = state.get("mode") == "standalone"
+    if lease is None and standalone:
+        alive, detail = _old_standalone_alive(run_dir, state)
+    else:
+        alive, detail = _lease_alive(lease, state, now)
     if alive or (status not in _SUPERVISED and status != RunStatus.INTERRUPTED):
         # created (nothing supervises it yet), failed (a tune sweep): not ours to judge
         return SupervisorLiveness("alive" if alive else "ended", None, detail)
-    keeper = "standalone" if (lease or {}).get("role") == "standalone" else "supervisor"
+    standalone = standalone if lease is None else lease.get("role") == "standalone"
+    keeper = "standalone" if standalone else "supervisor"
     return SupervisorLiveness("gone", last_sign_of_life(run_dir, lease), detail, keeper)
 
 
@@ -153,7 +158,43 @@ def _lease_alive(
     return _pid_alive(pid, started if isinstance(started, int | float) else None, keeper)
 
 
-def _pid_alive(pid: int, started: float | None, keeper: str = "its supervisor") -> tuple[bool, str]:
+def _old_standalone_alive(run_dir: Path, state: dict[str, Any]) -> tuple[bool, str]:
+    """A standalone run recorded before standalone runs held a lease: its process is the
+    pid of its ``workload_start`` event, which must have started before that event."""
+    host = str(state.get("created_by") or "").rpartition("@")[2]
+    start = _first_event(run_dir, "workload_start")
+    pid, t = (start or {}).get("pid"), (start or {}).get("t")
+    if type(pid) is not int or not isinstance(t, int | float):
+        return True, "no lease and no pid recorded yet: assumed alive"
+    if host and host != socket.gethostname():
+        return True, f"no lease, and its process ran on host {host}: assumed alive"
+    return _pid_alive(pid, None, "its process", started_before=float(t))
+
+
+def _first_event(run_dir: Path, kind: str) -> dict[str, Any] | None:
+    """The first ``kind`` event among the first lines of events.jsonl (None if not there)."""
+    try:
+        with open(run_dir / "events.jsonl", "rb") as f:
+            head = f.read(_TAIL_BYTES)
+    except OSError:
+        return None
+    for line in head.splitlines()[:20]:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("kind") == kind:
+            return event
+    return None
+
+
+def _pid_alive(
+    pid: int,
+    started: float | None,
+    keeper: str = "its supervisor",
+    *,
+    started_before: float | None = None,
+) -> tuple[bool, str]:
     import psutil
 
     try:
@@ -167,7 +208,8 @@ def _pid_alive(pid: int, started: float | None, keeper: str = "its supervisor") 
         return True, f"pid {pid} belongs to another user: assumed alive"
     if zombie:
         return False, f"{keeper} (pid {pid}) has exited"
-    if started is not None and abs(created - started) > START_SLACK_S:
+    reused = started is not None and abs(created - started) > START_SLACK_S
+    if reused or (started_before is not None and created > started_before + START_SLACK_S):
         return False, f"{keeper} (pid {pid}) is gone; the pid is now another process"
     return True, f"{keeper.removeprefix('its ')} pid {pid}"
 
