@@ -183,6 +183,10 @@ def test_help_does_not_import_torch(tmp_path: Path) -> None:
     imported = [line for line in proc.stderr.splitlines() if "import time:" in line]
     assert any("acceptrun.cli.main" in line for line in imported)  # the trace is real
     assert not [line for line in imported if "torch" in line]
+    # Every command pays for what the start-up imports (docs/architecture.md, Tests): the
+    # client and the board's server load only when a script or `acceptrun ui` needs them.
+    names = {line.rsplit("|", 1)[-1].strip() for line in imported}
+    assert not names & {"acceptrun.workload.run", "acceptrun.ui.server", "acceptrun.report.html"}
 
 
 def test_importing_acceptrun_does_not_import_torch() -> None:
