@@ -137,3 +137,21 @@ def test_run_telemetry_respects_gpu_false_and_joins_its_thread(tmp_path: Path) -
     lines = telemetry(record)
     assert lines[0] == {"t": lines[0]["t"], "kind": "gpu_absent", "reason": "telemetry.gpu = false"}
     assert next(x for x in lines if x["kind"] == "host")["proc_count"] == 1
+
+
+def test_a_zombie_is_not_counted_as_a_live_process(tmp_path: Path) -> None:
+    """The workload has exited but its parent has not reaped it yet (the moment between an
+    attempt's exit and the supervisor's wait): a sample then sees no process, not one of
+    0 bytes (the supervised-run test above once saw proc_count 1 with proc_rss 0)."""
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_for(
+            lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE,
+            what="the child to exit (it is not reaped until wait())",
+        )
+        sample = HostSampler(child.pid, tmp_path, tmp_path).sample()
+        assert (sample["proc_count"], sample["proc_rss"]) == (0, 0), sample
+    finally:
+        child.wait()

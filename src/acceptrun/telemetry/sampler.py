@@ -109,6 +109,8 @@ class HostSampler:
                 p = cached[0]
             try:
                 with p.oneshot():
+                    if p.status() == psutil.STATUS_ZOMBIE:
+                        continue  # exited, not yet reaped: no memory, no CPU, not running
                     t = p.cpu_times()
                     mem = p.memory_info()
             except psutil.Error:  # exited between the listing and the read
