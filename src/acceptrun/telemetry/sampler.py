@@ -102,28 +102,31 @@ class HostSampler:
         except psutil.Error:  # the workload is gone (the attempt is ending)
             self._procs, self.pids = {}, set()
             return 0.0, 0, 0
-        cpu_s, rss, seen = 0.0, 0, {}
+        cpu_s, rss, seen, live = 0.0, 0, {}, set()
         for p in procs:
             cached = self._procs.get(p.pid)
             if cached is not None and cached[0] == p:  # same pid and start time: reuse
                 p = cached[0]
             try:
                 with p.oneshot():
-                    if p.status() == psutil.STATUS_ZOMBIE:
-                        continue  # exited, not yet reaped: no memory, no CPU, not running
+                    # Exited, not yet reaped: its last CPU time counts, but it holds no
+                    # memory and is not a running process of the tree.
+                    zombie = p.status() == psutil.STATUS_ZOMBIE
                     t = p.cpu_times()
-                    mem = p.memory_info()
+                    mem = None if zombie else p.memory_info()
             except psutil.Error:  # exited between the listing and the read
                 continue
             used = t.user + t.system
             # A process new since the last tick counts all its CPU time (it began since).
             before = cached[1] if cached is not None and cached[0] == p else 0.0
             cpu_s += max(0.0, used - before)
-            rss += int(mem.rss)
             seen[p.pid] = (p, used)
+            if mem is not None:
+                rss += int(mem.rss)
+                live.add(p.pid)
         self._procs = seen
-        self.pids = set(seen)
-        return cpu_s, rss, len(seen)
+        self.pids = live
+        return cpu_s, rss, len(live)
 
 
 def _busy(now: Any, before: Any) -> tuple[float, float]:
