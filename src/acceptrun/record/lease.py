@@ -16,13 +16,11 @@ ends the lease: its copy lets go of it (:func:`os.register_at_fork`).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,6 @@ __all__ = [
     "RENEW_S",
     "SupervisorLease",
     "end_lease",
-    "hold_lease",
     "process_start_time",
     "start_lease",
 ]
@@ -164,15 +161,4 @@ def end_lease(record: RunRecord) -> None:
     with _held_lock:
         lease = _held.pop(record.path.resolve(), None)
     if lease is not None:
-        lease.end()
-
-
-@contextlib.contextmanager
-def hold_lease(record: RunRecord) -> Iterator[SupervisorLease]:
-    """Hold the run's lease for the body of the ``with``; mark it ended on the way out."""
-    lease = SupervisorLease(record)
-    lease.start()
-    try:
-        yield lease
-    finally:
         lease.end()

@@ -61,6 +61,8 @@ STALE_AFTER_S = 30.0
 START_SLACK_S = 1.0  # psutil's create_time rests on the boot time, known to the second
 # Statuses in which a supervisor works on the run; its death leaves the run interrupted.
 _SUPERVISED = (RunStatus.PREFLIGHT, RunStatus.RUNNING, RunStatus.CLOSING)
+# How messages name the process that keeps the record, by SupervisorLiveness.keeper.
+_KEEPER_NOUN = {"supervisor": "its supervisor", "standalone": "its process"}
 _TAIL_BYTES = 64 * 1024  # the end of events.jsonl / telemetry.jsonl read for the last time
 
 
@@ -120,21 +122,21 @@ def supervisor_state(
         return SupervisorLiveness("ended", None, f"the run is {status}")
     lease = read_lease(run_dir)
     now = time.time() if now is None else now
-    standalone = state.get("mode") == "standalone"
-    if lease is None and standalone:
+    # Who keeps the record: the lease says; without one, a standalone run's own process.
+    role = lease.get("role") if lease is not None else state.get("mode")
+    keeper = "standalone" if role == "standalone" else "supervisor"
+    if lease is None and keeper == "standalone":
         alive, detail = _old_standalone_alive(run_dir, state)
     else:
-        alive, detail = _lease_alive(lease, state, now)
+        alive, detail = _lease_alive(lease, state, now, _KEEPER_NOUN[keeper])
     if alive or (status not in _SUPERVISED and status != RunStatus.INTERRUPTED):
         # created (nothing supervises it yet), failed (a tune sweep): not ours to judge
         return SupervisorLiveness("alive" if alive else "ended", None, detail)
-    standalone = standalone if lease is None else lease.get("role") == "standalone"
-    keeper = "standalone" if standalone else "supervisor"
     return SupervisorLiveness("gone", last_sign_of_life(run_dir, lease), detail, keeper)
 
 
 def _lease_alive(
-    lease: dict[str, Any] | None, state: dict[str, Any], now: float
+    lease: dict[str, Any] | None, state: dict[str, Any], now: float, keeper: str
 ) -> tuple[bool, str]:
     if lease is None:
         # A record written before leases, or in the instant before launch writes one:
@@ -144,7 +146,6 @@ def _lease_alive(
         if type(pid) is not int or (host and host != socket.gethostname()):
             return True, "no lease and no local pid to check: assumed alive"
         return _pid_alive(pid, None)
-    keeper = "its process" if lease.get("role") == "standalone" else "its supervisor"
     if lease.get("ended_at") is not None:
         return False, f"{keeper} (pid {lease.get('pid')}) exited without closing the run"
     pid, started = lease.get("pid"), lease.get("started")
@@ -168,7 +169,7 @@ def _old_standalone_alive(run_dir: Path, state: dict[str, Any]) -> tuple[bool, s
         return True, "no lease and no pid recorded yet: assumed alive"
     if host and host != socket.gethostname():
         return True, f"no lease, and its process ran on host {host}: assumed alive"
-    return _pid_alive(pid, None, "its process", started_before=float(t))
+    return _pid_alive(pid, None, _KEEPER_NOUN["standalone"], started_before=float(t))
 
 
 def _first_event(run_dir: Path, kind: str) -> dict[str, Any] | None:
@@ -271,9 +272,7 @@ def status_text(state: dict[str, Any], supervisor: dict[str, Any] | None) -> str
     """A report's status line from run.json and :meth:`SupervisorLiveness.to_dict`."""
     if (supervisor or {}).get("state") == "gone":
         seen = (supervisor or {}).get("last_seen") or "unknown"
-        who = (
-            "its process" if (supervisor or {}).get("keeper") == "standalone" else "its supervisor"
-        )
+        who = _KEEPER_NOUN.get(str((supervisor or {}).get("keeper")), "its supervisor")
         return f"interrupted ({who} is gone; last sign of life {seen})"
     return str(state.get("status"))
 

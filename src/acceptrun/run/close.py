@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
+from acceptrun.record.lease import end_lease
 from acceptrun.record.models import FORMAT
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
-from acceptrun.supervisor.lease import end_lease
 from acceptrun.verdict.core import Verdict, compute_verdict, read_attempts, run_timeline, work_lost
 
 __all__ = ["close_run", "close_standalone", "run_cleanup"]
@@ -95,7 +95,7 @@ def close_run(
     if status == "finished":
         run_cleanup(record, spec)
     verdict = _finalize(record, workspace, spec, status)
-    end_lease(record)  # closed: its supervisor lets go of the run (supervisor/lease.py)
+    end_lease(record)  # closed: its supervisor lets go of the run (record/lease.py)
     return verdict
 
 

@@ -22,11 +22,11 @@ from acceptrun._util.console import get_logger
 from acceptrun.capture.preflight import check_static, run_preflight
 from acceptrun.cost.catalog import check_budget, load_catalog, price_for
 from acceptrun.errors import UserError
+from acceptrun.record.lease import start_lease
 from acceptrun.record.workspace import RunRecord, find_workspace, now_iso, user_at_host
 from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
-from acceptrun.supervisor.lease import start_lease
 from acceptrun.verdict.core import Verdict
 from acceptrun.workload.contract import ENV_INJECT
 from acceptrun.workload.inject import parse_faults
@@ -152,7 +152,7 @@ def launch(
         },
         run_id=run_id,
     )
-    start_lease(record)  # supervisor.json, renewed until the close (supervisor/lease.py)
+    start_lease(record)  # supervisor.json, renewed until the close (record/lease.py)
     _log.info(f"run {record.run_id}")
     _log.info(f"record {record.path}")
     if on_record is not None:

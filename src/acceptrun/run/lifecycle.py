@@ -37,13 +37,14 @@ from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import AcceptrunError, RecordError, UserError
+from acceptrun.record.lease import start_lease
 from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.status import RUN_CLOSED, RUN_SUPERVISED
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso, user_at_host
 from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, format_duration, load_spec
 from acceptrun.supervisor import Supervisor
-from acceptrun.supervisor.lease import start_lease, take_over
+from acceptrun.supervisor.lease import take_over
 from acceptrun.verdict.core import Check, Verdict
 from acceptrun.workload.contract import ENV_INJECT
 

@@ -41,6 +41,7 @@ from typing import Any
 from acceptrun._util.redact import redact_argv
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import RecordError, UserError
+from acceptrun.record.lease import process_start_time
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, format_duration
 from acceptrun.supervisor import stops
@@ -54,7 +55,7 @@ from acceptrun.supervisor.classify import (
     stderr_tail,
 )
 from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
-from acceptrun.supervisor.lease import Watchdog, process_start_time
+from acceptrun.supervisor.lease import Watchdog
 from acceptrun.supervisor.outcome import (
     AttemptResult,
     SupervisorResult,

@@ -33,27 +33,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from acceptrun.record.lease import (
-    RENEW_S,
-    SupervisorLease,
-    end_lease,
-    hold_lease,
-    process_start_time,
-    start_lease,
-)
 from acceptrun.record.workspace import RunRecord
 
-__all__ = [
-    "RENEW_S",
-    "SupervisorLease",
-    "Watchdog",
-    "die_with_supervisor",
-    "end_lease",
-    "hold_lease",
-    "process_start_time",
-    "start_lease",
-    "take_over",
-]
+__all__ = ["Watchdog", "die_with_supervisor", "take_over"]
 
 _PR_SET_PDEATHSIG = 1  # prctl(2) option, linux/prctl.h
 _WATCHDOG = Path(__file__).with_name("_watchdog.py")
