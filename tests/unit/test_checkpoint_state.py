@@ -6,6 +6,7 @@ import contextlib
 import json
 import pickle
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,7 +28,7 @@ from acceptrun.checkpoint.state import (
     stage,
     write_staged,
 )
-from acceptrun.errors import UserError
+from acceptrun.errors import RecordError, UserError
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -515,3 +516,46 @@ def test_cuda_bit_exact_resume_with_dropout(tmp_path: Path, k: int) -> None:
         step(*resumed, i)
     for a, b in zip(straight[0].parameters(), resumed[0].parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_plain_state_saves_and_loads_where_torch_cannot_be_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workload without torch (numpy, JAX's host copies, an inference loop) checkpoints.
+
+    ``None`` in sys.modules makes ``import torch`` fail, as where torch is not installed:
+    saving and loading plain values and numpy arrays must not need it.
+    """
+    monkeypatch.setitem(sys.modules, "torch", None)
+    history: list[float] = [0.5]
+    table = np.arange(6, dtype=np.float32).reshape(2, 3)
+    random.seed(7)
+    path = save({"extra": {"epoch": 3, "best": float("inf")}, "history": history,
+                 "table": table}, tmp_path / "ck")  # fmt: skip
+    meta = json.loads((path / STATE).read_text())
+    assert meta["torch_version"] is None and meta["rng"]["torch"] is None
+    assert meta["tensors"]["count"] == 0
+    expected = random.random()
+    random.seed(99)
+    history.clear()
+    out = load_into(path, {"extra": None, "history": None, "table": None})
+    assert random.random() == expected  # the Python RNG came back without torch
+    assert out["values"]["extra"] == {"epoch": 3, "best": float("inf")}
+    assert out["values"]["history"] == [0.5]
+    assert np.array_equal(out["values"]["table"], table)
+    assert out["values"]["table"].dtype == np.float32
+
+
+def test_a_damaged_tensor_file_of_a_plain_state_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    path = save({"extra": {"epoch": 3}}, tmp_path / "ck")
+    good = (path / TENSORS).read_bytes()
+    for damaged in (good[:5], good + b"x", good[:8] + b"{" * (len(good) - 8)):
+        (path / TENSORS).write_bytes(damaged)
+        with pytest.raises(RecordError, match="not a readable safetensors file"):
+            load_into(path, {"extra": None})
+    (path / TENSORS).unlink()
+    with pytest.raises(RecordError, match="is missing"):
+        load_into(path, {"extra": None})

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import random
 import struct
 import sys
@@ -39,9 +40,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptrun.errors import (
     AcceptrunError,
@@ -51,6 +50,9 @@ from acceptrun.errors import (
     RecordError,
     UserError,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "STATE",
@@ -70,31 +72,75 @@ STATE = "state.json"
 FORMAT = "acceptrun.torch-state"
 FORMAT_VERSION = 1
 
-# torch dtype -> safetensors dtype code, for the dtypes this torch has.
-_DTYPES: dict[torch.dtype, str] = {
-    getattr(torch, name): code
-    for name, code in [
-        ("float64", "F64"),
-        ("float32", "F32"),
-        ("float16", "F16"),
-        ("bfloat16", "BF16"),
-        ("int64", "I64"),
-        ("int32", "I32"),
-        ("int16", "I16"),
-        ("int8", "I8"),
-        ("uint8", "U8"),
-        ("bool", "BOOL"),
-        ("complex64", "C64"),
-        ("uint16", "U16"),
-        ("uint32", "U32"),
-        ("uint64", "U64"),
-        ("float8_e4m3fn", "F8_E4M3"),
-        ("float8_e4m3fnuz", "F8_E4M3FNUZ"),
-        ("float8_e5m2", "F8_E5M2"),
-        ("float8_e5m2fnuz", "F8_E5M2FNUZ"),
-    ]
-    if isinstance(getattr(torch, name, None), torch.dtype)
-}
+# torch dtype name -> safetensors dtype code (the ones this torch has, see _dtypes()).
+_DTYPE_CODES = [
+    ("float64", "F64"),
+    ("float32", "F32"),
+    ("float16", "F16"),
+    ("bfloat16", "BF16"),
+    ("int64", "I64"),
+    ("int32", "I32"),
+    ("int16", "I16"),
+    ("int8", "I8"),
+    ("uint8", "U8"),
+    ("bool", "BOOL"),
+    ("complex64", "C64"),
+    ("uint16", "U16"),
+    ("uint32", "U32"),
+    ("uint64", "U64"),
+    ("float8_e4m3fn", "F8_E4M3"),
+    ("float8_e4m3fnuz", "F8_E4M3FNUZ"),
+    ("float8_e5m2", "F8_E5M2"),
+    ("float8_e5m2fnuz", "F8_E5M2FNUZ"),
+]
+
+
+def _loaded_torch() -> ModuleType | None:
+    """torch if this process imported it, else None: then nothing here is a torch object.
+
+    Saving never imports torch on a script's behalf: a workload that checkpoints plain
+    values, numpy arrays or a JAX model's host copy does not pay torch's start-up (seconds
+    of CPU, hundreds of MB). Loading imports it only for a checkpoint that holds tensors
+    or a torch RNG state.
+    """
+    return sys.modules.get("torch")
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = _loaded_torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_generator(value: Any) -> bool:
+    torch = _loaded_torch()
+    return torch is not None and isinstance(value, torch.Generator)
+
+
+def _uint8() -> torch.dtype:
+    import torch
+
+    return torch.uint8
+
+
+def _is_module(value: Any) -> bool:
+    torch = _loaded_torch()
+    return torch is not None and isinstance(value, torch.nn.Module)
+
+
+_DTYPES_CACHE: dict[Any, str] = {}
+
+
+def _dtypes() -> dict[torch.dtype, str]:
+    """torch dtype -> safetensors dtype code, for the dtypes this torch has."""
+    if not _DTYPES_CACHE:
+        import torch
+
+        for name, code in _DTYPE_CODES:
+            dtype = getattr(torch, name, None)
+            if isinstance(dtype, torch.dtype):
+                _DTYPES_CACHE[dtype] = code
+    return _DTYPES_CACHE
+
 
 _TAGS = frozenset(
     {"__tensor__", "__tuple__", "__dict__", "__float__", "__ndarray__", "__dtype__", "__device__"}
@@ -135,6 +181,7 @@ class _Encoder:
 
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
+        self._torch = _loaded_torch()
 
     def encode(self, value: Any, path: str) -> Any:
         if value is None or isinstance(value, bool | int | str):
@@ -143,12 +190,14 @@ class _Encoder:
             if math.isfinite(value):
                 return value  # json writes repr(): the exact same float reads back
             return {"__float__": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
-        if isinstance(value, torch.Tensor):
-            return {"__tensor__": self._add_tensor(value, path)}
-        if isinstance(value, torch.dtype):
-            return {"__dtype__": str(value).removeprefix("torch.")}
-        if isinstance(value, torch.device):
-            return {"__device__": str(value)}
+        torch = self._torch
+        if torch is not None:
+            if isinstance(value, torch.Tensor):
+                return {"__tensor__": self._add_tensor(value, path)}
+            if isinstance(value, torch.dtype):
+                return {"__dtype__": str(value).removeprefix("torch.")}
+            if isinstance(value, torch.device):
+                return {"__device__": str(value)}
         if isinstance(value, Mapping):
             if all(isinstance(k, str) for k in value) and not _TAGS.intersection(value):
                 return {k: self.encode(v, f"{path}/{k}") for k, v in value.items()}
@@ -170,17 +219,20 @@ class _Encoder:
         raise AcceptrunTypeError(_unsupported(value, path))
 
     def _add_tensor(self, tensor: torch.Tensor, path: str) -> str:
+        import torch
+
+        dtypes = _dtypes()
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
             raise AcceptrunTypeError(
                 f"{path}: cannot save a {type(tensor).__name__} (a tensor subclass) without "
                 "pickle; convert it to a plain tensor in state_dict() (for a DTensor: "
                 ".full_tensor(), or save sharded state with torch.distributed.checkpoint)"
             )
-        if tensor.layout != torch.strided or tensor.dtype not in _DTYPES:
+        if tensor.layout != torch.strided or tensor.dtype not in dtypes:
             raise AcceptrunTypeError(
                 f"{path}: cannot save a {tensor.layout} tensor of {tensor.dtype} in "
                 f"safetensors; convert it to a dense tensor of one of "
-                f"{sorted(str(d) for d in _DTYPES)} in state_dict()"
+                f"{sorted(str(d) for d in dtypes)} in state_dict()"
             )
         key, n = path, 1
         while key in self.tensors:  # "a/b" + "c" and "a" + "b/c" could meet
@@ -241,11 +293,15 @@ def _decode(value: Any, tensors: Mapping[str, torch.Tensor], path: str) -> Any:
     if "__float__" in value:
         return float(value["__float__"])  # "nan", "inf", "-inf"
     if "__dtype__" in value:
+        import torch
+
         dtype = getattr(torch, value["__dtype__"], None)
         if not isinstance(dtype, torch.dtype):
             raise RecordError(f"{path}: unknown torch dtype {value['__dtype__']!r}")
         return dtype
     if "__device__" in value:
+        import torch
+
         return torch.device(value["__device__"])
     if "__ndarray__" in value:
         np = _numpy()
@@ -302,6 +358,8 @@ class StagingBuffers:
             if buf.shape == like.shape and buf.dtype == like.dtype and pinned == pin:
                 return buf
         # pin_memory costs a cudaHostAlloc (slow, ms per MB): paid on the first save only.
+        import torch
+
         buf = torch.empty(like.shape, dtype=like.dtype, pin_memory=pin)
         self._buffers[key] = (buf, pin)
         return buf
@@ -360,7 +418,7 @@ def stage(
     enc = _Encoder()
     entries: dict[str, Any] = {}
     for name, obj in objects.items():
-        if isinstance(obj, torch.Generator):
+        if _is_generator(obj):
             # A generator of the workload's own (batch sampling, augmentation): its state
             # is a byte tensor, restored with set_state.
             entry = {"kind": "generator", "state": enc.encode(obj.get_state(), name)}
@@ -376,10 +434,11 @@ def stage(
             entry = {"kind": "value", "state": enc.encode(obj, name)}
         entries[name] = entry
     np = _numpy()
+    torch = _loaded_torch()
     meta: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "torch_version": torch.__version__,
+        "torch_version": None if torch is None else torch.__version__,
         "numpy_version": None if np is None else np.__version__,
         "objects": entries,
         "rng": _capture_rng(enc, np) if rng else None,
@@ -401,6 +460,12 @@ def _copy_to_host(
     live: dict[str, torch.Tensor], buffers: StagingBuffers | None
 ) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
+    if buffers is not None:
+        buffers._keep_only(set(live))
+    if not live:  # plain values only: torch may not even be imported
+        return out
+    import torch
+
     cuda_devices: set[torch.device] = set()
     for key, tensor in live.items():
         src = tensor.detach()
@@ -415,8 +480,6 @@ def _copy_to_host(
             dst = buffers._take(key, src)
             dst.copy_(src, non_blocking=src.is_cuda)
         out[key] = dst
-    if buffers is not None:
-        buffers._keep_only(set(live))
     # The only blocking part of an async save: the writer thread reads these buffers, so
     # the copies must have landed (synchronize waits for all queued work on the device).
     for device in cuda_devices:
@@ -427,10 +490,15 @@ def _copy_to_host(
 def _capture_rng(enc: _Encoder, np: ModuleType | None) -> dict[str, Any]:
     state: dict[str, Any] = {
         "python": enc.encode(random.getstate(), f"{_RNG}/python"),
-        "torch": enc.encode(torch.get_rng_state(), f"{_RNG}/torch"),
+        "torch": None,
         "numpy": None if np is None else enc.encode(np.random.get_state(), f"{_RNG}/numpy"),
         "cuda": None,
     }
+    if _loaded_torch() is None:  # no torch random number was drawn: none to restore
+        return state
+    import torch
+
+    state["torch"] = enc.encode(torch.get_rng_state(), f"{_RNG}/torch")
     # Not initialized means no CUDA random number was drawn in this process, and asking
     # would create a CUDA context (~0.5 GB of GPU memory, ~1 s) in a CPU-only job.
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
@@ -470,13 +538,14 @@ def _write_safetensors(
     # Widest elements first: with the 8-byte-aligned header every tensor starts at a
     # multiple of its element size, so readers can map it without copying.
     order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
+    dtypes = _dtypes() if tensors else {}
     header: dict[str, Any] = {}
     offset = 0
     for key in order:
         t = tensors[key]
         end = offset + t.numel() * t.element_size()
         header[key] = {
-            "dtype": _DTYPES[t.dtype],
+            "dtype": dtypes[t.dtype],
             "shape": list(t.shape),
             "data_offsets": [offset, end],
         }
@@ -488,7 +557,7 @@ def _write_safetensors(
     f.write(raw)
     for key in order:
         # A uint8 view of the tensor's own memory: no copy, any dtype (bf16 has no numpy).
-        data = tensors[key].reshape(-1).view(torch.uint8).numpy().data
+        data = tensors[key].reshape(-1).view(_uint8()).numpy().data
         for start in range(0, len(data), _CHUNK):
             f.write(data[start : start + _CHUNK])
 
@@ -566,7 +635,9 @@ def restore_values(registered: Mapping[str, Any], saved: Mapping[str, Any]) -> d
             plan.append((name, registered[name], _checked_value(name, registered[name], value)))
     out: dict[str, Any] = {}
     for name, current, value in plan:
-        if isinstance(current, torch.Tensor):
+        if _is_tensor(current):
+            import torch
+
             with torch.no_grad():  # a parameter or a leaf that requires grad
                 current.copy_(value)
             value = current
@@ -602,14 +673,12 @@ def _checked_value(name: str, current: Any, value: Any) -> Any:
         )
 
     def kind(v: Any) -> str:
-        if isinstance(v, torch.Tensor) or _is_ndarray(v):
+        if _is_tensor(v) or _is_ndarray(v):
             return f"{type(v).__name__} of shape {tuple(v.shape)} and dtype {v.dtype}"
         return type(v).__name__
 
-    if isinstance(current, torch.Tensor) or _is_ndarray(current):
-        if type(value) is not type(current) and not (
-            isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor)
-        ):
+    if _is_tensor(current) or _is_ndarray(current):
+        if type(value) is not type(current) and not (_is_tensor(current) and _is_tensor(value)):
             raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
         if tuple(value.shape) != tuple(current.shape) or value.dtype != current.dtype:
             raise refuse(f"saved as a {kind(value)}, registered as a {kind(current)}")
@@ -676,9 +745,6 @@ def _load(
     strict: bool,
     world_size: int,
 ) -> dict[str, Any]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     _check_names(objects)
     meta = _read_meta(root / STATE)
     saved_world = _saved_world_size(meta)
@@ -688,17 +754,7 @@ def _load(
             f"{world_size}; resume it with resources.processes = {saved_world} (a "
             "checkpoint cannot be resharded to another number of processes)"
         )
-    try:
-        tensors = load_file(
-            root / TENSORS, device=str(torch.device("cpu" if device is None else device))
-        )
-    except FileNotFoundError:
-        raise RecordError(f"{root / TENSORS} is missing; the checkpoint is incomplete") from None
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise RecordError(
-            f"{root / TENSORS} is not a readable safetensors file ({exc}); the checkpoint "
-            "is damaged, resume from an earlier one"
-        ) from exc
+    tensors = _load_tensors(root / TENSORS, meta, device)
 
     try:
         values, loads, rng_state, notes = _decode_all(root, meta, tensors, objects, rng, strict)
@@ -713,9 +769,9 @@ def _load(
 
     for name, obj, state in loads:
         try:
-            if isinstance(obj, torch.Generator):
+            if _is_generator(obj):
                 obj.set_state(state.cpu())
-            elif isinstance(obj, torch.nn.Module):
+            elif _is_module(obj):
                 obj.load_state_dict(state, strict=strict)
             else:
                 before = _group_values(obj)
@@ -737,6 +793,58 @@ def _load(
     elif rng:
         notes.append("no RNG state in this checkpoint (saved with rng=False)")
     return {"values": values, "meta": meta, "notes": notes}
+
+
+def _load_tensors(
+    path: Path, meta: Mapping[str, Any], device: str | torch.device | None
+) -> Mapping[str, torch.Tensor]:
+    """The tensors of TENSORS; none (and no torch import) when state.json counts none."""
+    counted = meta.get("tensors")
+    if isinstance(counted, dict) and counted.get("count") == 0:
+        _check_no_tensors(path)
+        return {}
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path, device=str(torch.device("cpu" if device is None else device)))
+    except FileNotFoundError:
+        raise RecordError(f"{path} is missing; the checkpoint is incomplete") from None
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise RecordError(
+            f"{path} is not a readable safetensors file ({exc}); the checkpoint "
+            "is damaged, resume from an earlier one"
+        ) from exc
+
+
+def _check_no_tensors(path: Path) -> None:
+    """Check that ``path`` is a safetensors file of no tensor, as state.json says it is."""
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            body = f.read(length) if 0 <= length == size - 8 else b""
+    except FileNotFoundError:
+        raise RecordError(f"{path} is missing; the checkpoint is incomplete") from None
+    except OSError as exc:
+        raise RecordError(f"cannot read {path} ({exc}); the checkpoint is damaged") from exc
+    problem = ""
+    if length < 0 or length != size - 8:
+        problem = f"a header of {length} bytes in a file of {size}"
+    else:
+        try:
+            header = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            header, problem = None, f"its header is not JSON: {exc}"
+        if not problem and (not isinstance(header, dict) or set(header) - {"__metadata__"}):
+            problem = f"it lists tensors, where {STATE} counts none"
+    if problem:
+        raise RecordError(
+            f"{path} is not a readable safetensors file ({problem}); the checkpoint "
+            "is damaged, resume from an earlier one"
+        )
 
 
 def _decode_all(
@@ -764,10 +872,8 @@ def _decode_all(
     for name, entry in saved.items():
         state = _decode(entry["state"], tensors, name)
         obj = objects.get(name)
-        if entry["kind"] == "generator" or isinstance(obj, torch.Generator):
-            if name in objects and not (
-                entry["kind"] == "generator" and isinstance(obj, torch.Generator)
-            ):
+        if entry["kind"] == "generator" or _is_generator(obj):
+            if name in objects and not (entry["kind"] == "generator" and _is_generator(obj)):
                 raise UserError(
                     f"{name}: saved as {entry['kind']} but a {type(obj).__name__} was passed"
                 )
@@ -825,7 +931,7 @@ def _keep_group_identity(obj: Any, before: list[dict[str, Any]] | None) -> None:
 
 def _same(a: Any, b: Any) -> bool:
     """Equal plain values (no tensors: their == is elementwise)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+    if _is_tensor(a) or _is_tensor(b):
         return False
     try:
         return bool(a == b)
@@ -836,7 +942,10 @@ def _same(a: Any, b: Any) -> bool:
 def _restore_rng(state: dict[str, Any]) -> list[str]:
     notes: list[str] = []
     random.setstate(state["python"])
-    torch.set_rng_state(state["torch"].cpu())
+    if state.get("torch") is not None:  # saved where torch was imported
+        import torch
+
+        torch.set_rng_state(state["torch"].cpu())
     if state.get("numpy") is not None:
         np = _numpy()
         if np is None:
@@ -845,6 +954,8 @@ def _restore_rng(state: dict[str, Any]) -> list[str]:
             np.random.set_state(state["numpy"])
     cuda = state.get("cuda")
     if cuda is not None:
+        import torch
+
         saved_count = cuda["device_count"]
         here = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if here < saved_count:
