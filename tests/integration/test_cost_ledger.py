@@ -23,13 +23,12 @@ from conftest import PYTHON, toml_str
 # Steps of ~50 ms; a blocking checkpoint after steps 2 and 5; an output at the end.
 WORKLOAD = """
 import time
-import torch
+import numpy as np
 import acceptrun
 
-torch.manual_seed(0)
-model = torch.nn.Linear(64, 64)
+weights = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32)
 run = acceptrun.init()
-start = run.restore(model=model)
+start = run.restore(weights=weights)
 for step in run.steps(start, 8):
     time.sleep(0.05)
     run.log(step, loss=1.0 / (step + 1))

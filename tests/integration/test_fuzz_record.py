@@ -32,13 +32,12 @@ FUZZ_COUNTS: dict[str, int] = {}
 
 WORK = """
 import pathlib
-import torch
+import numpy as np
 import acceptrun
 
-torch.manual_seed(0)
-model = torch.nn.Linear(2, 1)
+weights = np.random.default_rng(0).normal(size=(2, 1))
 run = acceptrun.init()
-start = run.restore(model=model)
+start = run.restore(weights=weights)
 for step in run.steps(start, 4):
     run.log(step, loss=1.0 / (step + 1))
     if step % 2 == 1:

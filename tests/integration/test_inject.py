@@ -9,7 +9,7 @@ from acceptrun.record.workspace import RunRecord
 from acceptrun.run.launch import LaunchResult, launch
 from conftest import PYTHON, Project
 
-# A client workload; CKPT=1 checkpoints a tiny torch model after steps 2 and 5. The saves
+# A client workload; CKPT=1 checkpoints a tiny numpy state after steps 2 and 5. The saves
 # block (steps take microseconds here): a kill at step 4 then always finds step 2 saved.
 WORKLOAD = """
 import os
@@ -18,10 +18,9 @@ import acceptrun
 run = acceptrun.init()
 start = 0
 if os.environ.get("CKPT"):
-    import torch
-    torch.manual_seed(0)
-    model = torch.nn.Linear(2, 1)
-    start = run.restore(model=model)
+    import numpy as np
+    weights = np.random.default_rng(0).normal(size=(2, 1))
+    start = run.restore(weights=weights)
 for step in run.steps(start, 8):
     run.log(step, loss=1.0 / (step + 1))
     if os.environ.get("CKPT") and step % 3 == 2:
@@ -79,10 +78,10 @@ def test_term_checkpoints_the_step_and_loses_none(project: Project) -> None:
 # One save, in the background (not blocking): the kill due at step 1 waits for a commit
 # and so fires at step 3, once that save, still in flight when the step ends, committed.
 ASYNC_SAVE = """
-import acceptrun, torch
+import acceptrun, numpy as np
 run = acceptrun.init()
-model = torch.nn.Linear(2, 1)
-start = run.restore(model=model)
+weights = np.zeros((2, 1))
+start = run.restore(weights=weights)
 for step in run.steps(start, 6):
     run.log(step, loss=1.0 / (step + 1))
     if step == 3:

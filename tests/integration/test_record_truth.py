@@ -223,13 +223,12 @@ def test_verdict_cost_line_agrees_with_the_ledger_of_a_failed_preflight(tmp_path
 
 
 MIRRORED_WORK = """
-import torch
+import numpy as np
 import acceptrun
 
-torch.manual_seed(0)
-model = torch.nn.Linear(64, 64)
+weights = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32)
 run = acceptrun.init()
-start = run.restore(model=model)
+start = run.restore(weights=weights)
 for step in run.steps(start, 6):
     run.log(step, loss=1.0 / (step + 1))
     run.checkpoint(step, block=True)

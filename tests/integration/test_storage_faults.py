@@ -33,13 +33,12 @@ PYTHON = sys.executable
 
 WORK = """
 import time
-import torch
+import numpy as np
 import acceptrun
 
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 1)
+weights = np.random.default_rng(0).normal(size=(4, 1))
 run = acceptrun.init()
-start = run.restore(model=model)
+start = run.restore(weights=weights)
 for step in run.steps(start, 400):
     time.sleep(0.05)
     run.log(step, loss=1.0 / (step + 1))
