@@ -9,6 +9,7 @@ ran again equal to the uninterrupted run's.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +24,11 @@ from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
 from conftest import only_record_in, step_losses, wait_for
 
-pytest.importorskip("transformers")
+# find_spec, not importorskip: every xdist worker collects this file, and importing
+# transformers only to see that it is there costs each of them seconds.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
+)
 
 WORKLOAD = textwrap.dedent(
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from acceptrun.record.workspace import Workspace
 from acceptrun.run.launch import launch
 from conftest import Project
 
-mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+# find_spec, not importorskip: collecting this file must not import mlflow (seconds).
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("mlflow") is None, reason="the mlflow extra is not installed"
+)
 
 
 @pytest.fixture(scope="module")

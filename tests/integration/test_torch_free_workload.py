@@ -9,7 +9,6 @@ still be exact: the values and the Python and NumPy RNG states come back.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from conftest import Project
 
