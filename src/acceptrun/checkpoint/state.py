@@ -11,6 +11,8 @@ The load path reads only these two files with ``json`` and ``safetensors``: no p
 ``torch.load``, so a checkpoint from an untrusted mirror cannot run code. The price is
 that a state_dict may hold only tensors, numbers, strings, None, lists, tuples, dicts,
 numpy arrays, dtypes and devices; anything else raises :class:`TypeError` naming it.
+torch itself is optional: a process that never imported it saves and loads plain values
+and numpy arrays without it (see :func:`_loaded_torch`).
 
 Saving is split so that an async save blocks the training loop only for :func:`stage`
 (copies to host memory); :func:`write_staged` can run on a background thread::
@@ -116,15 +118,15 @@ def _is_generator(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Generator)
 
 
+def _is_module(value: Any) -> bool:
+    torch = _loaded_torch()
+    return torch is not None and isinstance(value, torch.nn.Module)
+
+
 def _uint8() -> torch.dtype:
     import torch
 
     return torch.uint8
-
-
-def _is_module(value: Any) -> bool:
-    torch = _loaded_torch()
-    return torch is not None and isinstance(value, torch.nn.Module)
 
 
 _DTYPES_CACHE: dict[Any, str] = {}
