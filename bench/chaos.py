@@ -75,10 +75,8 @@ def supervisor_kills(n: int, root: Path) -> dict[str, Any]:
 
 
 def fuzz(profile: str) -> list[dict[str, Any]]:
-    targets = (
-        ["checkpoint"] if profile == "ci-smoke" else ["spec", "checkpoint", "record", "hostile"]
-    )
-    f, error = _script("fuzz_campaign.py", "--profile", "ci" if profile == "ci-smoke" else profile,
+    targets = ["checkpoint"] if profile == "smoke" else ["spec", "checkpoint", "record", "hostile"]
+    f, error = _script("fuzz_campaign.py", "--profile", profile,
                        "--targets", ",".join(targets), "--json")  # fmt: skip
     cases = sum(t["cases"] for t in f.get("targets", {}).values())
     ck = f.get("checkpoint_corruptions", {"tried": 0, "detected": 0})
@@ -145,7 +143,7 @@ def main() -> int:
         "--concurrent", type=int, default=8, help="runs at once in one workspace (8)"
     )
     parser.add_argument(
-        "--fuzz-profile", default="deep", help="Hypothesis profile: deep, ci (deep)"
+        "--fuzz-profile", default="deep", help="Hypothesis profile: deep, ci, smoke (deep)"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the script runs")
     parser.add_argument("--no-secrets", action="store_true", help="skip the secrets row")
@@ -154,7 +152,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.workload_kills, args.supervisor_kills, args.concurrent = 3, 1, 2
-        args.fuzz_profile = "ci-smoke"
+        args.fuzz_profile = "smoke"
     root = args.root or Path(tempfile.mkdtemp(prefix="chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -15,7 +15,8 @@ Targets (the tests they run):
 - ``hostile``: tests/integration/test_hostile_input.py, hostile names, ids and paths.
 
 The ``deep`` Hypothesis profile (registered in tests/conftest.py) tries thousands of
-cases per property; ``ci`` is the suite's own size. Prints, per target, the cases tried
+cases per property; ``ci`` is the suite's own size; ``smoke`` (5 cases) only proves that
+this script runs (its smoke test in tests/integration/bench_smoke.py). Prints, per target, the cases tried
 and the failed tests; for checkpoints, corruptions tried, detected and restored from.
 Exit status 1 when any test failed or a corruption went undetected.
 """
@@ -96,7 +97,9 @@ def run(targets: list[str], profile: str) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--profile", default="deep", help="Hypothesis profile: deep (default), ci")
+    parser.add_argument(
+        "--profile", default="deep", help="Hypothesis profile: deep (default), ci, smoke"
+    )
     parser.add_argument(
         "--targets", default=",".join(TARGETS), help=f"comma-separated: {', '.join(TARGETS)}"
     )

@@ -19,9 +19,12 @@ from hypothesis import settings
 from acceptrun.record.workspace import RunRecord
 
 # Fuzz profiles: "ci" (default) keeps each fuzz test to a few seconds; HYPOTHESIS_PROFILE=deep
-# tries thousands of cases (bench/fuzz_campaign.py). No deadline: a loaded machine is slow.
+# tries thousands of cases (bench/fuzz_campaign.py); "smoke" only proves that the campaign
+# script runs (its smoke test: the suite's own "ci" fuzzing is the unit tier's).
+# No deadline: a loaded machine is slow.
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.register_profile("deep", max_examples=3000, deadline=None, print_blob=True)
+settings.register_profile("smoke", max_examples=5, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 PYTHON = sys.executable  # the venv's interpreter: specs never depend on PATH

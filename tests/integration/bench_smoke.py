@@ -30,7 +30,7 @@ SMOKE: dict[str, list[str]] = {
     ],
     "chaos.py": ["--smoke", "--root", "{out}"],
     "checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
-    "fuzz_campaign.py": ["--profile", "ci", "--targets", "checkpoint", "--json"],
+    "fuzz_campaign.py": ["--profile", "smoke", "--targets", "checkpoint", "--json"],
     "gpu_check_telemetry.py": ["{out}"],
     "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
     "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
