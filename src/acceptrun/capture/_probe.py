@@ -29,6 +29,13 @@ if (
 ):
     del sys.path[0]
 
+# The probe reads the environment and must not change it: importing torch (or a package
+# on sys.path) with bytecode writing on can create a __pycache__ folder in it, which
+# changes that folder's time, a part of the cache key: the answer just kept would then
+# never be read back (seen where torch was installed without its .pyc files).
+if __name__ == "__main__":
+    sys.dont_write_bytecode = True
+
 import contextlib
 import datetime
 import hashlib
