@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo drill test test-unit test-integration check fmt clean gpu-check system-deps lock bytecode
+.PHONY: demo drill test test-unit test-integration suite-cpu check fmt clean gpu-check system-deps lock bytecode
 
 # requirements/dev.lock pins every package of the dev/CI environment; `make lock` regenerates
 # it (and requirements/test.lock, the core test tier's) with uv from pyproject.toml.
@@ -60,6 +60,13 @@ test-unit: $(STAMP) bytecode
 
 test-integration: $(STAMP) system-deps bytecode
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration
+
+# Where the integration tier's CPU goes, per file and per test (tools/suite_cpu.py).
+SUITE_CPU_LOG ?= /tmp/acceptrun-suite-cpu.jsonl
+suite-cpu: $(STAMP) system-deps bytecode
+	rm -f $(SUITE_CPU_LOG)
+	-ACCEPTRUN_TEST_CPU_LOG=$(SUITE_CPU_LOG) $(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration
+	$(PY) tools/suite_cpu.py $(SUITE_CPU_LOG)
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
 # report is opened in a browser), Slurm and munge (a one- or two-node cluster on localhost).

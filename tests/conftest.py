@@ -30,6 +30,41 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 PYTHON = sys.executable  # the venv's interpreter: specs never depend on PATH
 
 
+# Where the suite's CPU goes: with ACCEPTRUN_TEST_CPU_LOG=FILE each test appends one JSON
+# line, its CPU seconds in the pytest process and in every child it reaped (the workloads,
+# `acceptrun` commands, servers; a killed child counts once reaped). `make suite-cpu` runs
+# the integration tier so and prints tools/suite_cpu.py's table. A module-scoped fixture
+# counts toward the first test that uses it.
+_CPU_LOG = os.environ.get("ACCEPTRUN_TEST_CPU_LOG")
+
+
+def _cpu_now() -> tuple[float, float]:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        own0, kids0 = _cpu_now()
+        t0 = time.monotonic()
+        yield
+        own1, kids1 = _cpu_now()
+        line = json.dumps({
+            "test": item.nodeid, "own": round(own1 - own0, 3), "children": round(kids1 - kids0, 3),
+            "wall": round(time.monotonic() - t0, 2),
+        })  # fmt: skip
+        fd = os.open(_CPU_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:
     """Test modules import this file's helpers as ``from conftest import ...``.
 
