@@ -62,10 +62,12 @@ test-integration: $(STAMP) system-deps bytecode
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 # Where the integration tier's CPU goes, per file and per test (tools/suite_cpu.py).
+# SUITE_CPU_TESTS narrows it (a file, a folder).
 SUITE_CPU_LOG ?= /tmp/acceptrun-suite-cpu.jsonl
+SUITE_CPU_TESTS ?= tests/integration
 suite-cpu: $(STAMP) system-deps bytecode
 	rm -f $(SUITE_CPU_LOG)
-	-ACCEPTRUN_TEST_CPU_LOG=$(SUITE_CPU_LOG) $(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration
+	-ACCEPTRUN_TEST_CPU_LOG=$(SUITE_CPU_LOG) $(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile $(SUITE_CPU_TESTS)
 	$(PY) tools/suite_cpu.py $(SUITE_CPU_LOG)
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
