@@ -19,8 +19,8 @@ from hypothesis import settings
 from acceptrun.record.workspace import RunRecord
 
 # Fuzz profiles: "ci" (default) keeps each fuzz test to a few seconds; HYPOTHESIS_PROFILE=deep
-# tries thousands of cases (bench/fuzz_campaign.py); "smoke" only proves that the campaign
-# script runs (its smoke test: the suite's own "ci" fuzzing is the unit tier's).
+# tries thousands of cases (bench/fuzz_campaign.py); "smoke" (5 cases) only proves, in the
+# campaign scripts' smoke tests, that they run: the suite fuzzes in the unit tier, with "ci".
 # No deadline: a loaded machine is slow.
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.register_profile("deep", max_examples=3000, deadline=None, print_blob=True)
