@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import random
 import struct
 import sys
@@ -800,16 +799,21 @@ def _load(
 def _load_tensors(
     path: Path, meta: Mapping[str, Any], device: str | torch.device | None
 ) -> Mapping[str, torch.Tensor]:
-    """The tensors of TENSORS; none (and no torch import) when state.json counts none."""
-    counted = meta.get("tensors")
-    if isinstance(counted, dict) and counted.get("count") == 0:
-        _check_no_tensors(path)
-        return {}
-    import torch
+    """The tensors of TENSORS; when state.json counts none, read without importing torch."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
+    counted = meta.get("tensors")
     try:
+        if isinstance(counted, dict) and counted.get("count") == 0:
+            from safetensors.numpy import load_file as load_arrays
+
+            found = load_arrays(path)  # parses and checks the file as the torch reader does
+            if found:
+                raise ValueError(f"it holds {len(found)} tensor(s), where {STATE} counts none")
+            return {}
+        import torch
+        from safetensors.torch import load_file
+
         return load_file(path, device=str(torch.device("cpu" if device is None else device)))
     except FileNotFoundError:
         raise RecordError(f"{path} is missing; the checkpoint is incomplete") from None
@@ -818,35 +822,6 @@ def _load_tensors(
             f"{path} is not a readable safetensors file ({exc}); the checkpoint "
             "is damaged, resume from an earlier one"
         ) from exc
-
-
-def _check_no_tensors(path: Path) -> None:
-    """Check that ``path`` is a safetensors file of no tensor, as state.json says it is."""
-    try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(8)
-            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-            body = f.read(length) if 0 <= length == size - 8 else b""
-    except FileNotFoundError:
-        raise RecordError(f"{path} is missing; the checkpoint is incomplete") from None
-    except OSError as exc:
-        raise RecordError(f"cannot read {path} ({exc}); the checkpoint is damaged") from exc
-    problem = ""
-    if length < 0 or length != size - 8:
-        problem = f"a header of {length} bytes in a file of {size}"
-    else:
-        try:
-            header = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            header, problem = None, f"its header is not JSON: {exc}"
-        if not problem and (not isinstance(header, dict) or set(header) - {"__metadata__"}):
-            problem = f"it lists tensors, where {STATE} counts none"
-    if problem:
-        raise RecordError(
-            f"{path} is not a readable safetensors file ({problem}); the checkpoint "
-            "is damaged, resume from an earlier one"
-        )
 
 
 def _decode_all(
