@@ -8,12 +8,17 @@ wait is on readiness or on the run's end, never on a guess.
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from tests.builders import T0, RecordBuilder
 
 from acceptrun.errors import SpecError
+from acceptrun.serving.driver import ServingDriver
 from acceptrun.serving.load import arrival_schedule
 from acceptrun.spec.model import parse_spec
 from conftest import Project
@@ -73,3 +78,44 @@ def test_a_spec_is_a_serving_run_or_a_batch_run_not_both() -> None:
 def test_serving_keys_without_a_url_are_refused() -> None:
     with pytest.raises(SpecError, match=r"serving\.url"):
         parse_spec('name = "s"\ncommand = ["srv"]\n[serving]\nrate = 5\n')
+
+
+# ---- how an attempt ended ----------------------------------------------------------------------
+
+
+def _ended_on_its_own(tmp_path: Path, load: dict[str, int]) -> tuple[ServingDriver, Any]:
+    """A driver whose load ended ``served`` while the server looked alive, then the server's
+    own exit (status 3) as the supervisor classified it."""
+    record = RecordBuilder(tmp_path).run("running").record
+    spec = parse_spec(
+        'name = "s"\ncommand = ["srv"]\n[serving]\nurl = "http://127.0.0.1:1/x"\n'
+        'ready_url = "http://127.0.0.1:1/health"\nconcurrency = 1\nrequests = 50\n'
+    )
+    driver = ServingDriver(record, spec, 1, launched_at=T0, logs=(tmp_path / "o", tmp_path / "e"))
+    driver.outcome, driver.stop_reason = "served", "served 50 requests"
+    record.file("serving.json").write_text(
+        json.dumps({"attempt": 1, "interrupted": None, "load": {"requests": 50, **load}})
+    )
+    res = SimpleNamespace(outcome="failed", reason="exited 3", signal=None, failure="failed")
+    driver.settle(res, 3)
+    return driver, res
+
+
+def test_a_server_gone_before_its_stop_cuts_a_load_that_met_refused_connections(
+    tmp_path: Path,
+) -> None:
+    # A process closes its sockets a moment before it is a zombie: a fast load can end on
+    # refused connections while the server still looks alive. The supervisor then sees it
+    # exit on its own, and the load is cut short after all (seen once in the suite).
+    driver, res = _ended_on_its_own(tmp_path, {"ok": 4, "errors": 46})
+    summary = json.loads(driver.record.file("serving.json").read_text())
+    assert summary["interrupted"] == "the server exited during the load"
+    assert driver.outcome == "interrupted" and res.outcome == "failed"
+    assert summary["load"] == {"requests": 50, "ok": 4, "errors": 46}  # figures kept
+
+
+def test_a_load_served_whole_stays_whole_when_the_server_exits_after_it(tmp_path: Path) -> None:
+    driver, res = _ended_on_its_own(tmp_path, {"ok": 50, "errors": 0})
+    summary = json.loads(driver.record.file("serving.json").read_text())
+    assert summary["interrupted"] is None and driver.outcome == "served"
+    assert res.outcome == "failed"  # the attempt still failed: the server exited 3 on its own

@@ -226,6 +226,8 @@ class ServingDriver(threading.Thread):
         from acceptrun.supervisor.classify import Classification
 
         ended = f"killed by {res.signal}" if res.signal else f"exit status {returncode}"
+        if self.outcome == "served" and res.outcome != "serving":
+            self._cut_short_after_all()
         if self.outcome == "served" and res.outcome == "serving":
             res.outcome = "success"
             res.reason = f"{self.stop_reason}; server stopped by the supervisor ({ended})"
@@ -241,6 +243,22 @@ class ServingDriver(threading.Thread):
             ready = (self.record.read_json("serving.json") or {}).get("ready") or {}
             evidence = [self.stop_reason, *(ready.get("stderr_tail") or [])[-4:], ended]
             res.failure = Classification("not_ready", evidence, False, self.stop_reason)
+
+    def _cut_short_after_all(self) -> None:
+        """The server exited on its own before the supervisor stopped it, after the load.
+
+        A process that exits closes its sockets a moment before it becomes a zombie, so a
+        fast load can meet refused connections to a server that still looks alive when the
+        load ends (see :func:`_server_alive`). The supervisor has now seen that exit: when
+        requests failed, the load was cut short by it, and serving.json says so.
+        """
+        summary = self.record.read_json("serving.json") or {}
+        load = summary.get("load") or {}
+        if summary.get("interrupted") or not load.get("errors"):
+            return  # already said, or the load was served whole before the exit
+        summary["interrupted"] = "the server exited during the load"
+        write_json_atomic(self.record.file("serving.json"), summary)
+        self.outcome = "interrupted"
 
 
 def _probe(url: str) -> tuple[bool, str]:
