@@ -213,8 +213,14 @@ def test_gpu_worker_gives_each_job_its_gpus(queue: Queue) -> None:
 @pytest.mark.slow
 def test_priority_order_devices_and_backfill(queue: Queue) -> None:
     low = queue.submit(queue.spec("low", [str(queue.root / "low.json"), "0.2"]), priority=0)
+    # The big job runs until the low one has started (its environment file exists): the
+    # low job can only start in the small one's slot, so the order below holds however
+    # long each run takes to start and end on this machine.
+    gate = str(queue.root / "low.json")
     big = queue.submit(
-        queue.spec("big", [str(queue.root / "big.json"), "0.5"], extra="[resources]\ncpus = 3\n"),
+        queue.spec(
+            "big", [str(queue.root / "big.json"), "120", gate], extra="[resources]\ncpus = 3\n"
+        ),
         priority=5,
     )
     huge = queue.submit(
