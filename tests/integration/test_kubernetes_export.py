@@ -117,7 +117,13 @@ class Pods:
             )  # fmt: skip
 
     def output(self) -> str:
+        """The pods' logs, each cut to its last 3,000 characters (for a failure message)."""
         return "".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.logs)
+
+    def said(self, line: str) -> bool:
+        """Whether a pod's whole log holds ``line`` (a torch warning of a few KB can come after
+        the agent's first line when the store's host leaves first)."""
+        return any(line in p.read_text() for p in self.logs)
 
     @property
     def record(self) -> RunRecord:
@@ -172,8 +178,7 @@ def test_exported_pods_take_a_two_node_run_to_accepted(project: Project) -> None
     node = pods.node()
     rcs = finish(pods, pods.supervisor(), node)
     assert rcs == [0, 0], pods.output()  # the node agent leaves once the run is accepted
-    logs = pods.output()
-    assert "joining attempt 1" in logs and "was accepted" in logs
+    assert pods.said("joining attempt 1") and pods.said("was accepted"), pods.output()
     record = pods.record
     assert record.state["verdict"] == "accepted"
     (start,) = record.events("attempt_start")
@@ -222,5 +227,4 @@ def test_preempted_worker_pod_stops_every_rank_and_its_replacement_resumes(
     assert restored["attempt"] == 2 and restored["step"] == 5
     resumed = [e["step"] for e in record.events("step") if e["attempt"] == 2]
     assert resumed == list(range(6, 10))
-    logs = pods.output()
-    assert "joining attempt 2" in logs and "was accepted" in logs
+    assert pods.said("joining attempt 2") and pods.said("was accepted"), pods.output()
