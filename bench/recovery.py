@@ -6,7 +6,7 @@ prints one JSON line, for example
 ``{"recovery_s": 0.21, "recovery_target_s": 1.0, "idle_cpu_pct": 0.12, ...,
 "preempt_lost_steps": 0}``:
 
-- ``recovery_s``: median over 4 injected SIGKILLs (``kill@step=N``) of the time from
+- ``recovery_s``: median over 4 injected SIGKILLs (``--kills N``: 1 to 4) (``kill@step=N``) of the time from
   the child's death (its ``fault_injected`` event, synced just before the signal) to the
   resumed child's first step, minus the workload's own start-up time (attempt start to
   first step of an uninterrupted run of the same workload). What is left is the
@@ -72,7 +72,7 @@ WORKLOAD = textwrap.dedent(
 # Kills land between checkpoints (every 2 steps: 1, 3, 5...), one per attempt; the last
 # attempt is preempted gracefully.
 KILLS = ["kill@step=4", "kill@step=8:attempt=2", "kill@step=12:attempt=3", "kill@step=16:attempt=4"]
-PREEMPT = "term@step=20:attempt=5"
+PREEMPT_STEP = 20  # in the attempt after the last kill
 IDLE_S = 10.0  # seconds the idle workload sleeps
 RECOVERY_TARGET_S = 1.0
 IDLE_CPU_TARGET_PCT = 1.0
@@ -88,7 +88,7 @@ def write_spec(root: Path, name: str, command: list[str], extra: str = "") -> Pa
     return spec
 
 
-def measure_recovery(root: Path, ws: Path) -> dict[str, Any]:
+def measure_recovery(root: Path, ws: Path, n_kills: int = len(KILLS)) -> dict[str, Any]:
     job = root / "train"
     job.mkdir(parents=True, exist_ok=True)
     (job / "train.py").write_text(WORKLOAD)
@@ -99,7 +99,9 @@ def measure_recovery(root: Path, ws: Path) -> dict[str, Any]:
     # Start-up varies by ~0.1 s from one start to the next: take the median of 3 fresh
     # starts (2 reference runs and the drill run's first attempt).
     references = [launch(spec, workspace=ws, echo=False).record for _ in range(2)]
-    drilled = launch(spec, workspace=ws, echo=False, inject=[*KILLS, PREEMPT])
+    kill_at = KILLS[:n_kills]
+    preempt = f"term@step={PREEMPT_STEP}:attempt={n_kills + 1}"
+    drilled = launch(spec, workspace=ws, echo=False, inject=[*kill_at, preempt])
     samples = [startup_seconds(r) for r in [*references, drilled.record]]
     if any(s is None for s in samples):
         raise SystemExit(f"a fresh start logged no step: {samples}")
@@ -107,8 +109,8 @@ def measure_recovery(root: Path, ws: Path) -> dict[str, Any]:
     restarts = measure_restarts(drilled.record, startup)
     kills = [r for r in restarts if r.fault == "kill"]
     term = next(r for r in restarts if r.fault == "term")
-    if len(kills) != len(KILLS) or any(r.death_to_step_s is None for r in kills):
-        raise SystemExit(f"expected {len(KILLS)} measured kills, got {restarts}")
+    if len(kills) != n_kills or any(r.death_to_step_s is None for r in kills):
+        raise SystemExit(f"expected {n_kills} measured kills, got {restarts}")
     deaths = [r.death_to_step_s or 0.0 for r in kills]
     exits = [r.recovery_s or 0.0 for r in kills]
     return {
@@ -175,13 +177,17 @@ def main() -> int:
     parser.add_argument(
         "--idle-seconds", type=float, default=IDLE_S, help="length of the idle measurement (10)"
     )
+    parser.add_argument(
+        "--kills", type=int, default=len(KILLS), choices=range(1, len(KILLS) + 1),
+        metavar="N", help=f"injected SIGKILLs the median is taken over, 1 to {len(KILLS)} ({len(KILLS)})",
+    )  # fmt: skip
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     ws = root / "ws"
     os.environ.pop("ACCEPTRUN_INJECT", None)
     t0 = time.monotonic()
     load_before = round(os.getloadavg()[0], 2)
-    figures = measure_recovery(root, ws)
+    figures = measure_recovery(root, ws, args.kills)
     figures["idle_cpu_pct"] = measure_idle_cpu(root, ws, args.idle_seconds)
     figures["conditions"] = {
         "loadavg_1m_before": load_before,

@@ -36,7 +36,7 @@ SMOKE: dict[str, list[str]] = {
     "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
     "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
-    "recovery.py": ["--idle-seconds", "3", "--root", "{out}"],
+    "recovery.py": ["--idle-seconds", "3", "--kills", "1", "--root", "{out}"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
     "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],
     "stop_agreement.py": ["--calls", "10", "--ranks", "2"],  # after its 100 warm-up calls
@@ -53,8 +53,12 @@ TARGET_EXIT = {"recovery.py", "overhead.py", "bert_squad.py"}
 NEEDS = {"serving_load.py": "wrk"}
 
 
-# The smoke runs that take minutes even at tiny size: one test file each.
-HEAVY = ("chaos.py", "overhead.py", "recovery.py", "supervisor_kills.py")
+# The smoke runs that take minutes even at tiny size, or most of a minute on a loaded
+# machine (the serving load, the sharded ranks): one test file each.
+HEAVY = (
+    "chaos.py", "overhead.py", "recovery.py", "serving_load.py", "sharded_checkpoint.py",
+    "supervisor_kills.py",
+)  # fmt: skip
 
 
 def run_smoke(script: str, tmp_path: Path) -> None:
