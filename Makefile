@@ -49,7 +49,7 @@ drill: $(STAMP) bytecode
 # PYTHONDONTWRITEBYTECODE is emptied for the suite: pytest honours it by rewriting the
 # asserts of every test module again in every xdist worker (7.5 CPU-s a worker here); with
 # it empty, the rewritten modules are cached in tests/**/__pycache__ after the first run.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 test: $(STAMP) system-deps bytecode
 	$(PYTEST) -q tests/unit
@@ -62,13 +62,14 @@ test-integration: $(STAMP) system-deps bytecode
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 # Where the integration tier's CPU goes, per file and per test (tools/suite_cpu.py).
-# SUITE_CPU_TESTS narrows it (a file, a folder).
+# SUITE_CPU_TESTS narrows it (a file, a folder). It also updates tests/integration/durations.json,
+# the files' wall times by which the suite starts the longest files first (tests/conftest.py).
 SUITE_CPU_LOG ?= /tmp/acceptrun-suite-cpu.jsonl
 SUITE_CPU_TESTS ?= tests/integration
 suite-cpu: $(STAMP) system-deps bytecode
 	rm -f $(SUITE_CPU_LOG)
 	-ACCEPTRUN_TEST_CPU_LOG=$(SUITE_CPU_LOG) $(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile $(SUITE_CPU_TESTS)
-	$(PY) tools/suite_cpu.py $(SUITE_CPU_LOG)
+	$(PY) tools/suite_cpu.py $(SUITE_CPU_LOG) --durations tests/integration/durations.json
 
 # Debian packages the suite uses for real: headless Chromium and its driver (the HTML
 # report is opened in a browser), Slurm and munge (a one- or two-node cluster on localhost).
