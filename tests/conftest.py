@@ -65,30 +65,6 @@ if _CPU_LOG:
             os.close(fd)
 
 
-_DURATIONS = Path(__file__).parent / "integration" / "durations.json"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest test files first (wall seconds from tests/integration/durations.json).
-
-    ``--dist loadfile`` hands each xdist worker whole files in collection order; a long file
-    that starts last keeps one worker busy while the others are idle. Longest first is the
-    classic remedy. A file not in the list (a new one) goes first of all; each file's
-    tests keep their order. ``make suite-cpu`` rewrites the list from a measured run.
-    """
-    try:
-        walls: dict[str, float] = json.loads(_DURATIONS.read_text())
-    except (OSError, ValueError):
-        return
-    rank = {id(item): n for n, item in enumerate(items)}
-
-    def key(item: pytest.Item) -> tuple[float, int]:
-        path = item.nodeid.split("::")[0]
-        return (-walls.get(path, float("inf")), rank[id(item)])
-
-    items.sort(key=key)
-
-
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:
     """Test modules import this file's helpers as ``from conftest import ...``.
 

@@ -11,11 +11,6 @@ code and what it runs in-process, such as a supervisor started with ``launch()``
 the children that process reaped during the test ("children": workloads, ``acceptrun``
 commands, torchrun and its ranks). On two cores, the tier's wall time cannot be below
 the total CPU divided by two: this is the figure to bring down.
-
-``--durations FILE`` writes each file's wall seconds as JSON. tests/conftest.py orders the
-integration tier's files by the checked-in tests/integration/durations.json, longest
-first, so that xdist (``--dist loadfile`` hands out files in collection order) does not
-start a long file last and leave the other workers idle at the end.
 """
 
 from __future__ import annotations
@@ -32,11 +27,6 @@ def main() -> int:
     parser.add_argument("log", type=Path, help="the ACCEPTRUN_TEST_CPU_LOG file")
     parser.add_argument("--top", type=int, default=20, help="rows of each table (20)")
     parser.add_argument("--cores", type=int, default=2, help="cores for the wall floor (2)")
-    parser.add_argument(
-        "--durations", type=Path, metavar="JSON",
-        help="also write each file's wall seconds there (tests/integration/durations.json: "
-        "the suite starts the longest files first)",
-    )  # fmt: skip
     args = parser.parse_args()
     try:
         lines = args.log.read_text().splitlines()
@@ -61,15 +51,6 @@ def main() -> int:
     print(f"\n{'CPU s':>7} {'share':>6} {'wall s':>7} {'tests':>5}  file")
     for name, (cpu, wall, n) in sorted(files.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"{cpu:7.0f} {cpu / total:6.1%} {wall:7.0f} {n:5d}  {name}")
-
-    if args.durations is not None:  # the files measured now replace their old figures
-        try:
-            walls = json.loads(args.durations.read_text())
-        except (OSError, ValueError):
-            walls = {}
-        walls |= {name: round(wall, 1) for name, (_, wall, _) in files.items()}
-        walls = {name: walls[name] for name in sorted(walls) if Path(name).exists()}
-        args.durations.write_text(json.dumps(walls, indent=1) + "\n")
 
     print(f"\n{'CPU s':>7} {'own':>6} {'wall s':>7}  test")
     ranked = sorted(rows, key=lambda r: -(r["own"] + r["children"]))[: args.top]
