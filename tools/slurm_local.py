@@ -45,7 +45,7 @@ from pathlib import Path
 
 __all__ = ["LocalSlurm", "SlurmStartError"]
 
-START_TIMEOUT_S = 30.0  # seconds until the node must show idle in sinfo
+START_TIMEOUT_S = 300.0  # seconds a daemon or node may take to be up; returns when it is
 STOP_TIMEOUT_S = 15.0  # seconds a daemon gets after SIGTERM before SIGKILL
 DAEMONS = ("slurmd", "slurmctld", "munged")  # stop order: the node first, munge last
 TAIL_LINES = 15  # log lines quoted when the cluster does not come up
