@@ -45,9 +45,8 @@ drill: $(STAMP) bytecode
 # under a minute; tests/integration runs real child processes, spread over xdist workers
 # a file at a time (module-scoped fixtures are set up once; most of the time is spent
 # waiting on children, so more workers than cores pays off: 6 workers 9 min 25 s, 4 workers
-# 10 min 29 s here). Files go out in collection order: starting the longest files first
-# was tried and was slower (10 min 32 s), as the multi-rank files then all run at once
-# and their ranks burn CPU waiting on each other (20 to 30% more CPU each).
+# 10 min 29 s here). Files go out in collection order; starting the longest files first
+# is in docs/architecture.md (Tests): tried, not kept.
 # `pytest` alone runs the unit tier.
 # PYTHONDONTWRITEBYTECODE is emptied for the suite: pytest honours it by rewriting the
 # asserts of every test module again in every xdist worker (7.5 CPU-s a worker here); with
