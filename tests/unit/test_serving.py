@@ -83,9 +83,11 @@ def test_serving_keys_without_a_url_are_refused() -> None:
 # ---- how an attempt ended ----------------------------------------------------------------------
 
 
-def _ended_on_its_own(tmp_path: Path, load: dict[str, int]) -> tuple[ServingDriver, Any]:
-    """A driver whose load ended ``served`` while the server looked alive, then the server's
-    own exit (status 3) as the supervisor classified it."""
+def _settled(
+    tmp_path: Path, load: dict[str, int], outcome: str = "failed"
+) -> tuple[ServingDriver, Any]:
+    """A driver whose load ended ``served`` while the server looked alive, settled with the
+    attempt's ``outcome`` (``failed``: the server's own exit, status 3, no stop)."""
     record = RecordBuilder(tmp_path).run("running").record
     spec = parse_spec(
         'name = "s"\ncommand = ["srv"]\n[serving]\nurl = "http://127.0.0.1:1/x"\n'
@@ -96,7 +98,7 @@ def _ended_on_its_own(tmp_path: Path, load: dict[str, int]) -> tuple[ServingDriv
     record.file("serving.json").write_text(
         json.dumps({"attempt": 1, "interrupted": None, "load": {"requests": 50, **load}})
     )
-    res = SimpleNamespace(outcome="failed", reason="exited 3", signal=None, failure="failed")
+    res = SimpleNamespace(outcome=outcome, reason="exited 3", signal=None, failure="failed")
     driver.settle(res, 3)
     return driver, res
 
@@ -107,15 +109,23 @@ def test_a_server_gone_before_its_stop_cuts_a_load_that_met_refused_connections(
     # A process closes its sockets a moment before it is a zombie: a fast load can end on
     # refused connections while the server still looks alive. The supervisor then sees it
     # exit on its own, and the load is cut short after all (seen once in the suite).
-    driver, res = _ended_on_its_own(tmp_path, {"ok": 4, "errors": 46})
+    driver, res = _settled(tmp_path, {"ok": 4, "errors": 46})
     summary = json.loads(driver.record.file("serving.json").read_text())
     assert summary["interrupted"] == "the server exited during the load"
     assert driver.outcome == "interrupted" and res.outcome == "failed"
     assert summary["load"] == {"requests": 50, "ok": 4, "errors": 46}  # figures kept
 
 
+def test_a_stop_after_the_load_does_not_cut_it(tmp_path: Path) -> None:
+    # Stopped by a user (or a limit) after a load with failed requests: the server did not
+    # exit on its own, and the load's failures are its own figures, not a cut.
+    driver, _ = _settled(tmp_path, {"ok": 40, "errors": 10}, outcome="stopped")
+    summary = json.loads(driver.record.file("serving.json").read_text())
+    assert summary["interrupted"] is None and driver.outcome == "served"
+
+
 def test_a_load_served_whole_stays_whole_when_the_server_exits_after_it(tmp_path: Path) -> None:
-    driver, res = _ended_on_its_own(tmp_path, {"ok": 50, "errors": 0})
+    driver, res = _settled(tmp_path, {"ok": 50, "errors": 0})
     summary = json.loads(driver.record.file("serving.json").read_text())
     assert summary["interrupted"] is None and driver.outcome == "served"
     assert res.outcome == "failed"  # the attempt still failed: the server exited 3 on its own

@@ -41,6 +41,9 @@ __all__ = ["ServingDriver", "load_bodies"]
 
 READY_POLL_S = 0.1  # seconds between readiness probes
 TAIL_LINES = 12  # stderr lines kept as evidence when the server never becomes ready
+# An attempt's outcomes when no stop ended it (supervisor.outcome.attempt_result): the
+# server exited by itself, not by the supervisor's stop after the load or another stop.
+ENDED_ON_ITS_OWN = ("success", "failed", "signaled")
 
 
 def load_bodies(path: str | None) -> list[bytes]:
@@ -226,7 +229,7 @@ class ServingDriver(threading.Thread):
         from acceptrun.supervisor.classify import Classification
 
         ended = f"killed by {res.signal}" if res.signal else f"exit status {returncode}"
-        if self.outcome == "served" and res.outcome != "serving":
+        if self.outcome == "served" and res.outcome in ENDED_ON_ITS_OWN:
             self._cut_short_after_all()
         if self.outcome == "served" and res.outcome == "serving":
             res.outcome = "success"
