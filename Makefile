@@ -44,14 +44,15 @@ drill: $(STAMP) bytecode
 # Two tiers (docs/architecture.md, Tests): tests/unit starts no process and runs in well
 # under a minute; tests/integration runs real child processes, spread over xdist workers
 # a file at a time (module-scoped fixtures are set up once; most of the time is spent
-# waiting on children, so more workers than cores pays off: 6 workers 9 min 25 s, 4 workers
-# 10 min 29 s here). Files go out in collection order; starting the longest files first
-# is in docs/architecture.md (Tests): tried, not kept.
+# waiting on children, so more workers than cores pays off; more than 4 does not: run back
+# to back here, 4 workers 10 min 26 s and 1,065 CPU-s, 6 workers 11 min 31 s and 1,174).
+# Files go out in collection order; starting the longest files first is in
+# docs/architecture.md (Tests): tried, not kept.
 # `pytest` alone runs the unit tier.
 # PYTHONDONTWRITEBYTECODE is emptied for the suite: pytest honours it by rewriting the
 # asserts of every test module again in every xdist worker (7.5 CPU-s a worker here); with
 # it empty, the rewritten modules are cached in tests/**/__pycache__ after the first run.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 test: $(STAMP) system-deps bytecode
 	$(PYTEST) -q tests/unit
