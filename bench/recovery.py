@@ -6,8 +6,8 @@ prints one JSON line, for example
 ``{"recovery_s": 0.21, "recovery_target_s": 1.0, "idle_cpu_pct": 0.12, ...,
 "preempt_lost_steps": 0}``:
 
-- ``recovery_s``: median over 4 injected SIGKILLs (``--kills N``: 1 to 4) (``kill@step=N``) of the time from
-  the child's death (its ``fault_injected`` event, synced just before the signal) to the
+- ``recovery_s``: median over 4 injected SIGKILLs (``kill@step=N``; ``--kills N``: 1 to
+  4) of the time from the child's death (its ``fault_injected`` event, synced just before the signal) to the
   resumed child's first step, minus the workload's own start-up time (attempt start to
   first step of an uninterrupted run of the same workload). What is left is the
   supervisor's part (noticing the exit, verifying the checkpoint, starting the next

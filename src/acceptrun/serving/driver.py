@@ -32,6 +32,7 @@ from typing import Any
 import psutil
 
 from acceptrun._util.durable import write_atomic, write_json_atomic
+from acceptrun.record.status import AttemptOutcome
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import LoadPlan, RequestResult, run_load
 from acceptrun.serving.summary import summarize
@@ -43,7 +44,9 @@ READY_POLL_S = 0.1  # seconds between readiness probes
 TAIL_LINES = 12  # stderr lines kept as evidence when the server never becomes ready
 # An attempt's outcomes when no stop ended it (supervisor.outcome.attempt_result): the
 # server exited by itself, not by the supervisor's stop after the load or another stop.
-ENDED_ON_ITS_OWN = ("success", "failed", "signaled")
+ENDED_ON_ITS_OWN = frozenset(
+    {AttemptOutcome.SUCCESS, AttemptOutcome.FAILED, AttemptOutcome.SIGNALED}
+)
 
 
 def load_bodies(path: str | None) -> list[bytes]:
