@@ -7,9 +7,10 @@ prints one JSON line, for example
 "preempt_lost_steps": 0}``:
 
 - ``recovery_s``: median over 4 injected SIGKILLs (``kill@step=N``; ``--kills N``: 1 to
-  4) of the time from the child's death (its ``fault_injected`` event, synced just before the signal) to the
-  resumed child's first step, minus the workload's own start-up time (attempt start to
-  first step of an uninterrupted run of the same workload). What is left is the
+  4) of the time from the child's death (its ``fault_injected`` event, synced just
+  before the signal) to the resumed child's first step, minus the workload's own
+  start-up time (attempt start to first step of an uninterrupted run of the same
+  workload). What is left is the
   supervisor's part (noticing the exit, verifying the checkpoint, starting the next
   attempt) plus the restore. Target: 1 s or less. ``recovery_from_exit_s`` starts the
   clock at the ``attempt_exit`` event instead, as ``acceptrun drill`` does. Both are
@@ -179,7 +180,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--kills", type=int, default=len(KILLS), choices=range(1, len(KILLS) + 1),
-        metavar="N", help=f"injected SIGKILLs the median is taken over, 1 to {len(KILLS)} ({len(KILLS)})",
+        metavar="N", help=f"SIGKILLs the median is taken over, 1 to {len(KILLS)} ({len(KILLS)})",
     )  # fmt: skip
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="bench-recovery-"))
