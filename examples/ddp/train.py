@@ -56,11 +56,6 @@ def main() -> None:
     world_env = int(os.environ.get("WORLD_SIZE", "1"))
     gpu = torch.cuda.is_available() and torch.cuda.device_count() >= world_env
     if gpu:
-        # Bitwise resume on CUDA needs deterministic kernels, and those need cuBLAS's fixed
-        # workspace (PyTorch's reproducibility notes), set before the first matmul. On CPU at
-        # one thread the kernels already are; the call would only import torch's compiler.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
         torch.cuda.set_device(local_rank)
     # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; alone, a group of one.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -69,6 +64,7 @@ def main() -> None:
                             world_size=world_env)  # fmt: skip
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{local_rank}") if gpu else torch.device("cpu")
+    torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)  # one core per rank; sums split over threads round differently
 
     run = acceptrun.init()

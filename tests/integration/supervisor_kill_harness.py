@@ -39,7 +39,8 @@ WORKLOAD = textwrap.dedent(
     import acceptrun
 
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # bitwise on CPU: docs/architecture.md, Tests
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
     total = int(os.environ.get("TOTAL", "30"))
     step_s = float(os.environ.get("STEP_S", "0.05"))
     marks = os.environ.get("MARKS", ".")

@@ -21,7 +21,8 @@ from torch import nn
 import acceptrun
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # bitwise on CPU: docs/architecture.md, Tests
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
 g = torch.Generator().manual_seed(1)
 xs, ys = torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1))

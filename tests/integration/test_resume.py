@@ -35,7 +35,8 @@ WORKLOAD = textwrap.dedent(
     import acceptrun
 
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # bitwise on CPU: docs/architecture.md, Tests
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
     workers = int(os.environ.get("WORKERS", "0"))
     total = int(os.environ.get("TOTAL", "24"))
     kill_at = {int(s) for s in os.environ.get("KILL_AT", "").split(",") if s}

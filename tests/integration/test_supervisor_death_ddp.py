@@ -40,7 +40,8 @@ DDP = textwrap.dedent(
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.set_num_threads(1)  # bitwise on CPU: docs/architecture.md, Tests
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     ddp = nn.parallel.DistributedDataParallel(model)

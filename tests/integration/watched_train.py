@@ -36,7 +36,8 @@ p.add_argument("--save_pause", type=float, default=0.0)
 args = p.parse_args()
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # bitwise on CPU: docs/architecture.md, Tests
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
 model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 os.makedirs(args.out_dir, exist_ok=True)
