@@ -78,19 +78,41 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def package_list() -> dict[str, str]:
+def _name_and_version(dist: Any) -> tuple[str | None, str | None]:
+    """A distribution's ``Name`` and ``Version`` headers, read from its metadata's head alone.
+
+    ``dist.metadata`` parses the whole file as an e-mail message, long description and
+    all: twice per distribution (name, then version), that was 0.25 s of every
+    ``acceptrun run`` with 200 packages installed. The headers end at the first empty line.
+    """
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    name = version = None
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        key = key.strip().lower()
+        if sep and key == "name" and name is None:
+            name = value.strip()
+        elif sep and key == "version" and version is None:
+            version = value.strip()
+    return name, version
+
+
+def package_list(path: list[str] | None = None) -> dict[str, str]:
     """``{normalised name: version}`` of every distribution the interpreter can import.
 
     When a name is installed twice the first on sys.path wins, as it does for ``import``.
+    ``path``: other folders to look in than ``sys.path``.
     """
     from importlib import metadata
 
     found: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
+    for dist in metadata.distributions(path=sys.path if path is None else path):
+        name, version = _name_and_version(dist)
         if not name:
             continue  # a broken .dist-info without a name; nothing to record
-        found.setdefault(normalize_name(name), dist.version or "")
+        found.setdefault(normalize_name(name), version or "")
     return dict(sorted(found.items()))
 
 
