@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -205,6 +206,12 @@ def fields_of(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A spec dataclass's resolved annotations, resolved once per process (classes are fixed)."""
+    return typing.get_type_hints(cls)
+
+
 def rules_of(f: dataclasses.Field[Any]) -> Rules:
     """The rules a field declares (none for a field made without :func:`doc`)."""
     rules = f.metadata.get("rules")
@@ -334,7 +341,7 @@ def build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
         problems.append(f"{where}: {show(raw)} is not valid; expected a table ([{where}])")
         return None
     fields = fields_of(cls)
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     before = len(problems)
     for name, value in raw.items():
