@@ -1,6 +1,6 @@
 """Commands of the verdict's last mile: report, reproduce, diff, portability, howto.
 
-Registered through ``acceptrun.cli.main.COMMAND_MODULES``; imports stay inside the command
+Registered through ``acceptrun.cli.main.COMMANDS``; imports stay inside the command
 functions so ``acceptrun --help`` loads none of them.
 """
 

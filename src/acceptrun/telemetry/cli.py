@@ -1,4 +1,4 @@
-"""``acceptrun top``: registered through ``acceptrun.cli.main.COMMAND_MODULES``."""
+"""``acceptrun top``: registered through ``acceptrun.cli.main.COMMANDS``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Commands of the training-efficiency playbook: ``acceptrun tune`` and ``acceptrun bench comm``.
 
-Registered through ``acceptrun.cli.main.COMMAND_MODULES``. Nothing here imports torch at
+Registered through ``acceptrun.cli.main.COMMANDS``. Nothing here imports torch at
 import time: ``acceptrun --help`` stays light; the trials and the communication
 benchmark import it in their own processes.
 """

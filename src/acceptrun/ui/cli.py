@@ -1,6 +1,6 @@
 """``acceptrun ui``: serve the board of one workspace (or of every listed one) on loopback.
 
-Registered through ``acceptrun.cli.main.COMMAND_MODULES``; the server is imported only when
+Registered through ``acceptrun.cli.main.COMMANDS``; the server is imported only when
 the command runs, so ``acceptrun --help`` stays fast.
 """
 
