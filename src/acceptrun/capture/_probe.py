@@ -82,8 +82,9 @@ def _name_and_version(dist: Any) -> tuple[str | None, str | None]:
     """A distribution's ``Name`` and ``Version`` headers, read from its metadata's head alone.
 
     ``dist.metadata`` parses the whole file as an e-mail message, long description and
-    all: twice per distribution (name, then version), that was 0.25 s of every
-    ``acceptrun run`` with 200 packages installed. The headers end at the first empty line.
+    all, and the list asked it twice per distribution (name, then version): 70 ms of every
+    ``acceptrun run`` with 201 packages installed, 9 ms this way. The headers end at the
+    first empty line.
     """
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     name = version = None
