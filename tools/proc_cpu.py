@@ -8,9 +8,9 @@
 ``install`` puts a ``.pth`` file into this interpreter's site-packages: at start-up every
 Python process of the environment registers an exit hook that writes one JSON file to DIR:
 its argv, CPU seconds (user + system, its own, not its children's), wall seconds, the test
-that started it (``PYTEST_CURRENT_TEST``, inherited) and whether torch, ``torch._dynamo``
-(a torch optimizer imports it when built: about as dear as torch itself) and sympy were
-imported. A process that dies of a signal or ``os._exit`` runs no exit hook and is not
+that started it (``PYTEST_CURRENT_TEST``, inherited) and whether torch and
+``torch._dynamo`` (a torch optimizer imports it when built: about as dear as torch
+itself) were imported. A process that dies of a signal or ``os._exit`` runs no exit hook and is not
 counted (a SIGKILLed attempt, a rank torchrun killed): ``make suite-cpu``, which counts
 reaped children, has them; the difference between the two is those processes.
 
@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acceptrun.cli.main import command_in
+
 PTH = "zz_acceptrun_proc_cpu.pth"
 HOOK = """\
 import atexit, json, os, resource, sys, time
@@ -38,12 +40,14 @@ def _dump():
         m = sys.modules
         doc = {{"pid": os.getpid(), "argv": sys.argv[:6], "cpu": r.ru_utime + r.ru_stime,
                "wall": time.time() - _t0, "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
-               "torch": "torch" in m, "dynamo": "torch._dynamo" in m, "sympy": "sympy" in m}}
+               "torch": "torch" in m, "dynamo": "torch._dynamo" in m}}
         with open(os.path.join(_dir, f"{{os.getpid()}}-{{int(_t0 * 1e6)}}.json"), "w") as f:
             json.dump(doc, f)
     except Exception:
         pass
-atexit.register(_dump)
+if not getattr(sys, "_acceptrun_proc_cpu", False):  # once: a venv's lib64 -> lib repeats .pth files
+    sys._acceptrun_proc_cpu = True
+    atexit.register(_dump)
 """
 
 
@@ -73,13 +77,7 @@ def kind(doc: dict[str, Any]) -> str:
     argv = [str(a) for a in doc["argv"]]
     line = " ".join(argv)
     if "acceptrun/__main__.py" in line or (argv and argv[0].endswith("/acceptrun")):
-        words = iter(argv[1:])
-        for word in words:
-            if word == "--workspace":
-                next(words, None)
-            elif not word.startswith("-"):
-                return f"acceptrun {word}"
-        return "acceptrun"
+        return f"acceptrun {command_in(argv[1:]) or '(help or a bad command line)'}"
     if "torch/distributed/run.py" in line:
         return "torchrun agent"
     if "capture/_probe.py" in line:
@@ -113,15 +111,12 @@ def report(directory: Path, by: str, top: int) -> None:
     total = sum(d["cpu"] for d in docs)
     torch_cpu = sum(d["cpu"] for d in docs if d["torch"])
     print(f"{len(docs)} processes, {total:.0f} CPU-s; {sum(d['torch'] for d in docs)} imported "
-          f"torch ({torch_cpu:.0f} CPU-s), {sum(d.get('dynamo', False) for d in docs)} torch._dynamo")  # fmt: skip
+          f"torch ({torch_cpu:.0f} CPU-s), {sum(d['dynamo'] for d in docs)} torch._dynamo")  # fmt: skip
     print(f"\n  CPU s  procs  torch  dynamo  CPU/proc  {by}")
     rows = sorted(groups.items(), key=lambda kv: -sum(d["cpu"] for d in kv[1]))
     for key, group in rows[:top]:
         cpu = sum(d["cpu"] for d in group)
-        n_torch, n_dynamo = (
-            sum(d["torch"] for d in group),
-            sum(d.get("dynamo", False) for d in group),
-        )
+        n_torch, n_dynamo = sum(d["torch"] for d in group), sum(d["dynamo"] for d in group)
         print(
             f"{cpu:7.1f} {len(group):6d} {n_torch:6d} {n_dynamo:7d} {cpu / len(group):9.2f}  {key}"
         )
