@@ -47,8 +47,6 @@ COMMANDS: dict[str, str] = {
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
-_ROOT_OPTIONS = ("--workspace", "--debug")  # the root's options other than help and version
-
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every command group, or only ``command``'s (a name in COMMANDS)."""
@@ -83,7 +81,7 @@ def command_in(argv: Sequence[str]) -> str | None:
     for word in words:
         if word == "--workspace":
             next(words, None)  # its value, which may look like a command
-        elif word.startswith("--workspace=") or word in _ROOT_OPTIONS:
+        elif word == "--debug" or word.startswith("--workspace="):
             continue
         elif word.startswith("-"):
             return None
