@@ -10,14 +10,13 @@ prints one JSON line, for example
   4) of the time from the child's death (its ``fault_injected`` event, synced just
   before the signal) to the resumed child's first step, minus the workload's own
   start-up time (attempt start to first step of an uninterrupted run of the same
-  workload). What is left is the
-  supervisor's part (noticing the exit, verifying the checkpoint, starting the next
-  attempt) plus the restore. Target: 1 s or less. ``recovery_from_exit_s`` starts the
-  clock at the ``attempt_exit`` event instead, as ``acceptrun drill`` does. Both are
-  the measured gap to the next attempt's start plus its start-up beyond the reference's
-  (none when it started faster: start-up varies by about 0.1 s, and a faster start is
-  noise, not negative time); ``supervisor_s`` (death to the next attempt's start) and
-  ``restore_s`` are the same part measured directly.
+  workload). What is left is the supervisor's part (noticing the exit, verifying the
+  checkpoint, starting the next attempt) plus the restore. Target: 1 s or less.
+  ``recovery_from_exit_s`` starts the clock at the ``attempt_exit`` event instead, as
+  ``acceptrun drill`` does. Both are the measured gap to the next attempt's start plus
+  its start-up beyond the reference's (none when it started faster: start-up varies by
+  about 0.1 s, and a faster start is noise, not negative time); ``supervisor_s`` (death
+  to the next attempt's start) and ``restore_s`` are the same part measured directly.
 - ``idle_cpu_pct``: CPU time of the supervisor process (its own threads, not the
   child's) while the workload sleeps for 10 s, as a percentage of one core. Target < 1%.
 - ``preempt_lost_steps``: steps done again after a graceful preemption
