@@ -1,0 +1,38 @@
+"""Counts of the hostile-input campaign, for ``bench/chaos.py``.
+
+The generative tests of docs/reliability.md ("Every input surface") call :func:`tally`
+once per surface they exercise. In the suite it does nothing; with
+``ACCEPTRUN_CAMPAIGN_LOG=FILE`` (set by ``bench/chaos.py``) each call appends one JSON line,
+and the bench sums them into its rows: cases tried per surface, tracebacks, files touched
+outside the workdir, secrets found. A test still asserts what it counts: the log only
+reports it.
+
+    tally("spec path fields", tried=len(cases), tracebacks=0, outside=0)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+__all__ = ["tally"]
+
+
+def tally(
+    surface: str, *, tried: int, tracebacks: int = 0, outside: int = 0, secrets: int = 0
+) -> None:
+    """Append one surface's counts to ``$ACCEPTRUN_CAMPAIGN_LOG`` when it is set."""
+    path = os.environ.get("ACCEPTRUN_CAMPAIGN_LOG")
+    if not path:
+        return
+    line = json.dumps(
+        {
+            "surface": surface,
+            "tried": tried,
+            "tracebacks": tracebacks,
+            "outside": outside,
+            "secrets": secrets,
+        }
+    )
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
