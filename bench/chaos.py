@@ -3,6 +3,7 @@
     python bench/chaos.py --workload-kills 500 --supervisor-kills 100 --concurrent 8
     python bench/chaos.py --smoke            # tiny sizes, the suite's check that it runs
     python bench/chaos.py --json             # one JSON object
+    python bench/chaos.py --hostile-only     # the hostile-input campaign alone, by surface
 
 Rows (each campaign's own script or test does the work; this one only sizes and counts):
 
@@ -14,8 +15,12 @@ Rows (each campaign's own script or test does the work; this one only sizes and 
   tests; checkpoint corruptions: tried and detected, lost = undetected ones;
 - concurrent runs: tests/integration/test_concurrency.py's scenario, N runs beside gc,
   index rebuild, ls and cost; lost = every broken promise it lists;
-- secrets: tests/integration/test_secrets.py, secrets planted in a real failing run and
-  searched for everywhere acceptrun writes; lost = a failed test (a leak).
+- hostile input: every test file that reports a tally (tests/campaign.py), run with the
+  tallies logged; one row per input surface (spec path fields, strings that reach a
+  shell or an export, record files, checkpoint metadata, board routes, secrets planted,
+  ...): cases tried, and lost = tracebacks + files touched outside the workdir + secrets
+  found, plus one row for the files' pytest run (a failed test is a loss). ``--smoke``
+  runs the process-free files only.
 
 Exit status 1 when any row lost anything or a campaign failed to run.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -104,21 +110,77 @@ def concurrent(n: int, root: Path) -> dict[str, Any]:
             "lost": len(found), "error": "\n".join(found), "detail": {"side_commands": side}}  # fmt: skip
 
 
-def secrets_campaign() -> dict[str, Any]:
-    import test_secrets as t
+def campaign_files(*, unit_only: bool) -> list[Path]:
+    """The test files of the hostile-input campaign: every one that reports a tally.
 
-    planted = len(t.SECRETS) + len(
-        [t.SPEC_ENV_SECRET, t.ARG_KEY, t.ARG_TOKEN, t.REMOTE_PASSWORD, t.URL_PASSWORD]
+    Found by their use of tests/campaign.py, not listed here, so a new generative test
+    joins the campaign the day it is written.
+    """
+    tiers = ["unit"] if unit_only else ["unit", "integration"]
+    return sorted(
+        f
+        for tier in tiers
+        for f in (ROOT / "tests" / tier).glob("test_*.py")
+        if "tally(" in f.read_text(encoding="utf-8")
     )
+
+
+def hostile_campaign(root: Path, *, unit_only: bool) -> list[dict[str, Any]]:
+    """The generative hostile-input tests, run with their tallies logged, one row a surface."""
+    files = campaign_files(unit_only=unit_only)
+    log = root / "campaign.jsonl"
+    log.unlink(missing_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         str(ROOT / "tests" / "integration" / "test_secrets.py")],
+         *map(str, files)],
         capture_output=True, text=True, cwd=ROOT, check=False,
+        env={**os.environ, "ACCEPTRUN_CAMPAIGN_LOG": str(log)},
     )  # fmt: skip
-    leaked = 0 if proc.returncode == 0 else 1
-    error = "" if proc.returncode == 0 else proc.stdout[-3000:]
-    return {"campaign": "secrets planted, none found in the record", "count": planted,
-            "lost": leaked, "error": error, "detail": {"pytest_exit": proc.returncode}}  # fmt: skip
+    surfaces: dict[str, dict[str, int]] = {}
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            t = json.loads(line)
+            row = surfaces.setdefault(
+                t["surface"], {"tried": 0, "tracebacks": 0, "outside": 0, "secrets": 0}
+            )
+            for k in row:
+                row[k] += int(t.get(k, 0))
+    error = (
+        "" if proc.returncode == 0 else f"pytest exited {proc.returncode}:\n{proc.stdout[-3000:]}"
+    )
+    if not surfaces and not error:
+        error = "no test reported a tally"
+    rows = [
+        {"campaign": f"hostile input: {name}", "count": r["tried"],
+         "lost": r["tracebacks"] + r["outside"] + r["secrets"], "error": "", "detail": r}
+        for name, r in sorted(surfaces.items())
+    ]  # fmt: skip
+    # A failed test is a loss even when its tally was written before it failed.
+    rows.append(
+        {"campaign": f"hostile input: {len(files)} test files", "count": len(files),
+         "lost": int(proc.returncode != 0), "error": error,
+         "detail": {"pytest_exit": proc.returncode, "files": [f.name for f in files]}}
+    )  # fmt: skip
+    return rows
+
+
+def hostile_table(rows: list[dict[str, Any]]) -> str:
+    """Tried, tracebacks, files touched outside the workdir and secrets found, a surface a line."""
+    surfaces = [
+        r for r in rows if r["campaign"].startswith("hostile input: ") and "tried" in r["detail"]
+    ]
+    if not surfaces:
+        return ""
+    width = max(len(r["campaign"]) - len("hostile input: ") for r in surfaces)
+    head = f"{'surface':<{width}}  {'tried':>6}  tracebacks  outside  secrets"
+    lines = ["", "Hostile input, by surface:", head, "-" * len(head)]
+    for r in surfaces:
+        d = r["detail"]
+        name = r["campaign"][len("hostile input: ") :]
+        lines.append(
+            f"{name:<{width}}  {d['tried']:>6}  {d['tracebacks']:>10}  {d['outside']:>7}  {d['secrets']:>7}"
+        )
+    return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]], seconds: float) -> str:
@@ -146,7 +208,12 @@ def main() -> int:
         "--fuzz-profile", default="deep", help="Hypothesis profile: deep, ci, smoke (deep)"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the script runs")
-    parser.add_argument("--no-secrets", action="store_true", help="skip the secrets row")
+    parser.add_argument("--no-hostile", action="store_true", help="skip the hostile-input rows")
+    parser.add_argument(
+        "--hostile-only",
+        action="store_true",
+        help="the hostile-input rows alone (every tallying test file, both tiers)",
+    )
     parser.add_argument("--root", type=Path, help="work directory (default: a new temp dir)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -156,19 +223,22 @@ def main() -> int:
     root = args.root or Path(tempfile.mkdtemp(prefix="chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    rows = [
-        workload_kills(args.workload_kills, root),
-        supervisor_kills(args.supervisor_kills, root),
-    ]
-    rows += fuzz(args.fuzz_profile)
-    rows.append(concurrent(args.concurrent, root))
-    if not args.no_secrets:
-        rows.append(secrets_campaign())
+    rows: list[dict[str, Any]] = []
+    if not args.hostile_only:
+        rows += [
+            workload_kills(args.workload_kills, root),
+            supervisor_kills(args.supervisor_kills, root),
+        ]
+        rows += fuzz(args.fuzz_profile)
+        rows.append(concurrent(args.concurrent, root))
+    if not args.no_hostile:
+        # The smoke runs the campaign's process-free files only: the suite runs the rest.
+        rows += hostile_campaign(root, unit_only=args.smoke)
     seconds = time.monotonic() - t0
     if args.json:
         print(json.dumps({"rows": rows, "seconds": round(seconds, 1), "root": str(root)}))
     else:
-        print(table(rows, seconds))
+        print(table(rows, seconds) + hostile_table(rows))
     return 1 if any(r["lost"] or r["error"] for r in rows) else 0
 
 
