@@ -164,7 +164,7 @@ def test_watched_checkpoints_must_stay_inside_the_workdir(watch: str, why: str) 
     text = MINIMAL + f"[checkpoint]\nwatch = ['out/ok.pt', {watch!r}]\n"
     (found,) = problems(text)
     assert found.startswith(f"checkpoint.watch: {watch!r} is not valid; {_INSIDE}"), found
-    assert "have the script write its checkpoints under the workdir" in found, found
+    assert "name what the run writes under its workdir" in found, found
     assert found.endswith(f"({why})"), found
 
 

@@ -7,6 +7,10 @@ pattern, threshold, path, glob), list lengths, a unit. From that one declaration
 
 * :func:`build` turns a TOML table into the dataclass and :func:`check_value` enforces the
   rules, collecting every problem with its field path, the value and what is accepted;
+* a path field declares its reach: a ``workdir-glob`` stays in the workdir (refused here
+  when absolute, with ``..`` or naming the workspace, and again at run time by
+  :mod:`acceptrun._util.paths`); a ``path`` field may lead elsewhere and says why in
+  ``reach`` (read only, or a store acceptrun owns), which the docs table shows;
 * ``__post_init__`` calls :func:`check_fields`, so a dataclass built in code obeys the
   same rules (cross-field rules stay in ``__post_init__``, written by hand);
 * :func:`schema_rules` gives the JSON Schema keywords and :func:`rules_text` the words of
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Union, get_args, get_origin
 
+from acceptrun._util.paths import lexical_problem
 from acceptrun.spec.conditions import (
     CONDITION_RE,
     VERSION_PATTERN_HELP,
@@ -57,13 +62,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Format:
-    """A named string format: how to check it, how the schema and the docs show it."""
+    """A named string format: how to check it, how the schema and the docs show it.
+
+    ``reach`` is set on a path format: "workdir" (confined: relative, inside the workdir,
+    checked here and again at run time by :mod:`acceptrun._util.paths`) or "anywhere"
+    (a field of that format must say why in its :attr:`Rules.reach`).
+    """
 
     accepts: str  # what an error says is accepted
     check: Callable[[str], str | None]  # None when valid, else a detail for the error
     schema: dict[str, Any]  # JSON Schema keywords
     invalid: str  # a value that is not valid, for the tests
     words: str  # how the docs table names it
+    reach: str | None = None  # a path format: "workdir" or "anywhere"
 
 
 def _regex_error(value: str) -> str | None:
@@ -86,22 +97,26 @@ def _no_nul(value: str) -> str | None:
     return "" if "\x00" in value else None
 
 
-_NO_NUL = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) and Python both read \u0000 as NUL
+# C0 controls (newline, tab, ESC, NUL, ...) and DEL: they break out of a line (a Slurm
+# #SBATCH header, a hand-written YAML scalar, a terminal) and no real path holds them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _control_error(value: str) -> str | None:
+    found = _CONTROL.search(value)
+    return None if found is None else f"it holds the control character {found.group()!r}"
 
 
 def _outside_workdir(value: str) -> str | None:
-    """Why a path or glob may lead out of the workdir, or None (symlinks: see supervisor)."""
-    if "\x00" in value:
-        return "a NUL character"
-    if value.startswith("/"):
-        return "an absolute path"
-    if ".." in value.split("/"):
-        return "a '..' part leads out of it"
-    return None
+    """Why a path or glob may lead out of the workdir, or None (symlinks: _util.paths)."""
+    return _control_error(value) or lexical_problem(value)
 
 
-# No leading "/", no ".." part, no NUL: what _outside_workdir accepts, for JSON Schema.
-_IN_WORKDIR = "^(?!/)(?!(?:.*/)?\\.\\.(?:/|$))[^\\u0000]*$"
+_NO_NUL = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) and Python both read \u0000 as NUL
+_NO_CONTROL = "^[^\\u0000-\\u001f\\u007f]*$"
+# No leading "/" or "~", no ".." or ".acceptrun" part, no control character: what
+# _outside_workdir accepts, for JSON Schema.
+_IN_WORKDIR = "^(?![/~])(?!(?:.*/)?(?:\\.\\.|\\.acceptrun)(?:/|$))[^\\u0000-\\u001f\\u007f]*$"
 
 FORMATS: dict[str, Format] = {
     "regex": Format(
@@ -126,27 +141,30 @@ FORMATS: dict[str, Format] = {
         words='version pattern or "none"',
     ),
     "path": Format(
-        "a path or URL without NUL characters",
-        _no_nul,
-        {"pattern": _NO_NUL},
-        invalid="a\x00b",
+        "a path or URL without control characters (newline, tab, NUL)",
+        _control_error,
+        {"pattern": _NO_CONTROL},
+        invalid="a\nb",
         words="path",
-    ),
-    "glob": Format(
-        "a path or glob without NUL characters",
-        _no_nul,
-        {"pattern": _NO_NUL},
-        invalid="a\x00*",
-        words="path or glob",
+        reach="anywhere",
     ),
     "workdir-glob": Format(
-        'a path or glob inside the workdir, relative to it, e.g. "out/ckpt.pt" or '
-        '"output/checkpoint-*": have the script write its checkpoints under the workdir '
-        "(or set workdir to a folder that holds them)",
+        'a path or glob inside the workdir, relative to it, e.g. "out/model.pt" or '
+        '"output/checkpoint-*" (not absolute, no "..", not the .acceptrun workspace): name '
+        "what the run writes under its workdir, or set workdir to the folder that holds it",
         _outside_workdir,
         {"pattern": _IN_WORKDIR},
         invalid="../x",
         words="path or glob inside the workdir",
+        reach="workdir",
+    ),
+    "line": Format(
+        "one line of text: no newline, tab, NUL or other control character (it is written "
+        "into a #SBATCH header line)",
+        _control_error,
+        {"pattern": _NO_CONTROL},
+        invalid="a\n#SBATCH --wrap=x",
+        words="one line of text",
     ),
     "arg": Format(
         "text without NUL characters (the OS refuses them in arguments and the environment)",
@@ -188,9 +206,16 @@ class Rules:
     empty_ok: bool = False  # an empty list means "not set" and escapes min_items
     unit: str | None = None  # e.g. "USD per hour", "GiB", "%"
     accepts: str | None = None
+    # Why a path field of a format that may reach outside the workdir needs to (what is
+    # done there: read, or written to a store acceptrun owns); shown in the docs.
+    reach: str | None = None
 
     def __post_init__(self) -> None:
-        assert self.format is None or self.format in FORMATS, self.format  # declaration bug
+        # Declaration bugs, caught at import: an unknown format; a path field that may
+        # reach outside the workdir without saying why; a reason on a confined field.
+        assert self.format is None or self.format in FORMATS, self.format
+        where = FORMATS[self.format].reach if self.format else None
+        assert (where == "anywhere") == bool(self.reach), (self.format, self.reach)
 
     @property
     def empty(self) -> bool:
@@ -487,6 +512,8 @@ def rules_text(rules: Rules) -> str:
             parts[-1] += " (any case)"
     if rules.format is not None:
         parts.append(FORMATS[rules.format].words)
+    if rules.reach:
+        parts.append(f"may be outside the workdir: {rules.reach}")
     if rules.pattern is not None:
         parts.append(f"matches `{rules.pattern}`")
     if rules.min_items is not None or rules.max_items is not None:

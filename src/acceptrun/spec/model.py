@@ -15,6 +15,7 @@ The names callers use are importable from here: ``load_spec``, ``parse_spec`` (f
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from acceptrun.spec.conditions import (
 )
 from acceptrun.spec.fields import Rules, check_fields, fields_of, to_plain
 from acceptrun.spec.load import load_spec, parse_spec
-from acceptrun.spec.problem import Problem, require
+from acceptrun.spec.problem import Problem, key, require
 from acceptrun.spec.units import DURATION_RE, Duration, format_duration, parse_duration
 
 __all__ = [
@@ -114,6 +115,9 @@ _SHARE = "a share from 0 to 1"
 _HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
 _HTTP_ACCEPTS = 'an http:// or https:// URL, e.g. "http://127.0.0.1:8000/health"'
 _POSITIVE_DURATION = "a positive duration"
+# The reach of a path field that acceptrun only reads (spec/fields.py Rules.reach).
+_READ_ONLY = "read, never written"
+_ENV_NAME_BAD = re.compile(r"[\x00-\x1f\x7f]")  # with "=": what an environment name cannot hold
 
 
 # ---- sections -----------------------------------------------------------------------------
@@ -186,12 +190,16 @@ class DataSpec:
     SECTION: ClassVar[str] = "data"
 
     path: str | None = doc(
-        "Data directory, file or fsspec URL (s3://..., gs://...).", None, format="path"
+        "Data directory, file or fsspec URL (s3://..., gs://...).",
+        None,
+        format="path",
+        reach=_READ_ONLY,
     )
     manifest: str | None = doc(
         "Manifest from `acceptrun data snapshot` (it records its own excludes); the data must match it.",
         None,
         format="path",
+        reach=_READ_ONLY,
     )
 
     def __post_init__(self) -> None:
@@ -209,7 +217,11 @@ class CheckpointSpec:
     SECTION: ClassVar[str] = "checkpoint"
 
     dir: str | None = doc(
-        "Checkpoint directory; default: checkpoints/ in the run record.", None, format="path"
+        "Checkpoint directory; default: checkpoints/ in the run record.",
+        None,
+        format="path",
+        reach="a checkpoint store acceptrun owns: it writes, verifies and prunes only its "
+        "own step directories there",
     )
     every_steps: int | None = doc(
         "Checkpoint every N steps.", None, gt=0, unit="steps", accepts=_POSITIVE_STEPS
@@ -236,7 +248,10 @@ class CheckpointSpec:
         accepts='"<metric>:min" or "<metric>:max"',
     )
     mirror: str | None = doc(
-        "Copy committed checkpoints to this path or fsspec URL.", None, format="path"
+        "Copy committed checkpoints to this path or fsspec URL.",
+        None,
+        format="path",
+        reach="a mirror (a path or fsspec URL) that receives copies of committed checkpoints",
     )
     watch: list[str] = doc(
         "The script's own checkpoints: files, directories or globs relative to the workdir "
@@ -291,6 +306,7 @@ class ProgressSpec:
         "Directory (relative to the workdir) where the script writes TensorBoard event files.",
         None,
         format="path",
+        reach=_READ_ONLY,
     )
     tags: dict[str, str] = doc(
         'TensorBoard tag of each value, e.g. { loss = "train/loss" }; default: every scalar.',
@@ -421,9 +437,9 @@ class SlurmSpec:
 
     SECTION: ClassVar[str] = "slurm"
 
-    partition: str | None = doc("Partition (sbatch --partition).", None)
-    account: str | None = doc("Account (sbatch --account).", None)
-    qos: str | None = doc("Quality of service (sbatch --qos).", None)
+    partition: str | None = doc("Partition (sbatch --partition).", None, format="line")
+    account: str | None = doc("Account (sbatch --account).", None, format="line")
+    qos: str | None = doc("Quality of service (sbatch --qos).", None, format="line")
     signal_grace: Duration = doc(
         "Slurm sends USR1 this long before the time limit: checkpoint, exit, requeue.",
         Duration(120.0),
@@ -431,7 +447,7 @@ class SlurmSpec:
         accepts="a positive duration",
     )
     extra_args: list[str] = doc(
-        'More sbatch options, e.g. ["--constraint=h100"].', factory=list, format="arg"
+        'More sbatch options, e.g. ["--constraint=h100"].', factory=list, format="line"
     )
 
     def __post_init__(self) -> None:
@@ -579,12 +595,14 @@ class InferenceSpec:
         "run a batch inference run (docs/inference.md).",
         None,
         format="path",
+        reach=_READ_ONLY,
     )
     output: str = doc(
         "Directory of the committed output shards (shard-00000.jsonl, ...), relative to the "
         "spec file.",
         "inference-out",
         format="path",
+        reach="the batch's output directory: acceptrun writes only its shard files there",
     )
     shard_size: int = doc(
         "Items per shard: the unit of work handed out, committed at once and redone after a kill.",
@@ -684,6 +702,7 @@ class ServingSpec:
         "to the spec file; unset: an empty body.",
         None,
         format="path",
+        reach=_READ_ONLY,
     )
     headers: dict[str, str] = doc(
         'Extra request headers, e.g. { Authorization = "Bearer test" }.', factory=dict
@@ -871,9 +890,11 @@ class CleanupSpec:
         "Shell commands run in the workdir after the last attempt.", factory=list, format="arg"
     )
     remove: list[str] = doc(
-        "Paths or globs (relative to the workdir) removed after the run.",
+        "Paths or globs inside the workdir, relative to it, removed after the run; never the "
+        "workspace, a run record, a checkpoint store or the data, and a symlink is removed "
+        "as a link (what it points to stays).",
         factory=list,
-        format="glob",
+        format="workdir-glob",
     )
 
     def __post_init__(self) -> None:
@@ -910,7 +931,10 @@ class RunSpec:
         format="arg",
     )
     workdir: str = doc(
-        "Working directory of the job, relative to the spec file.", ".", format="path"
+        "Working directory of the job, relative to the spec file.",
+        ".",
+        format="path",
+        reach="it is the root that every workdir-relative field is confined to",
     )
     env: dict[str, str] = doc(
         "Extra environment variables for the job.", factory=dict, format="arg"
@@ -940,7 +964,7 @@ class RunSpec:
         "Outputs the script writes, by name: a path or glob relative to the workdir, e.g. "
         '{ model = "out/model.pt" }; each is checked and hashed at the end of every attempt.',
         factory=dict,
-        format="glob",
+        format="workdir-glob",
     )
     progress: ProgressSpec = doc(
         "Progress of a script without the client API: its log lines or TensorBoard files.",
@@ -963,6 +987,16 @@ class RunSpec:
             not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in self.name),
             "name", self.name, "a name without control characters (tab, newline, ESC, NUL)",
         )  # fmt: skip
+        for env_name in self.env:
+            # execve and os.environ refuse these: caught here, not as a crash at launch
+            # that leaves the run "interrupted".
+            require(
+                bool(env_name) and "=" not in env_name and _ENV_NAME_BAD.search(env_name) is None,
+                f"env.{key(env_name) if _ENV_NAME_BAD.search(env_name) is None else repr(env_name)}",
+                env_name,
+                'an environment variable name: not empty, without "=", NUL or other '
+                'control characters, e.g. HF_HOME',
+            )  # fmt: skip
         require(
             bool(self.command[0]),
             "command",

@@ -1,0 +1,139 @@
+"""Where a path from a spec, a record or a checkpoint may reach: one mechanism for all.
+
+Every relative path that comes from user input or from a file on disk (a cleanup glob,
+an output, a watched checkpoint, a restore target, a manifest entry) is resolved by
+:func:`confine` against the directory it belongs to; anything acceptrun is asked to
+delete first passes :func:`check_removable`. Both resolve symlinks, so a link planted
+in the workdir never carries a read, a write or a removal out of it.
+
+::
+
+    confine(workdir, "out/model.pt", field="outputs.model")   # a Path inside workdir
+    confine(workdir, "../etc/passwd", field="cleanup.remove")  # UserError naming both
+    check_removable(p, workdir=wd, protected=[workspace])      # None, or why it is refused
+
+Lexical rules (:func:`lexical_problem`) are also what the spec's ``workdir-glob`` format
+checks at ``spec check``, so a value refused at run time was already refused there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from acceptrun.errors import AcceptrunError, UserError
+
+__all__ = [
+    "WORKSPACE_NAME",
+    "check_removable",
+    "confine",
+    "contains",
+    "inside",
+    "lexical_problem",
+]
+
+# The workspace's directory name (record/workspace.py WORKSPACE_DIR; _util sits below
+# record, so the name is repeated here and a unit test keeps the two equal).
+WORKSPACE_NAME = ".acceptrun"
+
+
+def lexical_problem(value: str) -> str | None:
+    """Why ``value`` (a relative path or glob) may lead out of its root, or None.
+
+    Refused: NUL (the OS refuses it), an absolute path, ``~`` (expanded elsewhere), a
+    ``..`` part, and a part named ``.acceptrun`` (a workspace: run records and stores).
+    """
+    if "\x00" in value:
+        return "a NUL character"
+    if value.startswith("/"):
+        return "an absolute path"
+    if value.startswith("~"):
+        return "a home directory path (~)"
+    parts = PurePosixPath(value).parts
+    if ".." in value.split("/"):
+        return "a '..' part leads out of it"
+    if WORKSPACE_NAME in parts:
+        return f"{WORKSPACE_NAME} is a workspace: its run records and checkpoints are not the run's files"
+    return None
+
+
+def inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """True when ``path``, symlinks resolved, is ``root`` or lies under it (resolved)."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+
+
+def contains(path: str | os.PathLike[str], other: str | os.PathLike[str]) -> bool:
+    """True when ``other`` (resolved) is ``path`` (resolved) or lies under it."""
+    return inside(path, other)
+
+
+def confine(
+    root: str | os.PathLike[str],
+    rel: str | os.PathLike[str],
+    *,
+    field: str,
+    fix: str = "",
+    error: type[AcceptrunError] = UserError,
+) -> Path:
+    """``root / rel`` with symlinks resolved, or ``error`` when it is not inside ``root``.
+
+    ``field`` names where the value came from (``cleanup.remove``, ``manifest entry``);
+    the message carries it, the value, where it leads and ``fix`` (a default fix when
+    empty). Never follows a symlink out: a path whose resolution leaves ``root`` is
+    refused even when its text looks relative.
+    """
+    text = os.fspath(rel)
+    how = fix or "use a path relative to it, without '..', that stays inside it"
+    real_root = Path(os.path.realpath(root))
+    why = lexical_problem(text)
+    if why is None:
+        real = Path(os.path.realpath(real_root / text))
+        if real.is_relative_to(real_root):
+            return real
+        why = f"it resolves to {real} (a symlink?)"
+    raise error(f"{field}: {text!r} leads outside {real_root}: {why}; {how}")
+
+
+def check_removable(
+    path: str | os.PathLike[str],
+    *,
+    workdir: str | os.PathLike[str],
+    protected: Iterable[str | os.PathLike[str]] = (),
+) -> str | None:
+    """None when ``path`` may be removed, else why not (for the record and the verdict).
+
+    A removal stays inside ``workdir`` (never the workdir itself, nor a path that
+    contains it), never touches a workspace (a ``.acceptrun`` directory), nor any of the
+    ``protected`` paths (the workspace, run records, checkpoint stores, the data), nor a
+    path inside one or containing one. A symlink is judged as the link itself: removing
+    it removes the link only, so it may go whatever it points to, as long as the link
+    lies in the workdir. Symlinks in the path's parents are resolved: ``link/x`` where
+    ``link`` leads out is outside.
+    """
+    wd = Path(os.path.realpath(workdir))
+    lexical = Path(os.path.abspath(path))
+    parent = Path(os.path.realpath(lexical.parent))
+    link = lexical.is_symlink()
+    target = parent / lexical.name if link else Path(os.path.realpath(lexical))
+    if not target.is_relative_to(wd) or target == wd:
+        return f"refused: {lexical} resolves to {target}, outside the workdir {wd}"
+    if wd.is_relative_to(target):
+        return f"refused: {lexical} contains the workdir {wd}"
+    if WORKSPACE_NAME in target.relative_to(wd).parts:
+        return (
+            f"refused: {lexical} is in a workspace ({WORKSPACE_NAME}): run records and checkpoints"
+        )
+    if not link and (target / WORKSPACE_NAME).is_dir():
+        return (
+            f"refused: {lexical} holds a workspace ({WORKSPACE_NAME}): run records and checkpoints"
+        )
+    for kept in protected:
+        real = Path(os.path.realpath(kept))
+        lex = Path(os.path.abspath(kept))
+        for p in {real, lex}:
+            if target == p or p.is_relative_to(target):
+                return f"refused: {lexical} holds {p}, which acceptrun keeps (workspace, run record, checkpoints or data)"
+            if target.is_relative_to(p):
+                return f"refused: {lexical} is inside {p}, which acceptrun keeps (workspace, run record, checkpoints or data)"
+    return None
