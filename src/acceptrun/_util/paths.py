@@ -29,6 +29,7 @@ __all__ = [
     "check_removable",
     "confine",
     "contains",
+    "escape_problem",
     "inside",
     "lexical_problem",
 ]
@@ -38,22 +39,33 @@ __all__ = [
 WORKSPACE_NAME = ".acceptrun"
 
 
-def lexical_problem(value: str) -> str | None:
-    """Why ``value`` (a relative path or glob) may lead out of its root, or None.
+def escape_problem(name: str) -> str | None:
+    """Why a relative name read from a file (a manifest entry) leads out of its root.
 
-    Refused: NUL (the OS refuses it), an absolute path, ``~`` (expanded elsewhere), a
-    ``..`` part, and a part named ``.acceptrun`` (a workspace: run records and stores).
+    Refused: empty, NUL (the OS refuses it), an absolute path, a ``..`` part.
     """
-    if "\x00" in value:
+    if not name:
+        return "an empty name"
+    if "\x00" in name:
         return "a NUL character"
-    if value.startswith("/"):
+    if name.startswith("/"):
         return "an absolute path"
+    if ".." in name.split("/"):
+        return "a '..' part leads out of it"
+    return None
+
+
+def lexical_problem(value: str) -> str | None:
+    """Why ``value`` (a relative path or glob from a spec) may lead out of its root, or None.
+
+    What :func:`escape_problem` refuses, and also ``~`` (expanded to a home directory)
+    and a part named ``.acceptrun`` (a workspace: run records and checkpoint stores).
+    """
+    if why := escape_problem(value):
+        return why
     if value.startswith("~"):
         return "a home directory path (~)"
-    parts = PurePosixPath(value).parts
-    if ".." in value.split("/"):
-        return "a '..' part leads out of it"
-    if WORKSPACE_NAME in parts:
+    if WORKSPACE_NAME in PurePosixPath(value).parts:
         return f"{WORKSPACE_NAME} is a workspace: its run records and checkpoints are not the run's files"
     return None
 

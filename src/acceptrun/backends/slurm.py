@@ -98,7 +98,7 @@ def submit(spec_path: Path, workspace: Workspace, *, priority: int = 0) -> Slurm
     try:
         # What is queued is what runs: the spec frozen now, paths resolved.
         frozen = job_dir / "spec.toml"
-        write_atomic(frozen, spec.to_toml())
+        write_atomic(frozen, spec.to_toml(), raw=True)  # the real mirror, for the job
         script = job_dir / "job.sbatch"
         text = batch_script(
             spec, workspace=workspace, run_id=run_id, spec_file=frozen, job_dir=job_dir,
@@ -291,7 +291,18 @@ def _job_name(name: str) -> str:
 
 
 def _sbatch_quote(option: str) -> str:
-    """An option for a ``#SBATCH`` line; values with spaces are double-quoted."""
+    """An option for a ``#SBATCH`` line; values with spaces are double-quoted.
+
+    A control character (a newline above all) would end the header line and put the rest
+    of the value into the script's body as a command or a header of its own: refused.
+    The spec refuses these in [slurm] and paths already; this holds for any caller.
+    """
+    if found := re.search(r"[\x00-\x1f\x7f]", option):
+        raise UserError(
+            f"sbatch option {option!r} holds the control character {found.group()!r}, which "
+            "would break out of its #SBATCH line; remove it from the spec's [slurm] section, "
+            "resources or workdir"
+        )
     if not re.search(r"\s", option):
         return option
     name, sep, value = option.partition("=")

@@ -30,6 +30,7 @@ from typing import Any
 
 from acceptrun._util.durable import fsync_dir
 from acceptrun._util.hashing import new_hasher, split_hash
+from acceptrun._util.paths import confine
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import RecordError, UserError
 
@@ -153,15 +154,21 @@ def put_back(
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.parent / f".{dest.name}.acceptrun-{os.getpid()}-{secrets.token_hex(3)}"
         prefix = f"{PREFIX}/{name}"
+        where = f"checkpoint step {info.step} manifest entry under {prefix!r}"
         try:
             if entry.get("type") == "dir":
                 tmp.mkdir()
                 for arc, rec in info.files.items():
                     if arc.startswith(prefix + "/"):
-                        _copy_checked(info.path / arc, tmp / arc[len(prefix) + 1 :], rec)
+                        # Manifest names are data: each stays inside the checkpoint it is
+                        # read from and inside the directory it is restored into.
+                        src = confine(info.path, arc, field=where, error=RecordError)
+                        out = confine(tmp, arc[len(prefix) + 1 :], field=where, error=RecordError)
+                        _copy_checked(src, out, rec)
                 _swap_dir(tmp, dest)
             else:
-                _copy_checked(info.path / prefix, tmp, info.files[prefix])
+                src = confine(info.path, prefix, field=where, error=RecordError)
+                _copy_checked(src, tmp, info.files[prefix])
                 os.replace(tmp, dest)
             fsync_dir(dest.parent)
         except BaseException:

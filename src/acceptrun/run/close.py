@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
+from acceptrun._util.paths import check_removable, lexical_problem
 from acceptrun.record.lease import end_lease
 from acceptrun.record.models import FORMAT
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
@@ -57,22 +58,7 @@ def run_cleanup(record: RunRecord, spec: RunSpec) -> list[dict[str, Any]]:
             }
         )
     for pattern in spec.cleanup.remove:
-        base = spec.workdir_path
-        matches = sorted(glob.glob(str(base / pattern)))
-        removed = []
-        for m in matches:
-            path = Path(m)
-            if path.resolve() == base or base.resolve().is_relative_to(path.resolve()):
-                results.append(
-                    {"remove": m, "ok": False, "detail": "refused: it contains the workdir"}
-                )
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-            removed.append(m)
-        results.append({"remove": pattern, "ok": True, "removed": removed})
+        results.append(_remove(record, spec, pattern))
     for r in results:
         record.event("cleanup", sync=True, **r)
         if not r["ok"]:
@@ -80,6 +66,55 @@ def run_cleanup(record: RunRecord, spec: RunSpec) -> list[dict[str, Any]]:
                 "cleanup: %s failed: %s", r.get("command") or r.get("remove"), r.get("detail")
             )
     return results
+
+
+def _protected(record: RunRecord, spec: RunSpec) -> list[Path]:
+    """What a ``[cleanup] remove`` never touches: the workspace, stores, mirror, data."""
+    kept = [record.path.parent.parent, record.path, record.checkpoints_dir]
+    for value in (
+        spec.checkpoint.dir, spec.checkpoint.mirror, spec.data.path, spec.data.manifest,
+        spec.inference.input, spec.inference.output if spec.inference.enabled else None,
+    ):  # fmt: skip
+        if value and "://" not in value:
+            kept.append(Path(spec.resolve_path(value)))
+    return kept
+
+
+def _remove(record: RunRecord, spec: RunSpec, pattern: str) -> dict[str, Any]:
+    """One ``[cleanup] remove`` entry: its matches removed, or why one was refused.
+
+    Every match passes :func:`check_removable` first (inside the workdir, never the
+    workspace, a record, a store or the data; a symlink goes as a link). A refused match
+    makes the entry ``ok: false`` with the reason, so the verdict's cleanup line fails
+    instead of reporting a removal that did not happen or should not have.
+    """
+    base = spec.workdir_path
+    why = lexical_problem(pattern)  # the spec refuses these; a record written before did not
+    if why is not None:
+        return {"remove": pattern, "ok": False, "removed": [], "detail": f"refused: {why}"}
+    protected = _protected(record, spec)
+    removed: list[str] = []
+    refused: list[str] = []
+    for m in sorted(glob.glob(str(base / pattern))):
+        path = Path(m)
+        reason = check_removable(path, workdir=base, protected=protected)
+        if reason is not None:
+            refused.append(reason)
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            refused.append(f"{m}: {exc}")
+            continue
+        removed.append(m)
+    out: dict[str, Any] = {"remove": pattern, "ok": not refused, "removed": removed}
+    if refused:
+        out["refused"] = refused
+        out["detail"] = "; ".join(refused)
+    return out
 
 
 def close_run(

@@ -43,12 +43,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import psutil
 
 from acceptrun._util.hashing import hash_file, split_hash
+from acceptrun._util.paths import confine, inside, lexical_problem
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, SpecError, UserError
@@ -116,25 +117,37 @@ def with_resume_args(argv: Sequence[str], spec: Any, checkpoint: str) -> list[st
 def restore_watched(info: CheckpointInfo, workdir: Path) -> Path | None:
     """Put a captured checkpoint back where the script expects it; the restored path.
 
-    Names captured inside the workdir go back under the current workdir (a record resumed
-    on another machine); others to the absolute path they came from. None for a
-    checkpoint written by the client API (nothing to put back).
+    Every name goes back under the current workdir (a record resumed on another machine)
+    at the path it was captured from, relative to the workdir; a name the manifest gives
+    no such path for, or whose path leads out (``..``, a symlinked folder planted since
+    the capture), is refused: a restore writes a whole checkpoint, and a checkpoint's
+    metadata never chooses where outside the workdir that happens. A symlink at the
+    target itself is replaced, never followed. None for a checkpoint written by the
+    client API (nothing to put back).
     """
     listing = sources_of(info)
     if not listing:
         return None
     rel = info.meta.get("watched_relative") or {}
-    targets = {name: workdir / rel[name] for name in listing if name in rel}
-    root = workdir.resolve()
-    for name, target in targets.items():
-        # A symlink planted in the workdir since the capture must not carry the restore
-        # (a write of the whole checkpoint) outside it.
-        real = target.parent.resolve()
-        if ".." in Path(rel[name]).parts or not real.is_relative_to(root):
+    fix = "remove what leads out of the workdir (a symlink put there?) and resume again"
+    targets: dict[str, Path] = {}
+    for name in listing:
+        where = rel.get(name) if isinstance(rel, dict) else None
+        if not isinstance(where, str) or not where.strip("/."):
             raise UserError(
-                f"restore of checkpoint {name!r} refused: {target.parent} resolves to {real}, "
-                f"outside the workdir {root} (a symlink put there?); remove it and resume again"
+                f"restore of checkpoint {name!r} refused: step {info.step} names no path "
+                "inside the workdir for it; resume from another step or capture it again"
             )
+        why = lexical_problem(where)
+        if why is not None:
+            raise UserError(
+                f"restore of checkpoint {name!r} refused: step {info.step} names {where!r}, "
+                f"not a path inside the workdir ({why}); resume from another step"
+            )
+        # The folder is confined (symlinks resolved); the last part is replaced by rename.
+        parent = PurePosixPath(where).parent
+        folder = confine(workdir, str(parent), field=f"restore of checkpoint {name!r}", fix=fix)
+        targets[name] = folder / PurePosixPath(where).name
     placed = put_back(info, targets)
     return next(iter(placed.values()))
 
@@ -398,6 +411,14 @@ class CheckpointWatcher:
                 real = os.path.realpath(path)
                 if any(real == x or real.startswith(x + os.sep) for x in self.exclude):
                     continue  # the store or the record itself
+                if not inside(self.workdir, path):
+                    # A symlink that leads out: never copied into the store, nor written
+                    # back out there on a restore. Said once (an event), then skipped.
+                    self._error(UserError(
+                        f"checkpoint.watch: {path} resolves to {real}, outside the workdir "
+                        f"{self.workdir}; not captured (have the script write it inside)"
+                    ))  # fmt: skip
+                    continue
                 found.add(path)
         return sorted(found)
 

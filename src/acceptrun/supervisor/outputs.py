@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.hashing import hash_file
+from acceptrun._util.paths import inside, lexical_problem
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
 
@@ -40,6 +41,9 @@ MTIME_SLACK_S = 1.0  # file systems with coarse timestamps: a file written at la
 def find_output(spec: RunSpec, pattern: str, since: float) -> tuple[Path | None, int, str]:
     """(newest file matching ``pattern``, how many matched, why none) for one entry."""
     base = spec.workdir_path
+    why = lexical_problem(pattern)  # the spec refuses these; a record frozen before did not
+    if why is not None:
+        return None, 0, f"{pattern!r} is not a path inside the workdir {base}: {why}"
     full = str(base / pattern)
     matches = [Path(p) for p in glob.glob(full, recursive=True)] if glob.has_magic(pattern) else (
         [Path(full)] if os.path.lexists(full) else []
@@ -48,7 +52,7 @@ def find_output(spec: RunSpec, pattern: str, since: float) -> tuple[Path | None,
     # Only files of the workdir: "../x", an absolute path or a symlink that leads out is
     # never hashed and recorded as this run's result.
     root = base.resolve()
-    outside = [p for p in files if not p.resolve().is_relative_to(root)]
+    outside = [p for p in files if not inside(root, p)]
     files = [p for p in files if p not in outside]
     if not files and outside:
         real = outside[0].resolve()
