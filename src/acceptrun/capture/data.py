@@ -36,6 +36,7 @@ from typing import Any
 
 from acceptrun._util.durable import write_json_atomic
 from acceptrun._util.hashing import ALGORITHM, CHUNK, new_hasher
+from acceptrun._util.paths import escape_problem
 from acceptrun._util.units import format_bytes
 from acceptrun.errors import DataError
 
@@ -476,6 +477,10 @@ def _check_manifest(manifest: Any, where: str) -> None:
     if not isinstance(files, dict):
         raise bad(f"has files of type {type(files).__name__}, expected an object")
     for path, entry in files.items():
+        # Entries are names inside the data: one that leads out of it ("../../etc/passwd",
+        # "/etc/passwd") is a corrupt manifest, never a file to look for elsewhere.
+        if why := escape_problem(path):
+            raise bad(f"has an entry {path!r} that is not a path inside the data ({why})")
         if not (
             isinstance(entry, dict)
             and isinstance(entry.get("size"), int)

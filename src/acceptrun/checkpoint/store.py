@@ -44,6 +44,7 @@ from typing import Any, BinaryIO, cast
 
 from acceptrun._util.durable import fsync_dir, write_atomic
 from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, new_hasher, split_hash
+from acceptrun._util.paths import escape_problem
 from acceptrun.errors import AcceptrunValueError, DiskFullError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
@@ -133,8 +134,8 @@ class _HashingFile(io.FileIO):
 
 
 def _valid_name(name: str) -> bool:
-    pure = PurePosixPath(name)
-    return bool(name) and not pure.is_absolute() and str(pure) == name and ".." not in pure.parts
+    # The one rule for names read from a manifest (acceptrun._util.paths), and canonical.
+    return escape_problem(name) is None and str(PurePosixPath(name)) == name
 
 
 def _step_of(name: str) -> int | None:
