@@ -131,6 +131,12 @@ class AttemptStartEvent(Event, total=False):
     command: list[str]
     restored: Any
     resume_step: int | None
+    containment: dict[str, Any] | None  # supervisor/containment.py: mechanism, cgroup, why
+
+
+class ContainmentUnavailableEvent(Event, total=False):
+    attempt: Required[int]
+    why: Required[str]
 
 
 class AttemptExitEvent(Event, total=False):
@@ -187,6 +193,8 @@ class SignalSentEvent(Event, total=False):
     reason: str
     after_s: float
     by: str  # "watchdog" when the supervisor was gone; absent: the supervisor
+    pids: list[int]  # the attempt's processes killed (supervisor's kill_sent, strays_killed)
+    containment: str  # strays_killed: cgroup | subreaper | none
 
 
 class BudgetEvent(Event, total=False):
@@ -577,6 +585,8 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("stacks", StacksEvent, "the stacks of a hung attempt were written", "supervisor/core"),
     _E("stop_sent", SignalSentEvent, "the supervisor asked the workload to stop (SIGTERM)", "supervisor/core"),
     _E("kill_sent", SignalSentEvent, "the supervisor (or its watchdog) killed the workload (SIGKILL)", "supervisor/core, supervisor/_watchdog"),
+    _E("strays_killed", SignalSentEvent, "processes of the attempt outside its group were killed at its end", "supervisor/core"),
+    _E("containment_unavailable", ContainmentUnavailableEvent, "neither a cgroup nor the child subreaper holds the attempt's processes", "supervisor/core"),
     _E("budget_warning", BudgetEvent, "the spend passed the budget's warning share", "supervisor/core"),
     _E("budget_stop", BudgetEvent, "the spend reached the budget: stopping", "supervisor/core"),
     _E("fault_injected", FaultInjectedEvent, "a drill fault fired (--inject)", "supervisor/core, workload/inject"),

@@ -1,8 +1,17 @@
 """An attempt's watchdog: stops the attempt's processes if its supervisor dies.
 
 Run by path (``python -I _watchdog.py SUPERVISOR_PID LEADER GRACE_S GROUP_TERM EVENTS
-RUN_ID ATTEMPT``), not as a module, so that it imports no part of acceptrun: the standard
-library and psutil only. Started by :class:`acceptrun.supervisor.lease.Watchdog`.
+RUN_ID ATTEMPT CGROUP PROCESSES``), not as a module, so that it imports no part of
+acceptrun: the standard library and psutil only (so the few lines that read and kill a
+cgroup repeat supervisor/containment.py's). Started by
+:class:`acceptrun.supervisor.lease.Watchdog`.
+
+The attempt's processes are the leader, its process group, every process whose
+environment carries the attempt's ``ACCEPTRUN_RUN_ID`` and ``ACCEPTRUN_ATTEMPT``, and
+what its containment holds (supervisor/containment.py): the members of the attempt's
+cgroup (CGROUP, "" for none) and the processes listed in PROCESSES
+(``attempts/<n>/processes.json``, pid and start time, refreshed by the supervisor while
+it lives), which find a process that called setsid and cleared its environment.
 
 Every 0.2 s it checks that its parent is still the supervisor (a dead parent's children
 are re-parented at once, even while the dead one is a zombie). It exits quietly when the
@@ -14,9 +23,9 @@ kills it then anyway). When the supervisor is gone it:
    pass it on): the graceful stop, a second time after the kernel's death signal;
 3. waits up to GRACE_S seconds for the leader to exit, then for what is left of them for
    the attempt's other processes (torchrun's ranks checkpointing after their agent died);
-4. SIGKILLs the leader's process group and every process whose environment carries this
-   attempt's ``ACCEPTRUN_RUN_ID`` and ``ACCEPTRUN_ATTEMPT`` (torchrun's ranks, setsid'd
-   helpers), then exits. When anything of the attempt was still there at the end of the
+4. SIGKILLs the leader's process group, the cgroup (``cgroup.kill``) and every other
+   process of the attempt (torchrun's ranks, setsid'd helpers), removes the cgroup, then
+   exits. When anything of the attempt was still there at the end of the
    grace period, a ``kill_sent`` event (``by`` = "watchdog") says so first: the stop was
    not graceful, and the record must not leave that to be guessed.
 """
@@ -58,12 +67,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _strays(run_id: str, attempt: str) -> list[int]:
+def _strays(run_id: str, attempt: str, cgroup: str = "", listed: str = "") -> list[int]:
+    """The attempt's live processes other than the leader: marker, cgroup, listed."""
     try:
         import psutil
     except ImportError:
         return []
-    me, found = os.getpid(), []
+    me, found = os.getpid(), set()
     for proc in psutil.process_iter():
         if proc.pid == me:
             continue
@@ -72,8 +82,66 @@ def _strays(run_id: str, attempt: str) -> list[int]:
         except (psutil.Error, OSError):
             continue
         if env.get("ACCEPTRUN_RUN_ID") == run_id and env.get("ACCEPTRUN_ATTEMPT") == attempt:
-            found.append(proc.pid)
-    return found
+            found.add(proc.pid)
+    candidates = _cgroup_pids(cgroup)
+    for pid, started in _listed(listed):
+        with contextlib.suppress(psutil.Error, OSError):
+            if psutil.Process(pid).create_time() == started:  # not a reused pid
+                candidates.append(pid)
+    for pid in candidates:
+        with contextlib.suppress(psutil.Error, OSError):
+            if pid != me and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                found.add(pid)
+    return sorted(found)
+
+
+def _cgroup_pids(cgroup: str) -> list[int]:
+    if not cgroup:
+        return []
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _listed(path: str) -> list[tuple[int, float]]:
+    """The processes the supervisor listed in processes.json (a torn file: none)."""
+    if not path:
+        return []
+    try:
+        with open(path) as f:
+            rows = json.load(f).get("processes", [])
+        return [(int(r["pid"]), float(r["started"])) for r in rows]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return []
+
+
+def _kill_cgroup(cgroup: str) -> None:
+    if not cgroup:
+        return
+    try:
+        with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+            f.write("1")
+    except OSError:  # before Linux 5.14: each member is killed by pid instead
+        for pid in _cgroup_pids(cgroup):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _remove_cgroup(cgroup: str) -> None:
+    """rmdir the emptied cgroup (its members take a moment to be gone)."""
+    if not cgroup:
+        return
+    for _ in range(50):
+        try:
+            os.rmdir(cgroup)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            _kill_cgroup(cgroup)
+            time.sleep(POLL_S / 2)
 
 
 def _event(path: str, kind: str, **fields: object) -> None:
@@ -96,6 +164,7 @@ def main(argv: list[str]) -> int:
     supervisor, leader = int(argv[0]), int(argv[1])
     grace, group_term = float(argv[2]), argv[3] == "1"
     events, run_id, attempt = argv[4], argv[5], argv[6]
+    cgroup, listed = (argv[7], argv[8]) if len(argv) > 8 else ("", "")
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)  # only the supervisor (SIGKILL) ends a watchdog
     while os.getppid() == supervisor:
@@ -119,25 +188,27 @@ def main(argv: list[str]) -> int:
     # The leader may end first while the rest still checkpoints: torchrun's agent dies of
     # repeated SIGTERMs and its ranks (each in a session of its own) stop on the death
     # signal it leaves them. They get what is left of the grace period too.
-    while time.time() - lost_at < grace and _strays(run_id, attempt):
+    while time.time() - lost_at < grace and _strays(run_id, attempt, cgroup, listed):
         time.sleep(STRAY_POLL_S)
     # The leader has exited (checkpointed) or overstayed its grace: nothing of the attempt
     # may stay behind. A second sweep catches a process forked during the first.
-    left = ([leader] if _exists(leader) else []) + _strays(run_id, attempt)
+    left = ([leader] if _exists(leader) else []) + _strays(run_id, attempt, cgroup, listed)
     if left:
         _event(
             events, "kill_sent", attempt=int(attempt), by="watchdog", signal="SIGKILL",
-            after_s=round(time.time() - lost_at, 3),
+            after_s=round(time.time() - lost_at, 3), pids=sorted(set(left)),
             reason=f"the supervisor was gone and the grace period ({grace:g} s) ran out: "
             f"processes {sorted(set(left))} still running",
         )  # fmt: skip
     for _ in range(2):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, signal.SIGKILL)
-        for pid in _strays(run_id, attempt):
+        _kill_cgroup(cgroup)
+        for pid in _strays(run_id, attempt, cgroup, listed):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(POLL_S)
+    _remove_cgroup(cgroup)
     return 0
 
 

@@ -54,6 +54,7 @@ from acceptrun.supervisor.classify import (
     retry_allowed,
     stderr_tail,
 )
+from acceptrun.supervisor.containment import PROCESSES_FILE, contain
 from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
 from acceptrun.supervisor.lease import Watchdog
 from acceptrun.supervisor.outcome import (
@@ -85,6 +86,7 @@ __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
 POLL_S = (
     0.25  # seconds between checks (stop requests, limits, hangs); a child's exit wakes it at once
 )
+TRACK_S = 1.0  # seconds between listings of the attempt's processes (processes.json)
 MAX_BACKOFF_S = 300.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 STOP_CAUSES = ("user", "budget", "wall_time", "idle")  # stops the supervisor asked for
@@ -467,6 +469,7 @@ class Supervisor:
             stdout_path=adir / "stdout.log",
             stderr_path=adir / "stderr.log",
             echo=self.echo,
+            containment=contain(attempt),  # a cgroup, or the subreaper (containment.py)
         )
         self.record.update_state(
             status="running",
@@ -482,14 +485,21 @@ class Supervisor:
         try:
             child.start()
         except OSError as exc:
+            if child.containment is not None:
+                child.containment.close()
             reason = f"could not start {self.spec.command[0]!r}: {exc.strerror or exc}"
             return self._not_started(attempt, adir, reason)
+        self._track(attempt, child, force=True)  # the watchdog reads it from the start
         # If this process dies, the watchdog stops the attempt's tree (supervisor/lease.py).
+        held = child.containment
         watchdog = Watchdog(
             leader=child.pid, env=env, grace_s=self.spec.limits.grace_period,
             group_term=bool(self.spec.shell), events_path=self.record.events_path, attempt=attempt,
+            cgroup=None if held is None else held.cgroup, processes=adir / PROCESSES_FILE,
         )  # fmt: skip
         watchdog.start()
+        if held is not None and watchdog.pid is not None:
+            held.exclude.add(watchdog.pid)  # a child of the supervisor, not of the attempt
         self._announce(attempt, child, resume_step, restored)
         watch = AttemptWatch(
             self.record.events_path,
@@ -508,6 +518,19 @@ class Supervisor:
             serving=self._start_serving(attempt, child, adir),  # a serving run's load, its thread
         )  # fmt: skip
 
+    def _track(self, attempt: int, child: ChildProcess, *, force: bool = False) -> None:
+        """List the attempt's processes in ``attempts/<n>/processes.json`` when they change.
+
+        After the supervisor's death its orphans belong to init: the watchdog and
+        ``acceptrun resume`` find a process that left the group and cleared its
+        environment by this list (pid and start time) or the cgroup it names.
+        """
+        held = child.containment
+        if held is None:
+            return
+        if held.refresh() or force:
+            self.record.write_json(f"attempts/{attempt}/{PROCESSES_FILE}", held.to_record())
+
     def _not_started(self, attempt: int, adir: Path, reason: str) -> AttemptResult:
         stamp = now_iso()
         res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0, reason)
@@ -525,7 +548,17 @@ class Supervisor:
             command=redact_argv(child.argv),  # no --token X in the record
             resume_step=resume_step,
             restored=restored,
+            containment=None if child.containment is None else child.containment.describe(),
         )
+        held = child.containment
+        if held is not None and held.mechanism == "none":
+            # Silence would be the worst outcome: say that escapes are possible, and why.
+            warning = (
+                "no cgroup and no child subreaper: a process of the attempt that calls "
+                f"setsid and clears its environment can outlive it ({held.why})"
+            )
+            self.record.event("containment_unavailable", sync=True, attempt=attempt, why=warning)
+            self.say(f"warning: {warning}")
         resumed = "" if resume_step is None else f", resuming after step {resume_step}"
         resumed += "" if restored is None else f" from {restored}"
         self.say(f"attempt {attempt} started (pid {child.pid}{resumed})")
@@ -553,8 +586,12 @@ class Supervisor:
     def _supervise(self, a: _Attempt, causes: list[StopCause]) -> int:
         """Poll the attempt until it exits: its progress, then each stop cause; its status."""
         returncode: int | None = None
+        tracked = time.monotonic()
         while returncode is None:
             returncode = a.child.wait(POLL_S)
+            if time.monotonic() - tracked >= TRACK_S:
+                tracked = time.monotonic()
+                self._track(a.number, a.child)
             self._poll_black_box(a)
             a.watch.poll()
             if returncode is not None:
@@ -620,8 +657,9 @@ class Supervisor:
             attempt=a.number,
             signal="SIGKILL",
             after_s=round(now - a.stop_sent_at, 3),
+            pids=a.child.processes(),
         )
-        a.child.signal_group(signal.SIGKILL)
+        a.child.signal_group(signal.SIGKILL)  # the rest of the attempt: ChildProcess.finish
         self._kill_now = False
         a.stop_sent_at = float("inf")
 
@@ -679,7 +717,14 @@ class Supervisor:
     def _settle_exit(self, a: _Attempt, returncode: int) -> None:
         """Stop the attempt's helpers and read what it wrote last."""
         a.watchdog.stop()
-        a.child.finish()
+        killed = a.child.finish()
+        if killed:
+            held = a.child.containment
+            self.record.event(
+                "strays_killed", sync=True, attempt=a.number, signal="SIGKILL", pids=killed,
+                containment=None if held is None else held.mechanism,
+                reason="still running when the attempt ended (outside its process group)",
+            )  # fmt: skip
         if a.serving is not None:  # the server is gone: end the load, keep what it measured
             a.serving.server_exited()
             a.serving.join(self.spec.serving.request_timeout + 30.0)

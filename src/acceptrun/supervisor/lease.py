@@ -16,9 +16,11 @@ workload training unsupervised nor leave the record saying "running" for ever:
   lives as long as supervision does.
 - :class:`Watchdog`, a small process beside each attempt, enforces the grace period
   once the supervisor is gone: SIGTERM (again; for a string command the whole group),
-  then after ``limits.grace_period`` SIGKILL to the group and to every process that
+  then after ``limits.grace_period`` SIGKILL to the group, to the attempt's cgroup, to
+  every process listed in ``attempts/<n>/processes.json`` and to every process that
   carries the attempt's ``ACCEPTRUN_RUN_ID``/``ACCEPTRUN_ATTEMPT`` (torchrun's ranks,
-  which live in sessions of their own). No process of the attempt outlives it.
+  which live in sessions of their own; supervisor/containment.py). No process of the
+  attempt outlives it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from acceptrun.errors import RecordError
 from acceptrun.record.workspace import RunRecord
 
 __all__ = ["Watchdog", "die_with_supervisor", "take_over"]
@@ -84,11 +87,14 @@ class Watchdog:
         group_term: bool,
         events_path: Path,
         attempt: int,
+        cgroup: Path | None = None,
+        processes: Path | None = None,
     ) -> None:
         self.argv = [
             sys.executable, "-I", str(_WATCHDOG), str(os.getpid()), str(leader),
             f"{grace_s:g}", "1" if group_term else "0", str(events_path),
             str(env.get("ACCEPTRUN_RUN_ID", "")), str(attempt),
+            "" if cgroup is None else str(cgroup), "" if processes is None else str(processes),
         ]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -103,6 +109,10 @@ class Watchdog:
             )
         except OSError as exc:
             print(f"acceptrun: the attempt's watchdog did not start: {exc}", file=sys.stderr)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
 
     def stop(self) -> None:
         if self.proc is None:
@@ -135,9 +145,9 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
     killed: list[int] = []
     if attempt is not None:
         deadline = time.monotonic() + grace_s
-        while _attempt_pids(record.run_id, attempt) and time.monotonic() < deadline:
+        while _attempt_pids(record, attempt) and time.monotonic() < deadline:
             time.sleep(0.2)
-        killed = _kill_attempt(record.run_id, attempt)
+        killed = _kill_attempt(record, attempt)
         if not record.exists(f"attempts/{attempt}/exit.json"):
             steps = [
                 int(e["step"])
@@ -164,11 +174,11 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
     }
 
 
-def _attempt_pids(run_id: str, attempt: int) -> list[int]:
-    """Live processes whose environment carries the attempt's run id and number."""
+def _attempt_pids(record: RunRecord, attempt: int) -> list[int]:
+    """The attempt's live processes: the environment marker, its cgroup, its listed pids."""
     import psutil
 
-    found: list[int] = []
+    found: set[int] = set()
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
@@ -178,15 +188,22 @@ def _attempt_pids(run_id: str, attempt: int) -> list[int]:
             env = proc.environ()
         except (psutil.Error, OSError):
             continue
-        if env.get("ACCEPTRUN_RUN_ID") == run_id and env.get("ACCEPTRUN_ATTEMPT") == str(attempt):
-            found.append(proc.pid)
-    return found
+        if env.get("ACCEPTRUN_RUN_ID") == record.run_id and env.get("ACCEPTRUN_ATTEMPT") == str(
+            attempt
+        ):
+            found.add(proc.pid)
+    from acceptrun.supervisor.containment import PROCESSES_FILE, listed_pids
+
+    with contextlib.suppress(RecordError, OSError, ValueError):
+        held = record.read_json(f"attempts/{attempt}/{PROCESSES_FILE}")
+        found.update(listed_pids(held))
+    return sorted(found)
 
 
-def _kill_attempt(run_id: str, attempt: int) -> list[int]:
+def _kill_attempt(record: RunRecord, attempt: int) -> list[int]:
     """SIGKILL what is left of the attempt; the pids killed."""
     killed: list[int] = []
-    for pid in _attempt_pids(run_id, attempt):
+    for pid in _attempt_pids(record, attempt):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)

@@ -6,6 +6,10 @@ The child runs in a new session (its own process group), so that
   stop for the whole group instead of killing the workload mid-step;
 - a stop or kill reaches every process the workload started (data-loader workers,
   torchrun's ranks), and nothing it started outlives the attempt.
+
+A process that leaves the group (``setsid``) is still the attempt's: the attempt's
+:class:`~acceptrun.supervisor.containment.Containment` (a cgroup, or the supervisor as
+child subreaper) finds it, and :meth:`ChildProcess.finish` kills it with the rest.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 from acceptrun._util.durable import storage_fault
+from acceptrun.supervisor.containment import Containment
 from acceptrun.supervisor.lease import die_with_supervisor
 from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_ID
 
@@ -42,6 +47,7 @@ class ChildProcess:
         stdout_path: Path,
         stderr_path: Path,
         echo: bool = True,
+        containment: Containment | None = None,
     ) -> None:
         self.argv = list(argv)
         self.cwd = Path(cwd)
@@ -49,6 +55,7 @@ class ChildProcess:
         self.stdout_path = stdout_path
         self.stderr_path = stderr_path
         self.echo = echo
+        self.containment = containment
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0  # time.time() at start
         self.started_mono = 0.0  # time.monotonic() at start
@@ -64,17 +71,14 @@ class ChildProcess:
         """Start the child. Raises OSError when the command cannot be executed."""
         self.started_at = time.time()
         self.started_mono = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=self.cwd,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            # SIGTERM from the kernel if the supervisor dies (supervisor/lease.py)
-            preexec_fn=die_with_supervisor(),  # one prctl call, looked up before the fork
-        )
+        try:
+            self.proc = self._popen()
+        except subprocess.SubprocessError as exc:
+            # Only the preexec step raises this: the cgroup refused the child before exec,
+            # so nothing of the workload ran. Start it again, held by the subreaper.
+            assert self.containment is not None and self.containment.cgroup is not None
+            self.containment.degrade(f"the cgroup {self.containment.cgroup} refused it: {exc}")
+            self.proc = self._popen()
         assert self.proc.stdout is not None and self.proc.stderr is not None
         # One thread blocks in waitpid: the supervisor then sleeps on an Event that wakes
         # at once when the child exits. Popen.wait(timeout) instead polls up to 20 times a
@@ -88,6 +92,26 @@ class ChildProcess:
             t = threading.Thread(target=self._tee, args=(pipe, path, term), daemon=True)
             t.start()
             self._threads.append(t)
+
+    def _popen(self) -> subprocess.Popen[bytes]:
+        c = self.containment
+        fd = None if c is None else c.before_fork()
+        proc = None
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_preexec(fd),
+            )
+        finally:
+            if c is not None:
+                c.after_fork(None if proc is None else proc.pid)
+        return proc
 
     def _tee(self, pipe: IO[bytes], path: Path, term: IO[str]) -> None:
         # Logs are flushed per chunk so `tail -f` and a crash both see everything.
@@ -170,16 +194,27 @@ class ChildProcess:
             return False
         return True
 
-    def finish(self) -> None:
-        """After the child exits: kill what it left in its group, then drain the pipes.
+    def finish(self) -> list[int]:
+        """After the child exits: kill what it left behind, then drain the pipes.
 
         A data-loader worker or a daemon the workload forgot would otherwise keep running
-        (and keep holding the pipes open, so the logs would never close).
+        (and keep holding the pipes open, so the logs would never close). Returns the
+        pids killed outside the process group (the containment's and the marker's).
         """
         self.signal_group(signal.SIGKILL)
-        self.kill_strays()
+        killed = set(self.kill_strays())
+        if self.containment is not None:
+            killed.update(self.containment.kill())
+            self.containment.close()
         for t in self._threads:
             t.join(timeout=5)
+        return sorted(killed)
+
+    def processes(self) -> list[int]:
+        """The attempt's live processes (the containment's view, the leader at least)."""
+        if self.containment is None:
+            return [self.pid] if self.poll() is None else []
+        return sorted(self.containment.pids())
 
     def kill_strays(self) -> list[int]:
         """SIGKILL the attempt's processes that left its process group; their pids.
@@ -216,3 +251,22 @@ class ChildProcess:
     @property
     def duration(self) -> float:
         return time.monotonic() - self.started_mono
+
+
+def _preexec(cgroup_procs: int | None) -> Callable[[], None] | None:
+    """Between fork and exec: enter the attempt's cgroup, then ask for the death signal.
+
+    Entering first means nothing the workload starts is ever outside the cgroup. An
+    OSError here fails the start with SubprocessError before anything of it ran.
+    """
+    death = die_with_supervisor()  # one prctl call, looked up before the fork
+    if cgroup_procs is None:
+        return death
+    write = os.write
+
+    def preexec() -> None:
+        write(cgroup_procs, b"0")  # "0": the writing process itself
+        if death is not None:
+            death()
+
+    return preexec
