@@ -8,7 +8,13 @@ Two kinds of file exist in a record:
   if the writer is SIGKILLed or the disk fills mid-write.
 - append-only JSON Lines (events, telemetry): :func:`append_jsonl` writes each record with
   one ``write(2)`` on an ``O_APPEND`` descriptor, so writers in several processes never
-  interleave; :func:`read_jsonl` skips a torn last line left by a crash.
+  interleave; :func:`read_jsonl` skips a torn last line left by a crash, and the next
+  append terminates it first (:func:`write_appended`), so no record is glued onto it.
+
+Every reader of a file acceptrun did not just write itself goes through
+:func:`loads_json` / :func:`read_json` / :func:`read_jsonl`, which bound depth and size
+(:data:`MAX_JSON_DEPTH`, :data:`MAX_JSON_BYTES`, :data:`MAX_JSONL_LINE_BYTES`) and turn any
+bad content into a ``ValueError`` or :class:`~acceptrun.errors.RecordError`.
 """
 
 from __future__ import annotations
@@ -27,14 +33,21 @@ from typing import IO, Any
 from acceptrun.errors import RecordError, UserError
 
 __all__ = [
+    "MAX_JSONL_LINE_BYTES",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
     "STORAGE_FIXES",
     "AppendLog",
     "append_jsonl",
+    "deeper_than",
     "fsync_dir",
     "jsonl_line",
+    "loads_json",
+    "read_bytes_bounded",
     "read_json",
     "read_jsonl",
     "storage_fault",
+    "write_appended",
     "write_atomic",
     "write_json_atomic",
 ]
@@ -112,12 +125,82 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     write_atomic(path, text)
 
 
-def read_json(path: str | Path) -> Any:
-    """Read a JSON file of a record; a damaged one raises :class:`RecordError`."""
+# Limits on what a reader accepts from a file acceptrun did not just write itself. No
+# record acceptrun writes comes near them (a verdict.json is kilobytes, a manifest of
+# 100,000 files about 15 MiB, nesting under 10 levels); past them the content is damaged
+# or hostile, and is refused as such instead of exhausting the stack or the memory.
+MAX_JSON_DEPTH = 64  # nested arrays/objects; deeper ones also break later readers' recursion
+MAX_JSON_BYTES = 64 << 20  # one whole JSON file, bytes
+MAX_JSONL_LINE_BYTES = 16 << 20  # one line of events.jsonl / telemetry.jsonl, bytes
+
+
+def loads_json(
+    data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BYTES
+) -> Any:
+    """Parse JSON within the limits; any bad content raises :class:`ValueError`.
+
+    Bad JSON, bad UTF-8, nesting deeper than ``max_depth`` (RecursionError inside the
+    parser, or deep enough to break a later recursive reader) and input too large for
+    memory (MemoryError) all come out as one ``ValueError`` saying which.
+
+    >>> loads_json("[" * 100 + "]" * 100)
+    Traceback (most recent call last):
+    ValueError: nested deeper than 64 levels
+    """
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than the {max_bytes >> 20} MiB limit ({len(data)} bytes)")
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, absurd nesting
+        obj = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {max_depth} levels") from None
+    except MemoryError:
+        raise ValueError("too large to hold in memory") from None
+    # A document with fewer brackets than the limit cannot nest deeper: skip the walk
+    # (one C-speed count instead of visiting every node of an events line).
+    opens = (
+        data.count(b"[") + data.count(b"{")
+        if isinstance(data, bytes)
+        else (data.count("[") + data.count("{"))
+    )
+    if opens > max_depth and deeper_than(obj, max_depth):
+        raise ValueError(f"nested deeper than {max_depth} levels")
+    return obj
+
+
+def deeper_than(obj: Any, limit: int) -> bool:
+    """Whether arrays/objects nest more than ``limit`` levels (iterative: no recursion)."""
+    stack = [(obj, 1)] if isinstance(obj, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def read_bytes_bounded(path: str | Path, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of ``path``; :class:`ValueError` when it holds more than ``limit`` bytes.
+
+    Reads at most ``limit + 1`` bytes, so a huge (or endless, like a FIFO) file costs no
+    more memory than the limit. OSError (missing, unreadable) passes through.
+    """
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than the {limit >> 20} MiB limit")
+    return data
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file of a record; a damaged one raises :class:`RecordError`.
+
+    Damaged means: not JSON, not UTF-8, nested deeper than :data:`MAX_JSON_DEPTH`
+    levels, or larger than :data:`MAX_JSON_BYTES` (64 MiB).
+    """
+    try:
+        return loads_json(read_bytes_bounded(path))
+    except ValueError as exc:
         raise RecordError(
             f"{path} is not valid JSON ({exc}); the record is damaged. "
             "Restore it from a copy, or run `acceptrun index rebuild` to skip it."
@@ -135,13 +218,52 @@ def append_jsonl(path: str | Path, obj: Any, *, sync: bool = False) -> None:
     ``sync=True`` also fsyncs (lifecycle events); per-step events skip it because an fsync
     per step would stall the training loop, and the page cache survives a process crash.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.write(fd, jsonl_line(obj))
+        write_appended(fd, jsonl_line(obj), path)
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# The record an append writes after terminating a torn last line (see write_appended).
+REPAIRED_KIND = "log_repaired"
+_TAIL_SCAN = 1 << 20  # bytes searched back for the start of a torn line
+
+
+def write_appended(fd: int, data: bytes, path: str | Path) -> None:
+    """Append ``data`` to the O_APPEND descriptor ``fd``: every byte, after a whole line.
+
+    A full disk can tear the last line (a ``write(2)`` that writes only part of a
+    record, or a process killed mid-write). Appending to it would glue the next record
+    onto the fragment and both would read as one garbled line, so a file that does not
+    end with a newline is first terminated (the fragment stays, as evidence, and readers
+    skip it as a damaged line) and a ``log_repaired`` record says how many bytes were
+    torn. A short write is continued until every byte is written; a write that fails
+    (ENOSPC, EFBIG, EROFS) raises its OSError with a note saying how much was written.
+    ``fd`` must be open for reading too (O_RDWR), to look at the last byte.
+    """
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        tail = os.pread(fd, min(size, _TAIL_SCAN), max(0, size - _TAIL_SCAN))
+        cut = tail.rfind(b"\n")
+        torn = len(tail) - cut - 1 if cut >= 0 else size if size <= _TAIL_SCAN else None
+        repair = {"t": round(time.time(), 6), "kind": REPAIRED_KIND, "torn_bytes": torn,
+                  "offset": None if torn is None else size - torn}  # fmt: skip
+        data = b"\n" + jsonl_line(repair) + data
+    view, done = memoryview(data), 0
+    while done < len(data):
+        try:
+            n = os.write(fd, view[done:])
+        except OSError as exc:
+            exc.add_note(f"{path}: {done} of {len(data)} bytes of this append were written")
+            raise
+        if n <= 0:  # never for a regular file; fail loudly rather than loop forever
+            raise OSError(
+                errno.EIO, f"write(2) wrote nothing of {len(data) - done} bytes", str(path)
+            )
+        done += n
 
 
 class AppendLog:
@@ -210,9 +332,9 @@ class AppendLog:
         data = b"".join(jsonl_line(r) for r in records)
         if self._fd is None:
             self._fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
             )
-        os.write(self._fd, data)
+        write_appended(self._fd, data, self.path)
         if sync:
             os.fsync(self._fd)
 
@@ -261,24 +383,53 @@ class AppendLog:
         self.close()
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of a JSON Lines file; a torn or garbled line is skipped."""
+def read_jsonl(path: str | Path, *, damaged: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the records of a JSON Lines file; a torn or damaged line is skipped.
+
+    A damaged line (not JSON, not an object, not UTF-8, nested deeper than
+    :data:`MAX_JSON_DEPTH`, longer than :data:`MAX_JSONL_LINE_BYTES`) is skipped and,
+    when ``damaged`` is given, described there (``"events.jsonl line 7: ..."``). A last
+    line without its newline is one a writer is still writing or died writing: skipped
+    silently (the next append terminates it, see :class:`AppendLog`). A line costs at
+    most the line limit in memory, however long it is.
+    """
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in finally; a generator needs it open
     except FileNotFoundError:
         return
+    name = Path(path).name
     try:
-        for raw in f:
+        number = 0
+        while raw := f.readline(MAX_JSONL_LINE_BYTES + 1):
+            number += 1
             if not raw.endswith(b"\n"):
-                break  # torn last line: a writer died mid-record
+                if len(raw) <= MAX_JSONL_LINE_BYTES:
+                    break  # torn last line: a writer died mid-record
+                while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass  # skip the rest of an overlong line, a MiB at a time
+                if damaged is not None:
+                    limit = MAX_JSONL_LINE_BYTES >> 20
+                    damaged.append(f"{name} line {number}: longer than the {limit} MiB limit")
+                continue
+            if raw.isspace():
+                continue  # an empty line (a repaired tear raced by another writer)
             try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                obj = loads_json(raw)
+            except ValueError as exc:
+                if damaged is not None:
+                    damaged.append(f"{name} line {number}: skipped, {_first_line(exc)}")
                 continue
             if isinstance(obj, dict):
                 yield obj
+            elif damaged is not None:
+                damaged.append(f"{name} line {number}: skipped, not a JSON object")
     finally:
         f.close()
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]
 
 
 def _json_default(obj: Any) -> Any:

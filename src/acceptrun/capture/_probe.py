@@ -271,7 +271,8 @@ def cached_environment(cache_dir: str) -> dict[str, Any]:
         return answer
     key = hashlib.sha256(json.dumps(key_facts, sort_keys=True).encode()).hexdigest()[:32]
     path = os.path.join(cache_dir, f"probe-{key}.json")
-    with contextlib.suppress(OSError, ValueError):
+    # A standalone script (no acceptrun imports): the cache is bounded here, not by durable.
+    with contextlib.suppress(OSError, ValueError, RecursionError, MemoryError):
         with open(path) as f:
             kept = json.load(f)
         if (

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import posixpath
 import stat
@@ -34,11 +33,15 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from acceptrun._util.durable import write_json_atomic
+from acceptrun._util.durable import loads_json, write_json_atomic
 from acceptrun._util.hashing import ALGORITHM, CHUNK, new_hasher
 from acceptrun._util.paths import escape_problem
 from acceptrun._util.units import format_bytes
 from acceptrun.errors import DataError
+
+# A data manifest lists every file of a data set (about 150 bytes each): 1 GiB is some
+# seven million files; past it the file is not a manifest acceptrun wrote.
+MAX_DATA_MANIFEST_BYTES = 1 << 30
 
 __all__ = [
     "KIND",
@@ -176,8 +179,8 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read data manifest {path} ({exc}); {_REMAKE}") from exc
     try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
+        manifest = loads_json(text, max_bytes=MAX_DATA_MANIFEST_BYTES)
+    except ValueError as exc:  # not JSON, nested too deep, too large
         raise DataError(f"data manifest {path} is not valid JSON ({exc}); {_REMAKE}") from exc
     _check_manifest(manifest, f"data manifest {path}")
     checked: dict[str, Any] = manifest

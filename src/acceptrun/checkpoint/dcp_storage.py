@@ -45,6 +45,7 @@ from torch.distributed.checkpoint.planner import (
 )
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
+from acceptrun._util.durable import loads_json
 from acceptrun._util.hashing import hash_bytes, split_hash
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
 from acceptrun.errors import RecordError, UserError
@@ -129,7 +130,7 @@ class JsonLoadPlanner(DefaultLoadPlanner):
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
         try:
-            obj = json.loads(value.getvalue())
+            obj = loads_json(value.getvalue())
         except ValueError as exc:
             raise RecordError(f"sharded checkpoint value {fqn!r} is not JSON ({exc})") from None
         if self.flatten_state_dict:
@@ -409,7 +410,7 @@ class DCPReader(StorageReader):
                 f"{self.path / METADATA} does not match its manifest hash; verify the checkpoint"
             )
         try:
-            doc = json.loads(raw)
+            doc = loads_json(raw)
         except ValueError as exc:
             raise RecordError(f"{self.path / METADATA}: not JSON ({exc})") from None
         md = metadata_from_json(doc)

@@ -53,7 +53,13 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from acceptrun._util.durable import fsync_dir, read_json, write_atomic, write_json_atomic
+from acceptrun._util.durable import (
+    fsync_dir,
+    loads_json,
+    read_json,
+    write_atomic,
+    write_json_atomic,
+)
 from acceptrun._util.hashing import CHUNK, hash_bytes, new_hasher
 from acceptrun.errors import AcceptrunValueError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
@@ -558,8 +564,8 @@ def _parse_manifest(
 ) -> dict[str, dict[str, Any]]:
     """The ``files`` of a checkpoint manifest, validated; problems raise ``error(message)``."""
     try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        doc = loads_json(raw)
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deep, too large
         raise error(f"{where} is not valid JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("kind") != "acceptrun.checkpoint":
         raise error(f"{where} is not a checkpoint manifest (kind != 'acceptrun.checkpoint')")

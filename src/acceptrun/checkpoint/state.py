@@ -43,6 +43,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from acceptrun._util.durable import loads_json, read_bytes_bounded
 from acceptrun.errors import (
     AcceptrunError,
     AcceptrunRuntimeError,
@@ -569,12 +570,12 @@ def _write_safetensors(
 
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = loads_json(read_bytes_bounded(path))
     except FileNotFoundError:
         raise RecordError(
             f"{path} is missing; a training-state checkpoint holds {STATE} and {TENSORS}"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # unreadable, not JSON, too deep, too large
         raise RecordError(
             f"cannot read {path} ({exc}); the checkpoint is damaged, resume from an earlier one"
         ) from exc

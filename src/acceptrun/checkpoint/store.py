@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
 
-from acceptrun._util.durable import fsync_dir, write_atomic
+from acceptrun._util.durable import fsync_dir, loads_json, read_bytes_bounded, write_atomic
 from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, new_hasher, split_hash
 from acceptrun._util.paths import escape_problem
 from acceptrun.errors import AcceptrunValueError, DiskFullError, RecordError, UserError
@@ -613,8 +613,8 @@ class CheckpointStore:
         """Parse and check ``path/MANIFEST.json``: (info, None), or (None, the problem)."""
         where = f"{path.name}/{MANIFEST}"
         try:
-            raw = (path / MANIFEST).read_bytes()
-            doc = json.loads(raw)
+            raw = read_bytes_bounded(path / MANIFEST)
+            doc = loads_json(raw)  # too deep or too large: not valid JSON, like a bad hash
         except (FileNotFoundError, NotADirectoryError):
             return None, f"{where}: missing (the save never finished, or it was removed)"
         except OSError as exc:

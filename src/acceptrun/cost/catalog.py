@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from acceptrun.errors import UserError
 from acceptrun.spec.fields import build, check_fields
-from acceptrun.spec.load import toml_error
+from acceptrun.spec.load import loads_toml, toml_error
 from acceptrun.spec.model import CostSpec, doc
 
 __all__ = [
@@ -202,7 +202,7 @@ def load_catalog(workspace_root: Path | None = None) -> Catalog:
 def _parse(text: str, source: str) -> list[Price]:
     """Every entry of one prices.toml; a UserError lists every problem, each with its entry."""
     try:
-        raw = tomllib.loads(text)
+        raw = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{source}: not valid TOML ({toml_error(exc)})") from None
     unknown = [k for k in raw if k != "price"]

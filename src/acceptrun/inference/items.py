@@ -12,12 +12,12 @@ imports only the standard library (fsspec lazily, for URLs).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from acceptrun._util.durable import loads_json
 from acceptrun._util.hashing import new_hasher
 from acceptrun.errors import UserError
 
@@ -122,7 +122,7 @@ def iter_items(source: str, *, fmt: str = "auto", id_field: str | None = None) -
 
 def _parse(line: bytes, name: str, lineno: int) -> Any:
     try:
-        return json.loads(line)
+        return loads_json(line)
     except ValueError as exc:
         raise UserError(
             f"inference.input: {name}:{lineno} is not JSON ({exc}); fix the line, or set "

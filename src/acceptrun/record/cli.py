@@ -50,6 +50,8 @@ def cmd_ls_all(args: argparse.Namespace) -> int:
     for project, ws in workspaces:
         try:
             rows += [(project, r) for r in ws.list_runs()]
+            if ws.index_note:
+                notes.append(ws.index_note)
         except (AcceptrunError, OSError, sqlite3.Error) as exc:
             notes.append(f"skipped {ws.root} ({project}): {exc}")
     rows.sort(key=lambda pr: pr[1].run_id)  # run ids start with their UTC start time
@@ -82,6 +84,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     ws = workspace_of(args)
     rows = ws.list_runs()
     notes = unlisted_runs(ws, {r.run_id for r in rows})
+    if ws.index_note:
+        notes.insert(0, ws.index_note)
     if not rows:
         print("no readable runs" if notes else "no runs yet; start one with `acceptrun run SPEC`")
     else:

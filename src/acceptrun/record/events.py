@@ -94,6 +94,11 @@ class ErrorEvent(Event, total=False):
     error: Required[str]  # "Type: message"
 
 
+class LogRepairedEvent(Event, total=False):
+    torn_bytes: Required[int | None]  # the torn fragment's length; None past 1 MiB
+    offset: int | None  # where the fragment starts in the file, bytes
+
+
 class BestEffortFailedEvent(Event, total=False):
     component: Required[str]  # ledger, report, telemetry summary, portability, ...
     error: Required[str]  # "Type: message"
@@ -573,6 +578,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("report_failed", ErrorEvent, "report.html could not be written (older records; now best_effort_failed)", "run/close"),
     _E("inference_summary_failed", ErrorEvent, "the batch inference summary failed (older records; now best_effort_failed)", "run/close"),
     _E("verdict", VerdictEvent, "the verdict was decided and written", "run/close"),
+    _E("log_repaired", LogRepairedEvent, "an append found a torn last line (a full disk, a kill) and terminated it first", "_util/durable"),
     _E("reproduces", ReproducesEvent, "this run reproduces another: commit, diff, spec", "run/reproduce"),
     # attempts
     _E("attempt_start", AttemptStartEvent, "the supervisor started an attempt", "supervisor/core"),

@@ -29,7 +29,6 @@ run.json alone: only ``acceptrun resume`` (under its lock) writes the record.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import loads_json, read_bytes_bounded
 from acceptrun.record.status import RUN_CLOSED, RunStatus
 from acceptrun.record.workspace import now_iso
 
@@ -97,7 +97,7 @@ class SupervisorLiveness:
 def read_lease(run_dir: str | Path) -> dict[str, Any] | None:
     """The lease, or None when there is none or it cannot be read (a torn copy)."""
     try:
-        data = json.loads((Path(run_dir) / LEASE_FILE).read_text(encoding="utf-8"))
+        data = loads_json(read_bytes_bounded(Path(run_dir) / LEASE_FILE))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -113,7 +113,7 @@ def supervisor_state(
     run_dir = Path(getattr(record, "path", record))
     if state is None:
         try:
-            loaded = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+            loaded = loads_json(read_bytes_bounded(run_dir / "run.json"))
         except (OSError, ValueError):
             loaded = {}
         state = loaded if isinstance(loaded, dict) else {}
@@ -181,7 +181,7 @@ def _first_event(run_dir: Path, kind: str) -> dict[str, Any] | None:
         return None
     for line in head.splitlines()[:20]:
         try:
-            event = json.loads(line)
+            event = loads_json(line)
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("kind") == kind:
@@ -243,7 +243,7 @@ def _last_time(path: Path) -> float | None:
     best: float | None = None
     for line in tail.splitlines()[-50:]:
         try:
-            t = json.loads(line).get("t")
+            t = loads_json(line).get("t")
         except (ValueError, AttributeError):
             continue  # the first, cut line, or a torn last one
         if isinstance(t, int | float) and (best is None or t > best):

@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import read_jsonl
 from acceptrun.record.events import validate_event
 from acceptrun.record.liveness import last_sign_of_life
 from acceptrun.record.models import AttemptExit, LedgerFile, RunState, VerdictFile, record_format
@@ -93,8 +94,13 @@ class RecordView:
 
     @cached_property
     def all_events(self) -> list[dict[str, Any]]:
-        """Every event of events.jsonl, in file order (a torn or garbled line is skipped)."""
-        return list(self.record.events())
+        """Every event of events.jsonl, in file order (a torn or damaged line is skipped)."""
+        return list(read_jsonl(self.record.events_path, damaged=self.damaged_lines))
+
+    @cached_property
+    def damaged_lines(self) -> list[str]:
+        """The lines of events.jsonl that :attr:`all_events` skipped, each saying why."""
+        return []  # filled as all_events reads the file
 
     @cached_property
     def exits(self) -> list[AttemptExit]:
@@ -138,8 +144,9 @@ class RecordView:
         return [ev for ev in self.all_events if ev.get("kind") in kinds]
 
     def event_problems(self) -> list[str]:
-        """Known events that lack a required field (unknown kinds are not problems)."""
-        return [p for ev in self.all_events for p in validate_event(ev).problems]
+        """Damaged lines, and known events that lack a required field (unknown kinds are not)."""
+        events = self.all_events  # reads the file, filling damaged_lines
+        return [*self.damaged_lines, *(p for ev in events for p in validate_event(ev).problems)]
 
     def steps(self) -> list[dict[str, Any]]:
         """The step events, all attempts together, in file order."""

@@ -37,6 +37,8 @@ from typing import Any
 from acceptrun._util.durable import (
     AppendLog,
     fsync_dir,
+    loads_json,
+    read_bytes_bounded,
     read_json,
     read_jsonl,
     write_atomic,
@@ -224,6 +226,8 @@ class Workspace:
         self.root = Path(root).resolve()
         self.runs_dir = self.root / "runs"
         self.index_path = self.root / "index.sqlite"
+        # Set by list_runs when the index could not be used: why, for the listing's note.
+        self.index_note: str | None = None
 
     @classmethod
     def create(cls, root: str | Path) -> Workspace:
@@ -308,7 +312,9 @@ class Workspace:
             created = ""
             if p.name[:15] in tied:
                 with contextlib.suppress(OSError, ValueError, AttributeError):
-                    created = str(json.loads((p / "run.json").read_text()).get("created_at", ""))
+                    created = str(
+                        loads_json(read_bytes_bounded(p / "run.json")).get("created_at", "")
+                    )
             return (p.name[:15], created, p.name)
 
         return [p.name for p in sorted(dirs, key=key)]
@@ -379,12 +385,34 @@ class Workspace:
             conn.execute("COMMIT")
 
     def list_runs(self) -> list[IndexRow]:
-        """Index rows, oldest first. Rebuilds the index if it is missing."""
-        if not self.index_path.exists():
-            self.rebuild_index()
-        with contextlib.closing(self._connect()) as conn:
-            rows = conn.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+        """Index rows, oldest first. Rebuilds the index if it is missing.
+
+        Where the index can be neither rebuilt nor opened (a read-only copy of a workspace
+        without its index.sqlite, say) the rows are read from the run directories, the
+        source of truth the index caches, and :attr:`index_note` says why.
+        """
+        self.index_note = None
+        try:
+            if not self.index_path.exists():
+                self.rebuild_index()
+            with contextlib.closing(self._connect()) as conn:
+                rows = conn.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+        except (sqlite3.OperationalError, OSError) as exc:  # unwritable, not damage
+            self.index_note = (
+                f"{self.index_path} cannot be used ({exc}); runs listed from their "
+                "directories. On a writable copy, `acceptrun index rebuild` recreates it."
+            )
+            return self._rows_from_records()
         return [IndexRow(*r) for r in rows]
+
+    def _rows_from_records(self) -> list[IndexRow]:
+        """What the index would hold, read from each run.json (damaged ones left out)."""
+        rows = []
+        for run_id in self.run_ids():
+            record = RunRecord(self.runs_dir / run_id)
+            with contextlib.suppress(RecordError):
+                rows.append(_row_from_state(record, record.state))
+        return rows
 
     def rebuild_index(self) -> tuple[int, list[str]]:
         """Recreate the index from run directories; returns (runs indexed, skipped paths).

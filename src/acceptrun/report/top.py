@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import loads_json
 from acceptrun.record.liveness import interruption
 from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
@@ -49,7 +50,7 @@ def _tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
     out = []
     for raw in lines[:-1]:  # the last element is after the final newline: empty or torn
         with contextlib.suppress(ValueError):
-            obj = json.loads(raw)
+            obj = loads_json(raw)
             if isinstance(obj, dict):
                 out.append(obj)
     return out

@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from acceptrun._util.durable import write_atomic, write_json_atomic
+from acceptrun._util.durable import loads_json, write_atomic, write_json_atomic
 from acceptrun.record.status import AttemptOutcome
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import LoadPlan, RequestResult, run_load
@@ -58,9 +58,9 @@ def load_bodies(path: str | None) -> list[bytes]:
         if not line.strip():
             continue
         try:
-            bodies.append(json.dumps(json.loads(line), separators=(",", ":")).encode())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON ({exc.msg}); one request body a line") from None
+            bodies.append(json.dumps(loads_json(line), separators=(",", ":")).encode())
+        except ValueError as exc:  # not JSON, or nested too deep
+            raise ValueError(f"{path}:{n}: not JSON ({exc}); one request body a line") from None
     if not bodies:
         raise ValueError(f"{path}: no request body; write one JSON value a line")
     return bodies

@@ -10,22 +10,56 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from acceptrun._util.durable import MAX_JSON_DEPTH, deeper_than
 from acceptrun.errors import SpecError
 from acceptrun.spec.fields import build
 
 if TYPE_CHECKING:
     from acceptrun.spec.model import RunSpec
 
-__all__ = ["load_spec", "parse_spec"]
+__all__ = ["MAX_TOML_BYTES", "load_spec", "loads_toml", "parse_spec"]
+
+# A spec or a price catalog is kilobytes; past this it is not one (and tomllib would hold
+# it, and every nested value, in memory). Nesting is bounded like JSON's (MAX_JSON_DEPTH).
+MAX_TOML_BYTES = 16 << 20
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads`` within limits: bad content always raises ``TOMLDecodeError``.
+
+    Over :data:`MAX_TOML_BYTES` (16 MiB), nesting deeper than ``MAX_JSON_DEPTH`` (64)
+    levels of arrays and inline tables (RecursionError inside tomllib), and MemoryError
+    come out as a ``TOMLDecodeError`` saying which, so every caller's one ``except``
+    names the file and the fix.
+
+    >>> loads_toml("a = " + "[" * 100 + "]" * 100)
+    Traceback (most recent call last):
+    tomllib.TOMLDecodeError: nested deeper than 64 levels
+    """
+    if len(text) > MAX_TOML_BYTES:
+        raise tomllib.TOMLDecodeError(
+            f"larger than the {MAX_TOML_BYTES >> 20} MiB limit ({len(text)} characters)"
+        )
+    try:
+        raw = tomllib.loads(text)
+    except RecursionError:
+        raise tomllib.TOMLDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except MemoryError:
+        raise tomllib.TOMLDecodeError("too large to hold in memory") from None
+    if deeper_than(raw, MAX_JSON_DEPTH):
+        raise tomllib.TOMLDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return raw
 
 
 def load_spec(path: str | Path) -> RunSpec:
     """Read, parse and validate a spec file; raises :class:`SpecError` with every problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_TOML_BYTES + 1)  # a huge file costs no more than the limit
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(str(path), ["file not found; create one with `acceptrun init`"]) from None
     except IsADirectoryError:
@@ -43,7 +77,7 @@ def parse_spec(text: str, *, source: str = "<spec>", base_dir: str | Path = ".")
     from acceptrun.spec.model import RunSpec
 
     try:
-        raw = tomllib.loads(text)
+        raw = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(source, [toml_error(exc)]) from None
     problems: list[str] = []

@@ -23,13 +23,14 @@ supervisor/stops.py's ``Hang``).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from acceptrun._util.durable import loads_json
 
 __all__ = ["AttemptWatch", "Stall"]
 
@@ -94,8 +95,8 @@ class AttemptWatch:
         new = []
         for raw in lines:
             try:
-                ev = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                ev = loads_json(raw)
+            except ValueError:  # not JSON, not UTF-8, too deep
                 continue
             if not isinstance(ev, dict) or ev.get("attempt") != self.attempt:
                 continue

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import loads_json
 from acceptrun.record.workspace import RunRecord
 from acceptrun.ui.board import is_live, thin_rows
 
@@ -84,7 +85,7 @@ def _steps(lines: list[bytes], key: str | None) -> list[dict[str, Any]]:
     out = []
     for raw in lines:
         try:
-            ev = json.loads(raw)
+            ev = loads_json(raw)
         except ValueError:
             continue
         if isinstance(ev, dict) and ev.get("kind") == "step":

@@ -391,9 +391,11 @@ def _checkpoint_files(ws: int, record: RunRecord) -> list[str]:
 def checkpoint_page(ws: int, record: RunRecord, step: int) -> str:
     import json
 
+    from acceptrun._util.durable import loads_json, read_bytes_bounded
+
     path = checkpoint_root(record) / f"step-{step}" / "MANIFEST.json"
     try:
-        text = json.dumps(json.loads(path.read_text(encoding="utf-8")), indent=2)
+        text = json.dumps(loads_json(read_bytes_bounded(path)), indent=2)
     except (OSError, ValueError) as exc:
         text = f"cannot read {path}: {exc}"
     body = [

@@ -37,7 +37,6 @@ or its loop never logged that step) fails the verdict (:func:`unfired`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import resource
@@ -47,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from acceptrun._util.durable import loads_json
 from acceptrun.errors import UserError
 
 __all__ = [
@@ -284,10 +284,14 @@ def _captured(run: Any) -> bool:
         if b"checkpoint_commit" not in line:
             continue
         try:
-            event = json.loads(line)
+            event = loads_json(line)
         except ValueError:
             continue
-        if event.get("kind") == "checkpoint_commit" and event.get("attempt") == run.attempt:
+        if (
+            isinstance(event, dict)
+            and event.get("kind") == "checkpoint_commit"
+            and event.get("attempt") == run.attempt
+        ):
             run._capture_seen = True
             return True
     return False
