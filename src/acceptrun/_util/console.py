@@ -19,27 +19,107 @@ for the time of a call with :func:`collect_messages`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, TextIO
+
+from acceptrun._util.redact import redact_text
 
 __all__ = [
     "LOGGER_NAME",
     "ConsoleHandler",
+    "RedactingStream",
     "collect_messages",
     "configure_console",
     "format_table",
     "get_logger",
     "quieted",
+    "redact_streams",
     "remove_console",
+    "restore_streams",
+    "show_secret",
 ]
 
 LOGGER_NAME = "acceptrun"
 
 
+class RedactingStream:
+    """A text stream that redacts what is written to it, line by line, then passes it on.
+
+    The CLI wraps its standard output and error in one (:func:`redact_streams`), so every
+    ``print`` of every command is redacted at the edge. A partial line is held until its
+    newline (or ``\r``, or a flush): ``print("--token", "X")`` writes its words one call
+    at a time, and a form is only seen whole. ``.buffer`` is the stream's own binary
+    buffer, flushed first: the supervisor echoes the workload's own output through it,
+    as it is (it is the workload's, like stdout.log).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._held = ""
+
+    def write(self, text: str) -> int:
+        held = self._held + text
+        cut = max(held.rfind("\n"), held.rfind("\r")) + 1
+        self._held = held[cut:]
+        if cut:
+            self.stream.write(redact_text(held[:cut]))
+        if len(self._held) > 1 << 16:  # no newline for 64 KiB: not a line to wait for
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held:
+            held, self._held = self._held, ""
+            self.stream.write(redact_text(held))
+        self.stream.flush()
+
+    @property
+    def buffer(self) -> Any:
+        self.flush()
+        return self.stream.buffer
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...
+        return getattr(self.stream, name)
+
+
+def redact_streams() -> tuple[TextIO, TextIO]:
+    """Wrap ``sys.stdout`` and ``sys.stderr`` in :class:`RedactingStream`; returns the
+    streams they replaced, for :func:`restore_streams`."""
+    old = (sys.stdout, sys.stderr)
+    if not isinstance(sys.stdout, RedactingStream):
+        sys.stdout = RedactingStream(sys.stdout)
+    if not isinstance(sys.stderr, RedactingStream):
+        sys.stderr = RedactingStream(sys.stderr)
+    return old
+
+
+def restore_streams(old: tuple[TextIO, TextIO]) -> None:
+    """Flush the redacting streams and put back the ones :func:`redact_streams` replaced."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, RedactingStream):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to say
+                stream.flush()
+    sys.stdout, sys.stderr = old
+
+
+def show_secret(text: str, stream: TextIO | None = None) -> None:
+    """Print ``text`` past the redactor: for the one line whose point is to show its
+    owner a secret acceptrun made (the board's token, printed by ``acceptrun ui``)."""
+    out = sys.stdout if stream is None else stream
+    if isinstance(out, RedactingStream):
+        out.flush()
+        out = out.stream
+    out.write(text + "\n")
+    out.flush()
+
+
 class ConsoleHandler(logging.Handler):
-    """``acceptrun: <message>`` on the standard error of the moment, flushed at once.
+    """``acceptrun: <message>`` on the standard error of the moment, flushed at once,
+    redacted (:mod:`acceptrun._util.redact`).
 
     The stream is looked up at each message, not at creation, so a redirected
     ``sys.stderr`` (pytest's capture, a worker's log file) gets the lines.
@@ -52,7 +132,7 @@ class ConsoleHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             stream = sys.stderr
-            stream.write(self.format(record) + "\n")
+            stream.write(redact_text(self.format(record)) + "\n")
             stream.flush()
         except Exception:  # logging's own rule: a failed print must not kill the caller
             self.handleError(record)

@@ -14,7 +14,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from acceptrun._util.console import configure_console, remove_console
+from acceptrun._util.console import (
+    configure_console,
+    redact_streams,
+    remove_console,
+    restore_streams,
+)
 from acceptrun.errors import AcceptrunError
 
 __all__ = ["main"]
@@ -97,6 +102,17 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The terminal is a way out like a record file: every print of every command (and
+    # argparse's own errors, which quote arguments) is redacted here, at the edge,
+    # instead of by each command remembering to.
+    streams = redact_streams()
+    try:
+        return _main(argv)
+    finally:
+        restore_streams(streams)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     args = _parser(command_in(words)).parse_args(words)
     configure_console()  # the library's log lines: "acceptrun: ..." on stderr

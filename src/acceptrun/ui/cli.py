@@ -11,7 +11,7 @@ import os
 import secrets
 from typing import Any
 
-from acceptrun._util.console import get_logger
+from acceptrun._util.console import get_logger, show_secret
 
 __all__ = ["ENV_TOKEN", "register"]
 
@@ -60,8 +60,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     server = make_server(board, args.host, args.port, token)
     shown = ", ".join(str(w.root) for _, w in board.workspaces)
     print(f"acceptrun ui: {len(board.workspaces)} workspace(s): {shown}", flush=True)
-    print(f"open {server.url()}?token={token}", flush=True)
-    print(f"token (for the forms, or {ENV_TOKEN}): {token}", flush=True)
+    # The token is the one secret this command exists to show its owner: past the redactor.
+    show_secret(f"open {server.url()}?token={token}")
+    show_secret(f"token (for the forms, or {ENV_TOKEN}): {token}")
     try:
         server.serve_forever(poll_interval=0.25)
     except KeyboardInterrupt:

@@ -3,8 +3,12 @@
 Security model:
 
 - Bound to 127.0.0.1 by default. A request from a peer that is not loopback is refused
-  (403) unless the server was bound to another address, and then every request must
-  carry the token (cookie, ``?token=`` or ``Authorization: Bearer``).
+  (403) unless the server was bound to another address.
+- Every page needs the token (cookie, ``?token=`` or ``Authorization: Bearer``), on
+  loopback too: other users of the machine reach loopback as well, and the pages show
+  logs, environments, commands and run names (the runs list included). Only the
+  stylesheet, the script and the favicon are served without it (:data:`ROUTES` says
+  which route is which; a request without the token gets 401).
 - On loopback, the ``Host`` header must name the server itself (127.0.0.1, localhost or
   [::1] with its port), so a foreign page that rebinds its DNS name to 127.0.0.1 is
   refused.
@@ -14,6 +18,15 @@ Security model:
   cannot read the token (no CORS header is ever sent), so it cannot forge the form.
 - Opening ``/?token=...`` (the address ``acceptrun ui`` prints) stores the token in an
   HttpOnly, SameSite=Strict cookie; pages then fill the forms' token field themselves.
+  Browsers send a cookie to every port of a host, so the board lives under a path
+  prefix of its own (``/b-<hash of the token>/``, :attr:`BoardServer.prefix`) and the
+  cookie's ``Path`` is that prefix: another service on another port of 127.0.0.1 is
+  never sent it (it would have to be opened at that prefix, which only the printed
+  address and a request carrying the token reveal). The cookie is also named per port.
+  The same routes answer without the prefix to a request that carries the token in
+  the query or a Bearer header (scripts, ``curl``).
+- Parameters are bounded: a workspace number, a page, a step, a log offset, a run id, a
+  filter that is not of its kind or size gets a 400 or 404 page naming it, never a 500.
 - Every page carries a Content-Security-Policy that allows only the board's own
   stylesheet, script and feeds; nothing is fetched from elsewhere.
 """
@@ -21,26 +34,30 @@ Security model:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from acceptrun._util.redact import redact_text, secret_values
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.ui import pages
 from acceptrun.ui.assets import BOARD_CSS, LIVE_JS
 from acceptrun.ui.board import Board, RunFilter
 
-__all__ = ["BoardServer", "is_loopback", "make_server"]
+__all__ = ["PARAMS", "ROUTES", "BoardServer", "Route", "is_loopback", "make_server"]
 
 PAGE_CSP = (
     "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
@@ -50,6 +67,70 @@ PAGE_CSP = (
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
 MAX_FORM_BYTES = 64 * 1024
 RESUME_LOG_DIR = "ui"  # <workspace>/ui/: output of resumes started from the board
+MAX_PATH = 8 * 1024  # characters of a request's path and query (414 past it)
+MAX_VALUE = 1024  # characters of one query value (a run name filter, a message)
+MAX_PAGE = 100_000  # pages of the runs list (50 runs each)
+MAX_OFFSET = 2**53  # bytes: a log or events offset beyond any file
+MAX_COMPARE = 20  # runs one compare page overlays
+
+
+@dataclass(frozen=True)
+class Route:
+    """One page or action of the board; :data:`ROUTES` is the whole routing table.
+
+    ``private``: what it answers shows run data (logs, environment, commands, run names)
+    or acts on a run: the token is needed even on loopback. ``query``: the query
+    parameters (or headers, ``header:Name``) it reads, each bounded by :data:`PARAMS`.
+    """
+
+    method: str
+    path: str  # "/run/{ws}/{run_id}/logs": {ws} a workspace number, {run_id}, {step}, {job}
+    private: bool
+    query: tuple[str, ...] = ()
+    what: str = ""
+
+
+_FLASH = ("msg", "err")
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/", True, ("page", "name", "status", "verdict", "since", "until", *_FLASH), "the runs list"),
+    Route("GET", "/runs", True, ("page", "name", "status", "verdict", "since", "until", *_FLASH), "the runs list"),
+    Route("GET", "/static/board.css", False, (), "the stylesheet"),
+    Route("GET", "/static/live.js", False, (), "the script of the live pages"),
+    Route("GET", "/favicon.ico", False, (), "no icon (204)"),
+    Route("GET", "/run/{ws}/{run_id}", True, _FLASH, "a run: spec, command, checks, charts"),
+    Route("GET", "/run/{ws}/{run_id}/stream", True, ("header:Last-Event-ID",), "a live run's feed"),
+    Route("GET", "/run/{ws}/{run_id}/logs", True, (), "the run's stdout and stderr"),
+    Route("GET", "/run/{ws}/{run_id}/logs/stream", True, ("offset",), "a live run's logs"),
+    Route("GET", "/run/{ws}/{run_id}/report.html", True, (), "the run's report"),
+    Route("GET", "/run/{ws}/{run_id}/checkpoint/{step}", True, (), "a checkpoint's manifest"),
+    Route("GET", "/compare", True, ("run",), "runs overlaid"),
+    Route("GET", "/queue", True, _FLASH, "the queue and pool"),
+    Route("GET", "/spend", True, (), "spend by project"),
+    Route("POST", "/run/{ws}/{run_id}/stop", True, (), "stop a run"),
+    Route("POST", "/run/{ws}/{run_id}/resume", True, (), "resume a run"),
+    Route("POST", "/run/{ws}/{run_id}/report", True, (), "write report.html"),
+    Route("POST", "/queue/{ws}/{job}/cancel", True, (), "cancel a queued job"),
+)  # fmt: skip
+# What each parameter may be: a kind ("int" with its bounds, "text" with its length).
+PARAMS: dict[str, tuple[str, int, int]] = {
+    "ws": ("int", 0, 999_999),
+    "step": ("int", 0, 10**18),
+    "job": ("int", 0, 10**18),
+    "page": ("int", 1, MAX_PAGE),
+    "offset": ("int", 0, MAX_OFFSET),  # each log's offset in logs/stream (its name is the key)
+    "header:Last-Event-ID": ("int", 0, MAX_OFFSET),
+    "run_id": ("text", 1, 128),
+    "run": ("text", 1, 140),  # "WS/RUN_ID" or "RUN_ID"
+    "name": ("text", 0, 200),
+    "status": ("text", 0, 40),
+    "verdict": ("text", 0, 40),
+    "since": ("text", 0, 40),
+    "until": ("text", 0, 40),
+    "msg": ("text", 0, MAX_VALUE),
+    "err": ("text", 0, MAX_VALUE),
+}
+_PUBLIC = {r.path for r in ROUTES if not r.private}
+_LINK = re.compile(r'(\s(?:href|action|src|data-stream)=")/')
 
 
 def is_loopback(host: str) -> bool:
@@ -86,6 +167,21 @@ class BoardServer(ThreadingHTTPServer):
         # Cookies are shared by every port of a host: one name per board.
         return f"acceptrun_ui_{self.port}"
 
+    @property
+    def prefix(self) -> str:
+        """The board's path prefix (``/b-`` and 20 hex digits), its cookie's ``Path``.
+
+        From the token, so that a board restarted with the same token keeps its links.
+        """
+        digest = hashlib.sha256(b"acceptrun-ui-prefix\0" + self.token.encode()).hexdigest()
+        return f"/b-{digest[:20]}"
+
+    def cookie(self) -> str:
+        """The Set-Cookie value that keeps the token for this board's pages only."""
+        return (
+            f"{self.cookie_name}={self.token}; Path={self.prefix}; HttpOnly; SameSite=Strict"
+        )
+
     def own_hosts(self) -> set[str]:
         """Host header values naming this server on loopback."""
         names = {"127.0.0.1", "localhost", "[::1]"}
@@ -97,7 +193,7 @@ class BoardServer(ThreadingHTTPServer):
         host = "127.0.0.1" if self.bind_host in ("0.0.0.0", "") else self.bind_host
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"http://{host}:{self.port}/"
+        return f"http://{host}:{self.port}{self.prefix}/"
 
     def shutdown(self) -> None:
         self.stopping.set()
@@ -195,6 +291,7 @@ class BoardHandler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None,
               csp: str = PAGE_CSP) -> None:  # fmt: skip
+        body = _redacted(body, ctype, self.server.token)
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -212,10 +309,18 @@ class BoardHandler(BaseHTTPRequestHandler):
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Cache-Control", "no-store")
 
+    _shows_prefix = False  # set once the request proved it holds the token
+
     def _html(self, text: str, status: int = 200) -> None:
+        if self._shows_prefix:
+            # Links keep the browser under the prefix, where its cookie is sent; a page
+            # for a request without the token never names the prefix.
+            text = _LINK.sub(lambda m: m.group(1) + self.server.prefix + "/", text)
         self._send(status, text.encode(), "text/html; charset=utf-8")
 
     def _redirect(self, location: str, headers: dict[str, str] | None = None) -> None:
+        if location.startswith("/"):
+            location = self.server.prefix + location
         self._send(303, b"", "text/plain", {"Location": location, **(headers or {})})
 
     def _error(self, status: int, message: str) -> None:
@@ -247,26 +352,43 @@ class BoardHandler(BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _handle(self, method: str) -> None:
-        url = urlsplit(self.path)
-        query = parse_qs(url.query)
+        self._shows_prefix = False
         try:
+            if len(self.path) > MAX_PATH:
+                raise Refused(414, f"the address is {len(self.path)} characters long (at most {MAX_PATH})")
+            url = urlsplit(self.path)
+            query = parse_qs(url.query, max_num_fields=200)
+            path = url.path
+            if path == self.server.prefix or path.startswith(self.server.prefix + "/"):
+                path = path[len(self.server.prefix) :] or "/"
+            parts = [unquote(p) for p in path.split("/")[1:]]
             authorized = self._guard(query)
+            self._shows_prefix = authorized
             if method == "POST":
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_FORM_BYTES:
+                text = self.headers.get("Content-Length") or "0"
+                if not text.isdigit() or len(text) > 12:
+                    raise Refused(400, f"Content-Length {text[:40]!r} is not a byte count")
+                if int(text) > MAX_FORM_BYTES:
                     raise Refused(413, "form too large")
-                form = parse_qs(self.rfile.read(length).decode("utf-8", errors="replace"))
+                form = parse_qs(self.rfile.read(int(text)).decode("utf-8", errors="replace"))
                 self._check_post(form)
-                self._post([unquote(p) for p in url.path.split("/")[1:]], form)
+                self._post(parts, form)
                 return
             if "token" in query and self._has_token(query["token"][0]):
                 # Keep the token in a cookie and drop it from the address bar and history.
                 rest = urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
-                cookie = f"{self.server.cookie_name}={self.server.token}; Path=/; HttpOnly; SameSite=Strict"
-                self._redirect(url.path + (f"?{rest}" if rest else ""), {"Set-Cookie": cookie})
+                where = path + (f"?{rest}" if rest else "")
+                self._redirect(where, {"Set-Cookie": self.server.cookie()})
                 return
+            if not authorized and "/" + "/".join(parts) not in _PUBLIC:
+                raise Refused(
+                    401,
+                    "this board needs its token: open the address `acceptrun ui` printed "
+                    "(…/?token=…), or send it as `Authorization: Bearer TOKEN`",
+                )
+            _check_query(query)
             token = self.server.token if authorized else None
-            self._get([unquote(p) for p in url.path.split("/")[1:]], query, token)
+            self._get(parts, query, token)
         except Refused as exc:
             self._error(exc.status, str(exc))
         except AcceptrunError as exc:
@@ -284,7 +406,7 @@ class BoardHandler(BaseHTTPRequestHandler):
                 flt = RunFilter(
                     **{k: one.get(k, "") for k in ("name", "status", "verdict", "since", "until")}
                 )
-                page = int(one["page"]) if one.get("page", "").isdigit() else 1
+                page = _bounded("page", one["page"]) if "page" in one else 1
                 self._html(_flash(pages.runs_page(board, flt, page), one))
             case ["static", "board.css"]:
                 self._send(200, BOARD_CSS.encode(), "text/css; charset=utf-8")
@@ -298,7 +420,7 @@ class BoardHandler(BaseHTTPRequestHandler):
 
                 record = board.record(_int(ws), run_id)
                 last = self.headers.get("Last-Event-ID", "")
-                offset = int(last) if last.isdigit() else 0
+                offset = _bounded("header:Last-Event-ID", last) if last else 0
                 self._stream(
                     run_feed(record, offset, self.server.stopping.is_set, first=not last.isdigit())
                 )
@@ -308,7 +430,7 @@ class BoardHandler(BaseHTTPRequestHandler):
                 from acceptrun.ui.live import log_feed
 
                 record = board.record(_int(ws), run_id)
-                offsets = {k: int(v) for k, v in one.items() if v.isdigit()}
+                offsets = {k: _bounded("offset", v, name=f"offset {k!r}") for k, v in one.items()}
                 self._stream(log_feed(record, offsets, self.server.stopping.is_set))
             case ["run", ws, run_id, "report.html"]:
                 path = board.record(_int(ws), run_id).file("report.html")
@@ -317,10 +439,12 @@ class BoardHandler(BaseHTTPRequestHandler):
                         f"run {run_id} has no report.html yet; write it from the run's page"
                     )
                 self._send(200, path.read_bytes(), "text/html; charset=utf-8", csp=REPORT_CSP)
-            case ["run", ws, run_id, "checkpoint", step] if step.isdigit():
+            case ["run", ws, run_id, "checkpoint", step]:
                 record = board.record(_int(ws), run_id)
-                self._html(pages.checkpoint_page(_int(ws), record, int(step)))
+                self._html(pages.checkpoint_page(_int(ws), record, _bounded("step", step, 404)))
             case ["compare"]:
+                if len(query.get("run", [])) > MAX_COMPARE:
+                    raise Refused(400, f"run: at most {MAX_COMPARE} runs on one compare page")
                 refs = [_ref(r) for r in query.get("run", [])]
                 from acceptrun.ui.compare import compare_page
 
@@ -365,7 +489,8 @@ class BoardHandler(BaseHTTPRequestHandler):
                 self._redirect(
                     pages.run_url(_int(ws), run_id) + "?" + urlencode({"msg": f"wrote {path}"})
                 )
-            case ["queue", ws, job, "cancel"] if job.isdigit():
+            case ["queue", ws, job, "cancel"]:
+                _bounded("job", job, 404)
                 root = board.workspace(_int(ws)).root
                 proc = subprocess.run(
                     [sys.executable, "-m", "acceptrun", "--workspace", str(root), "cancel", job],
@@ -397,9 +522,32 @@ def _first(values: dict[str, list[str]], key: str) -> str | None:
 
 
 def _int(text: str) -> int:
-    if not text.isdigit():
-        raise UserError(f"{text!r} is not a workspace number")
-    return int(text)
+    """A workspace number from the path (404 for anything else)."""
+    return _bounded("ws", text, 404, name="workspace number")
+
+
+def _bounded(param: str, text: str, status: int = 400, *, name: str = "") -> int:
+    """``text`` as the integer :data:`PARAMS` allows for ``param``; else ``status``, naming it."""
+    _, low, high = PARAMS[param]
+    what = name or param.removeprefix("header:")
+    shown = repr(text[:40]) + ("…" if len(text) > 40 else "")
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(high)):
+        raise Refused(status, f"{what}: {shown} is not a whole number from {low} to {high}")
+    value = int(text)
+    if not low <= value <= high:
+        raise Refused(status, f"{what}: {value} is out of range ({low} to {high})")
+    return value
+
+
+def _check_query(query: dict[str, list[str]]) -> None:
+    """Text parameters are bounded and printable: a 400 naming the first one that is not."""
+    for key, values in query.items():
+        _, _, high = PARAMS.get(key, ("text", 0, MAX_VALUE))
+        for value in values:
+            if len(value) > high:
+                raise Refused(400, f"{key[:40]!r}: {len(value)} characters (at most {high})")
+            if any(c < " " and c not in "\t" for c in value):
+                raise Refused(400, f"{key[:40]!r}: control characters are not allowed")
 
 
 def _ref(text: str) -> tuple[int, str]:
@@ -422,3 +570,18 @@ def _start_resume(workspace_root: Path, run_id: str) -> Path:
             start_new_session=True, cwd=workspace_root,
         )  # fmt: skip
     return log
+
+
+def _redacted(body: bytes, ctype: str, token: str) -> bytes:
+    """A response body through the redactor (every page, log view and JSON answer).
+
+    The board's own token is no secret to hide from a page that proved it holds it (the
+    forms carry it); every other known value and form is.
+    """
+    if not body or not ctype.startswith(("text/", "application/json", "image/svg")):
+        return body
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body.decode("utf-8", errors="replace")
+    return redact_text(text, [v for v in secret_values() if v != token]).encode()
