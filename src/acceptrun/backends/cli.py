@@ -65,14 +65,33 @@ def cmd_export_kubernetes(args: argparse.Namespace) -> int:
     out = export_manifests(spec, options)
     for warning in out.warnings:  # also in the YAML, as comments
         print(f"warning: {warning}", file=sys.stderr)
+    ns = f" -n {args.namespace}" if args.namespace else ""
+    secret_text = out.secret_yaml()
     if args.output in (None, "-"):
         sys.stdout.write(out.yaml())
+        if secret_text is not None:  # its values never go to the terminal
+            literals = " ".join(f'--from-literal={k}="${k}"' for k in out.secret_names)
+            print(
+                f"note: the Secret {out.job_name}-env (the [env] values "
+                f"{', '.join(out.secret_names)}) is not printed: pass --output FILE to have it "
+                f"written to FILE's .secret.yaml (mode 0600), or create it from your own "
+                f"values: kubectl create secret generic{ns} {out.job_name}-env {literals}",
+                file=sys.stderr,
+            )
         return 0
-    write_atomic(Path(args.output), out.yaml())
-    ns = f" -n {args.namespace}" if args.namespace else ""
+    output = Path(args.output)
+    write_atomic(output, out.yaml())
+    apply = f"-f {output}"
+    if secret_text is not None:
+        # The one file of an export that carries secrets: its owner's alone, unredacted.
+        secret_path = output.with_name(f"{output.stem}.secret.yaml")
+        write_atomic(secret_path, secret_text, mode=0o600, raw=True)
+        secret_path.chmod(0o600)  # an umask cannot widen it, an older file had its own
+        apply = f"-f {secret_path} {apply}"
+        print(f"wrote {secret_path} (mode 0600): the Secret with the [env] secrets")
     print(
         f"wrote {args.output} (Job {out.job_name}, run {out.run_id}); launch it with "
-        f"`kubectl apply{ns} -f {args.output}`, follow it with `kubectl logs{ns} -f "
+        f"`kubectl apply{ns} {apply}`, follow it with `kubectl logs{ns} -f "
         f"job/{out.job_name}`"
     )
     return 0

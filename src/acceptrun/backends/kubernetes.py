@@ -27,7 +27,16 @@ acceptrun runs inside the pods, so its guarantees hold there:
   path: every rank writes its part of each checkpoint into the same step directory.
 
 The spec goes into a ConfigMap (``spec.toml``) with its paths made absolute inside the
-image (the spec's directory is the image's ``--workdir``). For several nodes the pods'
+image (the spec's directory is the image's ``--workdir``). A ConfigMap is readable by
+anyone who may list the namespace's objects, so it holds no secret: ``[env]`` entries
+whose name looks secret (``HF_TOKEN``, ``WANDB_API_KEY``, ...; :mod:`acceptrun._util.redact`)
+go into a Secret (``<job>-env``) that the container takes with ``envFrom``, and whatever
+else in the spec looks like a credential (a URL's ``user:password@``, ``--token X``) is
+redacted in the ConfigMap with a warning. The Secret is the one document that carries
+secret values, so it is not part of :meth:`Manifests.yaml` (the terminal and every file
+acceptrun writes are redacted): :meth:`Manifests.secret_yaml` gives it, and
+``acceptrun export kubernetes --output job.yaml`` writes it alone to
+``job.secret.yaml`` with mode 0600, or says how to create it from the user's own values. For several nodes the pods'
 environment names the rendezvous (``ACCEPTRUN_NODES_STARTED_BY=kubernetes``,
 ``ACCEPTRUN_RDZV_HOST=<job>-0.<job>``, ``ACCEPTRUN_RDZV_PORT``), so that each pod's launch
 is its own torchrun with a rendezvous id per attempt
@@ -52,6 +61,7 @@ from typing import Any
 
 import tomli_w
 
+from acceptrun._util.redact import is_secret_name, redact_text
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import new_run_id
 from acceptrun.spec.model import RunSpec
@@ -123,6 +133,9 @@ class Manifests:
     warnings: list[str]
     run_id: str
     job_name: str
+    secret: dict[str, Any] | None = None
+    """The Secret with the ``[env]`` values whose names look secret (None: there are none);
+    not among ``documents``: it is written apart, mode 0600 (:meth:`secret_yaml`)."""
 
     def yaml(self) -> str:
         """All documents as one multi-document YAML text, the warnings as comments."""
@@ -132,6 +145,23 @@ class Manifests:
             *(f"# warning: {w}" for w in self.warnings),
         ]
         return "\n".join(head) + "\n" + to_yaml(self.documents)
+
+    def secret_yaml(self) -> str | None:
+        """The Secret alone as YAML, with its values (None when there is none): write it
+        where only its owner reads it, never through a redacted writer."""
+        if self.secret is None:
+            return None
+        head = (
+            f"# The Secret of acceptrun run {self.run_id} (Job {self.job_name}): the [env] "
+            "values with secret names.\n# Keep this file private (mode 0600); apply it "
+            "before the Job.\n"
+        )
+        return head + to_yaml([self.secret])
+
+    @property
+    def secret_names(self) -> list[str]:
+        """The variables the Secret holds, for a `kubectl create secret` line."""
+        return sorted((self.secret or {}).get("stringData", {}))
 
 
 def export_manifests(spec: RunSpec, options: KubernetesOptions) -> Manifests:
@@ -168,7 +198,8 @@ def export_manifests(spec: RunSpec, options: KubernetesOptions) -> Manifests:
         )
     warnings: list[str] = []
     mapped = _PodPaths(spec, options.workdir, warnings)
-    spec_text = _pod_spec_toml(spec, mapped, warnings)
+    secret_env = {k: v for k, v in spec.env.items() if is_secret_name(k)}
+    spec_text = _pod_spec_toml(spec, mapped, warnings, set(secret_env))
     env = _pod_env(spec, name, options.port)
     if nodes > 1:  # the command torchrun wraps, checked as the pods will launch it
         from acceptrun.workload.distributed import launch_command
@@ -190,13 +221,26 @@ def export_manifests(spec: RunSpec, options: KubernetesOptions) -> Manifests:
     documents: list[dict[str, Any]] = [config]
     if nodes > 1:
         documents.append(_service(meta, options.port))
-    documents.append(_job(spec, options, meta, annotations, run_id, mapped, env, warnings))
+    secret: dict[str, Any] | None = None
+    if secret_env:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {**meta, "name": f"{name}-env", "annotations": annotations},
+            "type": "Opaque",
+            "stringData": secret_env,
+        }
+    job = _job(spec, options, meta, annotations, run_id, mapped, env, warnings)
+    if secret is not None:
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        container["envFrom"] = [{"secretRef": {"name": secret["metadata"]["name"]}}]
+    documents.append(job)
     if limits.wall_time is None:
         warnings.append(
             "limits.wall_time is not set: the Job has no activeDeadlineSeconds and runs "
             "until the supervisor ends it"
         )
-    return Manifests(documents, warnings, run_id, name)
+    return Manifests(documents, warnings, run_id, name, secret)
 
 
 # ---- the objects ------------------------------------------------------------------------------
@@ -431,9 +475,14 @@ class _PodPaths:
         return str(self.root / rel.as_posix()) if rel.parts else str(self.root)
 
 
-def _pod_spec_toml(spec: RunSpec, mapped: _PodPaths, warnings: list[str]) -> str:
-    """The spec the pods run: the same, with its paths inside the image."""
+def _pod_spec_toml(
+    spec: RunSpec, mapped: _PodPaths, warnings: list[str], secret_env: set[str]
+) -> str:
+    """The spec the pods run: the same, with its paths inside the image, without the
+    ``[env]`` entries of the Secret and with any other credential redacted."""
     data = spec.to_dict()
+    for key in secret_env:
+        del data["env"][key]  # the pod has them from the Secret (envFrom)
     data["workdir"] = mapped.workdir
     if spec.data.path:
         data["data"]["path"] = mapped.data or spec.data.path
@@ -467,7 +516,17 @@ def _pod_spec_toml(spec: RunSpec, mapped: _PodPaths, warnings: list[str]) -> str
         f"# acceptrun spec {spec.name!r} as the pods run it (exported from {spec.source});\n"
         "# paths inside the image, durations in seconds.\n"
     )
-    return header + tomli_w.dumps(_drop_none(data))
+    text = header + tomli_w.dumps(_drop_none(data))
+    shown = redact_text(text, [])
+    if shown != text:
+        warnings.append(
+            "the spec holds a credential outside [env] (a URL's user:password@, a --token "
+            "argument, a key=value with a secret name): it is redacted in the ConfigMap, which "
+            "any reader of the namespace sees; give it to the pods through [env] with a "
+            "secret name (it then goes into the Secret), e.g. AWS_SECRET_ACCESS_KEY for an s3:// "
+            "mirror"
+        )
+    return shown
 
 
 def _warn_unexpressed(spec: RunSpec, options: KubernetesOptions, warnings: list[str]) -> None:

@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlparse
 
 import tomli_w
 
-from acceptrun._util.redact import redact_spec
+from acceptrun._util.redact import redact_obj, redact_spec, redact_text
 from acceptrun.errors import UserError
 from acceptrun.record.status import ATTEMPT_STOPPED_ON_PURPOSE, RUN_LIVE
 from acceptrun.record.view import RecordView
@@ -223,6 +223,7 @@ def export_run(
         "acceptrun.status": status,
         "acceptrun.record": str(record.path.resolve()),
     }
+    tags = redact_obj(tags)  # the record's path may hold a URL with credentials, too
     run = client.create_run(
         exp_id, start_time=_iso_ms(state.get("created_at")), tags=tags, run_name=record.run_id
     )
@@ -271,7 +272,9 @@ def export_run(
     finally:
         bar.close()
     if summary.get("hints"):
-        client.log_batch(run_id, tags=[RunTag("acceptrun.hints", "\n".join(summary["hints"]))])
+        client.log_batch(
+            run_id, tags=[RunTag("acceptrun.hints", redact_text("\n".join(summary["hints"])))]
+        )
 
     with tempfile.TemporaryDirectory(prefix="acceptrun-mlflow-") as tmp:
         for name in ARTIFACTS:

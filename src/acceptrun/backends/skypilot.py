@@ -25,6 +25,7 @@ import re
 import shlex
 from pathlib import Path
 
+from acceptrun._util.redact import redact_text
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import new_run_id
 from acceptrun.spec.model import RunSpec
@@ -135,9 +136,19 @@ def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | Non
         ) from None
     lines += ["", "setup: |", *_indent(_setup(spec, source))]
     lines += ["", "run: |", *_indent(_run(run_id, spec_rel, workspace, persistent))]
+    text = "\n".join(lines) + "\n"
+    # The task is shown and shared like a record: no credential goes in it. SkyPilot mounts
+    # buckets with the cloud's own credentials (`sky check`), not a URL's user:password@.
+    shown = redact_text(text)
+    if shown != text:
+        notes.append(
+            "a credential in the spec (a URL's user:password@, a signed URL) is redacted in "
+            "this task: SkyPilot reaches buckets with the cloud's credentials (`sky check`); "
+            "give secrets to the run with `sky launch --env NAME` (see [env])"
+        )
     if notes:
-        lines += ["", *(f"# note: {n}" for n in notes)]
-    return "\n".join(lines) + "\n"
+        shown += "\n" + "".join(f"# note: {n}\n" for n in notes)
+    return shown
 
 
 def _setup(spec: RunSpec, source: Path | None) -> list[str]:

@@ -218,7 +218,7 @@ class Worker:
         spec_file = self.dir / "specs" / f"job-{job.id}.toml"
         spec_file.parent.mkdir(parents=True, exist_ok=True)
         if not spec_file.exists():
-            write_atomic(spec_file, job.spec_text)
+            write_atomic(spec_file, job.spec_text, raw=True)  # the spec that runs
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         devs = format_devices(devices)
         env = dict(os.environ)

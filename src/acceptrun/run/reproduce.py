@@ -224,7 +224,7 @@ def prepare(ws: Workspace, record: RunRecord, plan: ReproducePlan) -> Path:
     spec_path = ws.root / "reproduce" / record.run_id / "spec.toml"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     header = f"# Reproduction of run {record.run_id}, written by `acceptrun reproduce`.\n"
-    write_atomic(spec_path, header + tomli_w.dumps(data))
+    write_atomic(spec_path, header + tomli_w.dumps(data), raw=True)  # a spec to run
     plan.spec_path = spec_path
     return spec_path
 
