@@ -74,7 +74,7 @@ def run_node(
     the supervisor on pod 0 classifies the attempt as preempted and restarts it.
     Returns 0 once the run is accepted, 143 after SIGTERM.
     """
-    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.checkpoint.owner import open_run_store
     from acceptrun.spec.model import load_spec
     from acceptrun.supervisor.core import contract_env
     from acceptrun.workload.distributed import launch_command
@@ -103,12 +103,9 @@ def run_node(
             continue
         attempt, step = pending
         spec = load_spec(record.spec_path)
-        ckpt_dir = (
-            Path(spec.resolve_path(spec.checkpoint.dir))
-            if spec.checkpoint.dir
-            else record.checkpoints_dir
-        )
-        info = CheckpointStore(ckpt_dir).get(step) if step is not None else None
+        store = open_run_store(record, spec, retention=False)  # the run's own, owner checked
+        ckpt_dir = store.root
+        info = store.get(step) if step is not None else None
         # Rank 0 verifies and broadcasts the path it loads; the others need to know only
         # that there is one.
         resume = str(info.path) if info is not None else ""

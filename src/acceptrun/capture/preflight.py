@@ -238,11 +238,9 @@ def run_preflight(record: RunRecord, spec: RunSpec) -> Preflight:
 
     result.checks.append(_timed("expectations", lambda: check_expectations(spec, prov)))
     result.checks.append(_timed("resources", lambda: check_resources(spec, prov)))
-    ckpt_dir = (
-        Path(spec.resolve_path(spec.checkpoint.dir))
-        if spec.checkpoint.dir
-        else record.checkpoints_dir
-    )
+    from acceptrun.checkpoint.owner import store_root
+
+    ckpt_dir = store_root(record, spec)  # the run's own store (checkpoint.dir/<run id>/)
     result.checks.append(_timed("storage", lambda: check_storage([record.path, ckpt_dir])))
     gpus = prov.get("gpus", {})
     if spec.resources.gpus > 0 or (not gpus.get("absent") and gpus.get("count", 0) > 0):

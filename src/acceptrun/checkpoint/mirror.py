@@ -5,6 +5,15 @@ A mirror root holds one run's checkpoints in the store's own layout::
     <url>/step-<N>/<files...>       data files, uploaded first
     <url>/step-<N>/MANIFEST.json    the commit marker: a remote step without it is not a checkpoint
     <url>/LATEST                    "step-<N>\\n", the newest step mirrored whole; never moves back
+    <url>/OWNER.json                the run the root belongs to (checkpoint/owner.py)
+
+A root belongs to one run (``checkpoint.mirror/<run id>``): its OWNER.json is written with
+the first upload, and a Mirror given an ``owner`` neither uploads into nor deletes from a
+root another run owns (the step fails, naming that run). :func:`fetch` without a step
+falls back from a step that does not verify to the next older one, reporting each one it
+passed over to ``on_reject`` (``acceptrun resume --from-mirror`` records them as
+``mirror_quarantine`` events); with ``step`` it fetches that one or raises naming the
+steps there.
 
 Upload protocol for one step: stream every data file, hashing the bytes *as read from the
 local file* and comparing them with the local manifest (a local corruption is refused, never
@@ -61,10 +70,12 @@ from acceptrun._util.durable import (
     write_json_atomic,
 )
 from acceptrun._util.hashing import CHUNK, hash_bytes, new_hasher
+from acceptrun._util.redact import redact_text
+from acceptrun.checkpoint.owner import OWNER, StoreOwnedError, StoreOwner, parse_owner
 from acceptrun.errors import AcceptrunValueError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
-__all__ = ["Mirror", "fetch", "remote_steps"]
+__all__ = ["Mirror", "fetch", "remote_owner", "remote_steps"]
 
 MANIFEST = "MANIFEST.json"
 LATEST = "LATEST"
@@ -106,6 +117,7 @@ class Mirror:
         retry_base_s: float = 1.0,
         retry_max_s: float = 60.0,
         verify: Literal["hash", "size"] = "hash",
+        owner: StoreOwner | None = None,
     ) -> None:
         if retry_base_s <= 0 or retry_max_s < retry_base_s:
             raise AcceptrunValueError(
@@ -132,6 +144,8 @@ class Mirror:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._retiring: set[int] = set()  # steps retention deleted locally: delete remotely
+        self.owner = owner  # None: the root is not checked (a caller's own Mirror)
+        self._owned = owner is None  # the remote OWNER.json was checked (or written)
         self._states: dict[int, dict[str, Any]] = self._load_states()
 
     # -- public API ------------------------------------------------------------------------
@@ -314,6 +328,15 @@ class Mirror:
         freed = int(entry.get("bytes") or 0) if entry.get("state") == "ok" else 0
         try:
             fs, root = fsspec.url_to_fs(self.url, **self._options)
+            try:
+                self._claim_root(fs, root)
+            except _LocalProblem as exc:  # another run's root: never delete its steps
+                with self._cond:
+                    self._retiring.discard(step)
+                    self._set_state(step, "skipped", f"not deleted from the mirror: {exc}")
+                    self._states[step].pop("retire", None)
+                self._emit("mirror_failed", {"step": step, "state": "skipped", "reason": str(exc)})
+                return
             rdir = f"{root}/step-{step}"
             fs.invalidate_cache(rdir)
             if fs.exists(f"{rdir}/{MANIFEST}"):
@@ -392,6 +415,7 @@ class Mirror:
         files = _parse_manifest(raw, step=step, where=str(path / MANIFEST), error=_LocalProblem)
         fs, root = fsspec.url_to_fs(self.url, **self._options)  # cached per thread by fsspec
         local = isinstance(fs, LocalFileSystem)
+        self._claim_root(fs, root)
         rdir = f"{root}/step-{step}"
         fs.invalidate_cache(rdir)
         if fs.exists(f"{rdir}/{MANIFEST}"):
@@ -415,6 +439,29 @@ class Mirror:
         if current is None or current <= step:  # newest-first catch-up must not move it back
             _put_bytes(fs, f"{root}/{LATEST}", f"step-{step}\n".encode(), local=local)
         return total + len(raw)
+
+    def _claim_root(self, fs: Any, root: str) -> None:
+        """Check the root's OWNER.json once (write it when absent); another run's raises
+        _LocalProblem: retrying will not help, and nothing of that run is touched."""
+        if self._owned or self.owner is None:
+            return
+        try:
+            found = remote_owner(fs, root, self.url)
+        except StoreOwnedError as exc:
+            raise _LocalProblem(str(exc)) from exc
+        if found is None:
+            local = isinstance(fs, LocalFileSystem)
+            if local:
+                fs.makedirs(root, exist_ok=True)
+            doc = json.dumps(self.owner.to_doc(), indent=2, sort_keys=True) + "\n"
+            _put_bytes(fs, f"{root}/{OWNER}", doc.encode(), local=local)
+        elif not found.same_run(self.owner):
+            raise _LocalProblem(
+                f"the mirror root {self.url} belongs to {found.describe()}, not to "
+                f"{self.owner.describe()}; set checkpoint.mirror elsewhere (each run mirrors "
+                "to checkpoint.mirror/<run id>)"
+            )
+        self._owned = True
 
     def _check_remote(self, fs: Any, rdir: str, files: Mapping[str, Mapping[str, Any]]) -> None:
         for rel, entry in files.items():
@@ -445,7 +492,8 @@ class Mirror:
         """Steps recorded by an earlier Mirror of this run (same state file, same url)."""
         try:
             doc = read_json(self.state_path)
-            if doc["kind"] == STATE_KIND and doc["url"] == self.url:
+            # The file holds the url redacted (it is a record file): compare it so.
+            if doc["kind"] == STATE_KIND and doc["url"] == redact_text(self.url):
                 return {int(k): {"state": v["state"], **v} for k, v in doc["steps"].items()}
         except (RecordError, OSError, LookupError, TypeError, ValueError):
             pass  # missing or damaged: a progress cache, not the truth (remote manifests are)
@@ -490,28 +538,91 @@ def fetch(
     *,
     step: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    owner: StoreOwner | None = None,
+    on_reject: Callable[[int, str], None] | None = None,
 ) -> Path:
     """Download a mirrored step into ``dest_root/step-<N>/``, verified; returns that directory.
 
-    Without ``step``: the remote LATEST, else the highest committed step. Files go to a
-    staging directory, each checked against the manifest's size and hash, then fsynced and
-    renamed into place; ``dest_root/LATEST`` then names the step. A corrupt remote copy
-    raises :class:`RecordError` naming the file and leaves ``dest_root`` as it was.
+    Without ``step``: the remote LATEST, else the highest committed step; a step whose
+    manifest or files do not verify is passed over for the next older one (each reported
+    to ``on_reject(step, reason)``), and :class:`RecordError` is raised when none does.
+    With ``step``: that one, or :class:`UserError` naming the committed steps when it is
+    not there or does not verify. Files go to a staging directory, each checked against
+    the manifest's size and hash, then fsynced and renamed into place; ``dest_root/LATEST``
+    then names the step. A failed step leaves ``dest_root`` as it was. ``owner``: refuse
+    a root whose OWNER.json names another run.
 
     >>> fetch("s3://bucket/runs/r1/checkpoints", Path("ckpt"), step=200)
     """
     fs, root = fsspec.url_to_fs(url, **dict(storage_options or {}))
-    dest_root = Path(dest_root)
-    if step is None:
-        step = _pick_latest(fs, root, url)
+    found = None if owner is None else remote_owner(fs, root, url)
+    if found is not None and owner is not None and not found.same_run(owner):
+        raise StoreOwnedError(
+            f"the mirror root {url} belongs to {found.describe()}, not to "
+            f"{owner.describe()}: nothing was fetched. Resume that run, or name this "
+            "run's own root (checkpoint.mirror/<run id>) with --mirror"
+        )
+    steps = _committed_steps(fs, root)
+    if step is not None:
+        if step not in steps:
+            raise UserError(
+                f"step {step} is not in the mirror at {url} (no step-{step}/{MANIFEST}); "
+                f"committed steps there: {steps or 'none'}. Nothing was "
+                "fetched; pick one of them with --step"
+            )
+        try:
+            return _fetch_step(fs, root, url, Path(dest_root), step)
+        except RecordError as exc:
+            if on_reject is not None:
+                on_reject(step, str(exc))
+            others = [s for s in steps if s != step]
+            raise UserError(
+                f"step {step} in the mirror at {url} does not verify: {exc} Nothing was "
+                f"restored; the other committed steps there: {others or 'none'} (pick one "
+                "with --step, or leave "
+                "--step out for the newest that verifies)"
+            ) from exc
+    if not steps:
+        raise UserError(f"no checkpoint in the mirror at {url}: no step-<N>/{MANIFEST} there")
+    latest = _read_latest(fs, root)
+    order = sorted(steps, reverse=True)
+    if latest is not None and latest in steps:  # LATEST first, then the older ones
+        order = [latest] + [s for s in order if s < latest]
+    rejected = []
+    for candidate in order:
+        try:
+            return _fetch_step(fs, root, url, Path(dest_root), candidate)
+        except RecordError as exc:
+            rejected.append(f"step {candidate}: {exc}")
+            if on_reject is not None:
+                on_reject(candidate, str(exc))
+    raise RecordError(
+        f"no step in the mirror at {url} verifies ({'; '.join(rejected)}). Nothing was "
+        "restored; mirror the run again from a machine that has its checkpoints"
+    )
+
+
+def remote_owner(fs: Any, root: str, url: str) -> StoreOwner | None:
+    """The owner in ``root/OWNER.json`` of a mirror; None when the root has none (older)."""
+    try:
+        fs.invalidate_cache(root)
+        raw = fs.cat_file(f"{root}/{OWNER}")
+    except FileNotFoundError:
+        return None
+    try:
+        doc = loads_json(raw)
+    except ValueError:
+        doc = None
+    return parse_owner(doc, f"{url}/{OWNER}")
+
+
+def _fetch_step(fs: Any, root: str, url: str, dest_root: Path, step: int) -> Path:
+    """Fetch one committed step, verified (:class:`RecordError` when it is not)."""
     rdir = f"{root}/step-{step}"
     try:
         raw = fs.cat_file(f"{rdir}/{MANIFEST}")
     except FileNotFoundError:
-        raise UserError(
-            f"step {step} is not in the mirror at {url} (no step-{step}/{MANIFEST}); "
-            f"committed steps there: {_committed_steps(fs, root) or 'none'}"
-        ) from None
+        raise RecordError(f"{url}/step-{step}/{MANIFEST} is gone from the mirror") from None
     files = _parse_manifest(
         raw, step=step, where=f"{url}/step-{step}/{MANIFEST}", error=RecordError
     )
@@ -523,7 +634,11 @@ def fetch(
     try:
         staging.mkdir()
         for rel, entry in files.items():
-            _get_checked(fs, f"{rdir}/{rel}", staging / rel, entry, f"{url}/step-{step}/{rel}")
+            shown = f"{url}/step-{step}/{rel}"
+            try:
+                _get_checked(fs, f"{rdir}/{rel}", staging / rel, entry, shown)
+            except FileNotFoundError:
+                raise RecordError(f"mirror copy {shown} is missing (in its manifest)") from None
         write_atomic(staging / MANIFEST, raw)  # last, as in the store: the commit marker
         for directory in {staging / d for rel in files for d in PurePosixPath(rel).parents}:
             fsync_dir(directory)
@@ -676,8 +791,7 @@ def _get_checked(fs: Any, rpath: str, dst: Path, entry: Mapping[str, Any], shown
     if digest != entry["hash"] or size != entry["size"]:
         raise RecordError(
             f"mirror copy {shown} is corrupt: {digest} ({size} bytes), its manifest says "
-            f"{entry['hash']} ({entry['size']} bytes). Nothing was restored; fetch another "
-            "step (see remote_steps) or mirror this one again from a machine that has it."
+            f"{entry['hash']} ({entry['size']} bytes)."
         )
 
 
@@ -707,11 +821,3 @@ def _committed_steps(fs: Any, root: str) -> list[int]:
         if match:
             steps.add(int(match.group(1)))
     return sorted(steps)
-
-
-def _pick_latest(fs: Any, root: str, url: str) -> int:
-    steps = _committed_steps(fs, root)
-    if not steps:
-        raise UserError(f"no checkpoint in the mirror at {url}: no step-<N>/{MANIFEST} there")
-    latest = _read_latest(fs, root)
-    return latest if latest is not None and latest in steps else steps[-1]

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import append_jsonl, read_jsonl
+from acceptrun.checkpoint.owner import store_root
 from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage_cost, storage_cost
 from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
@@ -425,8 +426,7 @@ def _storage(
         "monthly_usd": round(monthly_storage_cost(mirror_left, mirror_rate), 6),
     }
 
-    ckpt_root = Path(spec.resolve_path(spec.checkpoint.dir)) if spec.checkpoint.dir else None
-    ckpt_root = ckpt_root or record.checkpoints_dir
+    ckpt_root = store_root(record, spec)  # this run's store only, not all of checkpoint.dir
     left_ckpt = _dir_bytes(ckpt_root) if ckpt_root.is_dir() else 0
     left_out = 0
     for o in outputs.values():

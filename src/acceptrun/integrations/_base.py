@@ -86,9 +86,11 @@ class FrameworkRun:
             mirror_url = self.run.spec.checkpoint.mirror
             if mirror_url and self.run.rank == 0:
                 from acceptrun.checkpoint.mirror import Mirror
+                from acceptrun.checkpoint.owner import mirror_root, owner_of
 
                 self._mirror = Mirror(
-                    f"{mirror_url.rstrip('/')}/{self.run.run_id}",
+                    str(mirror_root(self.run.record, self.run.spec)),
+                    owner=owner_of(self.run.record),
                     state_path=self.run.record.file("mirror.json"),
                     on_event=self.run._event_sink,
                 )

@@ -127,6 +127,12 @@ class MirrorFetchEvent(Event, total=False):
     path: Required[str]
 
 
+class MirrorQuarantineEvent(Event, total=False):
+    step: Required[int]  # the mirrored step passed over
+    url: Required[str]  # the mirror root
+    reason: Required[str]  # what did not verify: the file and the fault
+
+
 # ---- attempts (supervisor/core.py) ---------------------------------------------------------
 
 
@@ -572,6 +578,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("stopped_before_launch", StoppedBeforeLaunchEvent, "a stop signal arrived during preflight", "run/launch"),
     _E("preflight_failed", PreflightFailedEvent, "preflight failed: no attempt ran", "run/launch"),
     _E("mirror_fetch", MirrorFetchEvent, "a resume fetched a checkpoint back from the mirror", "run/lifecycle"),
+    _E("mirror_quarantine", MirrorQuarantineEvent, "a mirrored step did not verify: a resume passed over it", "run/lifecycle"),
     _E("cleanup", CleanupEvent, "one cleanup command or remove pattern at the close", "run/close"),
     _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary) failed; recorded, not fatal", "run/close, verdict/core"),
     _E("ledger_failed", ErrorEvent, "ledger.json could not be built (older records; now best_effort_failed)", "run/close"),

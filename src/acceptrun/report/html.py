@@ -59,23 +59,23 @@ def _verdict(record: RunRecord, view: RecordView) -> dict[str, Any]:
 
 
 def _checkpoints(record: RunRecord, view: RecordView) -> dict[str, Any]:
-    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.checkpoint.owner import StoreOwnedError, open_run_store, store_root
     from acceptrun.spec.model import load_spec
 
     try:
         spec = load_spec(record.spec_path)
-        root = (
-            Path(spec.resolve_path(spec.checkpoint.dir))
-            if spec.checkpoint.dir
-            else record.checkpoints_dir
-        )
+        root = store_root(record, spec)  # checkpoint.dir/<run id>/ (or an older record's dir)
         mirror = spec.checkpoint.mirror
     except Exception:  # a spec that no longer loads: the default place
         root, mirror = record.checkpoints_dir, None
     mirror_steps = (record.read_json("mirror.json") or {}).get("steps", {})
     rows = []
-    store = CheckpointStore(root)
-    for info in store.list():
+    try:  # the run's own store; another run's steps are none of this run's
+        store = open_run_store(record, root=root, retention=False)
+        infos, latest = store.list(), store.latest()
+    except StoreOwnedError:
+        infos, latest = [], None
+    for info in infos:
         rows.append(
             {
                 "step": info.step,
@@ -86,7 +86,6 @@ def _checkpoints(record: RunRecord, view: RecordView) -> dict[str, Any]:
                 "mirror": (mirror_steps.get(str(info.step)) or {}).get("state") if mirror else None,
             }
         )
-    latest = store.latest()
     quarantine = root / "quarantine"
     quarantined = sorted(p.name for p in quarantine.iterdir()) if quarantine.is_dir() else []
     commits = len(view.checkpoints().committed)

@@ -50,16 +50,10 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
 
 def _store_of(record: Any) -> Any:
-    from acceptrun.checkpoint.store import CheckpointStore
-    from acceptrun.spec.model import load_spec
+    """The run's own store, its owner checked (another run's: StoreOwnedError, exit 2)."""
+    from acceptrun.checkpoint.owner import open_run_store
 
-    spec = load_spec(record.spec_path)
-    root = (
-        Path(spec.resolve_path(spec.checkpoint.dir))
-        if spec.checkpoint.dir
-        else record.checkpoints_dir
-    )
-    return CheckpointStore(root)
+    return open_run_store(record, retention=False)
 
 
 def cmd_ckpt_ls(args: argparse.Namespace) -> int:
@@ -158,7 +152,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     record = workspace_of(args).get_run(args.run)
     result = resume_run(
         record, mirror=args.mirror, from_mirror=args.from_mirror, force=args.force,
-        from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet,
+        from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet, step=args.step,
     )  # fmt: skip
     print()
     print(format_verdict(result.verdict, name=result.spec.name))
@@ -254,7 +248,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     text = starter_spec(name=args.name or Path.cwd().name, command=args.command)
     parse_spec(text, source=str(path))  # the starter must always validate
-    write_atomic(path, text)
+    write_atomic(path, text, raw=True)  # the user's new spec
     print(
         f"wrote {path}; edit it, check it with `acceptrun spec check {path}`, run it with `acceptrun run {path}`"
     )
@@ -357,10 +351,17 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     resume.add_argument(
         "--mirror",
         metavar="URL",
-        help="fetch the newest checkpoint from this mirror if none is here",
+        help="fetch the newest checkpoint that verifies from this mirror if none is here",
     )
     resume.add_argument(
         "--from-mirror", action="store_true", help="the same, from the spec's checkpoint.mirror"
+    )
+    resume.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="with --from-mirror or --mirror: resume from mirrored step N (default: the "
+        "newest local checkpoint that verifies, else the newest mirrored one that does)",
     )
     resume.add_argument(
         "--from-scratch", action="store_true", help="start from step 0 when there is no checkpoint"

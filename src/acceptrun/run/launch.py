@@ -20,6 +20,7 @@ from pathlib import Path
 
 from acceptrun._util.console import get_logger
 from acceptrun.capture.preflight import check_static, run_preflight
+from acceptrun.checkpoint.owner import LAYOUT_KEY, PER_RUN, check_fresh, create_run_store
 from acceptrun.cost.catalog import check_budget, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.lease import start_lease
@@ -136,6 +137,10 @@ def launch(
     # Unknown provider/instance, or a budget below one billing increment: bad input.
     price = price_for(spec.cost, load_catalog(ws.root))
     check_budget(price, spec.limits.budget_usd)
+    if run_id is not None and spec.checkpoint.dir and "://" not in spec.checkpoint.dir:
+        # The one way a new run's store can exist already: a reused run id. Said before
+        # a record is made (create_run_store checks again, for a race).
+        check_fresh(Path(spec.resolve_path(spec.checkpoint.dir)) / run_id, run_id)
     billing_start = time.time()  # the launch: what an on-demand bill counts from
     record = ws.create_run(
         spec.name,
@@ -149,9 +154,13 @@ def launch(
             # Known from the start, so `acceptrun stop` works during preflight too.
             "supervisor": user_at_host(),
             "supervisor_pid": os.getpid(),
+            # checkpoint.dir holds one store per run: <dir>/<run id>/ (checkpoint/owner.py)
+            LAYOUT_KEY: PER_RUN,
         },
         run_id=run_id,
     )
+    if "://" not in (spec.checkpoint.dir or ""):
+        create_run_store(record, spec)  # its OWNER.json: this run's, empty
     start_lease(record)  # supervisor.json, renewed until the close (record/lease.py)
     _log.info(f"run {record.run_id}")
     _log.info(f"record {record.path}")

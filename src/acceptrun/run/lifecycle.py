@@ -8,8 +8,10 @@ reaches the supervisor, whose handler reads control.json to tell a stop (SIGTERM
 workload, checkpoint, grace period, SIGKILL) from a kill (SIGKILL at once, no restart).
 
 ``acceptrun resume RUN`` continues the same record with attempt N+1 from the newest
-checkpoint that verifies, fetched from a mirror first when there is none locally (a
-record copied to another machine), and closes the run again with a new verdict.
+checkpoint that verifies in the run's own store (checkpoint/owner.py), fetched from a
+mirror first when there is none locally (a record copied to another machine): the newest
+mirrored step that verifies, each one passed over recorded as a ``mirror_quarantine``
+event; ``--step N`` fetches step N instead. It closes the run again with a new verdict.
 
 ``acceptrun logs RUN [-f]`` prints the attempts' logs; following them switches to each
 new attempt and ends once the run is closed.
@@ -35,7 +37,7 @@ from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_json_atomic
 from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
-from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of
 from acceptrun.errors import AcceptrunError, RecordError, UserError
 from acceptrun.record.lease import start_lease
 from acceptrun.record.liveness import supervisor_state
@@ -295,16 +297,29 @@ def resume_run(
     from_scratch: bool = False,
     reason: str | None = None,
     echo: bool = True,
+    step: int | None = None,
 ) -> ResumeResult:
     """Run attempt N+1 of a run from its newest verified checkpoint, then close it again.
 
     ``mirror`` is a mirror root (``s3://bucket/ckpt/<run_id>``, or its parent); with
     ``from_mirror`` the root comes from the frozen spec's ``checkpoint.mirror``. Either is
-    used only when no local checkpoint verifies. Bad input raises :class:`UserError`.
+    used only when no local checkpoint verifies, and then gives its newest step that
+    verifies. ``step`` fetches that mirrored step and resumes from it, local ones or not;
+    one that is not in the mirror (or does not verify) raises before anything is written.
+    Bad input raises :class:`UserError`.
     """
+    spec = load_spec(record.spec_path)
+    url = _mirror_url(record, spec, mirror, from_mirror)
+    if step is not None:
+        if url is None:
+            raise UserError(
+                f"--step {step} picks a mirrored step: add --from-mirror (the spec's "
+                "checkpoint.mirror) or --mirror URL"
+            )
+        url = _run_root(record, url)
+        _require_step(url, step)  # before the lock, the take-over or any verification
     with _resume_lock(record):
         _check_resumable(record, force=force)
-        spec = load_spec(record.spec_path)
         check_static(spec)  # this machine must have the workdir, the command and the data
         # A dead supervisor's run: its attempt's leftovers given the grace period, then
         # killed; its exit.json written.
@@ -323,16 +338,19 @@ def resume_run(
         def on_event(kind: str, fields: dict[str, Any]) -> None:
             record.event(kind, sync=True, attempt=first, **fields)  # quarantines
 
-        store = CheckpointStore(ckpt_dir, on_event=on_event)
+        # The run's own store: one another run owns raises StoreOwnedError, naming it.
+        store = open_run_store(record, spec, retention=False, on_event=on_event, claim=True)
         # Verifying here costs one extra read of the newest checkpoint (the supervisor
         # checks it again); without it, corrupt checkpoints would silently mean a restart
         # from step 0.
-        local = store.latest_verified()
+        local = None if step is not None else store.latest_verified()
         from_step = None if local is None else local.step
-        url = _mirror_url(record, spec, mirror, from_mirror)
-        if local is None and url is not None:
+        if step is not None and url is not None:
+            _log.info(f"fetching step {step} from {url}")
+            from_step = _fetch(record, url, ckpt_dir, step=step, attempt=first)
+        elif local is None and url is not None:
             _log.info(f"no local checkpoint verifies in {ckpt_dir}; fetching the newest from {url}")
-            from_step = _fetch(record, url, ckpt_dir)
+            from_step = _fetch_newest(record, url, ckpt_dir, attempt=first, scratch=from_scratch)
         elif local is not None and url is not None:
             _log.info(f"step {local.step} verifies locally; the mirror is not needed")
         # A batch inference run resumes from its committed shards, not from a checkpoint.
@@ -434,32 +452,77 @@ def _mirror_url(
         return mirror
     if not from_mirror:
         return None
-    base = spec.checkpoint.mirror
-    if not base:
+    root = mirror_root(record, spec)  # the root the client mirrors this run to
+    if root is None:
         raise UserError(
             f"the spec of run {record.run_id} has no checkpoint.mirror; "
             "name the mirror with --mirror URL"
         )
-    if "://" not in base and not Path(base).is_absolute():
-        base = str(spec.workdir_path / base)  # the workload opened it from its workdir
-    return f"{base.rstrip('/')}/{record.run_id}"  # the root the client mirrors this run to
+    return root
 
 
-def _fetch(record: RunRecord, url: str, dest: Path) -> int:
-    """Fetch the mirror's newest step into ``dest``; returns the step."""
+def _run_root(record: RunRecord, url: str) -> str:
+    """``url`` itself, or ``url/<run id>`` when only that holds steps (a spec-level mirror,
+    which holds one root per run id)."""
     try:
-        if not remote_steps(url):
-            # Also accept the spec-level mirror, which holds one root per run id.
-            nested = f"{url.rstrip('/')}/{record.run_id}"
-            url = nested if remote_steps(nested) else url
-        path = fetch(url, dest)
+        if remote_steps(url):
+            return url
+        nested = f"{url.rstrip('/')}/{record.run_id}"
+        return nested if remote_steps(nested) else url
+    except Exception as exc:  # each fsspec backend raises its own errors (OSError, botocore)
+        raise UserError(f"cannot list the checkpoints in the mirror at {url}: {exc}") from exc
+
+
+def _require_step(url: str, step: int) -> None:
+    """Raise UserError, writing nothing, when ``step`` is not committed in the mirror."""
+    try:
+        steps = remote_steps(url)
+    except Exception as exc:
+        raise UserError(f"cannot list the checkpoints in the mirror at {url}: {exc}") from exc
+    if step not in steps:
+        raise UserError(
+            f"--step {step}: step {step} is not in the mirror at {url}; its committed steps: "
+            f"{', '.join(map(str, steps)) or 'none'}. Nothing was fetched or written"
+        )
+
+
+def _fetch_newest(
+    record: RunRecord, url: str, dest: Path, *, attempt: int, scratch: bool
+) -> int | None:
+    """The newest mirrored step that verifies, fetched; None (from step 0) when none does and
+    ``scratch`` allows it (a SkyPilot or Kubernetes restart passes --from-scratch)."""
+    try:
+        return _fetch(record, url, dest, attempt=attempt)
+    except RecordError as exc:
+        if not scratch:
+            raise
+        _log.info(f"{exc}; --from-scratch: starting again from step 0")
+        return None
+
+
+def _fetch(
+    record: RunRecord, url: str, dest: Path, *, attempt: int, step: int | None = None
+) -> int:
+    """Fetch a step of the run's mirror into ``dest`` (its newest that verifies, or ``step``).
+
+    Each mirrored step that does not verify is recorded as a ``mirror_quarantine`` event
+    (which step, why) and passed over; ``mirror_fetch`` names the one fetched.
+    """
+    url = _run_root(record, url)
+
+    def rejected(bad: int, why: str) -> None:
+        _log.info(f"mirrored step {bad} does not verify, passed over: {why}")
+        record.event("mirror_quarantine", sync=True, attempt=attempt, step=bad, url=url, reason=why)
+
+    try:
+        path = fetch(url, dest, step=step, owner=owner_of(record), on_reject=rejected)
     except (UserError, RecordError):
         raise
     except Exception as exc:  # each fsspec backend raises its own errors (OSError, botocore)
         raise UserError(f"cannot fetch a checkpoint from the mirror at {url}: {exc}") from exc
-    step = int(path.name.removeprefix("step-"))
-    record.event("mirror_fetch", sync=True, url=url, step=step, path=str(path))
-    return step
+    fetched = int(path.name.removeprefix("step-"))
+    record.event("mirror_fetch", sync=True, attempt=attempt, url=url, step=fetched, path=str(path))
+    return fetched
 
 
 # ---- logs -----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ import psutil
 
 from acceptrun._util.console import format_table
 from acceptrun._util.durable import fsync_dir, write_atomic
+from acceptrun.checkpoint.owner import StoreOwnedError, open_run_store
 from acceptrun.checkpoint.store import LATEST, QUARANTINE, CheckpointStore
 from acceptrun.cost.billing import format_bytes, format_usd, monthly_storage_cost
 from acceptrun.cost.catalog import load_catalog, price_for
@@ -158,9 +159,13 @@ def _plan_run(
     except AcceptrunError as exc:
         plan.skipped = f"spec.toml does not load ({str(exc).splitlines()[0]})"
         return plan
-    store = _store_for(record, spec)
-    if store is None:
+    if spec.checkpoint.dir and "://" in spec.checkpoint.dir:
         plan.skipped = f"checkpoint.dir {spec.checkpoint.dir} is remote; gc handles local ones"
+        return plan
+    try:  # the run's own store; one another run owns is never pruned for this one
+        store = open_run_store(record, spec)
+    except StoreOwnedError as exc:
+        plan.skipped = str(exc)
         return plan
     root = store.root.resolve()
     if root in roots:
@@ -228,16 +233,6 @@ def _supervisor_busy(state: dict[str, Any]) -> str:
     except psutil.AccessDenied:
         alive = True
     return f"running (supervisor pid {pid} is alive)" if alive else ""
-
-
-def _store_for(record: RunRecord, spec: RunSpec) -> CheckpointStore | None:
-    ck = spec.checkpoint
-    if ck.dir and "://" in ck.dir:
-        return None
-    root = Path(spec.resolve_path(ck.dir)) if ck.dir else record.checkpoints_dir
-    metric, _, mode = (ck.keep_best or "").rpartition(":")
-    best = (metric, mode) if ck.keep_best else None
-    return CheckpointStore(root, keep_last=ck.keep_last, keep_every=ck.keep_every, keep_best=best)
 
 
 def _ended_before(state: dict[str, Any], status: str, options: GcOptions, now: float) -> bool:

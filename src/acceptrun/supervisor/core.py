@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.redact import redact_argv
+from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of, store_root
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import RecordError, UserError
 from acceptrun.record.lease import process_start_time
@@ -310,9 +311,7 @@ class Supervisor:
 
     def _rollback(self, res: AttemptResult) -> str | None:
         """Quarantine the newest checkpoint so the restart resumes from the one before."""
-        store = CheckpointStore(
-            self.checkpoint_dir, on_event=lambda k, f: self._event(k, res.attempt, f)
-        )
+        store = self._store(lambda k, f: self._event(k, res.attempt, f))
         latest = store.latest()
         if latest is None or len(store.list()) < 2:
             return "diverged, and there is no earlier checkpoint to roll back to"
@@ -327,8 +326,14 @@ class Supervisor:
 
     @property
     def checkpoint_dir(self) -> Path:
-        ck = self.spec.checkpoint.dir
-        return Path(self.spec.resolve_path(ck)) if ck else self.record.checkpoints_dir
+        """The run's own store: ``checkpoint.dir/<run id>/`` or the record's (checkpoint/owner)."""
+        return store_root(self.record, self.spec)
+
+    def _store(self, on_event: Any = None) -> CheckpointStore:
+        """The run's store, its owner checked (another run's raises StoreOwnedError)."""
+        return open_run_store(
+            self.record, self.spec, retention=False, on_event=on_event, claim=True
+        )
 
     def _resume_point(self, attempt: int) -> tuple[str, int | None]:
         """The newest checkpoint that verifies (bad ones are quarantined), or none.
@@ -336,10 +341,7 @@ class Supervisor:
         Verification re-reads every file: the cost of one read of the checkpoint per
         restart, paid before the workload starts rather than by a failed restore.
         """
-        store = CheckpointStore(
-            self.checkpoint_dir,
-            on_event=lambda kind, fields: self._event(kind, attempt, fields),
-        )
+        store = self._store(lambda kind, fields: self._event(kind, attempt, fields))
         store.remove_stale_staging()
         info = store.latest_verified()
         return ("", None) if info is None else (str(info.path), info.step)
@@ -352,7 +354,7 @@ class Supervisor:
         """
         if resume_step is None or not self.spec.checkpoint.watch:
             return None
-        info = CheckpointStore(self.checkpoint_dir).get(resume_step)
+        info = self._store().get(resume_step)
         if info is None:
             return None
         t0 = time.monotonic()
@@ -386,7 +388,8 @@ class Supervisor:
             from acceptrun.checkpoint.mirror import Mirror
 
             mirror = Mirror(
-                f"{ck.mirror.rstrip('/')}/{self.record.run_id}",
+                str(mirror_root(self.record, self.spec)),
+                owner=owner_of(self.record),
                 state_path=self.record.file("mirror.json"),
                 on_event=lambda kind, fields: self._event(kind, attempt, fields),
             )

@@ -364,19 +364,17 @@ def checkpoint_root(record: RunRecord) -> Path:
         spec = load_spec(record.spec_path)
     except Exception:  # a spec that no longer loads: the default place, as the report does
         return record.checkpoints_dir
-    return (
-        Path(spec.resolve_path(spec.checkpoint.dir))
-        if spec.checkpoint.dir
-        else record.checkpoints_dir
-    )
+    from acceptrun.checkpoint.owner import store_root
+
+    return store_root(record, spec)  # checkpoint.dir/<run id>/ (or an older record's dir)
 
 
 def _checkpoint_files(ws: int, record: RunRecord) -> list[str]:
     """Links to each kept checkpoint's manifest (the report's table says what each holds)."""
-    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.checkpoint.owner import open_run_store
 
-    try:
-        steps = [info.step for info in CheckpointStore(checkpoint_root(record)).list()]
+    try:  # the run's own store: another run's raises, and the note names its owner
+        steps = [info.step for info in open_run_store(record, retention=False).list()]
     except Exception as exc:  # a damaged store: say so, the rest of the page stands
         return [f'<p class="note">Checkpoints could not be listed: {esc(exc)}</p>']
     if not steps:

@@ -33,17 +33,14 @@ class Checkpointing(RunBase):
     _drill_scratch: Any = None  # a restore drill's scratch CheckpointStore, made on first use
 
     def _store(self) -> Any:
-        from acceptrun.checkpoint.store import CheckpointStore
+        """The run's own store (the supervisor's ACCEPTRUN_CHECKPOINT_DIR, else the record's),
+        its owner checked; rank 0 of a standalone run claims it on first use."""
+        from acceptrun.checkpoint.owner import open_run_store
 
-        ck = self.spec.checkpoint
-        best = tuple(ck.keep_best.rsplit(":", 1)) if ck.keep_best else None
-        return CheckpointStore(
-            self.checkpoint_dir,
-            keep_last=ck.keep_last,
-            keep_every=ck.keep_every,
-            keep_best=best,
-            on_event=self._lifecycle_event,
-        )
+        return open_run_store(
+            self.record, self.spec, root=self.checkpoint_dir, on_event=self._lifecycle_event,
+            claim=self.rank == 0 and not self.drill,
+        )  # fmt: skip
 
     def checkpoint_store(self) -> Any:
         """This run's :class:`~acceptrun.checkpoint.CheckpointStore`: its directory, the spec's
@@ -83,13 +80,16 @@ class Checkpointing(RunBase):
         restore.
         """
         if self._drill_scratch is None:
+            from acceptrun.checkpoint.owner import open_run_store
             from acceptrun.checkpoint.store import CheckpointStore
 
             ck = self.spec.checkpoint
             launch = os.environ.get("TORCHELASTIC_RUN_ID") or f"pid{os.getpid()}"
             name = DRILL_SCRATCH_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", launch)
             scratch: Any = CheckpointStore(self.run_dir / name, keep_last=ck.keep_last)
-            scratch.restore_source = CheckpointStore(self.checkpoint_dir)  # read only
+            scratch.restore_source = open_run_store(  # read only
+                self.record, self.spec, root=self.checkpoint_dir, retention=False
+            )
             resume = Path(self.resume_from or "").name
             scratch.restore_step = (  # the checkpoint the drill verified, as run.restore's
                 int(resume.split("-", 1)[1]) if re.fullmatch(r"step-\d+", resume) else None
@@ -131,9 +131,11 @@ class Checkpointing(RunBase):
         """
         if self._mirror is None and self.spec.checkpoint.mirror and self.rank == 0:
             from acceptrun.checkpoint.mirror import Mirror
+            from acceptrun.checkpoint.owner import mirror_root, owner_of
 
             self._mirror = Mirror(
-                f"{self.spec.checkpoint.mirror.rstrip('/')}/{self.run_id}",
+                str(mirror_root(self.record, self.spec)),
+                owner=owner_of(self.record),
                 state_path=self.record.file("mirror.json"),
                 on_event=self._event_sink,
             )

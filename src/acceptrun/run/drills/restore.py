@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.checkpoint.files import put_back, sources_of
-from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
+from acceptrun.checkpoint.owner import open_run_store
+from acceptrun.checkpoint.store import CheckpointInfo
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
@@ -109,12 +110,8 @@ def restore_drill(
     """Restore the newest verified checkpoint of ``record`` in a fresh process; record the result."""
     spec = load_spec(record.spec_path)
     _refuse_black_box(record, spec)
-    ckpt_dir = (
-        Path(spec.resolve_path(spec.checkpoint.dir))
-        if spec.checkpoint.dir
-        else record.checkpoints_dir
-    )
-    store = CheckpointStore(ckpt_dir)
+    store = open_run_store(record, spec, retention=False)  # the run's own, owner checked
+    ckpt_dir = store.root
     info = store.latest_verified(quarantine=False)
     if info is None:
         raise UserError(

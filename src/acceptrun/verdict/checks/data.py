@@ -6,8 +6,6 @@ without the client, what its own checkpoints leave unchecked.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from acceptrun.record.view import read_attempts
 from acceptrun.verdict.checks.operations import drill_check
 from acceptrun.verdict.checks.setup import PREFLIGHT_FIX
@@ -37,14 +35,18 @@ def data_verified(given: CheckInput) -> list[Check]:
 
 def last_checkpoint(given: CheckInput) -> list[Check]:
     """The last checkpoint verifies (re-read and hashed) and, with a mirror, is mirrored."""
-    from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.checkpoint.owner import StoreOwnedError, open_run_store
 
     record, ck = given.record, given.spec.checkpoint
-    root = Path(given.spec.resolve_path(ck.dir)) if ck.dir else record.checkpoints_dir
     configured = ck.every_steps is not None or ck.every is not None
     if given.usage not in (None, "client") and not ck.watch:
         configured = False  # the interval has no effect without the client (a spec warning)
-    store = CheckpointStore(root)
+    try:  # the run's own store; another run's steps are never this run's evidence
+        store = open_run_store(record, given.spec, retention=False)
+    except StoreOwnedError as exc:
+        return [Check("data", "last checkpoint", FAIL, configured, str(exc),
+                      "give the run a checkpoint store of its own (checkpoint.dir/<run id>/)")]  # fmt: skip
+    root = store.root
     latest = store.latest()
     if latest is None:
         if not configured:
