@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from acceptrun._util.redact import redact_record, redact_text
 from acceptrun.errors import RecordError, UserError
 
 __all__ = [
@@ -64,16 +65,26 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | Path, data: bytes | str | Writer, *, mode: int = 0o644) -> None:
+def write_atomic(
+    path: str | Path, data: bytes | str | Writer, *, mode: int = 0o644, raw: bool = False
+) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
     ``data`` is bytes, text (UTF-8), or a callable that writes into the open binary file
     (for content too large to hold in memory). On any failure the temporary file is
     removed and the previous ``path``, if any, is left untouched.
 
+    Text is what acceptrun writes (a report, an export, a note): it passes through the
+    redactor (:mod:`acceptrun._util.redact`) unless ``raw=True``, which the few writers
+    of the user's own text take (the frozen spec.toml that ``resume`` reads, a checkpoint
+    manifest whose digest covers its text). Bytes and callables are payloads written as
+    they are (checkpoint files, copies of the workload's logs).
+
     >>> write_atomic("verdict.json", b"{}")
     """
     path = Path(path)
+    if isinstance(data, str) and not raw:
+        data = redact_text(data)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -119,10 +130,15 @@ def storage_fault(exc: OSError) -> str | None:
     return _FAULTS.get(exc.errno or 0)
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as pretty, key-sorted JSON through :func:`write_atomic`."""
-    text = json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
-    write_atomic(path, text)
+def write_json_atomic(path: str | Path, obj: Any, *, raw: bool = False) -> None:
+    """Write ``obj`` as pretty, key-sorted JSON through :func:`write_atomic`.
+
+    Its strings are redacted (:func:`acceptrun._util.redact.redact_record`; keys are
+    kept) unless ``raw=True``.
+    """
+    text = json.dumps(obj if raw else redact_record(obj), indent=2, sort_keys=True,
+                      default=_json_default) + "\n"  # fmt: skip
+    write_atomic(path, text, raw=True)
 
 
 # Limits on what a reader accepts from a file acceptrun did not just write itself. No
@@ -207,8 +223,11 @@ def read_json(path: str | Path) -> Any:
         ) from exc
 
 
-def jsonl_line(obj: Any) -> bytes:
-    """One JSON record as a compact line of bytes, newline included."""
+def jsonl_line(obj: Any, *, raw: bool = False) -> bytes:
+    """One JSON record as a compact line of bytes, newline included; its strings
+    redacted (:func:`acceptrun._util.redact.redact_record`) unless ``raw=True``."""
+    if not raw:
+        obj = redact_record(obj)
     return (json.dumps(obj, separators=(",", ":"), default=_json_default) + "\n").encode()
 
 

@@ -369,7 +369,7 @@ class CheckpointStore:
             # file that did not.
             for d in sorted(writer._dirs, key=lambda p: len(p.parts), reverse=True):
                 fsync_dir(d)
-            write_atomic(writer.path / MANIFEST, text)  # last file; fsyncs the staging dir
+            write_atomic(writer.path / MANIFEST, text, raw=True)  # last; its digest covers the text
             if final.exists():
                 self._set_aside(final)
             os.rename(writer.path, final)  # the commit point: the whole checkpoint appears

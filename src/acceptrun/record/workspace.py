@@ -271,7 +271,7 @@ class Workspace:
         tmp = self.runs_dir / f".creating-{run_id}"
         tmp.mkdir(parents=True)
         try:
-            write_atomic(tmp / "spec.toml", spec_text)
+            write_atomic(tmp / "spec.toml", spec_text, raw=True)  # the user's: resume reads it
             record_state = {
                 "format": FORMAT,
                 "run_id": run_id,

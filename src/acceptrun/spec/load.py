@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptrun._util.durable import MAX_JSON_DEPTH, deeper_than
+from acceptrun._util.redact import learn_spec
 from acceptrun.errors import SpecError
 from acceptrun.spec.fields import build
 
@@ -80,6 +81,7 @@ def parse_spec(text: str, *, source: str = "<spec>", base_dir: str | Path = ".")
         raw = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(source, [toml_error(exc)]) from None
+    learn_spec(raw)  # its secrets are hidden wherever they recur, from here on (redact.py)
     problems: list[str] = []
     spec: RunSpec | None = build(RunSpec, raw, "", problems)
     if problems or spec is None:
