@@ -589,6 +589,18 @@ def test_cleanup_that_failed_fails(tmp_path: Path) -> None:
     assert (c.status, c.evidence) == ("fail", "1 of 1 failed: rm -rf /tmp/scratch: exit 1")
 
 
+def test_cleanup_whose_removal_was_refused_fails(tmp_path: Path) -> None:
+    """A removal the path guard refused (here: the workspace) is never a ✓."""
+    rb = VerdictRecord(tmp_path, CLEANUP)
+    rb.training()
+    rb.at(30.0, "cleanup", remove=".*", ok=False, removed=["/w/.cache"],
+          detail="refused: /w/.acceptrun is in a workspace (.acceptrun)")  # fmt: skip
+    c = rb.check("cleanup")
+    assert c.status == "fail" and "refused: /w/.acceptrun" in c.evidence, c
+    assert c.evidence.endswith("1 path removed")
+    assert "narrow the [cleanup] remove glob" in str(c.fix)
+
+
 def test_cleanup_never_ran_is_not_recorded(tmp_path: Path) -> None:
     rb = VerdictRecord(tmp_path, CLEANUP)
     rb.training()

@@ -150,13 +150,18 @@ def cleanup(given: CheckInput) -> list[Check]:
         return [Check("operations", "cleanup", NOT_RECORDED, True, "no clean-up ran (the run did not finish)",
                       "run the [cleanup] commands by hand, then remove what [cleanup] remove names")]  # fmt: skip
     failed = [e for e in events if not e.get("ok")]
+    removed = sum(len(e.get("removed") or []) for e in events)
     if failed:
+        # A removal refused by the path guard (outside the workdir, the workspace, a store,
+        # the data) is a failure too: the spec asked for something that did not happen.
         what = "; ".join(
             f"{e.get('command') or e.get('remove')}: {e.get('detail')}" for e in failed
         )
-        return [Check("operations", "cleanup", FAIL, True, f"{len(failed)} of {len(events)} failed: {what}",
-                      "fix the failing clean-up step and run it by hand; the run left things behind")]  # fmt: skip
-    removed = sum(len(e.get("removed") or []) for e in events)
+        return [Check("operations", "cleanup", FAIL, True,
+                      f"{len(failed)} of {len(events)} failed: {what}"
+                      + (f"; {removed} path{'' if removed == 1 else 's'} removed" if removed else ""),
+                      "fix the failing clean-up step and run it by hand; a refused removal names "
+                      "what it would have reached: narrow the [cleanup] remove glob to the run's own files")]  # fmt: skip
     return [Check("operations", "cleanup", PASS, True,
                   f"{len(events)} step{'' if len(events) == 1 else 's'} done, {removed} path{'' if removed == 1 else 's'} removed")]  # fmt: skip
 
