@@ -86,13 +86,14 @@ def confine(
     *,
     field: str,
     fix: str = "",
+    within: str = "the workdir",
     error: type[AcceptrunError] = UserError,
 ) -> Path:
     """``root / rel`` with symlinks resolved, or ``error`` when it is not inside ``root``.
 
     ``field`` names where the value came from (``cleanup.remove``, ``manifest entry``);
-    the message carries it, the value, where it leads and ``fix`` (a default fix when
-    empty). Never follows a symlink out: a path whose resolution leaves ``root`` is
+    the message carries it, the value, ``within`` (what ``root`` is, in words), where it
+    leads and ``fix`` (a default fix when empty). Never follows a symlink out: a path whose resolution leaves ``root`` is
     refused even when its text looks relative.
     """
     text = os.fspath(rel)
@@ -104,7 +105,7 @@ def confine(
         if real.is_relative_to(real_root):
             return real
         why = f"it resolves to {real} (a symlink?)"
-    raise error(f"{field}: {text!r} leads outside {real_root}: {why}; {how}")
+    raise error(f"{field}: {text!r} leads outside {within} {real_root}: {why}; {how}")
 
 
 def check_removable(

@@ -162,12 +162,16 @@ def put_back(
                     if arc.startswith(prefix + "/"):
                         # Manifest names are data: each stays inside the checkpoint it is
                         # read from and inside the directory it is restored into.
-                        src = confine(info.path, arc, field=where, error=RecordError)
-                        out = confine(tmp, arc[len(prefix) + 1 :], field=where, error=RecordError)
+                        src = confine(info.path, arc, field=where, within="the checkpoint",
+                                      error=RecordError)  # fmt: skip
+                        out = confine(tmp, arc[len(prefix) + 1 :], field=where,
+                                      within="the restore target", error=RecordError)  # fmt: skip
                         _copy_checked(src, out, rec)
                 _swap_dir(tmp, dest)
             else:
-                src = confine(info.path, prefix, field=where, error=RecordError)
+                src = confine(
+                    info.path, prefix, field=where, within="the checkpoint", error=RecordError
+                )
                 _copy_checked(src, tmp, info.files[prefix])
                 os.replace(tmp, dest)
             fsync_dir(dest.parent)
