@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.campaign import tally
 
 from conftest import toml_str
 
@@ -36,6 +37,10 @@ SPEC_ENV_SECRET = "SEKRIT0SPECENV0ffff"
 ARG_KEY, ARG_TOKEN = "SEKRIT0ARG0KEY0gggg", "SEKRIT0ARG0TOKEN0hhhh"
 REMOTE_PASSWORD = "SEKRIT0REMOTE0iiii"
 URL_PASSWORD = "SEKRIT0URL0jjjj"
+HYDRA_KEY = "SEKRIT0HYDRA0kkkk"  # trainer.api_key=... in the command
+CLEANUP_TOKEN = "SEKRIT0CLEAN0llll"  # --token ... in a cleanup command
+SIG = "SEKRIT0SIG0mmmm"  # a presigned URL's signature, in the description
+EXC_PASSWORD, CONN_KEY = "SEKRIT0EXC0nnnn", "SEKRIT0CONN0oooo"  # in the exception text
 MARK = "SEKRIT0"  # every planted value contains it
 
 TRAIN = f"""
@@ -52,6 +57,7 @@ for step in run.steps(0, 4):
             "401 Unauthorized: " + " ".join(found)
             + " at https://alice:{URL_PASSWORD}@hub.example.com/models"
             + " with Authorization: Bearer " + os.environ["HF_TOKEN"]
+            + " password={EXC_PASSWORD} AccountKey={CONN_KEY};EndpointSuffix=x"
         )
 """
 
@@ -69,11 +75,14 @@ def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "train.py").write_text(TRAIN)
-    command = ["python", "train.py", "--api-key", ARG_KEY, f"--token={ARG_TOKEN}", "--lr", "0.1"]
+    command = ["python", "train.py", f"trainer.api_key={HYDRA_KEY}", "--api-key", ARG_KEY,
+               f"--token={ARG_TOKEN}", "--lr", "0.1"]  # fmt: skip
     (proj / "spec.toml").write_text(
         f"name = 'leaky'\ncommand = {json.dumps(command)}\n"
+        f"description = {toml_str(f'weights at https://h/w?se=1&sig={SIG}')}\n"
         f"[env]\nAPI_TOKEN = {toml_str(SPEC_ENV_SECRET)}\n"
         "[limits]\nmax_restarts = 0\n"
+        f"[cleanup]\ncommands = [{toml_str(f'echo done --token {CLEANUP_TOKEN}')}]\n"
     )
     _git(proj, "init", "-q")
     _git(proj, "remote", "add", "origin", f"https://bob:{REMOTE_PASSWORD}@git.example.com/x.git")
@@ -131,6 +140,7 @@ def test_no_planted_secret_reaches_the_record_the_reports_or_the_exports(
             leaks.append(str(path.relative_to(tmp)))
     outputs = [o for o in leaky_run["outputs"] if "acceptrun logs" not in o.splitlines()[0]]  # type: ignore[attr-defined]
     leaks += [o.splitlines()[0] for o in outputs if MARK in o]
+    tally("secrets in env/args/output", tried=searched, secrets=len(leaks))
     assert searched > 10
     assert not leaks, f"planted secrets found in: {leaks}"
 
