@@ -231,7 +231,7 @@ def test_compare_overlays_two_runs_with_the_diff_verdict(
     hostile, plain, _ = board["ids"]
     driver = _driver(tmp_path)
     try:
-        driver.get(f"{served.base}/compare?run=0/{hostile}&run=0/{plain}")
+        driver.get(f"{served.base}/compare?run=0/{hostile}&run=0/{plain}&token={TOKEN}")
         charts = driver.find_elements(By.CSS_SELECTOR, "svg.chart")
         titles = [c.find_element(By.TAG_NAME, "title").get_attribute("textContent") for c in charts]
         assert titles[:3] == ["Loss", "Throughput", "Step time (ms)"], titles
@@ -249,7 +249,7 @@ def test_compare_overlays_two_runs_with_the_diff_verdict(
         assert "metric final/loss" in body and "environment" in body and "outputs" in body
         assert driver.find_elements(By.CSS_SELECTOR, "script:not([src])") == []
         # A run's page: the report's own banner, white on green, as in report.html.
-        driver.get(f"{served.base}/run/0/{plain}")
+        driver.get(f"{served.board}/run/0/{plain}")  # the cookie is sent under the prefix
         banner = driver.find_element(By.ID, "verdict")
         assert banner.text.startswith("ACCEPTED")
         assert "255, 255, 255" in banner.value_of_css_property("color")
@@ -309,7 +309,7 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
         driver.get(f"{served.base}/?token={TOKEN}")  # the address `acceptrun ui` prints
         assert "token" not in driver.current_url  # kept in a cookie, out of the address bar
         _screenshot(driver, tmp_path, "ui-runs.png", 700)
-        driver.get(f"{served.base}/run/0/{run_id}")
+        driver.get(f"{served.board}/run/0/{run_id}")  # the cookie is sent under the prefix
         driver.execute_script("window.acceptrunNoReload = 1")
 
         def step() -> int | None:
@@ -348,7 +348,7 @@ def test_live_run_page_updates_without_reload_and_stops_with_a_checkpoint(
         assert errors == [], errors
 
         # Resume from the page: `acceptrun resume` starts detached from the checkpoint.
-        driver.get(f"{served.base}/run/0/{run_id}")
+        driver.get(f"{served.board}/run/0/{run_id}")
         resume = driver.find_element(By.XPATH, "//div[@id='actions']//button[text()='resume']")
         resume.click()
         flash = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "p.flash"), 30, 0.1, "flash")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import threading
-from typing import Any
 
 from acceptrun.ui import Board, make_server
 
@@ -22,7 +21,13 @@ class Served:
 
     @property
     def base(self) -> str:
+        """The board's origin (scheme, host, port): what an Origin header carries."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def board(self) -> str:
+        """The board's own address: the origin and its path prefix, where its cookie goes."""
+        return self.base + self.server.prefix
 
     def request(
         self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
@@ -37,8 +42,10 @@ class Served:
         conn.close()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, text
 
-    def get(self, path: str, **kw: Any) -> str:
-        status, _, text = self.request("GET", path, **kw)
+    def get(self, path: str, headers: dict[str, str] | None = None) -> str:
+        """A page read with the token (every page needs it, on loopback too)."""
+        hdrs = {"Authorization": f"Bearer {TOKEN}", **(headers or {})}
+        status, _, text = self.request("GET", path, headers=hdrs)
         assert status == 200, (path, status, text[-2000:])
         return text
 

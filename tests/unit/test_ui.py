@@ -29,7 +29,7 @@ def test_a_non_loopback_bind_needs_the_token_on_every_request(tmp_path: Path) ->
         status, _, text = served.request("GET", "/", headers=hdrs)
         assert status == 401 and "needs its token" in text
         status, headers, _ = served.request("GET", f"/?token={TOKEN}", headers=hdrs)
-        assert status == 303 and headers["location"] == "/"
+        assert status == 303 and headers["location"] == served.server.prefix + "/"
         cookie = headers["set-cookie"].split(";")[0]
         assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
         status, _, text = served.request("GET", "/", headers={**hdrs, "Cookie": cookie})
@@ -76,7 +76,9 @@ def test_the_sse_feed_sends_new_steps_then_ends(tmp_path: Path) -> None:
     def read() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
         conn.request(
-            "GET", f"/run/0/{record.run_id}/stream", headers={"Host": f"127.0.0.1:{served.port}"}
+            "GET",
+            f"/run/0/{record.run_id}/stream",
+            headers={"Host": f"127.0.0.1:{served.port}", "Authorization": f"Bearer {TOKEN}"},
         )
         resp = conn.getresponse()
         event = ""
@@ -157,7 +159,8 @@ def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
         assert stream is not None
         url = stream.group(1).replace("&amp;", "&")
         conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
-        conn.request("GET", url, headers={"Host": f"127.0.0.1:{served.port}"})
+        hdrs = {"Host": f"127.0.0.1:{served.port}", "Authorization": f"Bearer {TOKEN}"}
+        conn.request("GET", url, headers=hdrs)
         resp = conn.getresponse()
         with open(log, "a") as f:
             f.write("second line\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,9 @@ from acceptrun.record.workspace import IndexRow, RunRecord, Workspace
 __all__ = ["PAGE_SIZE", "Board", "RunFilter", "RunsPage", "thin_minmax", "thin_rows"]
 
 PAGE_SIZE = 50  # runs per page of the runs list
+# A run id as new_run_id makes them: never a path (no "/", no leading "."), never longer
+# than a file name may be.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 LIVE_STATES = RUN_LIVE  # as acceptrun top has them
 _COLUMNS = "run_id, name, status, verdict, mode, created_at, ended_at, duration_s, attempts, path"
 
@@ -117,8 +121,12 @@ class Board:
     def record(self, ws: int, run_id: str) -> RunRecord:
         """A run by its exact id; never a path outside the workspace's runs directory."""
         workspace = self.workspace(ws)
-        if not run_id or "/" in run_id or run_id.startswith(".") or "\0" in run_id:
-            raise WorkspaceError(f"{run_id!r} is not a run id")
+        if not _RUN_ID.fullmatch(run_id):
+            shown = repr(run_id[:40]) + ("…" if len(run_id) > 40 else "")
+            raise WorkspaceError(
+                f"run id: {shown} is not a run id (letters, digits, '.', '_', '-'; "
+                "at most 128 characters); the runs page lists them"
+            )
         path = workspace.runs_dir / run_id
         if not (path / "run.json").is_file():
             raise WorkspaceError(f"no run {run_id!r} in {workspace.root}; the runs page lists them")

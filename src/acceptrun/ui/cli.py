@@ -88,7 +88,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--host", default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; any other needs the token on every request)",
+        help="address to listen on (default 127.0.0.1; another one also answers other peers)",
     )  # fmt: skip
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT,
@@ -96,6 +96,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )  # fmt: skip
     p.add_argument(
         "--token",
-        help=f"the token for actions and remote access (default ${ENV_TOKEN}, else generated)",
+        help=f"the token every page and action needs, on loopback too (default ${ENV_TOKEN}, "
+        "else generated); the board lives under a path prefix made from it, where its "
+        "cookie is scoped, so another service on 127.0.0.1 is never sent the token",
     )
     p.set_defaults(func=cmd_ui)

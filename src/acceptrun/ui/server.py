@@ -178,9 +178,7 @@ class BoardServer(ThreadingHTTPServer):
 
     def cookie(self) -> str:
         """The Set-Cookie value that keeps the token for this board's pages only."""
-        return (
-            f"{self.cookie_name}={self.token}; Path={self.prefix}; HttpOnly; SameSite=Strict"
-        )
+        return f"{self.cookie_name}={self.token}; Path={self.prefix}; HttpOnly; SameSite=Strict"
 
     def own_hosts(self) -> set[str]:
         """Host header values naming this server on loopback."""
@@ -309,7 +307,7 @@ class BoardHandler(BaseHTTPRequestHandler):
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Cache-Control", "no-store")
 
-    _shows_prefix = False  # set once the request proved it holds the token
+    _shows_prefix = False  # a request under the prefix that proved it holds the token
 
     def _html(self, text: str, status: int = 200) -> None:
         if self._shows_prefix:
@@ -319,7 +317,7 @@ class BoardHandler(BaseHTTPRequestHandler):
         self._send(status, text.encode(), "text/html; charset=utf-8")
 
     def _redirect(self, location: str, headers: dict[str, str] | None = None) -> None:
-        if location.startswith("/"):
+        if self._shows_prefix and location.startswith("/"):
             location = self.server.prefix + location
         self._send(303, b"", "text/plain", {"Location": location, **(headers or {})})
 
@@ -355,15 +353,19 @@ class BoardHandler(BaseHTTPRequestHandler):
         self._shows_prefix = False
         try:
             if len(self.path) > MAX_PATH:
-                raise Refused(414, f"the address is {len(self.path)} characters long (at most {MAX_PATH})")
+                raise Refused(
+                    414, f"the address is {len(self.path)} characters long (at most {MAX_PATH})"
+                )
             url = urlsplit(self.path)
             query = parse_qs(url.query, max_num_fields=200)
-            path = url.path
+            path, prefixed = url.path, False
             if path == self.server.prefix or path.startswith(self.server.prefix + "/"):
-                path = path[len(self.server.prefix) :] or "/"
+                path, prefixed = path[len(self.server.prefix) :] or "/", True
             parts = [unquote(p) for p in path.split("/")[1:]]
             authorized = self._guard(query)
-            self._shows_prefix = authorized
+            # Links follow the address used: under the prefix for a browser (its cookie),
+            # as they are for a script that sends the token itself.
+            self._shows_prefix = authorized and prefixed
             if method == "POST":
                 text = self.headers.get("Content-Length") or "0"
                 if not text.isdigit() or len(text) > 12:
@@ -377,6 +379,7 @@ class BoardHandler(BaseHTTPRequestHandler):
             if "token" in query and self._has_token(query["token"][0]):
                 # Keep the token in a cookie and drop it from the address bar and history.
                 rest = urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
+                self._shows_prefix = True  # the cookie is sent under the prefix only
                 where = path + (f"?{rest}" if rest else "")
                 self._redirect(where, {"Set-Cookie": self.server.cookie()})
                 return
