@@ -96,10 +96,17 @@ def resumed(given: CheckInput) -> list[Check]:
     resumes = [e for e in given.record.events("restored") if e.get("attempt", 0) >= 1]
     if not resumes:
         return []
+    fetched = {e.get("attempt") for e in given.record.events("mirror_fetch")}
     text = "; ".join(
-        f"attempt {e['attempt']} from step {e['step']} ({e.get('seconds', 0):.2f}s)"
+        f"attempt {e['attempt']} from step {e['step']} ({e.get('seconds', 0):.2f}s"
+        + (", fetched from the mirror)" if e["attempt"] in fetched else ")")
         for e in resumes
     )
+    bad = list(given.record.events("mirror_quarantine"))  # passed over by a resume
+    if bad:
+        text += "; mirror: " + ", ".join(
+            f"step {b.get('step')} did not verify (attempt {b.get('attempt')})" for b in bad
+        )
     return [Check("operations", "resumed", PASS, False, text)]
 
 
