@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.campaign import tally
 
 from acceptrun._util.durable import (
     MAX_JSON_BYTES,
@@ -41,7 +42,6 @@ from acceptrun.errors import AcceptrunError
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.load import MAX_TOML_BYTES, load_spec
-from tests.campaign import tally
 
 DEEP = 100_000
 

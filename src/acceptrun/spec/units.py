@@ -16,8 +16,10 @@ class Duration(float):
     """Seconds, written in a spec as ``90``, ``"90s"``, ``"10m"``, ``"2h"`` or ``"1h30m"``."""
 
 
-# One number-and-unit part; a duration is one or more of them ("1h30m").
-DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+# One number-and-unit part; a duration is one or more of them ("1h30m"). A part starts
+# only where a number does (the lookbehind): without it a search over a long run of
+# digits with no unit tried every start again, quadratic in the value's length.
+DURATION_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 

@@ -122,9 +122,11 @@ _REGION_ENV = (
     "GOOGLE_CLOUD_REGION",
     "AZURE_REGION",
 )
+# Each host part starts only where its run of characters does (the lookbehinds): else a
+# search over a long run of letters or digits retried every start, quadratic in its length.
 _PRIVATE_REGISTRY = re.compile(
-    r"(\d+\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com|[a-z0-9-]+-docker\.pkg\.dev|"
-    r"(?:[a-z]+\.)?gcr\.io|[a-z0-9]+\.azurecr\.io|nvcr\.io)/[^\s'\"]+"
+    r"((?<!\d)\d+\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com|(?<![a-z0-9-])[a-z0-9-]+-docker\.pkg\.dev|"
+    r"(?<![a-z])(?:[a-z]+\.)?gcr\.io|(?<![a-z0-9])[a-z0-9]+\.azurecr\.io|nvcr\.io)/[^\s'\"]+"
 )
 _REGION_FS = re.compile(r"fs-[0-9a-f]+\.(?:efs|fsx)\.[a-z0-9-]+\.amazonaws\.com")
 _SHELL_SPLIT = {"&&", "||", ";", "|", "(", ")", "&"}
@@ -636,7 +638,7 @@ def _checkpoint_findings(spec: RunSpec, home: Path | None) -> list[Finding]:
     return out
 
 
-_EXACT = re.compile(r"^\s*(==)?\s*\d+(\.\d+)*\s*$")
+_EXACT = re.compile(r"^\s*(?:==\s*)?\d+(?:\.\d+)*\s*$")  # one \s* per gap: linear
 
 
 def _pin_findings(spec: RunSpec) -> list[Finding]:

@@ -73,10 +73,10 @@ OOM_HEADROOM = 64 * 1024 * 1024  # bytes of address space above current use left
 OOM_CHUNK = 8 * 1024 * 1024  # bytes per allocation while exhausting it
 
 _ITEM_RE = re.compile(
-    r"(?P<action>[a-z]+)(?:=(?P<code>[^@]*))?@(?P<when>[a-z]+)=(?P<value>[^:]*)"
+    r"\A(?P<action>[a-z]+)(?:=(?P<code>[^@]*))?@(?P<when>[a-z]+)=(?P<value>[^:]*)"
     r"(?P<options>(?::[^:]*)*)"
 )
-_OPTION_RE = re.compile(r"(?P<key>[a-z]+)=(?P<value>.*)")
+_OPTION_RE = re.compile(r"\A(?P<key>[a-z]+)=(?P<value>.*)")
 
 
 @dataclass(frozen=True)
