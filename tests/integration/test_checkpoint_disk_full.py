@@ -90,7 +90,7 @@ def _mount_tmpfs(path: Path) -> bool:
 class FullRun:
     tmp: Path
     ws: Path
-    ckpt: Path
+    ckpt: Path  # the run's own store: checkpoint.dir/<run id>/
     tmpfs: bool
     run_dir: Path
     result: subprocess.CompletedProcess[str]
@@ -116,7 +116,7 @@ def full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FullRun]:
         result = _cli(ws, "run", "-q", "spec.toml", cwd=tmp)
         runs = list((ws / "runs").iterdir())
         assert len(runs) == 1, (runs, result.stderr)
-        yield FullRun(tmp, ws, ckpt, tmpfs, runs[0], result)
+        yield FullRun(tmp, ws, ckpt / runs[0].name, tmpfs, runs[0], result)
     finally:
         if tmpfs:
             subprocess.run(["umount", "-l", str(ckpt)], check=False)
@@ -175,7 +175,9 @@ def test_the_previous_checkpoint_is_intact_and_nothing_half_written_is_left(
 def test_resume_continues_from_it_once_there_is_space(full: FullRun) -> None:
     if full.tmpfs:
         grown = subprocess.run(
-            ["mount", "-o", "remount,size=64m", str(full.ckpt)], capture_output=True, text=True
+            ["mount", "-o", "remount,size=64m", str(full.ckpt.parent)],
+            capture_output=True,
+            text=True,
         )
         assert grown.returncode == 0, grown.stderr
     else:

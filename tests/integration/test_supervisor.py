@@ -435,7 +435,7 @@ def test_checkpoint_dir_from_the_spec_is_passed_resolved(project: Any) -> None:
     result = launch(spec, workspace=project.workspace, echo=False)
 
     out = (result.record.attempt_dir(1) / "stdout.log").read_text().strip()
-    assert out == str(project.root / "ckpt")
+    assert out == str(project.root / "ckpt" / result.record.run_id)  # the run's own store
 
 
 def test_string_command_runs_through_sh(project: Any) -> None:
