@@ -167,7 +167,9 @@ def test_resume_from_mirror_falls_back_and_step_picks_one(
     last = max(a for e in record.events("attempt_start") if (a := e["attempt"]))
     assert attempt_steps(record, last) == list(range(pick + 1, 35))
     assert list(record.events("restored"))[-1]["step"] == pick
-    tally("mirrored steps corrupted", tried=2, tracebacks=0)
+    passed_over = list(record.events("mirror_quarantine"))  # each corrupt step a resume met
+    tally("mirrored steps corrupted", tried=len(passed_over), tracebacks=0)
+    assert [e["step"] for e in passed_over] == [29, steps[0]]
 
 
 def _shell_scripts(node: Any) -> list[str]:
