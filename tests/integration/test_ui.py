@@ -147,7 +147,8 @@ def test_runs_page_filters_by_name_verdict_and_date(board: dict[str, Any]) -> No
     assert plain in page
     page = served.get("/?" + urlencode({"until": "2000-01-01"}))
     assert plain not in page and "No run matches" in page
-    status, _, text = served.request("GET", "/?" + urlencode({"since": "yesterday"}))
+    bearer = {"Authorization": f"Bearer {TOKEN}"}  # every page needs the token
+    status, _, text = served.request("GET", "/?" + urlencode({"since": "yesterday"}), None, bearer)
     assert status == 404 and "since: &#x27;yesterday&#x27; is not a date" in text
 
 
