@@ -148,7 +148,11 @@ def store_root(record: RunRecord, spec: RunSpec | None = None) -> Path:
     if not ck.dir:
         return record.checkpoints_dir
     base = Path(spec.resolve_path(ck.dir))
-    return base / record.run_id if record.state.get(LAYOUT_KEY) == PER_RUN else base
+    try:
+        per_run = record.state.get(LAYOUT_KEY) == PER_RUN
+    except RecordError:  # run.json damaged: a reader still finds the store by its owner file
+        per_run = (base / record.run_id / OWNER).is_file()
+    return base / record.run_id if per_run else base
 
 
 def mirror_root(record: RunRecord, spec: RunSpec) -> str | None:
