@@ -217,11 +217,13 @@ class CheckpointSpec:
     SECTION: ClassVar[str] = "checkpoint"
 
     dir: str | None = doc(
-        "Checkpoint directory; default: checkpoints/ in the run record.",
+        "Parent directory of this spec's checkpoint stores: each run keeps its own in "
+        "<dir>/<run id>/ (OWNER.json names the run), so specs and repeated runs that share "
+        "it never mix; default: checkpoints/ in the run record.",
         None,
         format="path",
-        reach="a checkpoint store acceptrun owns: it writes, verifies and prunes only its "
-        "own step directories there",
+        reach="a checkpoint store acceptrun owns per run: a run writes, verifies, lists and "
+        "prunes only the steps of <dir>/<run id>/",
     )
     every_steps: int | None = doc(
         "Checkpoint every N steps.", None, gt=0, unit="steps", accepts=_POSITIVE_STEPS
