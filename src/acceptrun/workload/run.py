@@ -210,6 +210,10 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
         run = Run(record, attempt=int(os.environ.get(ENV_ATTEMPT, "1")), supervised=True)
     else:
         run = Run(_create_standalone(name, workspace), attempt=1, supervised=False)
+    # Loading the frozen spec teaches this process its secrets (spec/load.py learns them):
+    # a mirror or data URL's password the workload quotes, in an exception say, is then
+    # hidden in every event it writes, as it is in the supervisor's.
+    _ = run.spec  # the property loads (and caches) it
     if run.rank == 0:
         size: dict[str, Any] = {"world_size": run.world_size} if run.ranks.distributed else {}
         run.record.event(
