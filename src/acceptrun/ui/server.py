@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from acceptrun._util.redact import redact_text, secret_values
+from acceptrun._util.redact import learn_spec, redact_text, secret_values
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.ui import pages
 from acceptrun.ui.assets import BOARD_CSS, LIVE_JS
@@ -333,7 +333,7 @@ class BoardHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         try:
             for chunk in feed:
-                self.wfile.write(chunk)
+                self.wfile.write(_redacted(chunk, "text/event-stream", self.server.token))
                 self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             return  # the browser left the page
@@ -404,6 +404,8 @@ class BoardHandler(BaseHTTPRequestHandler):
     def _get(self, parts: list[str], query: dict[str, list[str]], token: str | None) -> None:
         board = self.server.board
         one = {k: v[0] for k, v in query.items() if v}
+        if len(parts) >= 3 and parts[0] == "run":
+            _learn_secrets(board.record(_int(parts[1]), parts[2]))
         match parts:
             case [""] | ["runs"]:
                 flt = RunFilter(
@@ -573,6 +575,18 @@ def _start_resume(workspace_root: Path, run_id: str) -> Path:
             start_new_session=True, cwd=workspace_root,
         )  # fmt: skip
     return log
+
+
+def _learn_secrets(record: Any) -> None:
+    """Learn a run's spec secrets (a mirror or data URL's password) before any of its
+    pages: its logs quote the workload's output as written, which may hold them bare."""
+    import tomllib
+
+    from acceptrun.spec.load import loads_toml
+
+    # No readable spec: the run page says so; the known forms and the environment still apply.
+    with contextlib.suppress(OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        learn_spec(loads_toml(record.spec_path.read_text(encoding="utf-8")))
 
 
 def _redacted(body: bytes, ctype: str, token: str) -> bytes:
