@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -202,6 +203,11 @@ def read_bytes_bounded(path: str | Path, limit: int = MAX_JSON_BYTES) -> bytes:
     more memory than the limit. OSError (missing, unreadable) passes through.
     """
     with open(path, "rb") as f:
+        # A regular file says its size: one over the limit is refused unread (a sparse
+        # gigabyte costs nothing); a FIFO or a growing file is cut at limit + 1 bytes.
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            raise ValueError(f"larger than the {limit >> 20} MiB limit")
         data = f.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than the {limit >> 20} MiB limit")

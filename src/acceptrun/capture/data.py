@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from acceptrun._util.durable import loads_json, write_json_atomic
+from acceptrun._util.durable import loads_json, read_bytes_bounded, write_json_atomic
 from acceptrun._util.hashing import ALGORITHM, CHUNK, new_hasher
 from acceptrun._util.paths import escape_problem
 from acceptrun._util.units import format_bytes
@@ -170,13 +170,13 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     data manifest, or its ``root_hash`` does not match its files (edited or damaged).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bytes_bounded(path, MAX_DATA_MANIFEST_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise DataError(
             f"data manifest {path} not found; "
             f"create it with `acceptrun data snapshot <data path> -o {path}`"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # unreadable, over the size limit, not UTF-8
         raise DataError(f"cannot read data manifest {path} ({exc}); {_REMAKE}") from exc
     try:
         manifest = loads_json(text, max_bytes=MAX_DATA_MANIFEST_BYTES)
