@@ -35,8 +35,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import REPAIRED_KIND
 from acceptrun.errors import RecordError
 from acceptrun.record.workspace import RunRecord
+from acceptrun.supervisor.classify import AttemptFacts, Classification, classify, stderr_tail
 
 __all__ = ["Watchdog", "die_with_supervisor", "take_over"]
 
@@ -129,8 +131,10 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
     Waits up to ``grace_s`` seconds (the spec's grace period) for what is left of its last
     attempt to checkpoint and exit (the watchdog's stop may still be under way), kills
     the rest (a node that rebooted has nothing left), writes that attempt's ``exit.json`` (outcome
-    ``interrupted``) when the dead supervisor could not, and returns what the resume
-    event records: ``{"attempt", "last_sign_of_life", "dead_s", "killed"}``. None when
+    ``interrupted``; class ``disk_full`` when the record shows a full disk stopped the
+    supervisor) when the dead supervisor could not, and returns what the resume event
+    records: ``{"attempt", "last_sign_of_life", "dead_s", "killed"}`` (and ``class``,
+    ``evidence`` for a full disk). None when
     the supervisor was not gone (a stopped or finished run resumed as before).
     """
     from acceptrun.record.liveness import supervisor_state
@@ -143,6 +147,7 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
     attempts = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
     attempt = max(attempts, default=None)
     killed: list[int] = []
+    cause: dict[str, Any] = {}
     if attempt is not None:
         deadline = time.monotonic() + grace_s
         while _attempt_pids(record, attempt) and time.monotonic() < deadline:
@@ -154,24 +159,92 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
                 for e in record.events("step")
                 if e.get("attempt") == attempt and isinstance(e.get("step"), int)
             ]
-            record.write_json(
-                f"attempts/{attempt}/exit.json",
-                {
-                    "attempt": attempt, "outcome": "interrupted", "returncode": None,
-                    "signal": None, "started_at": None, "ended_at": None, "duration_s": None,
-                    "reason": f"interrupted: {liveness.detail}; "
-                    f"last sign of life {liveness.last_seen_iso}",
-                    "work": {"last_step": max(steps) if steps else None},
-                    "decision": "resume: acceptrun resume",
-                },
-            )  # fmt: skip
+            ended = {
+                "attempt": attempt, "outcome": "interrupted", "returncode": None,
+                "signal": None, "started_at": None, "ended_at": None, "duration_s": None,
+                "reason": f"interrupted: {liveness.detail}; "
+                f"last sign of life {liveness.last_seen_iso}",
+                "work": {"last_step": max(steps) if steps else None},
+                "decision": "resume: acceptrun resume",
+            }  # fmt: skip
+            # A full disk is the usual reason a supervisor could not write exit.json: say
+            # so (the verdict's failures check shows the class), not just "interrupted".
+            if (full := _disk_full_cause(record, attempt)) is not None:
+                shown = [line for line in full.evidence if not line.startswith("exit status")]
+                cause = {"class": full.name, "evidence": [*shown, f"supervisor: {liveness.detail}"]}
+                ended |= cause | {
+                    "class_reason": f"disk full: {full.evidence[0]}; the supervisor could not "
+                    "record the attempt's end"
+                }
+            record.write_json(f"attempts/{attempt}/exit.json", ended)
     return {
         "attempt": attempt,
         "last_sign_of_life": last,
         "dead_s": None if last is None else round(max(0.0, now - last), 3),
         "killed": killed,
         "detail": liveness.detail,
+        **cause,
     }
+
+
+_FRAGMENT_BYTES = 64 << 10  # of a torn line, searched for a storage error
+
+
+def _disk_full_cause(record: RunRecord, attempt: int) -> Classification | None:
+    """The ``disk_full`` classification of an attempt whose end went unrecorded, or None.
+
+    The classifier (supervisor/classify.py) reads what the full disk let through: the
+    attempt's stderr tail first; else its own events (the workload's end status, a
+    checkpoint that failed for space) and the torn fragments of events.jsonl (the line
+    cut short by the full disk, and those terminated since the attempt started).
+    """
+    events = list(record.events())
+    mine = [e for e in events if e.get("attempt") == attempt]
+    tail = stderr_tail(record.path / "attempts" / str(attempt) / "stderr.log")
+    found = classify(AttemptFacts(None, None, None, tail, mine))
+    if found.name == "disk_full":
+        return found
+    lines = [f"workload ended: {e.get('status')}" for e in mine if e.get("kind") == "workload_end"]
+    for e in mine:
+        if e.get("kind") == "checkpoint_failed" and e.get("fault") == "disk full":
+            lines.append(
+                f"CheckpointDiskFullError: the checkpoint of step {e.get('step')} was not "
+                f"saved: {e.get('directory')} is full"
+            )
+        elif e.get("kind") == "checkpoint_failed" and e.get("error"):
+            lines.append(str(e["error"]))
+    started = min((e["t"] for e in mine if isinstance(e.get("t"), int | float)), default=0.0)
+    lines += _torn_fragments(record.events_path, events, since=started)
+    found = classify(AttemptFacts(None, None, None, "\n".join(lines), mine))
+    return found if found.name == "disk_full" else None
+
+
+def _torn_fragments(path: Path, events: list[dict[str, Any]], *, since: float) -> list[str]:
+    """The unterminated last line of ``path`` and the torn lines repaired after ``since``."""
+    spans = [
+        (e["offset"], e["torn_bytes"])
+        for e in events
+        if e.get("kind") == REPAIRED_KIND
+        and isinstance(e.get("offset"), int)
+        and isinstance(e.get("torn_bytes"), int)
+        and isinstance(e.get("t"), int | float)
+        and e["t"] >= since
+    ]
+    found: list[str] = []
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _FRAGMENT_BYTES))
+            tail = f.read()
+            if tail and not tail.endswith(b"\n"):
+                torn = tail.rpartition(b"\n")[2]
+                spans.append((size - len(torn), len(torn)))
+            for offset, length in spans:
+                f.seek(offset)
+                found.append(f.read(min(length, _FRAGMENT_BYTES)).decode(errors="replace"))
+    except OSError:
+        return []
+    return [line.strip() for line in found if line.strip()]
 
 
 def _attempt_pids(record: RunRecord, attempt: int) -> list[int]:
