@@ -2,8 +2,10 @@
 
 One tiny real run (a few steps, two checkpoints, a metric and an output) is made per
 session. Then, for every file in its record, each kind of damage (truncated, emptied,
-deleted, random junk, invalid UTF-8, a newer ``format``) is applied to a fresh copy and
-every reading command runs on it in-process: ``ls``, ``show`` (text and JSON),
+deleted, random junk, invalid UTF-8, a newer ``format``, a depth bomb of 100,000
+brackets, valid JSON nested 70 levels deep, a sparse size bomb past the reader's limit)
+is applied to a fresh copy and every reading command runs on it in-process: ``ls``,
+``show`` (text and JSON),
 ``report`` (Markdown and HTML), ``cost show``, ``ckpt ls``, ``ckpt verify`` and ``diff``
 against an intact copy of the same run. Each must give a clear error (exit 1 or 2,
 ``Type: message`` naming the damaged file) or an answer, never a traceback, and never a
@@ -23,8 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.campaign import tally
 
+from acceptrun._util.durable import MAX_JSON_BYTES, MAX_JSONL_LINE_BYTES
 from acceptrun.cli.main import main
+from acceptrun.spec.load import MAX_TOML_BYTES
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +123,46 @@ def _newer_format(path: Path, rng: random.Random) -> bool:
     return True
 
 
+def _plant(path: Path, bomb: bytes, toml: bytes) -> bool:
+    """Put ``bomb`` where the file's reader parses it: a line of a JSONL file, the
+    whole of any other file (``toml`` for a TOML one)."""
+    if path.suffix == ".jsonl":
+        data = path.read_bytes()
+        path.write_bytes(data + (b"" if data.endswith(b"\n") or not data else b"\n") + bomb + b"\n")
+    else:
+        path.write_bytes(toml if path.suffix == ".toml" else bomb)
+    return True
+
+
+def _depth_bomb(path: Path, rng: random.Random) -> bool:
+    """100,000 unclosed brackets: a recursive parser's stack, exhausted."""
+    return _plant(path, b"[" * 100_000, b"x = " + b"[" * 100_000)
+
+
+def _deep_dict(path: Path, rng: random.Random) -> bool:
+    """Valid JSON (or TOML) nested 70 levels deep: past every reader's depth limit."""
+    deep = b'{"a":' * 70 + b"1" + b"}" * 70
+    return _plant(path, deep, b"a." * 69 + b"a = 1\n")
+
+
+def _size_bomb(path: Path, rng: random.Random) -> bool:
+    """The file (a JSONL file's new last line) grown past its reader's size limit.
+
+    Sparse: the hole costs no disk, and a reader that read it all would still pay for
+    every byte of it.
+    """
+    with open(path, "r+b") as f:
+        size = f.seek(0, 2)
+        if path.suffix == ".jsonl":
+            f.write(b'{"kind": "step", "pad": "')
+            f.truncate(size + MAX_JSONL_LINE_BYTES + 1)
+            f.seek(0, 2)
+            f.write(b'"}\n')
+        else:
+            f.truncate(max(size, MAX_JSON_BYTES, MAX_TOML_BYTES) + 1)
+    return True
+
+
 DAMAGE: dict[str, Callable[[Path, random.Random], bool]] = {
     "truncate": _truncate,
     "empty": _empty,
@@ -125,6 +170,9 @@ DAMAGE: dict[str, Callable[[Path, random.Random], bool]] = {
     "junk": _junk,
     "bad-utf8": _bad_utf8,
     "newer-format": _newer_format,
+    "depth-bomb": _depth_bomb,
+    "deep-dict": _deep_dict,
+    "size-bomb": _size_bomb,
 }
 
 
@@ -194,6 +242,9 @@ def test_every_reader_on_every_damaged_file(
                 problems.append(f"{where}: shows accepted from a damaged verdict.json")
         shutil.rmtree(ws)
     FUZZ_COUNTS[f"record {kind}"] = cases
+    raised = sum(" raised " in p for p in problems)
+    tally("record files (real commands)", tried=cases * len(_commands(run_id, good, tmp_path)),
+          tracebacks=raised)  # fmt: skip
     print(f"\nrecord damage {kind!r}: {cases} files damaged, {len(problems)} problems")
     assert cases > 0
     assert problems == [], "\n".join(problems)
