@@ -60,8 +60,20 @@ def cmd_ckpt_ls(args: argparse.Namespace) -> int:
     record = workspace_of(args).get_run(args.run)
     store = _store_of(record)
     infos = store.list()
+    # A step directory whose manifest does not parse is left out of the list: say so.
+    listed = {i.step for i in infos}
+    damaged = sorted(
+        int(p.name[5:])
+        for p in (store.root.iterdir() if store.root.is_dir() else ())
+        if p.name.startswith("step-") and p.name[5:].isdigit() and int(p.name[5:]) not in listed
+    )
+    notes = [
+        f"step {step}: damaged, not listed: {'; '.join(store.verify(step).problems)} "
+        "(restarts skip it)"
+        for step in damaged
+    ]
     if not infos:
-        print(f"no checkpoints in {store.root}")
+        print("\n".join([f"no checkpoints in {store.root}", *notes]))
         return 0
     latest = store.latest()
     mirror = {
@@ -76,6 +88,8 @@ def cmd_ckpt_ls(args: argparse.Namespace) -> int:
             f"{i.step:>7}{mark}  {i.created_at:<24} {i.total_bytes / 1e6:>8.1f}MB {len(i.files):>5}  {state:<8} {metrics}"
         )
     print(f"(* = LATEST; {store.root})")
+    for note in notes:
+        print(note)
     return 0
 
 
