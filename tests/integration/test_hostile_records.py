@@ -6,6 +6,10 @@ One real run per module: checkpoints at steps 1, 3 and 5, then attempt 1 fails a
 - the newest step's MANIFEST.json replaced by a depth bomb (100,000 ``[``, or valid JSON
   nested 70 levels deep): ``ckpt ls`` and ``ckpt verify`` answer, naming step 5, and
   ``acceptrun resume`` quarantines it and continues from step 3;
+- events.jsonl (a new line), verdict.json, ledger.json, run.json and exit.json, each alone
+  and all at once, made a depth bomb, valid JSON too deep, a sparse size bomb or invalid
+  UTF-8: ``show`` (text, JSON), ``report`` (Markdown, HTML), ``ls``, ``cost show`` and
+  ``ckpt ls`` answer, or fail naming a damaged file;
 - the workspace without index.sqlite made read-only by a read-only bind mount (root;
   skipped where ``mount`` is refused): ``ls`` and ``show`` list the run with a note;
 - a data manifest that is a depth bomb, valid JSON too deep, or invalid UTF-8: ``data
@@ -180,6 +184,53 @@ def test_ls_and_show_on_a_read_only_workspace_without_its_index(
             assert "runs listed from their directories" in said, (args, said)
     assert not (ws / "index.sqlite").exists()
     tally("storage faults", tried=tried, tracebacks=0)
+
+
+RECORD_FILES = ("events.jsonl", "verdict.json", "ledger.json", "run.json", "attempts/1/exit.json")
+READERS = (
+    ("show",), ("show", "--json"), ("report", "--format", "md"),
+    ("report", "--format", "html", "-o", "report-copy.html"), ("ls",), ("cost", "show"),
+    ("ckpt", "ls"),
+)  # fmt: skip
+
+
+def _bomb_file(path: Path, kind: str) -> None:
+    """``kind`` planted in ``path``: a JSONL file gets it as a new line, others as a whole."""
+    if kind == "size-bomb":  # sparse: past the 64 MiB (a JSONL line: 16 MiB) limit
+        with open(path, "r+b") as f:
+            f.write(b'{"kind": "step", "pad": "')
+            f.truncate(f.seek(0, 2) + (65 << 20))
+        return
+    bomb = b'{"kind": "step", "\xff\xfe": 1}' if kind == "bad-utf8" else BOMBS[kind]
+    if path.suffix == ".jsonl":
+        path.write_bytes(path.read_bytes() + bomb + b"\n")
+    else:
+        path.write_bytes(bomb)
+
+
+@pytest.mark.parametrize("kind", [*sorted(BOMBS), "size-bomb", "bad-utf8"])
+def test_the_reading_commands_on_hostile_record_files(
+    failed: Failed, tmp_path: Path, kind: str
+) -> None:
+    """Each file alone, then all at once; every reading command, as a child process."""
+    tried = 0
+    for damaged in [*((name,) for name in RECORD_FILES), RECORD_FILES]:
+        ws = tmp_path / f"ws-{len(damaged)}-{damaged[0].replace('/', '-')}"
+        shutil.copytree(failed.ws, ws)
+        (ws / "index.sqlite").unlink(missing_ok=True)
+        run_dir = ws / "runs" / failed.run_id
+        for name in damaged:
+            _bomb_file(run_dir / name, kind)
+        for args in READERS:
+            tried += 1
+            run = [] if args == ("ls",) else [failed.run_id]
+            done = _cli(ws, *args, *run, cwd=tmp_path)
+            _clean(done, f"{' '.join(args)} with {kind} in {', '.join(damaged)}")
+            if done.returncode != 0:
+                named = [n for n in damaged if Path(n).name in done.stderr]
+                assert named, (args, damaged, done.stderr)
+        shutil.rmtree(ws)
+    tally("record files (real commands)", tried=tried, tracebacks=0)
 
 
 DATA_DAMAGE = {**BOMBS, "bad-utf8": b'{"files": {"\xff\xfe": 1}}'}
