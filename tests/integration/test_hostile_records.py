@@ -12,7 +12,8 @@ One real run per module: checkpoints at steps 1, 3 and 5, then attempt 1 fails a
   ``ckpt ls`` answer, or fail naming a damaged file;
 - the workspace without index.sqlite made read-only by a read-only bind mount (root;
   skipped where ``mount`` is refused): ``ls`` and ``show`` list the run with a note;
-- a data manifest that is a depth bomb, valid JSON too deep, or invalid UTF-8: ``data
+- a data manifest that is a depth bomb, valid JSON too deep, a sparse size bomb or
+  invalid UTF-8: ``data
   verify`` and the preflight of ``acceptrun run`` refuse it naming the file.
 
 Every command: exit 0, 1 or 2, never a traceback. Each record file under every kind of
@@ -35,6 +36,7 @@ import pytest
 from tests.campaign import tally
 
 from acceptrun._util.durable import read_jsonl
+from acceptrun.capture.data import MAX_DATA_MANIFEST_BYTES
 
 pytestmark = pytest.mark.slow
 
@@ -236,7 +238,7 @@ def test_the_reading_commands_on_hostile_record_files(
 DATA_DAMAGE = {**BOMBS, "bad-utf8": b'{"files": {"\xff\xfe": 1}}'}
 
 
-@pytest.mark.parametrize("kind", sorted(DATA_DAMAGE))
+@pytest.mark.parametrize("kind", [*sorted(DATA_DAMAGE), "size-bomb"])
 def test_a_hostile_data_manifest_is_refused_naming_it(tmp_path: Path, kind: str) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "a.txt").write_text("a")
@@ -244,7 +246,12 @@ def test_a_hostile_data_manifest_is_refused_naming_it(tmp_path: Path, kind: str)
     ws = tmp_path / ".acceptrun"
     made = _cli(ws, "data", "snapshot", "data", "-o", "data.manifest.json", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    (tmp_path / "data.manifest.json").write_bytes(DATA_DAMAGE[kind])
+    manifest = tmp_path / "data.manifest.json"
+    if kind == "size-bomb":  # sparse, past the manifest limit: refused by its size, unread
+        with open(manifest, "r+b") as f:
+            f.truncate(MAX_DATA_MANIFEST_BYTES + 1)
+    else:
+        manifest.write_bytes(DATA_DAMAGE[kind])
     verify = _cli(ws, "data", "verify", "data", "data.manifest.json", cwd=tmp_path)
     _clean(verify, "data verify")
     assert verify.returncode != 0 and "data.manifest.json" in verify.stderr, verify.stderr
