@@ -13,8 +13,8 @@ One real run per module: checkpoints at steps 1, 3 and 5, then attempt 1 fails a
 - the workspace without index.sqlite made read-only by a read-only bind mount (root;
   skipped where ``mount`` is refused): ``ls`` and ``show`` list the run with a note;
 - a data manifest that is a depth bomb, valid JSON too deep, a sparse size bomb or
-  invalid UTF-8: ``data
-  verify`` and the preflight of ``acceptrun run`` refuse it naming the file.
+  invalid UTF-8: ``data verify`` and the preflight of ``acceptrun run`` refuse it naming
+  the file.
 
 Every command: exit 0, 1 or 2, never a traceback. Each record file under every kind of
 damage is tests/integration/test_fuzz_record.py's business; this module runs the
