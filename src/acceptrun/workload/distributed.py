@@ -58,7 +58,8 @@ PET_SHUTDOWN_TIMEOUT = "PET_SHUTDOWN_TIMEOUT"
 PET_SIGNALS_TO_HANDLE = "PET_SIGNALS_TO_HANDLE"
 SIGNALS_TO_FORWARD = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
 _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)*)?")
-_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*=")  # a name starts a word: linear
+# A name starts a word (the lookbehind): a search never retries a long name from inside it.
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*=")
 _SHELL_SYNTAX = set(";&|<>$`(){}\n")  # a list, pipeline, redirection or expansion: not one command
 _NPROC = re.compile(r"--nproc[-_]per[-_]node(?:=(.*))?")
 _PR_SET_PDEATHSIG = 1  # prctl(2) option, linux/prctl.h
