@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -268,8 +269,29 @@ def write_appended(fd: int, data: bytes, path: str | Path) -> None:
     torn. A short write is continued until every byte is written; a write that fails
     (ENOSPC, EFBIG, EROFS) raises its OSError with a note saying how much was written.
     ``fd`` must be open for reading too (O_RDWR), to look at the last byte.
+
+    Every writer of a log holds an exclusive ``flock`` on it from the look at the last
+    byte to the end of its write: without it, a writer would take another process's
+    append still in flight (a large write(2) is not seen whole by a concurrent reader) for
+    a torn line and cut into it. A writer killed mid-write drops its lock with its life,
+    so the next one finds the true fragment. Where the file system has no locks (ENOLCK),
+    the append goes ahead unlocked and leaves the last line as it is: a repair is only
+    safe under the lock.
     """
-    size = os.fstat(fd).st_size
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        locked = True
+    except OSError:
+        locked = False
+    try:
+        _write_appended(fd, data, path, check_torn=locked)
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _write_appended(fd: int, data: bytes, path: str | Path, *, check_torn: bool) -> None:
+    size = os.fstat(fd).st_size if check_torn else 0
     if size and os.pread(fd, 1, size - 1) != b"\n":
         tail = os.pread(fd, min(size, _TAIL_SCAN), max(0, size - _TAIL_SCAN))
         cut = tail.rfind(b"\n")
