@@ -79,10 +79,19 @@ def test_every_secret_form_is_redacted(text: str) -> None:
         pytest.param("sorted(x, key=lambda kv: kv[0])", id="bare-key-outside-a-query"),
         pytest.param("board's token: filled in when it is known", id="prose-after-colon"),
         pytest.param("KEY_PATH=/etc/k.pem HF_HOME=/data", id="paths-to-secrets"),
+        pytest.param("google-auth==2.40.1 oauthlib==3.2.2 keyring==25.6.0", id="requirements"),
+        pytest.param('{"google-auth": "2.40.1", "secretstorage": "3.3.3.post1"}', id="pkg-json"),
     ],
 )  # fmt: skip
 def test_names_that_are_not_secrets_are_kept(text: str) -> None:
     assert redact_text(text, secrets=()) == text
+
+
+def test_a_package_named_like_a_secret_keeps_its_version_in_a_record() -> None:
+    # Provenance's package list: a distribution's name is not a variable's name.
+    packages = {"google-auth": "2.40.1", "oauthlib": "3.2.2", "keyring": "25.6.0rc1"}
+    assert redact.redact_record({"packages": packages}) == {"packages": packages}
+    assert redact.redact_record({"api_key": "abc123def456"}) == {"api_key": REDACTED}
 
 
 def test_a_value_learned_from_the_spec_is_hidden_where_it_recurs() -> None:

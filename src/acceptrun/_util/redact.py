@@ -100,6 +100,12 @@ _VALUE = re.compile(r"\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"'&;,<>()\[\]{}]+")
 _SECRET_LOOKING = re.compile(r"[^A-Za-z]|^.{8}")
 # Authorization: Bearer xyz / "Authorization": "Basic ..."
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)[ \t]{1,8}([A-Za-z0-9._~+/=-]{8,})")
+# A value shaped like a version ("2.40.1", "==1.0.0rc1", "v3.2.post1") is never a secret:
+# distributions named like secrets (google-auth, oauthlib, keyring) keep their versions in
+# provenance ("google-auth==2.40.1", {"google-auth": "2.40.1"}), and no credential has this
+# shape. The suffix must start with a letter (or "." then a letter), so the two parts never
+# trade characters: linear.
+_VERSION = re.compile(r"[=<>!~]{0,3}v?\d+(?:\.\d+)+(?:(?:[A-Za-z+!_-]|\.(?=[A-Za-z]))[\w.+!-]*)?")
 # A string with none of these cannot hold a form above (only a known value).
 _MAY_HOLD_FORM = re.compile(r"[=:@ \t]")
 # A value shorter than this is not replaced where it appears in text: "1" or "yes" in an
@@ -189,7 +195,7 @@ def _walk_strings(obj: Any, found: list[str]) -> None:
         found += secrets_in(obj)
     elif isinstance(obj, Mapping):
         for k, v in obj.items():
-            if isinstance(v, str) and _secret_key(k):
+            if _secret_item(k, v):
                 found.append(v)
             _walk_strings(v, found)
     elif isinstance(obj, list | tuple):
@@ -201,6 +207,14 @@ def _secret_key(key: Any) -> bool:
     # A record's own "key" fields (a probe cache's hash, a usage warning's id) are names,
     # not secrets: bare "key" counts in text (?key=..., key=...), not as a JSON key.
     return isinstance(key, str) and key.lower() != "key" and is_secret_name(key)
+
+
+def _secret_item(key: Any, value: Any) -> bool:
+    """Is ``value``, found under ``key`` in a mapping, a secret to hide whole?"""
+    return (
+        isinstance(value, str) and bool(value) and _secret_key(key)
+        and _VERSION.fullmatch(value) is None
+    )  # fmt: skip
 
 
 def _known(secrets: Iterable[str] | None) -> tuple[str, ...]:
@@ -252,6 +266,8 @@ def _forms(text: str, found: list[str] | None) -> str:
             continue
         if a.group("sep") == ":" and not quoted and not _SECRET_LOOKING.search(inner):
             continue  # "token: filled in when...": prose, not "password: hunter2"
+        if _VERSION.fullmatch(inner):
+            continue  # "google-auth==2.40.1": a distribution and its version
         if found is not None:
             found.append(inner)
         out += [text[done:pos], value.replace(inner, REDACTED, 1)]
@@ -348,8 +364,7 @@ def _redact_any(obj: Any, known: tuple[str, ...]) -> Any:
         return _redact_str(obj, known)
     if isinstance(obj, Mapping):
         return {
-            k: REDACTED if isinstance(v, str) and v and _secret_key(k) else _redact_any(v, known)
-            for k, v in obj.items()
+            k: REDACTED if _secret_item(k, v) else _redact_any(v, known) for k, v in obj.items()
         }
     if isinstance(obj, list | tuple):
         return [_redact_any(v, known) for v in obj]
@@ -383,7 +398,7 @@ def _record(obj: Any, known: list[tuple[str, ...]]) -> Any:
             t = type(v)
             if t in _SCALARS or (t is str and len(v) < MIN_SECRET_LEN and not _secret_key(k)):
                 continue  # a number, a short word: the whole of a step event
-            new = REDACTED if t is str and v and _secret_key(k) else _record(v, known)
+            new = REDACTED if t is str and _secret_item(k, v) else _record(v, known)
             if new is not v and new != v:
                 if out is None:
                     out = dict(obj)
