@@ -59,9 +59,15 @@ def fill(ws: Workspace, runs: int) -> float:
     return time.perf_counter() - t0
 
 
+TOKEN = "bench-token-0123456789"
+# Every page needs the board's token, on loopback too (docs/ui.md): a script sends it as
+# a bearer token, as a browser sends the cookie.
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
 def get(port: int, path: str) -> tuple[int, int]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("GET", path, headers={"Host": f"127.0.0.1:{port}"})
+    conn.request("GET", path, headers={"Host": f"127.0.0.1:{port}", **AUTH})
     resp = conn.getresponse()
     body = resp.read()
     conn.close()
@@ -73,7 +79,7 @@ def time_pages(port: int, repeats: int, pages: int) -> None:
         ("runs page 1", "/"),
         ("name filter", "/?name=resnet"),
         ("rejected only", "/?verdict=rejected"),
-        (f"page {pages // 2}", f"/?page={pages // 2}"),
+        (f"page {max(1, pages // 2)}", f"/?page={max(1, pages // 2)}"),
     ]
     print(f"{'page':<16} {'median ms':>10} {'p90 ms':>8} {'KiB':>6}")
     for label, path in cases:
@@ -101,7 +107,9 @@ def live_feed(ws: Workspace, port: int, rate: float, seconds: float) -> None:
 
     def follow() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        conn.request("GET", f"/run/0/{record.run_id}/stream", headers={"Host": f"127.0.0.1:{port}"})
+        conn.request(
+            "GET", f"/run/0/{record.run_id}/stream", headers={"Host": f"127.0.0.1:{port}", **AUTH}
+        )
         resp = conn.getresponse()
         ready.set()
         event = ""
@@ -160,7 +168,7 @@ def main() -> None:
         ws = Workspace.create(Path(tmp) / "ws")
         took = fill(ws, args.runs)
         print(f"filled {args.runs} runs through the workspace API in {took:.1f} s ({ws.root})")
-        server = make_server(Board.for_workspaces([ws]), "127.0.0.1", 0, "bench-token-0123456789")
+        server = make_server(Board.for_workspaces([ws]), "127.0.0.1", 0, TOKEN)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             time_pages(server.port, args.repeats, max(1, args.runs // 50))

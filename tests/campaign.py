@@ -17,13 +17,16 @@ import os
 
 __all__ = ["tally"]
 
+# Read once, when the test modules are collected: the suite's autouse fixture removes every
+# ACCEPTRUN_* variable from os.environ before each test runs.
+_LOG = os.environ.get("ACCEPTRUN_CAMPAIGN_LOG")
+
 
 def tally(
     surface: str, *, tried: int, tracebacks: int = 0, outside: int = 0, secrets: int = 0
 ) -> None:
     """Append one surface's counts to ``$ACCEPTRUN_CAMPAIGN_LOG`` when it is set."""
-    path = os.environ.get("ACCEPTRUN_CAMPAIGN_LOG")
-    if not path:
+    if not _LOG:
         return
     line = json.dumps(
         {
@@ -34,5 +37,5 @@ def tally(
             "secrets": secrets,
         }
     )
-    with open(path, "a", encoding="utf-8") as f:
+    with open(_LOG, "a", encoding="utf-8") as f:
         f.write(line + "\n")
