@@ -154,6 +154,14 @@ def test_the_verdict_names_the_full_disk_of_attempt_1(torn: Torn) -> None:
     failures = checks["failures"]["evidence"]
     assert failures.startswith("attempt 1: disk_full (disk full: "), failures
     assert "No space left on device" in failures, failures
+    # The lost work is counted from the events the disk let through, and said to be a
+    # lower bound: the workload may have run steps nobody could record.
+    steps = [e["step"] for e in torn.events("step") if e.get("attempt") == 1]
+    kept = max(e["step"] for e in torn.events("checkpoint_commit") if e["step"] <= max(steps))
+    work = exit1["work"]
+    assert work["lost_at_least"] is True and work["last_step"] == max(steps), work
+    assert work["steps_lost"] == max(steps) - kept, (work, kept)
+    assert f"lost at least {max(steps) - kept} step" in failures, failures
     # A full disk, recovered by a resume once there was space: the rules accept the run
     # and the record says what happened on the way.
     assert verdict["verdict"] == "accepted", verdict["verdict"]

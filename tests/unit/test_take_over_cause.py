@@ -16,7 +16,7 @@ import pytest
 
 from acceptrun._util.durable import append_jsonl
 from acceptrun.record.workspace import RunRecord
-from acceptrun.supervisor.lease import _disk_full_cause
+from acceptrun.supervisor.lease import _disk_full_cause, unrecorded_work
 
 START = {"t": 100.0, "kind": "attempt_start", "attempt": 1, "pid": 1}
 STEP = {"t": 101.0, "kind": "step", "attempt": 1, "step": 3}
@@ -75,3 +75,39 @@ def test_an_earlier_attempts_full_disk_is_not_blamed(tmp_path: Path) -> None:
                "status": "error: OSError: [Errno 28] No space left on device"}  # fmt: skip
     record = _record(tmp_path, [earlier, START, STEP])
     assert _disk_full_cause(record, 1) is None
+
+
+def _steps(attempt: int, steps: range, t0: float) -> list[dict[str, object]]:
+    return [
+        {"t": t0 + i, "kind": "step", "attempt": attempt, "step": s} for i, s in enumerate(steps)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("commits", "lost", "since"),
+    [
+        pytest.param([(9, 110.0)], 4, 106.0, id="after-a-checkpoint-of-this-attempt"),
+        pytest.param([(3, 50.0)], 10, 100.0, id="resumed-from-3: from the attempts start"),
+        pytest.param([], 10, 100.0, id="no-checkpoint: every step of the attempt"),
+        pytest.param([(9, 110.0), (12, 200.0)], 4, 106.0, id="a-commit-after-its-end-does-not-count"),
+    ],
+)  # fmt: skip
+def test_the_work_of_an_unrecorded_attempt_is_counted_as_a_lower_bound(
+    commits: list[tuple[int, float]], lost: int, since: float
+) -> None:
+    # Attempt 1 ran steps 4..13 at t=101..110 (step 9 at 106); its supervisor was last seen
+    # at t=120. Lost time runs from the kept step's own step event (as for a seen end).
+    events = [START, *_steps(1, range(4, 14), 101.0)]
+    events += [{"t": t, "kind": "checkpoint_commit", "step": s} for s, t in commits]
+    work = unrecorded_work(events, 1, 120.0, devices=4, nodes=2)
+    assert work["lost_at_least"] is True
+    assert (work["first_step"], work["last_step"], work["steps_done"]) == (4, 13, 10)
+    assert work["steps_lost"] == lost, work
+    assert work["seconds_lost"] == 120.0 - since
+    assert work["device_seconds_lost"] == 4 * (120.0 - since)
+    assert work["node_seconds_lost"] == 2 * (120.0 - since)
+
+
+def test_an_attempt_with_no_step_loses_its_time_and_no_step() -> None:
+    work = unrecorded_work([START], 1, 130.0)
+    assert (work["steps_lost"], work["seconds_lost"], work["last_step"]) == (0, 30.0, None)

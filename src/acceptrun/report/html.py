@@ -647,7 +647,9 @@ def _attempts(data: dict[str, Any]) -> list[str]:
         work = a.get("work") or {}
         done = f"{work.get('steps_done', '-')} steps"
         if work.get("steps_lost"):
-            done += f", {work['steps_lost']} lost ({format_duration(float(work.get('seconds_lost') or 0.0))})"
+            # An attempt whose end went unrecorded: counted from its events, a lower bound.
+            least = "at least " if work.get("lost_at_least") else ""
+            done += f", {least}{work['steps_lost']} lost ({format_duration(float(work.get('seconds_lost') or 0.0))})"
         evidence = a.get("evidence") or [a.get("reason")]
         reason = a.get("class_reason") or a.get("reason")
         cls = "pass" if a.get("outcome") == "success" else "fail"

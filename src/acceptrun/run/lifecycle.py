@@ -323,7 +323,12 @@ def resume_run(
         check_static(spec)  # this machine must have the workdir, the command and the data
         # A dead supervisor's run: its attempt's leftovers given the grace period, then
         # killed; its exit.json written.
-        interrupted = take_over(record, grace_s=spec.limits.grace_period)  # supervisor/lease.py
+        interrupted = take_over(  # supervisor/lease.py
+            record,
+            grace_s=spec.limits.grace_period,
+            devices=max(spec.resources.gpus, 1) * max(spec.resources.nodes, 1),
+            nodes=max(spec.resources.nodes, 1),
+        )
         state = record.state
         done = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
         first = max([int(state.get("attempts") or 0), *done]) + 1

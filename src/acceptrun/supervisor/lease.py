@@ -125,7 +125,9 @@ class Watchdog:
             self.proc.wait(timeout=5)
 
 
-def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | None:
+def take_over(
+    record: RunRecord, *, grace_s: float = 0.0, devices: int = 1, nodes: int = 1
+) -> dict[str, Any] | None:
     """Before ``acceptrun resume`` continues a run whose supervisor died: clean up after it.
 
     Waits up to ``grace_s`` seconds (the spec's grace period) for what is left of its last
@@ -154,17 +156,14 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
             time.sleep(0.2)
         killed = _kill_attempt(record, attempt)
         if not record.exists(f"attempts/{attempt}/exit.json"):
-            steps = [
-                int(e["step"])
-                for e in record.events("step")
-                if e.get("attempt") == attempt and isinstance(e.get("step"), int)
-            ]
+            events = list(record.events())
+            work = unrecorded_work(events, attempt, last, devices=devices, nodes=nodes)
             ended = {
                 "attempt": attempt, "outcome": "interrupted", "returncode": None,
                 "signal": None, "started_at": None, "ended_at": None, "duration_s": None,
                 "reason": f"interrupted: {liveness.detail}; "
                 f"last sign of life {liveness.last_seen_iso}",
-                "work": {"last_step": max(steps) if steps else None},
+                "work": work,
                 "decision": "resume: acceptrun resume",
             }  # fmt: skip
             # A full disk is the usual reason a supervisor could not write exit.json: say
@@ -185,6 +184,65 @@ def take_over(record: RunRecord, *, grace_s: float = 0.0) -> dict[str, Any] | No
         "detail": liveness.detail,
         **cause,
     }
+
+
+def unrecorded_work(
+    events: list[dict[str, Any]],
+    attempt: int,
+    ended_at: float | None,
+    *,
+    devices: int = 1,
+    nodes: int = 1,
+) -> dict[str, Any]:
+    """The work an attempt whose end went unrecorded lost, read from its events.
+
+    As supervisor/outcome.py counts it for an attempt it saw end: the steps after the
+    newest committed checkpoint (all the attempt's steps when none was committed during
+    or before it) and the time from that checkpoint's step (or the attempt's start) to
+    its last sign of life; ``devices`` are the run's devices in all (its GPUs, or one CPU
+    device, per node, times its nodes). A lower bound (``lost_at_least``): the workload
+    may have run steps its supervisor could not record.
+    """
+    mine = [e for e in events if e.get("attempt") == attempt]
+    steps = {
+        int(e["step"]): float(e["t"])
+        for e in mine
+        if e.get("kind") == "step" and isinstance(e.get("step"), int)
+        and isinstance(e.get("t"), int | float)
+    }  # fmt: skip
+    started = next((e.get("t") for e in mine if e.get("kind") == "attempt_start"), None)
+    first = min(steps, default=None)
+    last = max(steps, default=None)
+    # The newest checkpoint committed before this attempt ended: what a resume restores.
+    commits = [
+        int(e["step"]) for e in events
+        if e.get("kind") == "checkpoint_commit" and isinstance(e.get("step"), int)
+        and (ended_at is None or not isinstance(e.get("t"), int | float) or e["t"] <= ended_at)
+    ]  # fmt: skip
+    kept = max(commits, default=None)
+    work: dict[str, Any] = {
+        "first_step": first,
+        "last_step": last,
+        "steps_done": len(steps),
+        "checkpoint_after": kept,
+        "lost_at_least": True,
+    }
+    if last is None or first is None:
+        lost_steps, since = 0, started
+    elif kept is None or kept < first:
+        lost_steps, since = len(steps), started
+    else:
+        lost_steps, since = max(0, last - kept), steps.get(kept, started)
+    lost_s = 0.0
+    if isinstance(since, int | float) and isinstance(ended_at, int | float):
+        lost_s = max(0.0, ended_at - float(since))
+    work.update(
+        steps_lost=lost_steps,
+        seconds_lost=round(lost_s, 3),
+        device_seconds_lost=round(lost_s * max(devices, 1), 3),
+        node_seconds_lost=round(lost_s * max(nodes, 1), 3),
+    )
+    return work
 
 
 _FRAGMENT_BYTES = 64 << 10  # of a torn line, searched for a storage error
