@@ -104,8 +104,11 @@ _BEARER = re.compile(r"\b(Bearer|Basic|Token)[ \t]{1,8}([A-Za-z0-9._~+/=-]{8,})"
 # distributions named like secrets (google-auth, oauthlib, keyring) keep their versions in
 # provenance ("google-auth==2.40.1", {"google-auth": "2.40.1"}), and no credential has this
 # shape. The suffix must start with a letter (or "." then a letter), so the two parts never
-# trade characters: linear.
-_VERSION = re.compile(r"[=<>!~]{0,3}v?\d+(?:\.\d+)+(?:(?:[A-Za-z+!_-]|\.(?=[A-Za-z]))[\w.+!-]*)?")
+# trade characters; the lookbehind starts the digits only where a run of them starts, so a
+# search does not retry a long run from each of its digits: linear however it is used.
+_VERSION = re.compile(
+    r"[=<>!~]{0,3}v?(?<![\d.])\d+(?:\.\d+)+(?:(?:[A-Za-z+!_-]|\.(?=[A-Za-z]))[\w.+!-]*)?"
+)
 # A string with none of these cannot hold a form above (only a known value).
 _MAY_HOLD_FORM = re.compile(r"[=:@ \t]")
 # A value shorter than this is not replaced where it appears in text: "1" or "yes" in an
