@@ -31,11 +31,11 @@ from conftest import wait_for
 MARK = "acceptrun-escaped-descendant"  # in the escaped processes' argv, for the cleanup
 
 # Each escaped process writes its pid, then sleeps until killed.
-ESCAPED = f"import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(3600) # {MARK}"
+ESCAPED = f"import os, signal, sys; open(sys.argv[1], 'w').write(str(os.getpid())); signal.pause() # {MARK}"
 
 WORKLOAD = textwrap.dedent(
     """
-    import os, subprocess, sys, time
+    import os, signal, subprocess, sys, time
     marks, mode = os.environ["MARKS"], os.environ["MODE"]
     py, code = sys.executable, os.environ["ESCAPED"]
     # 1. a new session and an empty environment: no group, no marker
@@ -48,12 +48,15 @@ WORKLOAD = textwrap.dedent(
             os.execv("/usr/bin/env", ["env", "-i", py, "-c", code, os.path.join(marks, "daemon.pid")])
         os._exit(0)
     os.wait()
+    deadline = time.monotonic() + 300  # a hang guard: the two pid files come at once
     while not all(os.path.exists(os.path.join(marks, n)) for n in ("setsid.pid", "daemon.pid")):
-        time.sleep(0.02)
+        if time.monotonic() > deadline:
+            raise SystemExit("the escaped processes never wrote their pids")
+        time.sleep(0.02)  # polls a file, guesses no speed
     open(os.path.join(marks, "ready"), "w").close()
     if mode == "hold":
         while True:
-            time.sleep(0.1)
+            signal.pause()  # until the supervisor's stop or the watchdog's kill
     """
 )
 

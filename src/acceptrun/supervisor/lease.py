@@ -168,7 +168,7 @@ def take_over(
             }  # fmt: skip
             # A full disk is the usual reason a supervisor could not write exit.json: say
             # so (the verdict's failures check shows the class), not just "interrupted".
-            if (full := _disk_full_cause(record, attempt)) is not None:
+            if (full := _disk_full_cause(record, attempt, events)) is not None:
                 shown = [line for line in full.evidence if not line.startswith("exit status")]
                 cause = {"class": full.name, "evidence": [*shown, f"supervisor: {liveness.detail}"]}
                 ended |= cause | {
@@ -248,7 +248,9 @@ def unrecorded_work(
 _FRAGMENT_BYTES = 64 << 10  # of a torn line, searched for a storage error
 
 
-def _disk_full_cause(record: RunRecord, attempt: int) -> Classification | None:
+def _disk_full_cause(
+    record: RunRecord, attempt: int, events: list[dict[str, Any]] | None = None
+) -> Classification | None:
     """The ``disk_full`` classification of an attempt whose end went unrecorded, or None.
 
     The classifier (supervisor/classify.py) reads what the full disk let through: the
@@ -256,7 +258,8 @@ def _disk_full_cause(record: RunRecord, attempt: int) -> Classification | None:
     checkpoint that failed for space) and the torn fragments of events.jsonl (the line
     cut short by the full disk, and those terminated since the attempt started).
     """
-    events = list(record.events())
+    # The take-over reads the events once for this and the lost work: pass them in.
+    events = list(record.events()) if events is None else events
     mine = [e for e in events if e.get("attempt") == attempt]
     tail = stderr_tail(record.path / "attempts" / str(attempt) / "stderr.log")
     found = classify(AttemptFacts(None, None, None, tail, mine))
