@@ -15,7 +15,7 @@ the same format is never lost by a reader that passes the data on.
 >>> RunState.from_json({"format": 99}, "runs/r/run.json")
 Traceback (most recent call last):
 ...
-acceptrun.errors.RecordError: runs/r/run.json has format 99, newer than this acceptrun reads (up to 1); upgrade acceptrun (pip install -U acceptrun) to read this record
+acceptrun.errors.RecordError: runs/r/run.json has format 99, newer than this acceptrun reads (up to 2); upgrade acceptrun (pip install -U acceptrun) to read this record
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ __all__ = [
     "record_format",
 ]
 
-FORMAT = 1  # the record format this code writes and the newest it reads
+# The record format this code writes and the newest it reads. 1: every step a JSON line
+# of events.jsonl. 2: steps in the step log, attempts/<n>/steps/ (record/steplog.py);
+# events.jsonl keeps the other events. Readers read both.
+FORMAT = 2
 
 
 def record_format(data: Any, path: str | Path) -> int:

@@ -18,6 +18,7 @@ old signatures for callers that need one figure.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 from acceptrun._util.durable import read_jsonl
 from acceptrun.record.events import validate_event
 from acceptrun.record.liveness import last_sign_of_life
+from acceptrun.record.steplog import StepLog
 from acceptrun.record.models import AttemptExit, LedgerFile, RunState, VerdictFile, record_format
 from acceptrun.record.workspace import RunRecord
 
@@ -93,9 +95,30 @@ class RecordView:
         return RunState.from_json(self.raw_state, self.record.path / "run.json")
 
     @cached_property
-    def all_events(self) -> list[dict[str, Any]]:
-        """Every event of events.jsonl, in file order (a torn or damaged line is skipped)."""
+    def log_events(self) -> list[dict[str, Any]]:
+        """Every line of events.jsonl, in file order (a torn or damaged line is skipped).
+
+        In a record of format 2 these are every event but the steps, which are in the
+        step log (:attr:`step_log`); a record of format 1 has its steps here too.
+        """
         return list(read_jsonl(self.record.events_path, damaged=self.damaged_lines))
+
+    @cached_property
+    def step_log(self) -> StepLog:
+        """The run's steps, in chunks of arrays, whatever the format (record/steplog.py)."""
+        return StepLog(self.record.path, events=self.log_events)
+
+    @cached_property
+    def all_events(self) -> list[dict[str, Any]]:
+        """Every event, the steps of the step log included, ordered by time within
+        events.jsonl's order. Builds one dict per step: for small runs and old callers;
+        a reader of a long run reads :attr:`log_events` and :attr:`step_log`.
+        """
+        if not self.step_log.segments:
+            return self.log_events  # format 1: the steps are in events.jsonl already
+        steps = self.step_log.events()
+        others = [ev for ev in self.log_events if ev.get("kind") != "step"]
+        return list(heapq.merge(others, steps, key=_t_key))
 
     @cached_property
     def damaged_lines(self) -> list[str]:
@@ -138,27 +161,42 @@ class RecordView:
     # ---- events ----------------------------------------------------------------------
 
     def events(self, *kinds: str) -> list[dict[str, Any]]:
-        """Events in order, optionally only those of the given kinds."""
+        """Events in order, optionally only those of the given kinds.
+
+        Only a request for ``step`` events builds the steps as dicts (see :attr:`all_events`).
+        """
         if not kinds:
             return self.all_events
-        return [ev for ev in self.all_events if ev.get("kind") in kinds]
+        source = self.all_events if "step" in kinds else self.log_events
+        return [ev for ev in source if ev.get("kind") in kinds]
 
     def event_problems(self) -> list[str]:
         """Damaged lines, and known events that lack a required field (unknown kinds are not)."""
-        events = self.all_events  # reads the file, filling damaged_lines
-        return [*self.damaged_lines, *(p for ev in events for p in validate_event(ev).problems)]
+        events = self.log_events  # reads the file, filling damaged_lines
+        torn = [
+            f"{seg.path}: a torn last record of {seg.torn} bytes (a kill or a full disk mid-write)"
+            for seg in self.step_log.torn
+        ]
+        return [
+            *self.damaged_lines, *self.step_log.problems, *torn,
+            *(p for ev in events for p in validate_event(ev).problems),
+        ]  # fmt: skip
 
     def steps(self) -> list[dict[str, Any]]:
-        """The step events, all attempts together, in file order."""
-        return self.events("step")
+        """The step events as dicts, by attempt, in the order written (small runs only)."""
+        return self.step_log.events()
 
     def metrics(self) -> dict[str, Any]:
         """Metric name -> the last value recorded for it."""
-        return {str(ev.get("name")): ev.get("value") for ev in self.events("metric")}
+        return {
+            str(ev.get("name")): ev.get("value")
+            for ev in self.log_events
+            if ev.get("kind") == "metric"
+        }
 
     def last_outcome(self) -> str | None:
         """The outcome of the last attempt_exit event, None before any attempt ended."""
-        exits = self.events("attempt_exit")
+        exits = [ev for ev in self.log_events if ev.get("kind") == "attempt_exit"]
         outcome = exits[-1].get("outcome") if exits else None
         return None if outcome is None else str(outcome)
 
@@ -169,19 +207,27 @@ class RecordView:
         return [data for _name, data in self._exit_files]
 
     def timeline(self) -> dict[str, Any]:
-        """Launch, first step, last step and end times (unix seconds), and the step count."""
-        launch = first_step = last_step = end = None
-        steps = 0
-        for ev in self.all_events:
+        """Launch, first step, last step and end times (unix seconds), and the step count.
+
+        One pass over events.jsonl and one over the step log's ``t`` column: its cost
+        does not depend on the step log's layout, a step is never built as a dict.
+        """
+        launch = end = None
+        for ev in self.log_events:
             kind, t = ev.get("kind"), ev.get("t")
             if kind in ("attempt_start", "workload_start") and launch is None:
                 launch = t
-            elif kind == "step":
-                steps += 1
-                first_step = first_step or t
-                last_step = t
             elif kind in ("attempt_exit", "workload_end"):
                 end = t
+        first_step = last_step = None
+        steps = 0
+        for chunk in self.step_log.chunks():
+            if not len(chunk):
+                continue
+            steps += len(chunk)
+            lo, hi = float(chunk.t.min()), float(chunk.t.max())
+            first_step = lo if first_step is None else min(first_step, lo)
+            last_step = hi if last_step is None else max(last_step, hi)
         return {
             "launch": launch,
             "first_step": first_step,
@@ -215,7 +261,7 @@ class RecordView:
         deleted: list[int] = []
         quarantined: list[int | None] = []
         failed = 0
-        for ev in self.all_events:
+        for ev in self.log_events:
             kind, step = ev.get("kind"), ev.get("step")
             if kind == "checkpoint_commit" and isinstance(step, int):
                 committed.append(step)
@@ -230,6 +276,11 @@ class RecordView:
     def last_sign_of_life(self) -> float | None:
         """Unix seconds of the newest of the lease renewal, last event and last sample."""
         return last_sign_of_life(self.record.path)
+
+
+def _t_key(ev: dict[str, Any]) -> float:
+    t = ev.get("t")
+    return float(t) if isinstance(t, int | float) else 0.0
 
 
 def attempt_spans(events: Iterable[dict[str, Any]]) -> list[AttemptSpan]:

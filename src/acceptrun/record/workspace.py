@@ -129,6 +129,7 @@ class RunRecord:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._events: AppendLog | None = None  # opened by the first event written
+        self._steps: Any = None  # the StepWriter, opened by the first step written
         self.run_id = self.path.name
 
     # Layout (see docs/architecture.md, "The run record").
@@ -180,6 +181,20 @@ class RunRecord:
         held lines first, so the file stays in order.
         """
         record = {"t": round(time.time(), 6), "kind": kind, **fields}
+        if kind == "step":
+            # Step events go to the step log (record/steplog.py), one fixed-width record
+            # each; one that cannot be a record (no integer step) stays a JSON line.
+            if self._steps is None:
+                from acceptrun.record.steplog import StepWriter
+
+                self._steps = StepWriter(self.path)
+            attempt = fields.get("attempt")
+            if self._steps.append(attempt if isinstance(attempt, int) else 0, record):
+                if not defer:
+                    self._steps.flush()
+                return record
+        elif self._steps is not None:
+            self._steps.flush()  # the steps before this event are on disk before it
         if self._events is None:
             self._events = AppendLog(self.events_path)
         self._events.append(record, sync=sync, defer=defer)
@@ -187,14 +202,27 @@ class RunRecord:
 
     def flush_events(self) -> None:
         """Write the step events held by :meth:`event` now."""
+        if self._steps is not None:
+            self._steps.flush()
         if self._events is not None:
             self._events.flush()
 
     def events(self, *kinds: str) -> Iterator[dict[str, Any]]:
-        """Events in order, optionally only those of the given kinds."""
-        for ev in read_jsonl(self.events_path):
-            if not kinds or ev.get("kind") in kinds:
-                yield ev
+        """Events in order, optionally only those of the given kinds.
+
+        Steps are in the step log (record/steplog.py): asking for ``step`` events (or
+        for every event) builds them as dicts, merged by time, which suits small runs;
+        a reader of a long run reads ``StepLog(record.path)`` in chunks of arrays.
+        """
+        if kinds and "step" not in kinds:
+            for ev in read_jsonl(self.events_path):
+                if ev.get("kind") in kinds:
+                    yield ev
+            return
+        from acceptrun.record.view import RecordView
+
+        for ev in RecordView(self).events(*kinds):
+            yield ev
 
     def audit(self, action: str, **fields: Any) -> dict[str, Any]:
         """Record a lifecycle action (run, stop, kill, resume, drill): what, who, when."""

@@ -1,0 +1,789 @@
+"""The step log: one fixed-width binary record per step, made for runs of millions of steps.
+
+A step is the one thing a run writes at every step, so it is the one thing whose cost
+must not grow with the run. Step events live here instead of ``events.jsonl`` (which
+keeps the other events); this module writes them and is the only reader of the files.
+
+Layout (record format 2)::
+
+    attempts/<n>/steps/<seq>.steps      one segment: a header, then fixed-width records
+
+A segment starts with the 8 bytes ``ACSTEP1\\n``, a little-endian uint32 header length,
+and that many bytes of JSON (padded with spaces so records start on an 8-byte boundary):
+``{"columns": [[name, codec], ...], "constants": {...}, "attempt": n, "pid": ...}``. Each
+record is the columns packed in order, little-endian, without padding, so NumPy reads a
+segment as one structured array (:func:`numpy.fromfile`), with no parsing. Codecs:
+
+``i8``
+    int64: ``step``.
+``f8``
+    float64: ``t`` (unix seconds), and any value that float32 does not hold exactly.
+``f4``
+    float32: a logged value while every value it has held is exactly a float32 (a loss
+    from ``tensor.item()``, a batch size): exact, half the bytes.
+``us4``
+    uint32 microseconds: ``step_time`` and ``data_wait`` (the JSON events rounded them to
+    the microsecond too), up to 4294 s; a longer one widens the column to ``f8``.
+
+A value absent from a step is a reserved NaN (``MISSING_F8``/``MISSING_F4``, or
+``0xFFFFFFFF`` for ``us4``), distinct from a logged NaN. ``total_steps``, ``source`` and
+any value that is not a number are constants of the segment, in its header. A step that
+needs a column the segment lacks, a wider codec or other constants starts the next
+segment: layouts only widen, so a run has a handful of segments, whatever its length.
+The steps of the bench loop (step, t, step_time, loss, samples) take 28 bytes with a
+float32 loss, 32 with a float64 one; ``events.jsonl`` took 145.
+
+Crash safety: records are appended whole (one ``write(2)`` of the held records, held
+for at most 0.2 s as the JSON step events were), with ``O_APPEND``. A SIGKILL, a full disk
+or a power cut can leave a partial last record: readers count whole records only
+(``(size - header) // width``), so nothing is lost but the torn step, and a later attempt
+writes segments of its own, never after a torn tail. :func:`repair_torn` cuts such a tail
+at resume.
+
+Records of format 1 (every step a JSON line in ``events.jsonl``) read through the same
+API: :class:`StepLog` yields their steps in chunks of arrays, as it does for segments.
+A step event that cannot be a record (a ``step`` that is not an integer) is written to
+``events.jsonl`` as before and read from there too.
+
+Writers call ``RunRecord.event("step", ...)`` as before; the record routes step events
+here (:class:`StepWriter`). The writer uses ``struct`` only: the training loop never
+imports NumPy for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acceptrun._util.durable import loads_json, read_jsonl
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = [
+    "CHUNK",
+    "MAGIC",
+    "MISSING_F4",
+    "MISSING_F8",
+    "Segment",
+    "StepChunk",
+    "StepLog",
+    "StepWriter",
+    "repair_torn",
+    "segments",
+]
+
+MAGIC = b"ACSTEP1\n"
+SUFFIX = ".steps"
+CHUNK = 1 << 20  # records per chunk a reader holds at once (about 32 MB at 32 bytes)
+MAX_HEADER = 1 << 20  # a segment header longer than this is damage, not a layout
+
+MISSING_F8_BITS = 0x7FF8_0000_5EED_0BAD  # a quiet NaN with a payload no arithmetic makes
+MISSING_F4_BITS = 0x7FC0_0BAD
+MISSING_U4 = 0xFFFF_FFFF
+MISSING_F8: float = struct.unpack("<d", struct.pack("<Q", MISSING_F8_BITS))[0]
+MISSING_F4: float = struct.unpack("<f", struct.pack("<I", MISSING_F4_BITS))[0]
+_MISSING_F8_BYTES = struct.pack("<Q", MISSING_F8_BITS)
+
+_STRUCT = {"i8": "q", "f8": "d", "f4": "f", "us4": "I"}
+_NUMPY = {"i8": "<i8", "f8": "<f8", "f4": "<f4", "us4": "<u4"}
+_SIZE = {"i8": 8, "f8": 8, "f4": 4, "us4": 4}
+# Timed fields, stored in microseconds.
+TIMED = frozenset({"step_time", "data_wait"})
+# Fields that are constant over a loop: kept in the segment header, not in each record.
+CONSTANT_FIELDS = frozenset({"total_steps", "source"})
+# Fields of a step event that are not values: the step log keeps them elsewhere.
+_FRAME = frozenset({"t", "kind", "attempt", "step"})
+_F4_MAX = 3.4028234663852886e38
+
+
+def _f4_exact(v: float) -> bool:
+    """Whether float32 holds ``v`` exactly (NaN and infinities: yes)."""
+    if v != v or v in (math.inf, -math.inf):
+        return True
+    if abs(v) > _F4_MAX:
+        return False
+    return struct.unpack("<f", struct.pack("<f", v))[0] == v
+
+
+def _codec_for(name: str, value: float) -> str:
+    if name in TIMED:
+        return "us4" if _us4_fits(value) else "f8"
+    return "f4" if _f4_exact(value) else "f8"
+
+
+def _us4_fits(value: float) -> bool:
+    return value == value and 0.0 <= value < 4294.0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _wider(a: str, b: str) -> str:
+    """The codec that holds what both hold (``f8`` holds everything)."""
+    return a if a == b else "f8"
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Layout:
+    columns: list[tuple[str, str]]
+    constants: dict[str, Any]
+    names: frozenset[str] = frozenset()
+    codec: dict[str, str] = field(default_factory=dict)
+    packer: struct.Struct | None = None
+
+    def __post_init__(self) -> None:
+        self.names = frozenset(n for n, _c in self.columns)
+        self.codec = dict(self.columns)
+        self.packer = struct.Struct("<" + "".join(_STRUCT[c] for _n, c in self.columns))
+
+    def fits(self, values: dict[str, Any], constants: dict[str, Any]) -> bool:
+        if constants != self.constants:
+            return False
+        codec = self.codec
+        for name, v in values.items():
+            c = codec.get(name)
+            if c is None:
+                return False
+            if c == "f4":
+                if not _f4_exact(v):
+                    return False
+            elif c == "us4" and not _us4_fits(v):
+                return False
+        return True
+
+    def widened(self, values: dict[str, Any], constants: dict[str, Any]) -> _Layout:
+        cols = dict(self.columns)
+        for name, v in values.items():
+            want = _codec_for(name, v)
+            cols[name] = want if name not in cols else _wider(cols[name], want)
+        return _Layout(list(cols.items()), constants)
+
+    def pack(self, step: int, t: float, values: dict[str, Any]) -> bytes:
+        out: list[Any] = []
+        for name, c in self.columns:
+            if name == "step":
+                out.append(step)
+            elif name == "t":
+                out.append(t)
+            else:
+                v = values.get(name)
+                if v is None:
+                    out.append(
+                        MISSING_U4 if c == "us4" else MISSING_F4 if c == "f4" else MISSING_F8
+                    )
+                elif c == "us4":
+                    out.append(round(v * 1e6))
+                else:
+                    out.append(v)
+        assert self.packer is not None
+        return self.packer.pack(*out)
+
+
+_BASE = [("step", "i8"), ("t", "f8")]
+
+
+def split_event(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A step event's numeric values and its constants; None when it cannot be a record."""
+    step = fields.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not -(2**63) <= step < 2**63:
+        return None
+    values: dict[str, Any] = {}
+    constants: dict[str, Any] = {}
+    for k, v in fields.items():
+        if k in _FRAME:
+            continue
+        if k in CONSTANT_FIELDS or not _is_number(v):
+            if isinstance(v, str) and v in ("nan", "inf", "-inf") and k not in CONSTANT_FIELDS:
+                values[k] = float(v)  # a non-finite value written as a string (JSON has no NaN)
+                continue
+            constants[k] = v
+        else:
+            if isinstance(v, int) and not -(2**53) <= v <= 2**53:
+                return None  # a float64 does not hold it exactly: keep it as JSON
+            values[k] = float(v) if isinstance(v, int) else v
+    return values, constants
+
+
+class StepWriter:
+    """Appends the step records of one process to ``attempts/<attempt>/steps/``.
+
+    :meth:`append` holds records for at most ``FLUSH_S`` seconds or ``FLUSH_RECORDS``
+    records and writes them in one ``write(2)`` (a flusher thread writes what is held when
+    the loop stops appending); :meth:`flush` writes them now. One writer per process and
+    attempt; a forked child starts its own. Thread-safe.
+    """
+
+    FLUSH_S = 0.2
+    FLUSH_RECORDS = 4096
+
+    def __init__(self, record_path: Path) -> None:
+        self.record_path = Path(record_path)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._attempt: int | None = None
+        self._layout: _Layout | None = None
+        self._fd: int | None = None
+        self._path: Path | None = None
+        self._held: list[bytes] = []
+        self._held_since = 0.0
+        self._holding = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self._size = 0  # bytes in the open segment: a failed write is cut back to it
+        self.records = 0  # records appended by this writer
+
+    def append(self, attempt: int, fields: dict[str, Any]) -> bool:
+        """Add one step; False when it cannot be a record (the caller keeps it as JSON)."""
+        split = split_event(fields)
+        if split is None:
+            return False
+        values, constants = split
+        t = fields.get("t")
+        t = float(t) if _is_number(t) else time.time()
+        if self._pid != os.getpid():
+            self._after_fork()
+        with self._lock:
+            layout = self._layout
+            if attempt != self._attempt or layout is None or not layout.fits(values, constants):
+                self._write_held()
+                base = (
+                    _Layout(list(_BASE), constants)
+                    if (layout is None or attempt != self._attempt)
+                    else layout
+                )
+                layout = base.widened(values, constants)
+                self._open_segment(attempt, layout)
+            self._held.append(layout.pack(fields["step"], t, values))
+            self.records += 1
+            now = time.monotonic()
+            if len(self._held) == 1:
+                self._held_since = now
+                if self._flusher is None:
+                    self._start_flusher()
+                self._holding.set()
+            elif len(self._held) >= self.FLUSH_RECORDS or now - self._held_since >= self.FLUSH_S:
+                self._write_held()
+        return True
+
+    def flush(self) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()
+        with self._lock:
+            self._write_held()
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
+
+    def _open_segment(self, attempt: int, layout: _Layout) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        root = self.record_path / "attempts" / str(attempt) / "steps"
+        root.mkdir(parents=True, exist_ok=True)
+        header = {
+            "columns": [list(c) for c in layout.columns],
+            "constants": layout.constants,
+            "attempt": attempt,
+            "pid": os.getpid(),
+            "created": round(time.time(), 6),
+        }
+        from acceptrun._util.redact import redact_obj
+
+        body = json.dumps(redact_obj(header), separators=(",", ":")).encode()
+        pad = (-(len(MAGIC) + 4 + len(body))) % 8
+        blob = MAGIC + struct.pack("<I", len(body) + pad) + body + b" " * pad
+        seq = _next_seq(root)
+        while True:
+            path = root / f"{seq:06d}{SUFFIX}"
+            try:
+                fd = os.open(
+                    path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644
+                )
+            except FileExistsError:
+                seq += 1
+                continue
+            break
+        self._fd, self._path, self._attempt, self._layout = fd, path, attempt, layout
+        self._size = 0
+        self._write_all(blob)
+
+    def _write_held(self) -> None:
+        if not self._held or self._fd is None:
+            self._held = []
+            return
+        data = b"".join(self._held)
+        self._held = []
+        self._write_all(data)
+
+    def _write_all(self, data: bytes) -> None:
+        """Write every byte; a failed write is cut back to the last whole record, then raised.
+
+        A full disk may write part of a batch: the partial record is removed (``ftruncate``
+        to the size before the batch) so the next batch starts on a record boundary; when
+        even that fails the segment is closed and the next step starts a new one.
+        """
+        assert self._fd is not None and self._path is not None
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                n = os.write(self._fd, view[done:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "write(2) wrote nothing", str(self._path))
+                done += n
+        except OSError as exc:
+            exc.add_note(f"{self._path}: {done} of {len(data)} bytes of this append were written")
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd, self._layout = None, None
+            raise
+        self._size += len(data)
+
+    def _start_flusher(self) -> None:
+        pid, holding = os.getpid(), self._holding
+
+        def flush_held() -> None:
+            while self._pid == pid:
+                holding.wait()
+                with self._lock:
+                    due = self._held_since + self.FLUSH_S - time.monotonic()
+                    if self._held and due <= 0:
+                        with contextlib.suppress(OSError):  # the next append reports it
+                            self._write_held()
+                    if not self._held:
+                        holding.clear()
+                        continue
+                time.sleep(max(0.0, due))
+
+        self._flusher = threading.Thread(target=flush_held, name="acceptrun-steps", daemon=True)
+        self._flusher.start()
+
+    def _after_fork(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._held = []
+        self._fd = None
+        self._layout = None
+        self._attempt = None
+        self._flusher = None
+        self._holding = threading.Event()
+
+
+def _next_seq(root: Path) -> int:
+    best = -1
+    with contextlib.suppress(OSError):
+        for p in root.iterdir():
+            if p.suffix == SUFFIX and p.stem.isdigit():
+                best = max(best, int(p.stem))
+    return best + 1
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One segment file: where its records start, their layout and how many are whole."""
+
+    path: Path
+    attempt: int
+    seq: int
+    columns: tuple[tuple[str, str], ...]
+    constants: dict[str, Any]
+    offset: int  # bytes before the first record
+    width: int  # bytes per record
+    count: int  # whole records
+    torn: int  # bytes of a partial last record (0: none)
+
+    def dtype(self) -> np.dtype[Any]:
+        import numpy as np
+
+        return np.dtype([(n, _NUMPY[c]) for n, c in self.columns])
+
+
+def read_segment_header(path: Path) -> Segment | str:
+    """A segment's header and record count, or why the file is not a segment."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC) + 4)
+            if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
+                return f"{path}: not a step log segment (no {MAGIC!r} header)"
+            (n,) = struct.unpack("<I", head[len(MAGIC) :])
+            if n > MAX_HEADER:
+                return f"{path}: header of {n} bytes, more than a layout takes"
+            body = f.read(n)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        return f"{path}: {exc}"
+    try:
+        header = loads_json(body)
+        columns = tuple((str(a), str(b)) for a, b in header["columns"])
+        attempt = int(header.get("attempt") or 0)
+        constants = header.get("constants") or {}
+        if not all(c in _NUMPY for _n, c in columns) or columns[:2] != tuple(_BASE):
+            raise ValueError(f"unknown layout {columns}")
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"{path}: damaged header ({exc})"
+    offset = len(MAGIC) + 4 + n
+    width = sum(_SIZE[c] for _n, c in columns)
+    body_bytes = max(0, size - offset)
+    return Segment(
+        path, attempt, int(path.stem) if path.stem.isdigit() else 0, columns,
+        constants if isinstance(constants, dict) else {}, offset, width,
+        body_bytes // width, body_bytes % width,
+    )  # fmt: skip
+
+
+def segments(record_path: Path, attempt: int | None = None) -> tuple[list[Segment], list[str]]:
+    """The step log segments of a record (by attempt, then sequence), and damaged files."""
+    root = Path(record_path) / "attempts"
+    found: list[Segment] = []
+    problems: list[str] = []
+    try:
+        dirs = [d for d in root.iterdir() if d.name.isdigit()]
+    except OSError:
+        return [], []
+    for d in sorted(dirs, key=lambda p: int(p.name)):
+        if attempt is not None and int(d.name) != attempt:
+            continue
+        sd = d / "steps"
+        try:
+            files = sorted(p for p in sd.iterdir() if p.suffix == SUFFIX)
+        except OSError:
+            continue
+        for p in files:
+            seg = read_segment_header(p)
+            if isinstance(seg, str):
+                problems.append(seg)
+            else:
+                found.append(seg)
+    found.sort(key=lambda s: (s.attempt, s.seq))
+    return found, problems
+
+
+def repair_torn(record_path: Path) -> list[tuple[Path, int]]:
+    """Cut the partial last record of every segment; (path, bytes cut) for each one cut."""
+    cut = []
+    segs, _problems = segments(record_path)
+    for seg in segs:
+        if seg.torn:
+            with contextlib.suppress(OSError):
+                os.truncate(seg.path, seg.offset + seg.count * seg.width)
+                cut.append((seg.path, seg.torn))
+    return cut
+
+
+@dataclass
+class StepChunk:
+    """Consecutive steps of one attempt, as arrays (float64 values; NaN where absent).
+
+    ``values`` holds every value column, converted to seconds for ``step_time`` and
+    ``data_wait``; ``present[name]`` says which rows logged it (a logged NaN is present).
+    ``constants`` are the segment's (``total_steps``, ``source``).
+    """
+
+    attempt: int
+    step: np.ndarray[Any, Any]
+    t: np.ndarray[Any, Any]
+    values: dict[str, np.ndarray[Any, Any]]
+    present: dict[str, np.ndarray[Any, Any]]
+    constants: dict[str, Any]
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+    def value(self, name: str) -> np.ndarray[Any, Any] | None:
+        return self.values.get(name)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The chunk as step events (dicts), as a JSON record held them (small runs only)."""
+        names = list(self.values)
+        cols = [self.values[n].tolist() for n in names]
+        masks = [self.present[n].tolist() for n in names]
+        out = []
+        steps, ts = self.step.tolist(), self.t.tolist()
+        for i in range(len(steps)):
+            ev: dict[str, Any] = {
+                "t": ts[i],
+                "kind": "step",
+                "attempt": self.attempt,
+                "step": steps[i],
+            }
+            for n, col, mask in zip(names, cols, masks, strict=True):
+                if mask[i]:
+                    v = col[i]
+                    ev[n] = v if math.isfinite(v) else str(v)
+            ev.update(self.constants)
+            out.append(ev)
+        return out
+
+
+def _decode(seg: Segment, raw: np.ndarray[Any, Any]) -> StepChunk:
+    import numpy as np
+
+    values: dict[str, Any] = {}
+    present: dict[str, Any] = {}
+    for name, codec in seg.columns[2:]:
+        col = raw[name]
+        if codec == "us4":
+            mask = col != MISSING_U4
+            v = col.astype(np.float64) / 1e6
+        elif codec == "f4":
+            mask = col.view(np.uint32) != MISSING_F4_BITS
+            v = col.astype(np.float64)
+        else:
+            mask = col.view(np.uint64) != MISSING_F8_BITS
+            v = col.astype(np.float64, copy=True)
+        v[~mask] = np.nan
+        values[name] = v
+        present[name] = mask
+    return StepChunk(
+        seg.attempt, raw["step"].astype(np.int64), raw["t"].astype(np.float64), values,
+        present, dict(seg.constants),
+    )  # fmt: skip
+
+
+def _chunk_from_events(attempt: int, events: list[dict[str, Any]]) -> StepChunk:
+    import numpy as np
+
+    n = len(events)
+    names: dict[str, None] = {}
+    for ev in events:
+        for k, v in ev.items():
+            if (
+                k not in _FRAME
+                and k not in CONSTANT_FIELDS
+                and (_is_number(v) or v in ("nan", "inf", "-inf"))
+            ):
+                names[k] = None
+    values = {k: np.full(n, np.nan) for k in names}
+    present = {k: np.zeros(n, dtype=bool) for k in names}
+    step = np.empty(n, dtype=np.int64)
+    t = np.empty(n, dtype=np.float64)
+    for i, ev in enumerate(events):
+        step[i] = ev["step"]
+        t[i] = ev["t"]
+        for k in names:
+            v = ev.get(k)
+            if v is None:
+                continue
+            if isinstance(v, str):
+                if v not in ("nan", "inf", "-inf"):
+                    continue
+                v = float(v)
+            if _is_number(v):
+                values[k][i] = v
+                present[k][i] = True
+    first = events[0] if events else {}
+    constants = {k: first[k] for k in CONSTANT_FIELDS if k in first}
+    return StepChunk(attempt, step, t, values, present, constants)
+
+
+def _json_step(ev: Any) -> bool:
+    return (
+        isinstance(ev, dict)
+        and ev.get("kind") == "step"
+        and isinstance(ev.get("step"), int)
+        and not isinstance(ev.get("step"), bool)
+        and _is_number(ev.get("t"))
+    )
+
+
+class StepLog:
+    """Every step of a run, read in chunks of arrays, whatever the record's format.
+
+    ::
+
+        log = StepLog(record.path)
+        for chunk in log.chunks():          # one attempt's consecutive steps per chunk
+            chunk.step, chunk.t, chunk.values["loss"]
+        log.count()                          # steps, from file sizes: no reading
+        log.tail(5)                          # the last five steps, as events
+
+    Steps of segments come first per attempt, then step events found in events.jsonl
+    (a record of format 1 has only those), all by attempt. ``events`` may pass the
+    record's events when the caller has read them already (a format-1 record's steps are
+    then not read twice).
+    """
+
+    def __init__(self, record_path: Path, events: Iterable[dict[str, Any]] | None = None) -> None:
+        self.path = Path(record_path)
+        self._events = events
+        segs, problems = segments(self.path)
+        self.segments = segs
+        self.problems = problems  # damaged segment files, each saying why
+
+    @property
+    def torn(self) -> list[Segment]:
+        return [s for s in self.segments if s.torn]
+
+    def count(self) -> int:
+        """Whole records in the segments (JSON step events are not counted here)."""
+        return sum(s.count for s in self.segments)
+
+    def attempts(self) -> list[int]:
+        return sorted({s.attempt for s in self.segments})
+
+    def _json_steps(self) -> Iterator[dict[str, Any]]:
+        source: Iterable[Any]
+        if self._events is not None:
+            source = self._events
+        else:
+            source = read_jsonl(self.path / "events.jsonl")
+        for ev in source:
+            if _json_step(ev):
+                yield ev
+
+    def chunks(self, chunk: int = CHUNK, attempt: int | None = None) -> Iterator[StepChunk]:
+        """Steps in chunks of at most ``chunk`` records, by attempt, in the order written."""
+        import numpy as np
+
+        by_attempt: dict[int, list[Segment]] = {}
+        for s in self.segments:
+            if attempt is None or s.attempt == attempt:
+                by_attempt.setdefault(s.attempt, []).append(s)
+        json_by_attempt: dict[int, list[dict[str, Any]]] = {}
+        pending: list[dict[str, Any]] = []
+        # JSON steps are few in a format-2 record; a format-1 record streams them below.
+        json_iter = self._json_steps()
+        if by_attempt:
+            for ev in json_iter:
+                a = ev.get("attempt")
+                a = a if isinstance(a, int) else 0
+                if attempt is None or a == attempt:
+                    json_by_attempt.setdefault(a, []).append(ev)
+            for a in sorted(set(by_attempt) | set(json_by_attempt)):
+                for seg in by_attempt.get(a, []):
+                    if not seg.count:
+                        continue
+                    dtype = seg.dtype()
+                    done = 0
+                    with open(seg.path, "rb") as f:
+                        while done < seg.count:
+                            n = min(chunk, seg.count - done)
+                            f.seek(seg.offset + done * seg.width)
+                            raw = np.fromfile(f, dtype=dtype, count=n)
+                            if raw.shape[0] == 0:
+                                break
+                            done += raw.shape[0]
+                            yield _decode(seg, raw)
+                evs = json_by_attempt.get(a, [])
+                for i in range(0, len(evs), chunk):
+                    yield _chunk_from_events(a, evs[i : i + chunk])
+            return
+        # Format 1: step events only, streamed; a chunk ends at a change of attempt or of
+        # constants, as a segment would.
+        key: tuple[Any, ...] | None = None
+        for ev in json_iter:
+            a = ev.get("attempt")
+            a = a if isinstance(a, int) else 0
+            if attempt is not None and a != attempt:
+                continue
+            k = (a, *(repr(ev.get(c)) for c in sorted(CONSTANT_FIELDS)))
+            if pending and (k != key or len(pending) >= chunk):
+                yield _chunk_from_events(key[0] if key else 0, pending)
+                pending = []
+            key = k
+            pending.append(ev)
+        if pending:
+            yield _chunk_from_events(key[0] if key else 0, pending)
+
+    def events(self, attempt: int | None = None) -> list[dict[str, Any]]:
+        """Every step as an event dict: for small runs and old callers (10^5 steps: ~0.3 s)."""
+        out: list[dict[str, Any]] = []
+        for c in self.chunks(attempt=attempt):
+            out.extend(c.events())
+        return out
+
+    def tail(self, n: int = 1, attempt: int | None = None) -> list[dict[str, Any]]:
+        """The last ``n`` steps (of ``attempt``, else of the newest attempt with steps)."""
+        import numpy as np
+
+        segs = [s for s in self.segments if s.count and (attempt is None or s.attempt == attempt)]
+        if not segs:
+            evs = [
+                ev for ev in self._json_steps() if attempt is None or ev.get("attempt") == attempt
+            ]
+            return evs[-n:] if n else []
+        last_attempt = segs[-1].attempt
+        out: list[dict[str, Any]] = []
+        for seg in reversed([s for s in segs if s.attempt == last_attempt]):
+            want = n - len(out)
+            if want <= 0:
+                break
+            k = min(want, seg.count)
+            with open(seg.path, "rb") as f:
+                f.seek(seg.offset + (seg.count - k) * seg.width)
+                raw = np.fromfile(f, dtype=seg.dtype(), count=k)
+            out = _decode(seg, raw).events() + out
+        return out[-n:] if n else []
+
+
+class StepTail:
+    """Reads the records appended to one attempt's segments since the last poll.
+
+    The supervisor's watch calls :meth:`poll` between its checks: a stat per segment,
+    then only the new whole records, decoded as one chunk each; nothing is kept but the
+    offsets.
+    """
+
+    def __init__(self, record_path: Path, attempt: int) -> None:
+        self.record_path = Path(record_path)
+        self.attempt = attempt
+        self._done: dict[Path, int] = {}  # records already read per segment
+        self._segments: dict[Path, Segment] = {}
+
+    def poll(self, limit: int = CHUNK) -> list[StepChunk]:
+        import numpy as np
+
+        root = self.record_path / "attempts" / str(self.attempt) / "steps"
+        try:
+            files = sorted(p for p in root.iterdir() if p.suffix == SUFFIX)
+        except OSError:
+            return []
+        out: list[StepChunk] = []
+        for p in files:
+            seg = self._segments.get(p)
+            try:
+                size = p.stat().st_size
+            except OSError:
+                continue
+            if seg is None:
+                found = read_segment_header(p)
+                if isinstance(found, str):
+                    continue
+                seg = self._segments[p] = found
+            count = max(0, size - seg.offset) // seg.width
+            done = self._done.get(p, 0)
+            if count <= done:
+                continue
+            n = min(count - done, limit)
+            with open(p, "rb") as f:
+                f.seek(seg.offset + done * seg.width)
+                raw = np.fromfile(f, dtype=seg.dtype(), count=n)
+            self._done[p] = done + int(raw.shape[0])
+            if raw.shape[0]:
+                out.append(_decode(seg, raw))
+        return out
