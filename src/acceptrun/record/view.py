@@ -29,8 +29,8 @@ from typing import Any
 from acceptrun._util.durable import read_jsonl
 from acceptrun.record.events import validate_event
 from acceptrun.record.liveness import last_sign_of_life
-from acceptrun.record.steplog import StepLog
 from acceptrun.record.models import AttemptExit, LedgerFile, RunState, VerdictFile, record_format
+from acceptrun.record.steplog import StepLog
 from acceptrun.record.workspace import RunRecord
 
 __all__ = [
