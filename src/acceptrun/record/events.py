@@ -97,6 +97,7 @@ class ErrorEvent(Event, total=False):
 class LogRepairedEvent(Event, total=False):
     torn_bytes: Required[int | None]  # the torn fragment's length; None past 1 MiB
     offset: int | None  # where the fragment starts in the file, bytes
+    path: str  # the step log segment whose partial last record a resume cut
 
 
 class BestEffortFailedEvent(Event, total=False):
@@ -585,7 +586,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("report_failed", ErrorEvent, "report.html could not be written (older records; now best_effort_failed)", "run/close"),
     _E("inference_summary_failed", ErrorEvent, "the batch inference summary failed (older records; now best_effort_failed)", "run/close"),
     _E("verdict", VerdictEvent, "the verdict was decided and written", "run/close"),
-    _E("log_repaired", LogRepairedEvent, "an append found a torn last line (a full disk, a kill) and terminated it first", "_util/durable"),
+    _E("log_repaired", LogRepairedEvent, "an append found a torn last line (a full disk, a kill) and terminated it first; a resume cut a torn step record", "_util/durable, run/lifecycle"),
     _E("reproduces", ReproducesEvent, "this run reproduces another: commit, diff, spec", "run/reproduce"),
     # attempts
     _E("attempt_start", AttemptStartEvent, "the supervisor started an attempt", "supervisor/core"),
@@ -609,7 +610,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("supervisor_lost", SupervisorLostEvent, "the supervisor died; the attempt was ended", "supervisor/_watchdog, workload/liveness"),
     # the workload
     _E("workload_start", WorkloadStartEvent, "init() attached to the record", "workload/run"),
-    _E("step", StepEvent, "a step ended, with the values logged for it", "workload/loop, supervisor/progress"),
+    _E("step", StepEvent, "a step ended, with the values logged for it (in the step log, attempts/<n>/steps/, since record format 2)", "workload/loop, supervisor/progress"),
     _E("heartbeat", HeartbeatEvent, "the workload is alive: its phase and step", "workload/watch"),
     _E("stop_requested", StopRequestedEvent, "SIGTERM reached the loop", "workload/signals"),
     _E("stopped", StoppedEvent, "a graceful stop at a step boundary (then exit 143)", "workload/signals"),

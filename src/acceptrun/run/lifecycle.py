@@ -329,6 +329,7 @@ def resume_run(
             devices=max(spec.resources.gpus, 1) * max(spec.resources.nodes, 1),
             nodes=max(spec.resources.nodes, 1),
         )
+        _cut_torn_steps(record)
         state = record.state
         done = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
         first = max([int(state.get("attempts") or 0), *done]) + 1
@@ -386,6 +387,20 @@ def resume_run(
         supervisor.run()
         verdict = close_run(record, Workspace(record.path.parent.parent), spec)
         return ResumeResult(record, spec, verdict, from_step)
+
+
+def _cut_torn_steps(record: RunRecord) -> None:
+    """Cut the partial last record a killed attempt left in its step log, and say so.
+
+    Readers count whole records only, so nothing but the torn step is lost either way;
+    the cut leaves each segment a whole number of records, and the ``log_repaired``
+    event keeps the evidence of how many bytes went (record/steplog.py).
+    """
+    from acceptrun.record.steplog import repair_torn
+
+    for path, torn in repair_torn(record.path):
+        record.event("log_repaired", sync=True, torn_bytes=torn, path=str(path))
+        _log.info(f"cut a torn step record of {torn} bytes from {path}")
 
 
 def _preflight_again(record: RunRecord, spec: RunSpec) -> bool:
