@@ -67,7 +67,7 @@ from acceptrun.supervisor.outcome import (
 from acceptrun.supervisor.process import ChildProcess
 from acceptrun.supervisor.progress import ProgressReader
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
-from acceptrun.supervisor.watch import AttemptWatch
+from acceptrun.supervisor.watch import RECENT_STEPS, AttemptWatch
 from acceptrun.workload.contract import (
     CONTROL_FILE,
     ENV_ATTEMPT,
@@ -373,7 +373,7 @@ class Supervisor:
         """Start polling (its own thread) once the workload runs."""
         if watcher is not None:
             watcher.pid = pid
-            watcher.events = lambda: watch.events
+            watcher.events = watch.step_window  # the recent steps, with their positions
             watcher.start()
         return watcher
 
@@ -511,6 +511,8 @@ class Supervisor:
             child.pid,
             offset=offset,
             steps_only=progress is not None,  # progress = step lines, not any output
+            # the checkpoint watcher dates a file by the steps read before it: keep some
+            keep_recent=RECENT_STEPS if watcher is not None else 0,
         )
         self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
         return _Attempt(
@@ -690,7 +692,7 @@ class Supervisor:
             signal=res.signal,
             stop_cause=None if cause == "serving" else cause,
             stderr_tail=stderr_tail(a.adir / "stderr.log", env=a.env),
-            events=a.watch.events,
+            events=a.watch.kept_events(),  # no steps but the last (supervisor/watch.py)
             oom_kills=None
             if a.oom_before is None or oom_after is None
             else oom_after - a.oom_before,

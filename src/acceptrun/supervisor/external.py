@@ -181,7 +181,7 @@ class CheckpointWatcher:
         *,
         attempt: int,
         pid: int,
-        events: Callable[[], list[dict[str, Any]]],
+        events: Callable[[], Any],  # a list of events, or (count, recent steps)
         on_event: EventSink,
         resume_step: int | None = None,
         meta: Mapping[str, Any] | None = None,
@@ -468,8 +468,14 @@ class CheckpointWatcher:
 
     # ---- which step ----------------------------------------------------------------------
 
+    def _window(self) -> tuple[int, list[dict[str, Any]]]:
+        """(events read so far, the newest of them): ``events`` may return a list (all of
+        them) or such a pair (AttemptWatch.step_window: its recent steps only)."""
+        got = self.events()
+        return got if isinstance(got, tuple) else (len(got), list(got))
+
     def _note_events(self) -> None:
-        wall, count = time.time(), len(self.events())
+        wall, count = time.time(), self._window()[0]
         if not self._history or self._history[-1][1] != count:
             self._history.append((wall, count))
         # Keep one entry older than the window: the count before anything recent.
@@ -502,9 +508,10 @@ class CheckpointWatcher:
             if wall <= mtime:
                 known = count
                 break
+        total, recent = self._window()
         return [
             e
-            for e in list(self.events())[:known]
+            for e in recent[: max(0, known - (total - len(recent)))]
             if e.get("kind") == "step"
             and isinstance(e.get("step"), int)
             and isinstance(e.get("t"), int | float)

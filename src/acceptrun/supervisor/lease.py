@@ -31,12 +31,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import REPAIRED_KIND
 from acceptrun.errors import RecordError
+from acceptrun.record.steplog import StepChunk, StepLog
+from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.supervisor.classify import AttemptFacts, Classification, classify, stderr_tail
 
@@ -156,8 +158,13 @@ def take_over(
             time.sleep(0.2)
         killed = _kill_attempt(record, attempt)
         if not record.exists(f"attempts/{attempt}/exit.json"):
-            events = list(record.events())
-            work = unrecorded_work(events, attempt, last, devices=devices, nodes=nodes)
+            # The events but steps (record format 2); the steps are read from the step
+            # log in chunks, never as a dict each.
+            events = RecordView(record).log_events
+            log = StepLog(record.path, events=events)
+            work = unrecorded_work(
+                events, attempt, last, devices=devices, nodes=nodes, step_log=log
+            )
             ended = {
                 "attempt": attempt, "outcome": "interrupted", "returncode": None,
                 "signal": None, "started_at": None, "ended_at": None, "duration_s": None,
@@ -168,7 +175,7 @@ def take_over(
             }  # fmt: skip
             # A full disk is the usual reason a supervisor could not write exit.json: say
             # so (the verdict's failures check shows the class), not just "interrupted".
-            if (full := _disk_full_cause(record, attempt, events)) is not None:
+            if (full := _disk_full_cause(record, attempt, events, log)) is not None:
                 shown = [line for line in full.evidence if not line.startswith("exit status")]
                 cause = {"class": full.name, "evidence": [*shown, f"supervisor: {liveness.detail}"]}
                 ended |= cause | {
@@ -193,6 +200,7 @@ def unrecorded_work(
     *,
     devices: int = 1,
     nodes: int = 1,
+    step_log: StepLog | None = None,
 ) -> dict[str, Any]:
     """The work an attempt whose end went unrecorded lost, read from its events.
 
@@ -201,18 +209,11 @@ def unrecorded_work(
     or before it) and the time from that checkpoint's step (or the attempt's start) to
     its last sign of life; ``devices`` are the run's devices in all (its GPUs, or one CPU
     device, per node, times its nodes). A lower bound (``lost_at_least``): the workload
-    may have run steps its supervisor could not record.
+    may have run steps its supervisor could not record. The steps are those of
+    ``step_log`` (read in chunks) when given, else the step events among ``events``.
     """
     mine = [e for e in events if e.get("attempt") == attempt]
-    steps = {
-        int(e["step"]): float(e["t"])
-        for e in mine
-        if e.get("kind") == "step" and isinstance(e.get("step"), int)
-        and isinstance(e.get("t"), int | float)
-    }  # fmt: skip
     started = next((e.get("t") for e in mine if e.get("kind") == "attempt_start"), None)
-    first = min(steps, default=None)
-    last = max(steps, default=None)
     # The newest checkpoint committed before this attempt ended: what a resume restores.
     commits = [
         int(e["step"]) for e in events
@@ -220,19 +221,30 @@ def unrecorded_work(
         and (ended_at is None or not isinstance(e.get("t"), int | float) or e["t"] <= ended_at)
     ]  # fmt: skip
     kept = max(commits, default=None)
+    if step_log is not None:
+        first, last, done, t_kept = _step_summary(step_log.chunks(1 << 16, attempt), kept)
+    else:
+        steps = {
+            int(e["step"]): float(e["t"])
+            for e in mine
+            if e.get("kind") == "step" and isinstance(e.get("step"), int)
+            and isinstance(e.get("t"), int | float)
+        }  # fmt: skip
+        first, last, done = min(steps, default=None), max(steps, default=None), len(steps)
+        t_kept = None if kept is None else steps.get(kept)
     work: dict[str, Any] = {
         "first_step": first,
         "last_step": last,
-        "steps_done": len(steps),
+        "steps_done": done,
         "checkpoint_after": kept,
         "lost_at_least": True,
     }
     if last is None or first is None:
         lost_steps, since = 0, started
     elif kept is None or kept < first:
-        lost_steps, since = len(steps), started
+        lost_steps, since = done, started
     else:
-        lost_steps, since = max(0, last - kept), steps.get(kept, started)
+        lost_steps, since = max(0, last - kept), started if t_kept is None else t_kept
     lost_s = 0.0
     if isinstance(since, int | float) and isinstance(ended_at, int | float):
         lost_s = max(0.0, ended_at - float(since))
@@ -245,11 +257,53 @@ def unrecorded_work(
     return work
 
 
+def _step_summary(
+    chunks: Iterable[StepChunk], kept: int | None
+) -> tuple[int | None, int | None, int, float | None]:
+    """(first, last, distinct steps, unix s of the last step ``kept``) of chunks of steps.
+
+    Vectorized; holds the step column alone (8 bytes a step) for the distinct count of
+    steps out of order (steps that only rise, a loop's, are counted as they come).
+    """
+    import numpy as np
+
+    first: int | None = None
+    last: int | None = None
+    rising = True
+    prev: int | None = None
+    count = 0
+    columns: list[Any] = []
+    t_kept: float | None = None
+    for c in chunks:
+        if not len(c):
+            continue
+        lo, hi = int(c.step.min()), int(c.step.max())
+        first = lo if first is None else min(first, lo)
+        last = hi if last is None else max(last, hi)
+        if rising and (
+            (prev is not None and int(c.step[0]) <= prev) or bool((np.diff(c.step) <= 0).any())
+        ):
+            rising = False
+        prev = int(c.step[-1])
+        count += len(c)
+        columns.append(c.step)  # one int64 column: the distinct count of steps out of order
+        if kept is not None:
+            hit = np.flatnonzero(c.step == kept)
+            if hit.size:
+                t_kept = float(c.t[hit[-1]])
+    if not rising:
+        count = int(np.unique(np.concatenate(columns)).size) if columns else 0
+    return first, last, count, t_kept
+
+
 _FRAGMENT_BYTES = 64 << 10  # of a torn line, searched for a storage error
 
 
 def _disk_full_cause(
-    record: RunRecord, attempt: int, events: list[dict[str, Any]] | None = None
+    record: RunRecord,
+    attempt: int,
+    events: list[dict[str, Any]] | None = None,
+    step_log: StepLog | None = None,
 ) -> Classification | None:
     """The ``disk_full`` classification of an attempt whose end went unrecorded, or None.
 
@@ -259,8 +313,11 @@ def _disk_full_cause(
     cut short by the full disk, and those terminated since the attempt started).
     """
     # The take-over reads the events once for this and the lost work: pass them in.
-    events = list(record.events()) if events is None else events
-    mine = [e for e in events if e.get("attempt") == attempt]
+    events = RecordView(record).log_events if events is None else events
+    step_log = StepLog(record.path, events=events) if step_log is None else step_log
+    # The classifier reads whether the attempt stepped, and its last step: the tail only.
+    mine = [e for e in events if e.get("attempt") == attempt and e.get("kind") != "step"]
+    mine += step_log.tail(1, attempt=attempt)
     tail = stderr_tail(record.path / "attempts" / str(attempt) / "stderr.log")
     found = classify(AttemptFacts(None, None, None, tail, mine))
     if found.name == "disk_full":

@@ -136,7 +136,6 @@ def attempt_work(
     latest = store.latest()
     kept = latest.step if latest is not None else None
     last = watch.last_step
-    step_times = {e.get("step"): e.get("t") for e in watch.events if e.get("kind") == "step"}
     ended = time.time()
     work: dict[str, Any] = {
         "resumed_from": resume_step,
@@ -146,7 +145,7 @@ def attempt_work(
         "checkpoint_after": kept,
         "startup_s": None,
     }
-    first_t = next((e.get("t") for e in watch.events if e.get("kind") == "step"), None)
+    first_t = watch.first_step_t
     if first_t is not None:
         work["startup_s"] = round(first_t - child.started_at, 3)
     lost_steps, lost_s = 0, 0.0
@@ -156,7 +155,7 @@ def attempt_work(
             lost_s = ended - child.started_at
         else:
             lost_steps = max(0, last - kept)
-            t_kept = step_times.get(kept)
+            t_kept = watch.step_t(kept)  # read back from the step log: no step is kept
             lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
     elif res.outcome != "success":
         lost_s = ended - child.started_at  # died before its first step: all of it
