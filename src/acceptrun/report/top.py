@@ -93,11 +93,21 @@ def _cost_so_far(record: RunRecord, started: float | None, now: float) -> float 
     return None if price is None else compute_cost(billed_seconds(started, now, price), price)
 
 
+def _recent_steps(record: RunRecord) -> list[dict[str, Any]]:
+    """The run's last RECENT_STEPS steps: the step log's tail (record format 2), else the
+    step events at the end of events.jsonl (format 1). Never every step."""
+    from acceptrun.record.steplog import StepLog
+
+    log = StepLog(record.path)
+    if log.count():
+        return log.tail(RECENT_STEPS)
+    return [e for e in _tail(record.events_path) if e.get("kind") == "step"]
+
+
 def run_row(record: RunRecord, state: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     """One run's row: id, name, attempt, step, throughput, ETA, GPU or process use, cost."""
     now = time.time() if now is None else now
-    events = _tail(record.events_path)
-    steps = [e for e in events if e.get("kind") == "step"]
+    steps = _recent_steps(record)
     recent = [e for e in steps[-RECENT_STEPS:] if isinstance(e.get("step_time"), int | float)]
     times = [float(e["step_time"]) for e in recent if e["step_time"] > 0]
     last = steps[-1] if steps else {}

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import loads_json
+from acceptrun.record.steplog import StepChunk, StepLog, segments
+from acceptrun.record.steplog import _decode as decode_segment
 from acceptrun.record.workspace import RunRecord
 from acceptrun.ui.board import is_live, thin_rows
 
@@ -116,50 +118,142 @@ def run_status(record: RunRecord) -> dict[str, Any]:
     return row
 
 
+class _StepCursor:
+    """New records of every step log segment, in (attempt, sequence) order.
+
+    The position is the number of records read over all segments: the feed's SSE id, so
+    a browser that reconnects gets the steps after the last it had.
+    """
+
+    def __init__(self, record: RunRecord, position: int = 0) -> None:
+        self.record = record
+        self.position = position
+        self._done: dict[Path, int] = {}
+        self._skip = position  # records already sent before a reconnect
+
+    def poll(self, limit: int = 1 << 16) -> list[StepChunk]:
+        import numpy as np
+
+        segs, _problems = segments(self.record.path)
+        out: list[StepChunk] = []
+        for seg in segs:
+            done = self._done.get(seg.path, 0)
+            if self._skip:
+                take = min(self._skip, seg.count - done)
+                done += take
+                self._skip -= take
+                self._done[seg.path] = done
+            if seg.count <= done:
+                continue
+            n = min(limit, seg.count - done)
+            with open(seg.path, "rb") as f:
+                f.seek(seg.offset + done * seg.width)
+                raw = np.fromfile(f, dtype=seg.dtype(), count=n)
+            self._done[seg.path] = done + int(raw.shape[0])
+            self.position += int(raw.shape[0])
+            if raw.shape[0]:
+                out.append(decode_segment(seg, raw))
+        return out
+
+
+def _chunk_rows(chunk: StepChunk, key: str | None, picks: Any = None) -> list[dict[str, Any]]:
+    """Rows of a chunk (those at ``picks`` only, when given), as :func:`step_row` makes them."""
+    import numpy as np
+
+    if picks is not None:
+        idx = np.asarray(sorted(picks), dtype=np.int64)
+        chunk = StepChunk(
+            chunk.attempt, chunk.step[idx], chunk.t[idx],
+            {k: v[idx] for k, v in chunk.values.items()},
+            {k: v[idx] for k, v in chunk.present.items()}, chunk.constants,
+        )  # fmt: skip
+    return [step_row(ev, key) for ev in chunk.events()]
+
+
+def _picks(chunk: StepChunk, key: str | None, buckets: int) -> set[int]:
+    """Row indices of a chunk that keep each charted value's min and max per bucket."""
+    import numpy as np
+
+    n = len(chunk)
+    keep = {0, n - 1}
+    st = chunk.values.get("step_time")
+    ys = [chunk.values.get("loss"), st]
+    if st is not None:
+        amount = chunk.values.get(key) if key else None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            num = np.where(np.isfinite(amount), amount, 1.0) if amount is not None else 1.0
+            ys.append(np.where(st > 0, num / st, np.nan))
+    b = (np.arange(n) * buckets) // n
+    for y in ys:
+        if y is None:
+            continue
+        ok = np.isfinite(y)
+        if not ok.any():
+            continue
+        for sign in (1.0, -1.0):  # min, then max: the first row of each bucket after sorting
+            order = np.lexsort((np.where(ok, sign * y, np.inf), b))
+            first = np.ones(n, dtype=bool)
+            first[1:] = b[order][1:] != b[order][:-1]
+            chosen = order[first]
+            keep.update(int(i) for i in chosen[ok[chosen]])
+    return keep
+
+
+def _backlog(record: RunRecord, key: str | None, budget: int = 1400) -> list[dict[str, Any]]:
+    """The run's steps so far, thinned to about ``budget`` rows, read in chunks: rows are
+    built only for the rows a chart keeps (each value's min and max per bucket)."""
+    log = StepLog(record.path)
+    total = log.count()
+    rows: list[dict[str, Any]] = []
+    for chunk in log.chunks(1 << 16):
+        if not log.segments or total <= budget:
+            rows += _chunk_rows(chunk, key)
+            continue
+        buckets = max(1, -(-budget * len(chunk) // total))
+        rows += _chunk_rows(chunk, key, _picks(chunk, key, buckets))
+    return thin_rows(rows, "step", ("loss", "step_time", "throughput"))
+
+
 def run_feed(
     record: RunRecord, offset: int, stopping: Callable[[], bool], *, first: bool = True
 ) -> Iterator[bytes]:
-    """The run's live feed from byte ``offset`` of events.jsonl, until it is no longer live.
+    """The run's live feed from step record ``offset`` of its step log, until it is no
+    longer live (the SSE id is the number of step records sent).
 
-    ``first``: the opening message carries the steps before ``offset`` too (thinned).
+    ``first``: the opening message carries the steps so far (thinned), read in chunks.
     """
     key, _ = throughput_key(record)
-    path = record.events_path
+    cursor = _StepCursor(record, offset)
     if first:
-        lines, offset = read_appended(path, 0)
-        while True:  # a long run's backlog takes several reads
-            more, after = read_appended(path, offset)
-            if not more:
-                break
-            lines += more
-            offset = after
-        rows = thin_rows(_steps(lines, key), "step", ("loss", "step_time", "throughput"))
-        yield sse("steps", rows, offset)
+        rows = _backlog(record, key)
+        cursor = _StepCursor(record, StepLog(record.path).count())
+        cursor.poll(0)  # marks every record counted as sent
+        yield sse("steps", rows, cursor.position)
     last_status = last_sent = 0.0
     while not stopping():
-        lines, offset_after = read_appended(path, offset)
+        chunks = cursor.poll()
         now = time.monotonic()
-        if lines:
-            offset = offset_after
-            rows = _steps(lines, key)
-            if rows:
-                yield sse("steps", rows, offset)
-                last_sent = now
+        rows = [r for c in chunks for r in _chunk_rows(c, key)]
+        if rows:
+            yield sse("steps", rows, cursor.position)
+            last_sent = now
         if now - last_status >= STATUS_EVERY_S:
             last_status = now
             status = run_status(record)
-            yield sse("status", status, offset)
+            yield sse("status", status, cursor.position)
             last_sent = now
             if not status["live"]:
-                more, _ = read_appended(path, offset)
+                more = cursor.poll()
                 if not more:  # everything written before the end was sent
-                    yield sse("end", {"status": status.get("status")}, offset)
+                    yield sse("end", {"status": status.get("status")}, cursor.position)
                     return
+                rows = [r for c in more for r in _chunk_rows(c, key)]
+                yield sse("steps", rows, cursor.position)
                 continue
         if now - last_sent >= KEEPALIVE_S:
             yield b": keepalive\n\n"
             last_sent = now
-        if not lines:
+        if not chunks:
             time.sleep(POLL_S)
 
 
