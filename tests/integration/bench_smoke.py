@@ -34,6 +34,7 @@ SMOKE: dict[str, list[str]] = {
     "gpu_check_telemetry.py": ["{out}"],
     "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
     "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
+    "long_run.py": ["--steps", "1000", "--dir", "{out}"],
     "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
     "recovery.py": ["--idle-seconds", "3", "--kills", "1", "--root", "{out}"],
