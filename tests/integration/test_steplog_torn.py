@@ -1,0 +1,201 @@
+"""A SIGKILL mid-run loses no written step; a torn record is cut at resume and nothing else.
+
+1. A child process writes steps through ``RunRecord.event("step", ...)`` (held and written
+   in batches, as the client does) and says which steps it has flushed; it is SIGKILLed
+   while it writes. The step log holds every step up to the last flushed one, in order,
+   with at most a partial last record, which readers leave out.
+2. Under ``acceptrun run``, the workload (the client API, a checkpoint at step 100) is
+   SIGKILLed by this test mid-loop; its last step record is then torn by hand, half of it
+   cut, as a power cut leaves it. Readers leave the partial record out; ``acceptrun show``
+   shows the run; ``acceptrun resume`` cuts the partial record (a ``log_repaired`` event
+   names the segment and the bytes) and continues from the checkpoint: every step the
+   first attempt wrote is still there but the torn one, and the second attempt's steps
+   follow in segments of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from acceptrun._util.durable import read_jsonl
+from acceptrun.record.steplog import StepLog
+from conftest import wait_for
+
+PYTHON = sys.executable
+
+WRITER = """
+import os, sys
+from acceptrun.record.workspace import RunRecord
+
+record = RunRecord(sys.argv[1])
+flushed = sys.argv[2]
+step = 0
+while True:
+    record.event("step", defer=True, attempt=1, step=step, loss=1.0 / (step + 1), samples=8,
+                 step_time=0.001)
+    if step % 500 == 499:
+        record.flush_events()  # steps 0..step are on disk now: say so
+        with open(flushed + ".tmp", "w") as f:
+            f.write(str(step))
+        os.replace(flushed + ".tmp", flushed)
+    step += 1
+"""
+
+
+def _ints(values: np.ndarray[Any, Any]) -> list[int]:
+    return [int(v) for v in values]
+
+
+def _steps(log: StepLog, attempt: int) -> list[int]:
+    return [s for c in log.chunks(attempt=attempt) for s in _ints(c.step)]
+
+
+def test_a_killed_writer_loses_no_step_it_wrote(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    flushed = tmp_path / "flushed"
+    (tmp_path / "writer.py").write_text(textwrap.dedent(WRITER))
+    proc = subprocess.Popen([PYTHON, str(tmp_path / "writer.py"), str(run_dir), str(flushed)])
+    try:
+        # Killed while it writes: after at least four flushes, with batches still going out.
+        wait_for(
+            lambda: flushed.exists() and int(flushed.read_text() or -1) >= 1999,
+            timeout=300, what="the writer's fourth flush",
+        )  # fmt: skip
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(60) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    last_flushed = int(flushed.read_text())
+    log = StepLog(run_dir)
+    assert log.problems == []
+    assert len(log.torn) <= 1 and all(s.torn < s.width for s in log.torn)
+    steps = _steps(log, 1)
+    assert steps == list(range(len(steps))), "steps out of order or missing"
+    assert last_flushed >= 1999 and len(steps) >= last_flushed + 1  # every flushed step
+    assert log.count() == len(steps)
+    losses = np.concatenate([c.values["loss"] for c in log.chunks()])
+    assert np.array_equal(losses, 1.0 / (np.arange(len(steps)) + 1.0))  # float64, exact
+
+
+WORKLOAD = """
+import os, signal
+import numpy as np
+import acceptrun
+
+weights = np.zeros(4)
+run = acceptrun.init()
+start = run.restore(weights=weights)
+first = run.attempt == 1
+total = 10**9 if first else start + 40  # the first attempt runs until it is killed
+for step in run.steps(start, total):
+    weights += 1.0
+    run.log(step, loss=float(np.float32(1.0 / (step + 1))), samples=8)
+    if step == 100:
+        run.checkpoint(step, block=True)
+"""
+
+SPEC = """
+name = "torn-steps"
+command = [{python}, "work.py"]
+[limits]
+max_restarts = 0
+"""
+
+
+def _cli(ws: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), *args],
+        capture_output=True, text=True, timeout=300, check=False, cwd=cwd,
+    )  # fmt: skip
+
+
+def _events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("kind") == kind]
+
+
+def test_a_step_torn_by_a_kill_is_cut_at_resume_and_nothing_else_is_lost(tmp_path: Path) -> None:
+    ws = tmp_path / ".acceptrun"
+    (tmp_path / "work.py").write_text(textwrap.dedent(WORKLOAD))
+    (tmp_path / "spec.toml").write_text(SPEC.format(python=json.dumps(PYTHON)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
+    run = subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def run_dir() -> Path | None:
+            found = list((ws / "runs").glob("*/run.json")) if (ws / "runs").is_dir() else []
+            return found[0].parent if found else None
+
+        rd: Path = wait_for(run_dir, timeout=300, what="the run's record")
+
+        def workload() -> int | None:
+            if not (rd / "events.jsonl").exists():
+                return None
+            starts = _events(rd, "workload_start")
+            return int(starts[0]["pid"]) if starts else None
+
+        pid = wait_for(workload, timeout=300, what="the workload_start event")
+        # Killed mid-loop, past its checkpoint (step 100) and with steps still being written.
+        wait_for(
+            lambda: StepLog(rd).count() >= 300 and _events(rd, "checkpoint_commit"),
+            timeout=300, what="300 steps and the checkpoint of step 100",
+        )  # fmt: skip
+        os.kill(pid, signal.SIGKILL)
+        _out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode != 0 and "Traceback" not in err, err  # no restart: the run failed
+    killed = StepLog(rd)
+    assert killed.problems == [] and len(killed.torn) <= 1
+    written = _steps(killed, 1)
+    assert written == list(range(len(written))) and len(written) >= 300
+
+    # Tear the last record by hand, as a power cut mid-write leaves it: half of it stays.
+    seg = killed.segments[-1]
+    keep = seg.offset + (seg.count - 1) * seg.width + seg.width // 2
+    os.truncate(seg.path, keep)
+    torn = StepLog(rd)
+    (torn_seg,) = torn.torn
+    assert torn_seg.path == seg.path and torn_seg.torn == seg.width // 2
+    assert _steps(torn, 1) == written[:-1]  # the partial record is left out, nothing else
+    assert torn.tail(1)[0]["step"] == written[-2]
+    shown = _cli(ws, "show", rd.name, cwd=tmp_path)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stdout + shown.stderr
+
+    resumed = _cli(ws, "resume", rd.name, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert json.loads((rd / "verdict.json").read_text())["accepted"] is True
+    (repaired,) = _events(rd, "log_repaired")
+    assert repaired["path"] == str(seg.path) and repaired["torn_bytes"] == seg.width // 2
+    assert seg.path.stat().st_size == seg.offset + (seg.count - 1) * seg.width
+
+    after = StepLog(rd)
+    assert after.torn == [] and after.problems == []
+    assert _steps(after, 1) == written[:-1]  # every step of attempt 1 but the torn one
+    (commit,) = _events(rd, "checkpoint_commit")
+    assert commit["step"] == 100
+    assert _steps(after, 2) == list(range(101, 141))  # from the checkpoint of step 100
+    assert {s.attempt for s in after.segments} == {1, 2}
+    assert all(s.path.parent.parent.name == str(s.attempt) for s in after.segments)
+    for chunk in after.chunks():  # the values too, not only the steps
+        want = (1.0 / (chunk.step + 1.0)).astype(np.float32).astype(np.float64)
+        assert np.array_equal(chunk.values["loss"], want)
+        assert np.all(chunk.values["samples"] == 8.0)
+    shown = _cli(ws, "show", rd.name, cwd=tmp_path)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stdout + shown.stderr
