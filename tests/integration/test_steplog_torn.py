@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -199,3 +200,43 @@ def test_a_step_torn_by_a_kill_is_cut_at_resume_and_nothing_else_is_lost(tmp_pat
         assert np.all(chunk.values["samples"] == 8.0)
     shown = _cli(ws, "show", rd.name, cwd=tmp_path)
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stdout + shown.stderr
+
+
+FSIZE = """
+import resource, signal, sys
+import numpy  # imported before the limit: nothing but the step log writes under it
+from acceptrun.record.workspace import RunRecord
+from acceptrun.record.steplog import StepLog
+import acceptrun.record.steplog, acceptrun._util.redact
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit write(2) fails with EFBIG
+record = RunRecord(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))  # shorter than a segment's header
+try:
+    record.event("step", attempt=1, step=0, loss=0.5)
+    print("step 0 written")
+except OSError as exc:
+    print("step 0 refused", exc.errno)
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # room again
+for step in range(1, 4):
+    record.event("step", attempt=1, step=step, loss=0.5)
+"""
+
+
+def test_a_segment_whose_header_a_write_limit_cut_is_removed(tmp_path: Path) -> None:
+    """A write that fails inside a new segment's header (EFBIG, as ENOSPC) leaves no file
+    that no reader can use: the next steps open another segment and read back."""
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (tmp_path / "fsize.py").write_text(textwrap.dedent(FSIZE))
+    proc = subprocess.run(
+        [PYTHON, str(tmp_path / "fsize.py"), str(run_dir)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"step 0 refused {errno.EFBIG}" in proc.stdout, proc.stdout + proc.stderr
+    log = StepLog(run_dir)
+    assert log.problems == [], log.problems
+    assert _steps(log, 1) == [1, 2, 3]
+    assert all(s.path.stat().st_size == s.offset + s.count * s.width for s in log.segments)

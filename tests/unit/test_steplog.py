@@ -163,6 +163,19 @@ def test_a_step_that_is_not_an_integer_is_refused_and_kept_as_json(
     assert json.loads(line)["step"] == step  # in events.jsonl, as before the step log
 
 
+def test_numpy_scalars_are_written_as_the_numbers_they_hold(tmp_path: Path) -> None:
+    record = _record(tmp_path)
+    _write(record, [
+        {"loss": np.float32(0.5), "tokens": np.int64(7), "lr": np.float64(0.1)},
+        {"loss": np.float32(0.25), "tokens": np.int64(9), "lr": np.array(0.1)},
+    ])  # fmt: skip
+    log = StepLog(record.path)
+    assert len(log.segments) == 1 and log.segments[0].constants == {}
+    assert [r["values"] for r in _rows(log)] == [
+        {"loss": 0.5, "tokens": 7.0, "lr": 0.1}, {"loss": 0.25, "tokens": 9.0, "lr": 0.1},
+    ]  # fmt: skip
+
+
 def test_an_integer_past_float64_stays_json(tmp_path: Path) -> None:
     record = _record(tmp_path)
     record.event("step", attempt=1, step=0, tokens=2**53 + 1)
@@ -203,6 +216,12 @@ def _reopened(record: RunRecord) -> RunRecord:
     return RunRecord(record.path)
 
 
+def _header(columns: list[list[str]]) -> bytes:
+    body = json.dumps({"columns": columns, "constants": {}, "attempt": 1}).encode()
+    body += b" " * ((-(len(MAGIC) + 4 + len(body))) % 8)
+    return MAGIC + struct.pack("<I", len(body)) + body
+
+
 @pytest.mark.parametrize(
     "blob",
     [
@@ -212,8 +231,19 @@ def _reopened(record: RunRecord) -> RunRecord:
         MAGIC + struct.pack("<I", 8) + b"{not jso",
         MAGIC + struct.pack("<I", 24) + b'{"columns":[["x","q8"]]}',
         MAGIC + struct.pack("<I", 16) + b'{"columns":[]} ',
+        _header([["step", "i8"], ["t", "f8"], ["x", "f4"], ["x", "f4"]]) + b"\0" * 48,
+        _header([["step", "i8"], ["t", "f8"], ["", "f4"]]) + b"\0" * 40,
     ],
-    ids=["magic", "short", "huge-header", "bad-json", "bad-codec", "no-base-columns"],
+    ids=[
+        "magic",
+        "short",
+        "huge-header",
+        "bad-json",
+        "bad-codec",
+        "no-base-columns",
+        "repeated-column",
+        "unnamed-column",
+    ],
 )
 def test_a_damaged_header_is_a_problem_not_a_traceback(tmp_path: Path, blob: bytes) -> None:
     record = _record(tmp_path)

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptrun._util.durable import loads_json, read_jsonl
+from acceptrun._util.durable import _json_default, loads_json, read_jsonl
 
 if TYPE_CHECKING:
     import numpy as np
@@ -113,7 +113,7 @@ def _f4_exact(v: float) -> bool:
         return True
     if abs(v) > _F4_MAX:
         return False
-    return struct.unpack("<f", struct.pack("<f", v))[0] == v
+    return bool(struct.unpack("<f", struct.pack("<f", v))[0] == v)
 
 
 def _codec_for(name: str, value: float) -> str:
@@ -197,6 +197,17 @@ class _Layout:
 _BASE = [("step", "i8"), ("t", "f8")]
 
 
+def _plain(v: Any) -> Any:
+    """A NumPy or torch scalar as the number it holds (as events.jsonl wrote it), else ``v``."""
+    item = getattr(v, "item", None)
+    if callable(item):
+        with contextlib.suppress(Exception):  # an array of many values: not a scalar
+            out = item()
+            if _is_number(out):
+                return out
+    return v
+
+
 def split_event(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """A step event's numeric values and its constants; None when it cannot be a record."""
     step = fields.get("step")
@@ -211,11 +222,12 @@ def split_event(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
             if isinstance(v, str) and v in ("nan", "inf", "-inf") and k not in CONSTANT_FIELDS:
                 values[k] = float(v)  # a non-finite value written as a string (JSON has no NaN)
                 continue
-            constants[k] = v
-        else:
-            if isinstance(v, int) and not -(2**53) <= v <= 2**53:
-                return None  # a float64 does not hold it exactly: keep it as JSON
-            values[k] = float(v) if isinstance(v, int) else v
+            if k in CONSTANT_FIELDS or not _is_number(v := _plain(v)):
+                constants[k] = v
+                continue
+        if isinstance(v, int) and not -(2**53) <= v <= 2**53:
+            return None  # a float64 does not hold it exactly: keep it as JSON
+        values[k] = float(v) if isinstance(v, int) else v
     return values, constants
 
 
@@ -252,8 +264,8 @@ class StepWriter:
         if split is None:
             return False
         values, constants = split
-        t = fields.get("t")
-        t = float(t) if _is_number(t) else time.time()
+        given: Any = fields.get("t")
+        t = float(given) if _is_number(given) else time.time()
         if self._pid != os.getpid():
             self._after_fork()
         with self._lock:
@@ -292,6 +304,7 @@ class StepWriter:
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
                 self._fd = None
+                self._layout = None  # a step after close() opens a new segment
 
     def _open_segment(self, attempt: int, layout: _Layout) -> None:
         if self._fd is not None:
@@ -309,7 +322,7 @@ class StepWriter:
         }
         from acceptrun._util.redact import redact_obj
 
-        body = json.dumps(redact_obj(header), separators=(",", ":")).encode()
+        body = json.dumps(redact_obj(header), separators=(",", ":"), default=_json_default).encode()
         pad = (-(len(MAGIC) + 4 + len(body))) % 8
         blob = MAGIC + struct.pack("<I", len(body) + pad) + body + b" " * pad
         seq = _next_seq(root)
@@ -325,7 +338,18 @@ class StepWriter:
             break
         self._fd, self._path, self._attempt, self._layout = fd, path, attempt, layout
         self._size = 0
-        self._write_all(blob)
+        try:
+            self._write_all(blob)
+        except OSError:
+            # A segment without its whole header cannot be read: remove it, so that the next
+            # step opens another instead of appending records to a file no reader can use.
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            self._fd, self._layout = None, None
+            raise
 
     def _write_held(self) -> None:
         if not self._held or self._fd is None:
@@ -442,8 +466,11 @@ def read_segment_header(path: Path) -> Segment | str:
         columns = tuple((str(a), str(b)) for a, b in header["columns"])
         attempt = int(header.get("attempt") or 0)
         constants = header.get("constants") or {}
+        names = [n for n, _c in columns]
         if not all(c in _NUMPY for _n, c in columns) or columns[:2] != tuple(_BASE):
             raise ValueError(f"unknown layout {columns}")
+        if "" in names or len(set(names)) != len(names):  # NumPy cannot make its dtype
+            raise ValueError(f"column names empty or repeated: {names}")
     except (ValueError, KeyError, TypeError) as exc:
         return f"{path}: damaged header ({exc})"
     offset = len(MAGIC) + 4 + n
