@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -41,19 +42,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.durable import read_json, read_jsonl
-from acceptrun.record.view import AttemptSpan, attempt_spans
+import numpy as np
+
+from acceptrun._util.durable import read_json, read_jsonl, write_json_atomic
+from acceptrun.record.steplog import StepChunk, StepLog
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.telemetry.hints import Evidence, make_hints
 from acceptrun.telemetry.peaks import peak_tflops
 
 __all__ = [
     "BREAKDOWN_PARTS",
+    "CHART_POINTS",
     "DRIFT_MIN_STEPS",
+    "SUMMARY_FILE",
     "WARMUP_STEPS",
+    "Stored",
     "Summary",
+    "load_summary",
     "summarize",
     "timelines",
+    "write_summary",
 ]
 
 BREAKDOWN_PARTS = (
@@ -69,6 +77,10 @@ DRIFT_MIN_STEPS = 8  # steady steps needed before first vs last quarter means an
 # NVML clock event names (sw_power_cap, hw_slowdown, hw_thermal_slowdown, ...): which
 # count as power-capped and which as thermal or hardware throttling.
 POWER_CAP_MARK = "power_cap"
+CHART_POINTS = 2000  # per chart series at most: min and max of 1000 buckets of steps
+SUMMARY_FILE = "summary.json"
+SUMMARY_FORMAT = 1
+LIVE_STATUSES = frozenset({"created", "preflight", "running", "closing"})
 THROTTLE_MARKS = ("thermal", "hw_")
 
 
@@ -114,10 +126,11 @@ class Summary:
 
 @dataclass
 class _Record:
-    events: list[dict[str, Any]]
+    events: list[dict[str, Any]]  # events.jsonl (with the steps of a format-1 record)
     samples: list[dict[str, Any]]
     spec: RunSpec  # the frozen spec; a default one when it is missing or damaged
     provenance: dict[str, Any]
+    log: StepLog
 
 
 def _load(run_dir: Path) -> _Record:
@@ -131,7 +144,7 @@ def _load(run_dir: Path) -> _Record:
     with contextlib.suppress(Exception):
         found = read_json(run_dir / "provenance.json")
         provenance = found if isinstance(found, dict) else {}
-    return _Record(events, samples, spec, provenance)
+    return _Record(events, samples, spec, provenance, StepLog(run_dir, events=events))
 
 
 def _timed(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -149,10 +162,14 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _span(step: dict[str, Any]) -> int:
-    """Steps one event stands for: ``span`` of a log line every N steps, else 1."""
-    span = step.get("span")
-    return span if isinstance(span, int) and not isinstance(span, bool) and span > 0 else 1
+def _json_step_count(events: list[dict[str, Any]]) -> int:
+    return sum(
+        1
+        for ev in events
+        if ev.get("kind") == "step"
+        and isinstance(ev.get("step"), int)
+        and not isinstance(ev.get("step"), bool)
+    )
 
 
 def _black_box(events: list[dict[str, Any]]) -> bool:
@@ -161,79 +178,526 @@ def _black_box(events: list[dict[str, Any]]) -> bool:
     return usage is not None and usage.get("usage") != "client"
 
 
-def _redone(attempts: list[AttemptSpan]) -> set[tuple[int, int]]:
-    """(attempt, step) of steps that a later attempt ran again: work thrown away."""
-    latest: dict[Any, int] = {}
-    for a in attempts:
-        for s in a.steps:
-            latest[s.get("step")] = max(latest.get(s.get("step"), a.number), a.number)
-    return {
-        (a.number, int(s.get("step", -1)))
-        for a in attempts
-        for s in a.steps
-        if latest.get(s.get("step"), a.number) > a.number
-    }
+# ---- the steps: one streaming pass over the step log ------------------------------------------
 
 
-def _step_start(step: dict[str, Any]) -> float:
-    """When a step began: its event is written at its end, after ``step_time``."""
-    return float(step["t"]) - (_num(step.get("step_time")) or 0.0)
+@dataclass
+class _Attempt:
+    """One attempt as summarize needs it: its span from the events, its steps' aggregates."""
+
+    number: int
+    start: float
+    end: float | None = None
+    outcome: str | None = None
+    client: bool = False
+    steps: int = 0  # step records
+    first_t: float | None = None  # the first step's t (its end), unix s
+    first_start: float | None = None  # the first step's start (t - step_time), unix s
+    last_t: float | None = None  # the last step's t, unix s
+    last_step: int | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+
+
+def _spans(events: list[dict[str, Any]]) -> dict[int, _Attempt]:
+    """Attempts from attempt_start / workload_start / attempt_exit (steps add the others)."""
+    by_number: dict[int, _Attempt] = {}
+    for ev in events:
+        kind = ev.get("kind")
+        number = ev.get("attempt")
+        t = _num(ev.get("t"))
+        if kind == "step" or t is None or not isinstance(number, int) or isinstance(number, bool):
+            continue
+        a = by_number.get(number)
+        if (kind == "attempt_start" or kind == "workload_start") and a is None:
+            a = by_number[number] = _Attempt(number, t)
+        if a is None:
+            continue
+        if kind == "attempt_exit":
+            a.end, a.outcome = t, str(ev.get("outcome"))
+        elif kind == "workload_start":
+            a.client = True
+    return by_number
+
+
+class _Intervals:
+    """A set of integers (steps) as sorted, disjoint, non-adjacent closed intervals."""
+
+    def __init__(self, lo: Any = None, hi: Any = None) -> None:
+        self.lo = np.empty(0, np.int64) if lo is None else lo
+        self.hi = np.empty(0, np.int64) if hi is None else hi
+
+    @classmethod
+    def of(cls, values: Any) -> _Intervals:
+        u = np.unique(values)
+        if not u.size:
+            return cls()
+        breaks = np.flatnonzero(np.diff(u) != 1)
+        return cls(u[np.r_[0, breaks + 1]], u[np.r_[breaks, u.size - 1]])
+
+    def union(self, other: _Intervals) -> _Intervals:
+        if not other.lo.size:
+            return self
+        if not self.lo.size:
+            return other
+        lo = np.concatenate([self.lo, other.lo])
+        hi = np.concatenate([self.hi, other.hi])
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], hi[order]
+        reach = np.maximum.accumulate(hi)
+        starts = np.flatnonzero(np.r_[True, lo[1:] > reach[:-1] + 1])
+        ends = np.r_[starts[1:] - 1, lo.size - 1]
+        return _Intervals(lo[starts], reach[ends])
+
+    def contains(self, values: Any) -> Any:
+        if not self.lo.size:
+            return np.zeros(values.shape, dtype=bool)
+        i = np.searchsorted(self.lo, values, side="right") - 1
+        return (i >= 0) & (values <= self.hi[np.maximum(i, 0)])
+
+    def size(self) -> int:
+        return int((self.hi - self.lo + 1).sum()) if self.lo.size else 0
+
+
+@dataclass
+class _Piece:
+    """Where one chunk's steady step times lie in the steady buffer, and their times t."""
+
+    attempt: int
+    offset: int
+    n: int
+    t_first: float
+    t_last: float
+    t_sorted: bool
+
+
+@dataclass
+class _Unit:
+    """A throughput unit's amounts over the steady steps: one constant, or a rate array."""
+
+    constant: float | None = None
+    since: int = 0  # steady position of the first step that logged it (constant mode)
+    rates: Any = None  # float64 array over the steady buffer (NaN: not logged)
+    first: tuple[int, int] | None = None  # (attempt, rank among its steady steps)
+
+
+@dataclass
+class _Steps:
+    """What summarize needs from every step, computed in one pass (see :func:`_read_steps`)."""
+
+    count: int = 0
+    t_min: float | None = None
+    t_max: float | None = None
+    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BREAKDOWN_PARTS, 0.0))
+    steps_redone: int = 0
+    redone_by: dict[int, int] = field(default_factory=dict)
+    timed_seconds: float = 0.0  # step time x span over timed steps
+    timed_wait: float = 0.0  # data wait over timed steps
+    wait_logged: bool = False  # a timed step logged data_wait
+    steady: Any = None  # float64 array: steady step times, in reading order
+    filled: int = 0
+    pieces: list[_Piece] = field(default_factory=list)
+    warmup: dict[int, list[tuple[Any, Any, Any, Any]]] = field(default_factory=dict)
+    other_times: list[Any] = field(default_factory=list)  # finite step times <= 0
+    units: dict[str, _Unit] = field(default_factory=dict)
+    all_seconds: float = 0.0  # every finite step time (show's data wait share)
+    all_wait: float = 0.0
+
+
+_UNITS = (("samples/s", "samples"), ("tokens/s", "tokens"))
+
+
+def _col(chunk: StepChunk, name: str) -> Any:
+    v = chunk.values.get(name)
+    return np.full(len(chunk), np.nan) if v is None else v
+
+
+def _span_col(chunk: StepChunk) -> Any:
+    """Steps each record stands for: ``span`` when a positive integer, else 1 (None: all 1)."""
+    span = chunk.values.get("span")
+    if span is None:
+        return None
+    ok = np.isfinite(span) & (span > 0) & (np.floor(span) == span)
+    return np.where(ok, span, 1.0)
+
+
+def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _Steps:
+    """Every step, read once, from the last attempt to the first: a step is redone when a
+    later attempt ran it again, so the later attempts' steps are known when an earlier one
+    is read. ``attempts`` gains the attempts with steps but no start event, and each
+    attempt's step aggregates."""
+    out = _Steps(steady=np.empty(max(expected, 16), dtype=np.float64))
+    later = _Intervals()  # steps that the attempts read so far (the later ones) ran
+    for number, chunks in _groups(log):
+        mine, redone, timed_seen, steady_rank = _Intervals(), _Intervals(), 0, 0
+        a = attempts.get(number)
+        for c in chunks:
+            if not len(c):
+                continue
+            if a is None:
+                a = attempts[number] = _Attempt(number, float(c.t[0]))
+            st_raw = _col(c, "step_time")
+            finite = np.isfinite(st_raw)
+            st = np.where(finite, st_raw, 0.0)
+            span = _span_col(c)
+            weighted = st if span is None else st * span
+            dw = _col(c, "data_wait")
+            dw = np.where(np.isfinite(dw), dw, 0.0)
+            if a.steps == 0:
+                a.first_t = float(c.t[0])
+                a.first_start = float(c.t[0]) - float(st[0])
+            a.steps += len(c)
+            a.last_t, a.last_step = float(c.t[-1]), int(c.step[-1])
+            loss = c.values.get("loss")
+            if loss is not None and (ok := np.flatnonzero(np.isfinite(loss))).size:
+                if a.loss_first is None:
+                    a.loss_first = float(loss[ok[0]])
+                a.loss_last = float(loss[ok[-1]])
+            out.count += len(c)
+            lo_t, hi_t = float(c.t.min()), float(c.t.max())
+            out.t_min = lo_t if out.t_min is None else min(out.t_min, lo_t)
+            out.t_max = hi_t if out.t_max is None else max(out.t_max, hi_t)
+            # work thrown away: the steps that a later attempt ran again
+            again = later.contains(c.step)
+            if again.any():
+                redone = redone.union(_Intervals.of(c.step[again]))
+                out.parts["restarts"] += math.fsum(weighted[again])
+                keep = ~again
+                w_keep, d_keep = weighted[keep], dw[keep]
+            else:
+                w_keep, d_keep = weighted, dw
+            d_keep = np.minimum(d_keep, w_keep)
+            out.parts["data_wait"] += math.fsum(d_keep)
+            out.parts["compute"] += math.fsum(w_keep - d_keep)
+            mine = mine.union(_Intervals.of(c.step))
+            # the step time split, and the steady steps (each attempt's warm-up left out)
+            timed = st > 0
+            out.timed_seconds += math.fsum(weighted[timed])
+            out.timed_wait += math.fsum(dw[timed])
+            if not out.wait_logged and "data_wait" in c.present:
+                out.wait_logged = bool((c.present["data_wait"] & timed).any())
+            out.all_seconds += math.fsum(st_raw[finite])
+            out.all_wait += math.fsum(dw)
+            if (others := st_raw[finite & (st_raw <= 0)]).size:
+                out.other_times.append(others)
+            idx = np.flatnonzero(timed)
+            skip = max(0, min(WARMUP_STEPS - timed_seen, idx.size))
+            timed_seen += idx.size
+            if skip:
+                w = idx[:skip]
+                out.warmup.setdefault(number, []).append(
+                    (st[w], c.t[w], _col(c, "samples")[w], _col(c, "tokens")[w])
+                )
+            idx = idx[skip:]
+            if idx.size:
+                _add_steady(out, c, number, st, idx, steady_rank)
+                steady_rank += idx.size
+        if a is not None and a.steps:
+            out.redone_by[number] = redone.size()
+            out.steps_redone += out.redone_by[number]
+            later = later.union(mine)
+    out.steady = out.steady[: out.filled]
+    return out
+
+
+def _groups(log: StepLog) -> Iterable[tuple[int, Iterable[StepChunk]]]:
+    """(attempt, its chunks) from the last attempt to the first."""
+    if log.segments:
+        numbers = sorted(set(log.attempts()) | _json_attempts(log), reverse=True)
+        return ((n, log.chunks(attempt=n)) for n in numbers)
+    # format 1: the steps are events in memory already; group their chunks
+    by: dict[int, list[StepChunk]] = defaultdict(list)
+    for c in log.chunks():
+        by[c.attempt].append(c)
+    return sorted(by.items(), key=lambda kv: kv[0], reverse=True)
+
+
+def _json_attempts(log: StepLog) -> set[int]:
+    """Attempts of the step events kept as JSON in a format-2 record (a few, if any)."""
+    found: set[int] = set()
+    for ev in log._json_steps():  # the step log's own filter of JSON step events
+        a = ev.get("attempt")
+        found.add(a if isinstance(a, int) else 0)
+    return found
+
+
+def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank: int) -> None:
+    n, at = idx.size, out.filled
+    if at + n > out.steady.size:  # more steps than counted before reading (a live run)
+        grown = np.empty(max(2 * out.steady.size, at + n), dtype=np.float64)
+        grown[:at] = out.steady[:at]
+        out.steady = grown
+        for grow in out.units.values():
+            if grow.rates is not None:
+                rates = np.full(grown.size, np.nan)
+                rates[:at] = grow.rates[:at]
+                grow.rates = rates
+    times = st[idx]
+    out.steady[at : at + n] = times
+    t = c.t[idx]
+    out.pieces.append(
+        _Piece(number, at, n, float(t[0]), float(t[-1]), bool(np.all(t[1:] >= t[:-1])))
+    )
+    for unit, key in _UNITS:
+        col = c.values.get(key)
+        amt = np.full(n, np.nan) if col is None else col[idx]
+        has = np.isfinite(amt)
+        logged = bool(has.any())
+        u = out.units.get(unit)
+        if u is None:
+            if not logged:
+                continue
+            u = out.units[unit] = _Unit()
+        if u.first is None and logged:
+            u.first = (number, rank + int(np.argmax(has)))
+        if u.rates is None:
+            first = float(amt[0])
+            if bool(has.all()) and bool(np.all(amt == first)) and u.constant in (None, first):
+                if u.constant is None:
+                    u.constant, u.since = first, at
+                continue
+            u.rates = np.full(out.steady.size, np.nan)
+            if u.constant is not None:  # the steps before: that constant over their times
+                u.rates[u.since : at] = u.constant / out.steady[u.since : at]
+        u.rates[at : at + n] = np.where(has, amt / times, np.nan)
+    out.filled = at + n
 
 
 # ---- figures --------------------------------------------------------------------------------
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks; ``q`` in 0..1."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = q * (len(sorted_values) - 1)
+def _ranks(n: int, qs: Iterable[float]) -> list[int]:
+    out: set[int] = set()
+    for q in qs:
+        lo = math.floor(q * (n - 1))
+        out |= {lo, min(lo + 1, n - 1)}
+    return sorted(out)
+
+
+def _median(values: Any) -> float:
+    """statistics.median of a float64 array (partitions a copy)."""
+    n = int(values.size)
+    m = n // 2
+    if n % 2:
+        return float(np.partition(values, m)[m])
+    part = np.partition(values, [m - 1, m])
+    return (float(part[m - 1]) + float(part[m])) / 2
+
+
+def _quantile_at(part: Any, q: float) -> float:
+    """_percentile over an array partitioned at the ranks of ``q`` (see :func:`_ranks`)."""
+    n = int(part.size)
+    if n == 1:
+        return float(part[0])
+    pos = q * (n - 1)
     lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    hi = min(lo + 1, n - 1)
+    a, b = float(part[lo]), float(part[hi])
+    return a + (b - a) * (pos - lo)
 
 
-def _steady(attempts: list[AttemptSpan]) -> list[dict[str, Any]]:
+def _kth_union(s: Any, extra: Any, r: int) -> float:
+    """The r-th smallest (0-based) of ``s`` and ``extra`` together, ``extra`` small.
+
+    The answer lies between the (r - m)-th and r-th smallest of ``s`` (m = len(extra)):
+    those order statistics of ``s`` and ``extra``, sorted, hold it at rank r - lo.
+    """
+    m = extra.size
+    lo = max(0, r - m)
+    hi = min(s.size - 1, r)
+    window = np.empty(0) if hi < lo else np.partition(s, list(range(lo, hi + 1)))[lo : hi + 1]
+    both = np.sort(np.concatenate([window, extra]))
+    return float(both[r - lo])
+
+
+@dataclass
+class _Steady:
+    times: Any  # float64, in reading order (partitioned in place once drift is taken)
+    pieces: list[_Piece]  # in the attempts' start order
+    units: dict[str, _Unit]
+    fallback: bool  # every timed step (no steady one was left)
+
+
+def _steady(steps: _Steps, order: list[int]) -> _Steady:
     """Timed steps without each attempt's warm-up; all timed steps if that leaves none."""
-    timed = [[s for s in a.steps if (_num(s.get("step_time")) or 0) > 0] for a in attempts]
-    steady = [s for steps in timed for s in steps[WARMUP_STEPS:]]
-    return steady or [s for steps in timed for s in steps]
+    rank = {n: i for i, n in enumerate(order)}
+    if steps.filled:
+        ordered = sorted(steps.pieces, key=lambda p: (rank.get(p.attempt, len(rank)), p.offset))
+        return _Steady(steps.steady, ordered, steps.units, False)
+    # No steady step: the warm-ups are all there is (at most WARMUP_STEPS per attempt).
+    parts: list[tuple[int, tuple[Any, Any, Any, Any]]] = [
+        (n, row)
+        for n in sorted(steps.warmup, key=lambda n: rank.get(n, len(rank)))
+        for row in steps.warmup[n]
+    ]
+    times = np.concatenate([row[0] for _n, row in parts]) if parts else np.empty(0)
+    pieces: list[_Piece] = []
+    units: dict[str, _Unit] = {}
+    at = 0
+    for n, (st, t, samples, tokens) in parts:
+        pieces.append(
+            _Piece(n, at, st.size, float(t[0]), float(t[-1]), bool(np.all(t[1:] >= t[:-1])))
+        )
+        for (unit, _key), amt in zip(_UNITS, (samples, tokens), strict=True):
+            has = np.isfinite(amt)
+            if has.any():
+                u = units.setdefault(unit, _Unit(rates=np.full(times.size, np.nan)))
+                if u.first is None:
+                    u.first = (n, at + int(np.argmax(has)))
+                u.rates[at : at + st.size] = np.where(has, amt / st, np.nan)
+        at += st.size
+    return _Steady(times, pieces, units, True)
 
 
-def _step_time(steady: list[dict[str, Any]]) -> dict[str, float] | None:
-    times = sorted(float(s["step_time"]) for s in steady)
-    if not times:
+def _in_time_order(sd: _Steady, log: StepLog | None, steps: _Steps) -> Any:
+    """The steady step times ordered by their t (stable: ties keep the attempts' order).
+
+    Steps are written in time order, so this is the pieces one after the other; a clock
+    that stepped back is sorted from the t of each steady step, read again.
+    """
+    ps = sd.pieces
+    monotone = all(p.t_sorted for p in ps) and all(
+        a.t_last <= b.t_first for a, b in itertools.pairwise(ps)
+    )
+    ordered = (
+        np.concatenate([sd.times[p.offset : p.offset + p.n] for p in ps]) if ps else np.empty(0)
+    )
+    if monotone or log is None or sd.fallback:
+        if not monotone:
+            t = np.concatenate([_piece_t(sd, p, steps) for p in ps])
+            return ordered[np.argsort(t, kind="stable")]
+        return ordered
+    t_by = _steady_t(log, steps)
+    t = np.concatenate([t_by[p.offset : p.offset + p.n] for p in ps])
+    return ordered[np.argsort(t, kind="stable")]
+
+
+def _piece_t(sd: _Steady, p: _Piece, steps: _Steps) -> Any:
+    rows = steps.warmup.get(p.attempt, [])
+    at = 0
+    for q in sd.pieces:
+        if q is p:
+            break
+        if q.attempt == p.attempt:
+            at += 1
+    return rows[at][1]
+
+
+def _steady_t(log: StepLog, steps: _Steps) -> Any:
+    """t of each steady step, at its place in the steady buffer (a second read)."""
+    t_out = np.empty(steps.filled)
+    at = 0
+    for _number, chunks in _groups(log):
+        seen = 0
+        for c in chunks:
+            st = _col(c, "step_time")
+            idx = np.flatnonzero(np.isfinite(st) & (st > 0))
+            skip = max(0, min(WARMUP_STEPS - seen, idx.size))
+            seen += idx.size
+            idx = idx[skip:]
+            t_out[at : at + idx.size] = c.t[idx]
+            at += idx.size
+    return t_out
+
+
+def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
+    """Median rate per unit over the steady steps, in the order each unit first appears."""
+    times = sd.times
+    n = times.size
+    if not n:
+        return {}
+    m = n // 2
+
+    def from_times(c: float) -> float:  # median of c / t, from the order statistics of t
+        if n % 2:
+            return c / float(times[m])
+        return (c / float(times[m - 1]) + c / float(times[m])) / 2
+
+    out: list[tuple[tuple[int, int, int], str, float]] = []
+    first = sd.pieces[0] if sd.pieces else None
+    rank = {p.attempt: i for i, p in reversed(list(enumerate(sd.pieces)))}
+    for i, (unit, _key) in enumerate(_UNITS):
+        u = sd.units.get(unit)
+        if u is None or u.first is None:
+            continue
+        if u.rates is not None:
+            finite = u.rates[np.isfinite(u.rates)]
+            value = _median(finite) if finite.size else None
+        elif u.since == 0 and u.constant is not None:
+            value = u.constant  # resolved below, once the times are partitioned
+        else:
+            value = None
+        if value is None:
+            continue
+        out.append(((rank.get(u.first[0], 0), u.first[1], i), unit, value))
+    if first is not None:
+        out.append(((rank.get(first.attempt, 0), 0, len(_UNITS)), "steps/s", 1.0))
+    out.sort(key=lambda x: x[0])
+    result: dict[str, float] = {}
+    for _k, unit, value in out:
+        u = sd.units.get(unit)
+        if unit == "steps/s":
+            result[unit] = from_times(1.0)
+        elif u is not None and u.rates is None:
+            result[unit] = from_times(value)
+        else:
+            result[unit] = value
+    return result
+
+
+def _drift(ordered: Any) -> dict[str, float] | None:
+    n = ordered.size
+    if n < DRIFT_MIN_STEPS:
         return None
-    return {
-        "p50": _percentile(times, 0.50),
-        "p90": _percentile(times, 0.90),
-        "p99": _percentile(times, 0.99),
-        "mean": statistics.fmean(times),
-        "n": float(len(times)),
-    }
-
-
-def _drift(steady: list[dict[str, Any]]) -> dict[str, float] | None:
-    times = [float(s["step_time"]) for s in sorted(steady, key=lambda s: float(s["t"]))]
-    if len(times) < DRIFT_MIN_STEPS:
-        return None
-    q = len(times) // 4
-    first, last = statistics.median(times[:q]), statistics.median(times[-q:])
+    q = n // 4
+    first, last = _median(ordered[:q]), _median(ordered[-q:])
     if first <= 0:
         return None
     return {"first_p50": first, "last_p50": last, "change": last / first - 1.0}
 
 
-def _throughput(steady: list[dict[str, Any]]) -> dict[str, float]:
-    rates: dict[str, list[float]] = defaultdict(list)
-    for s in steady:
-        st = float(s["step_time"])
-        for unit, key in (("samples/s", "samples"), ("tokens/s", "tokens")):
-            amount = _num(s.get(key))
-            if amount is not None:
-                rates[unit].append(amount / st)
-        rates["steps/s"].append(1.0 / st)
-    return {unit: statistics.median(values) for unit, values in rates.items()}
+def _figures(steps: _Steps, order: list[int], log: StepLog) -> dict[str, Any]:
+    """Percentiles, drift, throughput (over the steady steps) and show's step facts."""
+    sd = _steady(steps, order)
+    out: dict[str, Any] = {"step_time": None, "drift": None, "throughput": {}}
+    times = sd.times
+    # rates of a constant amount logged from a later steady step on: an array of their own
+    for u in sd.units.values():
+        if u.rates is None and u.constant is not None and u.since:
+            u.rates = np.full(times.size, np.nan)
+            u.rates[u.since :] = u.constant / times[u.since :]
+    if times.size:
+        out["drift"] = _drift(_in_time_order(sd, None if sd.fallback else log, steps))
+        n = times.size
+        times.partition(_ranks(n, (0.5, 0.9, 0.99)))  # in place: the order is spent
+        out["step_time"] = {
+            "p50": _quantile_at(times, 0.50),
+            "p90": _quantile_at(times, 0.90),
+            "p99": _quantile_at(times, 0.99),
+            "mean": math.fsum(times) / n,
+            "n": float(n),
+        }
+        out["throughput"] = _throughput(sd, True)
+    out["median_all"] = _median_all(steps, sd)
+    return out
+
+
+def _median_all(steps: _Steps, sd: _Steady) -> float | None:
+    """Median of every finite step time (``show``): steady, warm-up and non-positive ones."""
+    extra_parts = [row[0] for rows in steps.warmup.values() for row in rows] + steps.other_times
+    if sd.fallback:
+        extra_parts = steps.other_times
+    extra = np.sort(np.concatenate(extra_parts)) if extra_parts else np.empty(0)
+    s = sd.times
+    n = s.size + extra.size
+    if not n:
+        return None
+    if extra.size > 1 << 16:  # many non-positive times: one array of them all
+        return _median(np.concatenate([s, extra]))
+    m = n // 2
+    if n % 2:
+        return _kth_union(s, extra, m)
+    return (_kth_union(s, extra, m - 1) + _kth_union(s, extra, m)) / 2
 
 
 def _mfu(throughput: dict[str, float], rec: _Record, gpu_name: str | None) -> float | None:
@@ -365,7 +829,8 @@ class _Breakdown:
 
 def _breakdown(
     events: list[dict[str, Any]],
-    attempts: list[AttemptSpan],
+    attempts: list[_Attempt],
+    steps: _Steps,
     start: float,
     end: float,
     samples: list[dict[str, Any]] | None,
@@ -373,12 +838,13 @@ def _breakdown(
 ) -> _Breakdown:
     parts = dict.fromkeys(BREAKDOWN_PARTS, 0.0)
     black_box = samples is not None and _black_box(events)
-    redone = _redone(attempts)
     restart_into = {ev.get("attempt") for ev in events if ev.get("kind") == "restart"}
     first_wait: float | None = None
     for i, a in enumerate(attempts):
         origin = start if i == 0 else a.start
-        a_end = a.end if a.end is not None else (float(a.steps[-1]["t"]) if a.steps else end)
+        a_end = (
+            a.end if a.end is not None else (a.last_t if a.steps and a.last_t is not None else end)
+        )
         followed = i + 1 < len(attempts) and attempts[i + 1].number in restart_into
         if i > 0:
             prev = attempts[i - 1]
@@ -406,20 +872,14 @@ def _breakdown(
             if i == 0:
                 first_wait = wait
             continue
-        wait = max(0.0, _step_start(a.steps[0]) - origin)
+        wait = max(0.0, (a.first_start or 0.0) - origin)
         parts["before_first_step"] += wait
         if i == 0:
             first_wait = wait
-        for s in a.steps:
-            st = (_num(s.get("step_time")) or 0.0) * _span(s)
-            if (a.number, int(s.get("step", -1))) in redone:
-                parts["restarts"] += st
-                continue
-            dw = min(_num(s.get("data_wait")) or 0.0, st)
-            parts["data_wait"] += dw
-            parts["compute"] += st - dw
-        if followed:  # a failed attempt's time after its last step is lost work
-            parts["restarts"] += max(0.0, a_end - float(a.steps[-1]["t"]))
+        if followed and a.last_t is not None:  # a failed attempt's time after its last step
+            parts["restarts"] += max(0.0, a_end - a.last_t)
+    for k in ("compute", "data_wait", "restarts"):  # the steps' own time (see _read_steps)
+        parts[k] += steps.parts[k]
     stall = sum(
         _num(ev.get("stall_s")) or 0.0 for ev in events if ev.get("kind") == "checkpoint_stage"
     )
@@ -431,7 +891,7 @@ def _breakdown(
     return _Breakdown(
         parts={k: round(float(v), 6) for k, v in parts.items()},
         restarts=len(restart_into & {a.number for a in attempts}),
-        steps_redone=len(redone),
+        steps_redone=steps.steps_redone,
         first_attempt_wait=first_wait,
     )
 
@@ -442,41 +902,56 @@ def _breakdown(
 def summarize(run_dir: Path) -> Summary:
     """Summarize one run record; fields it cannot compute are None, never an exception.
 
+    Steps are read once from the step log (record/steplog.py), in chunks of arrays: the
+    cost is one array of the steady step times, whatever the run's length.
+
     >>> summarize(record.path).breakdown
     {'compute': 41.2, 'data_wait': 3.1, 'checkpoint_stall': 0.4, ...}
     """
-    rec = _load(Path(run_dir))
-    events = rec.events
-    steps = [ev for ev in events if ev.get("kind") == "step"]
+    return _summarize(_load(Path(run_dir)))[0]
+
+
+def _summarize(rec: _Record) -> tuple[Summary, dict[str, Any]]:
+    """The summary, and the step facts ``show`` prints (count, last step, median, loss)."""
+    events = [ev for ev in rec.events if ev.get("kind") != "step"]
+    log = rec.log
+    expected = log.count() + _json_step_count(rec.events)
+    by_number = _spans(events)
+    steps = _read_steps(log, expected, by_number)
+    attempts = sorted(by_number.values(), key=lambda a: a.start)
     run_start = next((float(ev["t"]) for ev in events if ev.get("kind") == "run_start"), None)
-    start = run_start if run_start is not None else (float(events[0]["t"]) if events else None)
-    end = max((float(ev["t"]) for ev in events), default=None)
+    firsts = [float(events[0]["t"])] if events else []
+    if steps.t_min is not None:
+        firsts.append(steps.t_min)
+    start = run_start if run_start is not None else (min(firsts) if firsts else None)
+    ends = [float(ev["t"]) for ev in events]
+    end = max([*ends, *([steps.t_max] if steps.t_max is not None else [])], default=None)
     wall = None if start is None or end is None else max(0.0, end - start)
+    with_steps = sorted((a for a in by_number.values() if a.steps), key=lambda a: a.number)
+    first_t = with_steps[0].first_t if with_steps else None
     first_step_s = (
-        max(0.0, float(steps[0]["t"]) - run_start) if steps and run_start is not None else None
+        max(0.0, first_t - run_start) if first_t is not None and run_start is not None else None
     )
-    attempts = attempt_spans(events)  # record/view.py
     threshold = rec.spec.telemetry.idle_threshold
     if start is not None and end is not None:
-        bd = _breakdown(events, attempts, start, end, rec.samples, threshold)
+        bd = _breakdown(events, attempts, steps, start, end, rec.samples, threshold)
     else:
         bd = _Breakdown(dict.fromkeys(BREAKDOWN_PARTS, 0.0), 0, 0, None)
-    steady = _steady(attempts)
-    throughput = _throughput(steady)
-    timed = [s for s in steps if (_num(s.get("step_time")) or 0) > 0]
-    total_step = sum(float(s["step_time"]) * _span(s) for s in timed)
+    figures = _figures(steps, [a.number for a in attempts], log)
+    throughput = figures["throughput"]
+    total_step = steps.timed_seconds
     data_wait_share = None
-    if total_step > 0 and any("data_wait" in s for s in timed):
-        data_wait_share = sum(_num(s.get("data_wait")) or 0.0 for s in timed) / total_step
+    if total_step > 0 and steps.wait_logged:
+        data_wait_share = steps.timed_wait / total_step
     idle_share, idle_source = _idle(rec.samples, threshold)
     gpu_name = _gpu_name(rec)
     summary = Summary(
-        steps=len(steps),
+        steps=steps.count,
         first_step_s=first_step_s,
         wall_s=wall,
         breakdown=bd.parts,
-        step_time=_step_time(steady),
-        drift=_drift(steady),
+        step_time=figures["step_time"],
+        drift=figures["drift"],
         throughput=throughput,
         mfu=_mfu(throughput, rec, gpu_name),
         data_wait_share=data_wait_share,
@@ -496,48 +971,218 @@ def summarize(run_dir: Path) -> Summary:
             xids=[s for s in rec.samples if s.get("kind") == "xid"],
         ),
     )
-    return summary
+    losses = [a for a in with_steps if a.loss_first is not None]
+    facts = {
+        "steps": steps.count,
+        "steps_redone": bd.steps_redone,
+        "last_step": with_steps[-1].last_step if with_steps else None,
+        "median_step_time": figures["median_all"],
+        "step_time_s": steps.all_seconds,
+        "data_wait_s": steps.all_wait,
+        "loss_first": losses[0].loss_first if losses else None,
+        "loss_last": losses[-1].loss_last if losses else None,
+    }
+    return summary, facts
 
 
-def timelines(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def timelines(run_dir: Path) -> dict[str, Any]:
     """Series for charts: steps, host and GPU samples, and marks (restarts, checkpoints...).
 
     Each step carries ``throughput`` in the spec's ``acceptance.throughput_unit`` when
-    the step logged that quantity, else in steps/s.
+    the step logged that quantity, else in steps/s. A run of more than ``CHART_POINTS``
+    steps is downsampled (see :func:`_step_series`) and says so in ``steps_downsampled``.
     """
-    rec = _load(Path(run_dir))
+    return _timelines(_load(Path(run_dir)))
+
+
+def _timelines(rec: _Record) -> dict[str, Any]:
     unit = rec.spec.acceptance.throughput_unit
     key = {"samples/s": "samples", "tokens/s": "tokens"}.get(unit)
-    steps: list[dict[str, Any]] = []
     marks: list[dict[str, Any]] = []
     for ev in rec.events:
         kind = ev.get("kind")
-        if kind == "step":
-            st = _num(ev.get("step_time"))
-            amount = _num(ev.get(key)) if key else None
-            rate = None
-            if st:
-                rate = (amount if amount is not None else 1.0) / st
-            steps.append(
-                {
-                    "t": ev["t"],
-                    "step": ev.get("step"),
-                    "attempt": ev.get("attempt"),
-                    "step_time": st,
-                    "loss": _num(ev.get("loss")),
-                    "throughput": rate,
-                }
-            )
-        elif kind in ("restart", "attempt_start", "attempt_exit", "idle"):
+        if kind in ("restart", "attempt_start", "attempt_exit", "idle"):
             marks.append({"t": ev["t"], "kind": kind, "label": _mark_label(ev)})
         elif kind == "checkpoint_commit":
             marks.append({"t": ev["t"], "kind": "checkpoint", "label": f"step {ev.get('step')}"})
-    return {
+    n = rec.log.count() + _json_step_count(rec.events)
+    steps, bucket = _step_series(rec.log, key, n)
+    out: dict[str, Any] = {
         "steps": steps,
         "host": [s for s in rec.samples if s.get("kind") == "host"],
         "gpu": [s for s in rec.samples if s.get("kind") == "gpu"],
         "marks": marks,
     }
+    if bucket > 1:
+        out["steps_downsampled"] = {"of": n, "bucket": bucket}
+    return out
+
+
+_SERIES = ("step_time", "loss", "throughput")
+
+
+def _rows(c: StepChunk, cols: dict[str, Any], idx: Any) -> list[dict[str, Any]]:
+    t, step = c.t[idx].tolist(), c.step[idx].tolist()
+    vals = {k: [None if v != v else v for v in cols[k][idx].tolist()] for k in _SERIES}
+    return [
+        {"t": t[i], "step": step[i], "attempt": c.attempt,
+         **{k: vals[k][i] for k in _SERIES}}
+        for i in range(len(t))
+    ]  # fmt: skip
+
+
+def _step_series(log: StepLog, key: str | None, n: int) -> tuple[list[dict[str, Any]], int]:
+    """The chart rows of the steps, and the bucket (records per bucket; 1: every step).
+
+    With more than ``CHART_POINTS`` steps, the steps are cut into buckets of ``B``
+    consecutive records (B the least power of two leaving at most CHART_POINTS / 2
+    buckets), and each bucket keeps, for each series, the step of its minimum and of its
+    maximum (the first one on a tie), plus each attempt's first and last step: a spike or a
+    stall stays visible, and the result depends on the steps only.
+    """
+    bucket = 1
+    if n > CHART_POINTS:
+        while -(-n // bucket) * 2 > CHART_POINTS:
+            bucket *= 2
+    rows: list[dict[str, Any]] = []
+    best: dict[tuple[str, int, int], tuple[float, int]] = {}  # (series, kind, bucket) -> pick
+    picked: dict[int, dict[str, Any]] = {}
+    ends: dict[int, tuple[int, int]] = {}  # attempt -> (first, last) record index
+    g = 0
+    for c in log.chunks():
+        m = len(c)
+        if not m:
+            continue
+        st = _col(c, "step_time")
+        st = np.where(np.isfinite(st), st, np.nan)
+        loss = _col(c, "loss")
+        loss = np.where(np.isfinite(loss), loss, np.nan)
+        amount = _col(c, key) if key else np.full(m, np.nan)
+        per = np.where(np.isfinite(amount), amount, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(np.isfinite(st) & (st != 0), per / np.where(st != 0, st, 1.0), np.nan)
+        cols = {"step_time": st, "loss": loss, "throughput": rate}
+        if bucket == 1:
+            rows.extend(_rows(c, cols, np.arange(m)))
+            g += m
+            continue
+        gi = g + np.arange(m)
+        b = gi // bucket
+        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, m]))
+        want: set[int] = set()
+        for name in _SERIES:
+            v = cols[name]
+            if not np.isfinite(v).any():
+                continue
+            for kind, reduce in ((0, np.fmin), (1, np.fmax)):
+                agg = reduce.reduceat(v, starts)
+                idx = np.flatnonzero(v == agg[seg])
+                _u, first = np.unique(seg[idx], return_index=True)
+                for i in idx[first].tolist():
+                    k = (name, kind, int(b[i]))
+                    value, at = float(v[i]), g + i
+                    old = best.get(k)
+                    if old is None or (value < old[0] if kind == 0 else value > old[0]):
+                        best[k] = (value, at)
+                        want.add(i)
+        first_last = ends.get(c.attempt)
+        ends[c.attempt] = (g if first_last is None else first_last[0], g + m - 1)
+        want |= {0, m - 1}
+        idx = np.array(sorted(want), dtype=np.int64)
+        for i, row in zip(idx.tolist(), _rows(c, cols, idx), strict=True):
+            picked[g + i] = row
+        g += m
+    if bucket == 1:
+        return rows, 1
+    keep = {at for _value, at in best.values()}
+    keep |= {i for pair in ends.values() for i in pair}
+    return [picked[i] for i in sorted(keep) if i in picked], bucket
+
+
+# ---- the stored summary ---------------------------------------------------------------------
+
+
+@dataclass
+class Stored:
+    """A run's summary, its chart series and the step facts ``show`` prints."""
+
+    summary: Summary
+    timelines: dict[str, Any] | None
+    steps: dict[str, Any]
+    stored: bool  # read from summary.json (else computed now)
+
+
+def _computed_from(run_dir: Path) -> dict[str, int]:
+    """What a stored summary was computed from: it is current while these are unchanged."""
+
+    def size(name: str) -> int:
+        try:
+            return (run_dir / name).stat().st_size
+        except OSError:
+            return -1
+
+    return {
+        "step_records": StepLog(run_dir).count(),
+        "events_bytes": size("events.jsonl"),
+        "telemetry_bytes": size("telemetry.jsonl"),
+    }
+
+
+def write_summary(record_path: Path) -> Path:
+    """Compute the summary and the chart series once and store them as ``summary.json``.
+
+    Called when the run closes; readers take it through :func:`load_summary`.
+    """
+    run_dir = Path(record_path)
+    source = _computed_from(run_dir)  # before reading: a later change makes it stale
+    rec = _load(run_dir)
+    summary, facts = _summarize(rec)
+    data = {
+        "format": SUMMARY_FORMAT,
+        "computed_from": source,
+        "summary": summary.to_dict(),
+        "step_facts": facts,
+        "timelines": _timelines(rec),
+    }
+    target = run_dir / SUMMARY_FILE
+    write_json_atomic(target, data)
+    return target
+
+
+def load_summary(run_dir: Path, *, with_timelines: bool = True) -> Stored:
+    """The stored summary of a closed run when it is current, else one computed now.
+
+    A run still going (status created, preflight, running or closing), a summary.json
+    missing, damaged, of another format or computed from other steps or events: computed.
+    """
+    run_dir = Path(run_dir)
+    stored = _read_stored(run_dir)
+    if stored is not None:
+        return stored
+    rec = _load(run_dir)
+    summary, facts = _summarize(rec)
+    return Stored(summary, _timelines(rec) if with_timelines else None, facts, False)
+
+
+def _read_stored(run_dir: Path) -> Stored | None:
+    try:
+        state = read_json(run_dir / "run.json")
+        if not isinstance(state, dict) or state.get("status") in LIVE_STATUSES:
+            return None
+        data = read_json(run_dir / SUMMARY_FILE)
+        if not isinstance(data, dict) or data.get("format") != SUMMARY_FORMAT:
+            return None
+        if data.get("computed_from") != _computed_from(run_dir):
+            return None
+        summary = Summary(**data["summary"])
+        timelines_ = data["timelines"]
+        facts = data["step_facts"]
+        if not isinstance(timelines_, dict) or not isinstance(facts, dict):
+            return None
+    except Exception:  # missing, damaged or of another layout: computed instead
+        return None
+    return Stored(summary, timelines_, facts, True)
 
 
 def _mark_label(ev: dict[str, Any]) -> str:
