@@ -131,9 +131,10 @@ def _lineage(record: RunRecord, prov: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _summary_and_timelines(record: RunRecord) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     try:
-        from acceptrun.telemetry.summary import summarize, timelines
+        from acceptrun.telemetry.summary import load_summary
 
-        return summarize(record.path).to_dict(), timelines(record.path)
+        stored = load_summary(record.path)  # summary.json of a closed run, else computed
+        return stored.summary.to_dict(), stored.timelines or {}
     except Exception as exc:  # the report still shows everything else
         return {"error": f"{type(exc).__name__}: {exc}"}, {}
 

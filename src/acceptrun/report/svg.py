@@ -116,12 +116,24 @@ def _fmt(value: float) -> str:
 
 
 def _thin(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """At most MAX_POINTS points; a NaN y (a gap, e.g. between attempts) is kept."""
+    """At most about MAX_POINTS points; a NaN y (a gap, e.g. between attempts) is kept.
+
+    Points are cut into buckets of consecutive points, each keeping its lowest and its
+    highest point (in their order), so a spike or a stall stays drawn.
+    """
     clean = [(float(x), float(y)) for x, y in points if math.isfinite(x) and not math.isinf(y)]
     if len(clean) <= MAX_POINTS:
         return clean
-    stride = math.ceil(len(clean) / MAX_POINTS)
-    thinned = [pt for i, pt in enumerate(clean) if i % stride == 0 or math.isnan(pt[1])]
+    size = math.ceil(len(clean) / (MAX_POINTS // 2))
+    thinned: list[tuple[float, float]] = []
+    for start in range(0, len(clean), size):
+        bucket = clean[start : start + size]
+        real = [i for i, (_x, y) in enumerate(bucket) if not math.isnan(y)]
+        keep = {i for i, (_x, y) in enumerate(bucket) if math.isnan(y)}
+        if real:
+            keep.add(min(real, key=lambda i: bucket[i][1]))
+            keep.add(max(real, key=lambda i: bucket[i][1]))
+        thinned += [bucket[i] for i in sorted(keep)]
     if thinned[-1] != clean[-1]:
         thinned.append(clean[-1])
     return thinned

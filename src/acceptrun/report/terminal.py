@@ -1,14 +1,14 @@
 """``acceptrun show RUN``: a run at a glance in the terminal, read from its record.
 
 Besides the run's state, steps, metrics, attempts and verdict, it shows what the time
-went to (from :func:`acceptrun.telemetry.summary.summarize`): the breakdown with a bar
+went to (from :func:`acceptrun.telemetry.summary.load_summary`: the summary.json a closed
+run stored, else computed from the record): the breakdown with a bar
 per part, step-time percentiles and drift, throughput and MFU, GPU and host peaks, and
 the hints.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from acceptrun._util.durable import read_jsonl
@@ -19,7 +19,7 @@ from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.report import serving_lines
 from acceptrun.spec.model import format_duration
-from acceptrun.telemetry.summary import Summary, summarize
+from acceptrun.telemetry.summary import Summary, load_summary
 from acceptrun.verdict.core import Check, Verdict, format_verdict
 
 __all__ = ["format_show", "format_telemetry", "show_dict"]
@@ -50,20 +50,23 @@ def format_show(record: RunRecord) -> str:
             f"         interrupted: {liveness.detail}; last sign of life {liveness.last_seen_iso}; "
             f"`acceptrun resume {record.run_id}` continues it"
         ]
-    steps = view.steps()
+    # The step figures come from the stored summary of a closed run, else from one pass
+    # over the step log: never a dict per step.
+    stored = load_summary(record.path, with_timelines=False)
+    facts = stored.steps
     metrics = view.metrics()
-    if steps:
-        times = [s["step_time"] for s in steps if isinstance(s.get("step_time"), int | float)]
-        waits = [s.get("data_wait", 0.0) for s in steps]
-        losses = [s["loss"] for s in steps if isinstance(s.get("loss"), int | float)]
-        parts = [f"{len(steps)} logged, last step {steps[-1].get('step')}"]
-        if times:
-            parts.append(f"median step {statistics.median(times) * 1000:.1f} ms")
-            total = sum(times)
+    if facts.get("steps"):
+        parts = [f"{facts['steps']} logged, last step {facts.get('last_step')}"]
+        median = facts.get("median_step_time")
+        if median is not None:
+            parts.append(f"median step {median * 1000:.1f} ms")
+            total = facts.get("step_time_s") or 0.0
             if total > 0:
-                parts.append(f"data wait {100 * sum(waits) / total:.1f}% of step time")
-        if losses:
-            parts.append(f"loss {losses[0]:.4g} -> {losses[-1]:.4g}")
+                parts.append(
+                    f"data wait {100 * (facts.get('data_wait_s') or 0.0) / total:.1f}% of step time"
+                )
+        if facts.get("loss_first") is not None and facts.get("loss_last") is not None:
+            parts.append(f"loss {facts['loss_first']:.4g} -> {facts['loss_last']:.4g}")
         lines.append(f"steps    {', '.join(parts)}")
     if metrics:
         lines.append(
@@ -82,7 +85,7 @@ def format_show(record: RunRecord) -> str:
         lines.append(f"events   {'; '.join(problems[:3])}{more}")
     if state.get("mode") == "tune":
         return printable("\n".join(lines + _format_tune(record)))
-    lines += format_telemetry(summarize(record.path), _gpu_absent(record))
+    lines += format_telemetry(stored.summary, _gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
     lines += serving_lines(record)  # serving runs only
     decided = view.verdict()  # a newer format raises RecordError naming the fix
@@ -145,7 +148,7 @@ def show_dict(record: RunRecord) -> dict[str, Any]:
         "state": record.state,
         "supervisor": liveness.to_dict(),  # record/liveness.py: alive | gone | ended, derived
         "verdict": _decided(record),
-        "summary": summarize(record.path).to_dict(),
+        "summary": load_summary(record.path, with_timelines=False).summary.to_dict(),
     }
 
 

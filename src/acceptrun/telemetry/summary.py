@@ -278,7 +278,7 @@ class _Unit:
     constant: float | None = None
     since: int = 0  # steady position of the first step that logged it (constant mode)
     rates: Any = None  # float64 array over the steady buffer (NaN: not logged)
-    first: tuple[int, int] | None = None  # (attempt, rank among its steady steps)
+    first: dict[int, int] = field(default_factory=dict)  # attempt -> rank of its first
 
 
 @dataclass
@@ -448,8 +448,8 @@ def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank:
             if not logged:
                 continue
             u = out.units[unit] = _Unit()
-        if u.first is None and logged:
-            u.first = (number, rank + int(np.argmax(has)))
+        if logged and number not in u.first:
+            u.first[number] = rank + int(np.argmax(has))
         if u.rates is None:
             first = float(amt[0])
             if bool(has.all()) and bool(np.all(amt == first)) and u.constant in (None, first):
@@ -542,8 +542,7 @@ def _steady(steps: _Steps, order: list[int]) -> _Steady:
             has = np.isfinite(amt)
             if has.any():
                 u = units.setdefault(unit, _Unit(rates=np.full(times.size, np.nan)))
-                if u.first is None:
-                    u.first = (n, at + int(np.argmax(has)))
+                u.first.setdefault(n, at + int(np.argmax(has)))
                 u.rates[at : at + st.size] = np.where(has, amt / st, np.nan)
         at += st.size
     return _Steady(times, pieces, units, True)
@@ -618,7 +617,7 @@ def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
     rank = {p.attempt: i for i, p in reversed(list(enumerate(sd.pieces)))}
     for i, (unit, _key) in enumerate(_UNITS):
         u = sd.units.get(unit)
-        if u is None or u.first is None:
+        if u is None or not u.first:
             continue
         if u.rates is not None:
             finite = u.rates[np.isfinite(u.rates)]
@@ -629,7 +628,8 @@ def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
             value = None
         if value is None:
             continue
-        out.append(((rank.get(u.first[0], 0), u.first[1], i), unit, value))
+        where = min((rank.get(a, len(rank)), r) for a, r in u.first.items())
+        out.append(((*where, i), unit, value))
     if first is not None:
         out.append(((rank.get(first.attempt, 0), 0, len(_UNITS)), "steps/s", 1.0))
     out.sort(key=lambda x: x[0])

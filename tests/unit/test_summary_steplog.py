@@ -1,0 +1,166 @@
+"""summarize() and timelines() read the step log: the same run as JSON step events
+(record format 1) and as step records (format 2) gives the same figures."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from acceptrun._util.durable import append_jsonl
+from acceptrun.record.steplog import StepWriter
+from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.telemetry.summary import (
+    CHART_POINTS,
+    SUMMARY_FILE,
+    load_summary,
+    summarize,
+    timelines,
+    write_summary,
+)
+
+T0 = 1_796_000_000.0
+
+
+def run_events(seed: int = 7) -> list[dict[str, Any]]:
+    """Three attempts; the second and third redo steps; data wait, spans, samples, loss."""
+    rng = random.Random(seed)
+    t = T0
+    events: list[dict[str, Any]] = [{"t": t, "kind": "run_start"}]
+    plan = [(1, range(0, 40), "signaled"), (2, range(30, 75), "signaled"), (3, range(70, 160), "success")]  # fmt: skip
+    for n, steps, outcome in plan:
+        t += 1.5
+        if n > 1:
+            events.append({"t": t, "kind": "restart", "attempt": n, "after": "signaled", "backoff_s": 1})  # fmt: skip
+            t += 1.0
+        events.append({"t": t, "kind": "attempt_start", "attempt": n})
+        t += 2.0
+        for step in steps:
+            st = round(rng.uniform(0.05, 0.2) * (8 if step == 100 else 1), 6)
+            t = round(t + st, 6)
+            ev: dict[str, Any] = {"t": t, "kind": "step", "attempt": n, "step": step, "step_time": st}  # fmt: skip
+            if step % 3:
+                ev["data_wait"] = round(st * rng.uniform(0, 0.5), 6)
+            if step % 7 == 0:
+                ev["span"] = 2
+            ev["samples"] = 32 if step < 120 else 16
+            ev["loss"] = float(np.float32(2.0 / (1 + step)))
+            events.append(ev)
+            if step % 25 == 0:
+                events.append({"t": t, "kind": "checkpoint_stage", "attempt": n, "step": step, "stall_s": 0.01})  # fmt: skip
+                events.append({"t": t, "kind": "checkpoint_commit", "attempt": n, "step": step})  # fmt: skip
+        t += 0.5
+        events.append({"t": t, "kind": "attempt_exit", "attempt": n, "outcome": outcome})
+    return events
+
+
+def new_record(root: Path) -> RunRecord:
+    return Workspace.create(root / ".acceptrun").create_run(
+        "synth", spec_text='name = "synth"\ncommand = ["true"]\n',
+        state={"mode": "supervised", "status": "finished"},
+    )  # fmt: skip
+
+
+def as_format_1(root: Path, events: list[dict[str, Any]]) -> Path:
+    record = new_record(root)
+    for ev in events:
+        append_jsonl(record.events_path, ev)
+    return record.path
+
+
+def as_format_2(root: Path, events: list[dict[str, Any]]) -> Path:
+    record = new_record(root)
+    for ev in events:
+        fields = {k: v for k, v in ev.items() if k != "kind"}
+        record.event(ev["kind"], **fields)
+    record.flush_events()
+    assert not any(json.loads(line)["kind"] == "step" for line in record.events_path.open())
+    assert list((record.path / "attempts").glob("*/steps/*.steps"))
+    return record.path
+
+
+def test_the_same_run_in_both_formats_gives_the_same_figures(tmp_path: Path) -> None:
+    events = run_events()
+    one, two = as_format_1(tmp_path / "a", events), as_format_2(tmp_path / "b", events)
+    s1, s2 = summarize(one), summarize(two)
+    assert s1.steps == s2.steps == 40 + 45 + 90
+    assert s1.step_time == s2.step_time and s1.step_time is not None
+    assert s1.breakdown == s2.breakdown
+    assert s1.throughput == s2.throughput and list(s1.throughput) == ["samples/s", "steps/s"]
+    assert s1.drift == s2.drift and s1.drift is not None
+    assert s1.data_wait_share == s2.data_wait_share
+    assert s1.first_step_s == s2.first_step_s and s1.wall_s == s2.wall_s
+    assert s1.hints == s2.hints
+    # 10 steps of attempt 1 (30..39) and 5 of attempt 2 (70..74) ran again
+    assert any("2 restarts, 15 steps redone" in h for h in s1.hints), s1.hints
+    # by hand: the steady step times, each attempt's first 3 timed steps left out
+    steady = sorted(
+        ev["step_time"]
+        for n in (1, 2, 3)
+        for ev in [e for e in events if e["kind"] == "step" and e["attempt"] == n][3:]
+    )
+    assert s1.step_time["n"] == len(steady)
+    assert s1.step_time["p50"] == pytest.approx(float(np.percentile(steady, 50)), rel=1e-12)
+    assert s1.step_time["p99"] == pytest.approx(float(np.percentile(steady, 99)), rel=1e-12)
+    t1, t2 = timelines(one), timelines(two)
+    assert t1["steps"][0] == t2["steps"][0] and t1["steps"][-1] == t2["steps"][-1]
+    assert len(t1["steps"]) == len(t2["steps"]) == s1.steps  # a short run: every step
+    assert t1["steps"][-1]["loss"] == pytest.approx(2.0 / 160)
+    assert "steps_downsampled" not in t1
+    assert t1["marks"] == t2["marks"]
+
+
+def test_a_spike_among_100k_steps_stays_in_the_chart_series(tmp_path: Path) -> None:
+    record = new_record(tmp_path)
+    writer = StepWriter(record.path)
+    rng = np.random.default_rng(3)
+    n, spike = 100_000, 61_234
+    times = np.round(rng.uniform(0.01, 0.012, n), 6)
+    times[spike] = 2.5  # one stall
+    loss = np.linspace(3.0, 1.0, n)
+    loss[spike + 7] = 9.0  # one loss spike
+    t = T0
+    for i in range(n):
+        t += float(times[i])
+        writer.append(1, {"t": t, "step": i, "step_time": float(times[i]), "loss": float(loss[i])})
+    writer.close()
+    series = timelines(record.path)
+    rows = series["steps"]
+    assert series["steps_downsampled"]["of"] == n
+    bucket = series["steps_downsampled"]["bucket"]
+    assert bucket & (bucket - 1) == 0 and -(-n // bucket) * 2 <= CHART_POINTS
+    assert len(rows) <= 3 * CHART_POINTS
+    assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
+    assert max(r["step_time"] for r in rows) == 2.5
+    assert next(r for r in rows if r["step_time"] == 2.5)["step"] == spike
+    assert max(r["loss"] for r in rows) == 9.0
+    assert rows[0]["step"] == 0 and rows[-1]["step"] == n - 1
+    assert timelines(record.path) == series  # deterministic
+    s = summarize(record.path)
+    assert s.steps == n and s.step_time is not None
+    assert s.step_time["p50"] == float(np.median(times[3:]))
+
+
+def test_the_stored_summary_is_read_while_current_and_computed_once_stale(tmp_path: Path) -> None:
+    events = run_events()
+    path = as_format_2(tmp_path, events)
+    write_summary(path)
+    stored = load_summary(path)
+    assert stored.stored and stored.summary == summarize(path)
+    assert stored.timelines == json.loads(json.dumps(timelines(path)))
+    assert stored.steps["steps"] == 175 and stored.steps["last_step"] == 159
+    record = RunRecord(path)
+    record.event("step", attempt=3, step=160, step_time=0.1, t=T0 + 10_000)
+    record.flush_events()
+    fresh = load_summary(path)
+    assert not fresh.stored and fresh.summary.steps == 176
+    write_summary(path)
+    record.update_state(status="running")  # a live run is computed, whatever is stored
+    assert not load_summary(path).stored
+    (path / SUMMARY_FILE).write_text("{not json")
+    record.update_state(status="finished")
+    assert not load_summary(path).stored and load_summary(path).summary.steps == 176
