@@ -1,9 +1,12 @@
 """What a run's time went to, read back from its record: breakdown, percentiles, hints.
 
-:func:`summarize` reads only the record (``events.jsonl``, ``telemetry.jsonl``,
-``attempts/*/exit.json``, ``run.json``, ``spec.toml``, ``provenance.json``) and never
-raises on a missing, partial or torn file: what cannot be computed is None. It is what
-``acceptrun show``, the HTML report and the verdict read.
+:func:`summarize` reads only the record (the step log, ``events.jsonl``,
+``telemetry.jsonl``, ``attempts/*/exit.json``, ``run.json``, ``spec.toml``,
+``provenance.json``) and never raises on a missing, partial or torn file: what cannot be
+computed is None. Steps are read in chunks of arrays (record/steplog.py), never as one
+object per step. A closed run stores the summary in ``summary.json``
+(:func:`write_summary`); ``acceptrun show`` and the report read it through
+:func:`load_summary`, the verdict computes it.
 
 The time breakdown splits the run's wall time (``run_start`` to the last event) into
 parts that sum to it:
