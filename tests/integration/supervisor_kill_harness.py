@@ -31,6 +31,8 @@ from typing import Any
 
 import psutil
 
+from acceptrun.record.steplog import StepLog
+
 WORKLOAD = textwrap.dedent(
     """
     import hashlib, os, sys, time
@@ -140,6 +142,8 @@ def run_dir(ws: Path) -> Path | None:
 
 
 def events(rdir: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    if kind == "step":  # steps are in the step log (record format 2), not events.jsonl
+        return StepLog(rdir).events()
     out = []
     with contextlib.suppress(OSError):
         for line in (rdir / "events.jsonl").read_text().splitlines():

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from acceptrun._util.durable import read_jsonl
+from acceptrun.record.steplog import StepLog
 
 
 def run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +55,8 @@ def test_standalone_script_creates_a_complete_record(tmp_path: Path) -> None:
     run_dir = only_run(tmp_path)
     assert run_dir.name.split("-")[2] == "train"
     events = list(read_jsonl(run_dir / "events.jsonl"))
-    steps = [e for e in events if e["kind"] == "step"]
+    assert not any(e["kind"] == "step" for e in events)  # steps go to the step log
+    steps = StepLog(run_dir).events()
     assert [e["step"] for e in steps] == [0, 1, 2, 3, 4]
     assert all(e["data_wait"] >= 0.009 and e["step_time"] >= e["data_wait"] for e in steps)
     assert steps[-1]["loss"] == float(np.float32(0.2))  # the float32 value, exactly
@@ -103,7 +105,8 @@ def test_log_outside_steps_times_from_previous_call(tmp_path: Path) -> None:
         """,
     )
     assert proc.returncode == 0, proc.stderr
-    steps = [e for e in read_jsonl(only_run(tmp_path) / "events.jsonl") if e["kind"] == "step"]
+    steps = StepLog(only_run(tmp_path)).events()
+    assert [e["step"] for e in steps] == [0, 1, 2]
     assert "step_time" not in steps[0]
     assert all(e["step_time"] >= 0.015 for e in steps[1:])
 

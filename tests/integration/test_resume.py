@@ -22,6 +22,7 @@ import pytest
 
 from acceptrun._util.durable import read_jsonl
 from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.record.steplog import StepLog
 from acceptrun.cli.main import main
 from acceptrun.run.launch import launch
 from conftest import wait_for
@@ -156,7 +157,7 @@ def test_graceful_stop_loses_no_step(tmp_path: Path, workers: str) -> None:
 
     def twenty_steps_logged() -> Path | None:
         runs = list((ws / "runs").glob("*/events.jsonl")) if (ws / "runs").exists() else []
-        if runs and sum(1 for e in read_jsonl(runs[0]) if e["kind"] == "step") >= 20:
+        if runs and StepLog(runs[0].parent).count() >= 20:
             return runs[0]
         return None
 
@@ -164,7 +165,7 @@ def test_graceful_stop_loses_no_step(tmp_path: Path, workers: str) -> None:
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)
     evs = list(read_jsonl(events))
-    last_step = max(e["step"] for e in evs if e["kind"] == "step")
+    last_step = max(e["step"] for e in StepLog(events.parent).events())
     (stopped,) = [e for e in evs if e["kind"] == "stopped"]
     assert stopped["checkpoint"] == last_step  # the step in flight finished and was saved
     store = CheckpointStore(events.parent / "checkpoints")

@@ -2,9 +2,10 @@
 
 The workspace is a 24 MiB tmpfs (``mount``, as root here and in CI's container when it
 permits mounts; skipped elsewhere). At step 12 the workload fills it, as another process
-on the same disk would, then logs a burst of steps: the first batch written after that
-is larger than the free tail of events.jsonl's last page, so ``write(2)`` writes part of
-it and the rest fails with a real ``ENOSPC``: the last line is torn. The workload dies of
+on the same disk would, then logs a burst of metrics (events.jsonl; steps are in the step
+log, whose own tears tests/integration/test_steplog_torn.py covers): the first line that
+crosses the end of events.jsonl's last page is written in part, and the rest fails with a
+real ``ENOSPC``: the last line is torn. The workload dies of
 the error (its traceback fits in stderr.log's page), the supervisor cannot write the
 attempt's exit.json and exits with a clear error. Once there is space, ``acceptrun
 resume`` continues the run: its audit event is a line of its own after a ``log_repaired``
@@ -27,6 +28,7 @@ import pytest
 from tests.campaign import tally
 
 from acceptrun._util.durable import read_jsonl
+from acceptrun.record.steplog import StepLog
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +52,7 @@ for step in run.steps(start, 3000):
     if step == 12 and fill.exists():
         target = pathlib.Path(fill.read_text().strip())
         fill.unlink()  # only the first attempt fills the disk
+        run.metric("before_fill", 1.0)  # writes the held steps to the step log first
         try:  # another process fills the disk
             with open(target, "wb") as f:
                 while True:
@@ -57,6 +60,9 @@ for step in run.steps(start, 3000):
                     f.flush()
         except OSError:
             pass
+        # A burst of events: the one that crosses the last page of events.jsonl is torn.
+        for i in range(200):
+            run.metric(f"burst/{i:03d}", float(i))
 run.metric("acc", 0.95)
 """
 
@@ -87,6 +93,8 @@ class Torn:
     show: subprocess.CompletedProcess[str]
 
     def events(self, kind: str) -> list[dict[str, Any]]:
+        if kind == "step":  # the step log (record format 2)
+            return StepLog(self.run_dir).events()
         return [e for e in read_jsonl(self.run_dir / "events.jsonl") if e.get("kind") == kind]
 
 

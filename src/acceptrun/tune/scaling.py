@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,31 +207,20 @@ def _point(n: int, run_id: str, run_dir: Path, status: str) -> ScalingPoint:
 
 
 def median_throughput(run_dir: Path) -> tuple[float | None, str, int]:
-    """(median rate, unit, step events) of a run: samples/s when logged, else steps/s."""
-    from acceptrun._util.durable import read_jsonl
+    """(median rate, unit, steps recorded) of a run: samples/s when logged, else steps/s.
 
-    steps = [e for e in read_jsonl(Path(run_dir) / "events.jsonl") if e.get("kind") == "step"]
-    try:
-        from acceptrun.telemetry.summary import summarize
-    except ImportError:  # the telemetry summary is optional here: the same median below
-        rates = _rates(steps)
-    else:
-        rates = summarize(Path(run_dir)).throughput
+    The rate is the telemetry summary's (the median over the steady steps); the steps
+    are counted from the step log in chunks, whatever the record's format.
+    """
+    from acceptrun.record.steplog import StepLog
+    from acceptrun.telemetry.summary import summarize
+
+    count = sum(len(c) for c in StepLog(Path(run_dir)).chunks())
+    rates = summarize(Path(run_dir)).throughput
     for unit in ("samples/s", "steps/s"):
         if rates.get(unit):
-            return float(rates[unit]), unit, len(steps)
-    return None, "steps/s", len(steps)
-
-
-def _rates(steps: list[dict[str, Any]]) -> dict[str, float]:
-    timed = [s for s in steps if isinstance(s.get("step_time"), int | float) and s["step_time"] > 0]
-    out: dict[str, float] = {}
-    if timed:
-        out["steps/s"] = statistics.median(1.0 / s["step_time"] for s in timed)
-    with_samples = [s for s in timed if isinstance(s.get("samples"), int | float)]
-    if with_samples:
-        out["samples/s"] = statistics.median(s["samples"] / s["step_time"] for s in with_samples)
-    return out
+            return float(rates[unit]), unit, count
+    return None, "steps/s", count
 
 
 def with_efficiency(points: list[ScalingPoint]) -> list[ScalingPoint]:
