@@ -55,6 +55,8 @@ from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.liveness import dead_periods
 from acceptrun.record.models import FORMAT
+from acceptrun.record.steplog import StepLog
+from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
 
@@ -190,8 +192,11 @@ class _Attempt:
     klass: str | None = None
     seconds_lost: float = 0.0
     idle_since: float | None = None  # start of the idle stretch that stopped the attempt
-    steps: list[dict[str, Any]] = field(default_factory=list)
     client: bool = False  # a workload_start event: the client API ran in this attempt
+    # Its steps, from the step log (first pass, see _StepIndex): times and step numbers.
+    first_t: float | None = None
+    last_t: float | None = None
+    numbers: Any = None  # sorted unique step numbers (numpy int64), None without steps
 
 
 @dataclass
@@ -201,8 +206,12 @@ class _Segment:
     attempts: list[_Attempt] = field(default_factory=list)
 
 
-def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
-    """Billing segments: run_start or a resume opens one; its last exit or verdict ends it."""
+def _segments(events: list[dict[str, Any]], steps: _StepIndex) -> list[_Segment]:
+    """Billing segments: run_start or a resume opens one; its last exit or verdict ends it.
+
+    ``events`` are every event but the steps; a segment with no end event ends at its
+    last event or its attempts' last step, whichever is later.
+    """
     segments: list[_Segment] = []
     current: _Segment | None = None
     last_t: float | None = None
@@ -220,6 +229,7 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
             current = _Segment(start=float(t))
         if kind == "attempt_start":
             a = _Attempt(int(ev.get("attempt", 0)), float(t))
+            steps.describe(a)
             by_number[a.attempt] = a
             current.attempts.append(a)
         elif kind == "attempt_exit":
@@ -237,11 +247,9 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
         elif kind == "verdict":
             if not current.attempts and current.end is None:  # records older than those events
                 current.end = float(t)
-        elif kind in ("step", "workload_start"):
+        elif kind == "workload_start":
             a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
-            if a is not None and kind == "step":
-                a.steps.append(ev)
-            elif a is not None:
+            if a is not None:
                 a.client = True
         elif kind == "idle_stop" or (kind == "idle" and isinstance(ev.get("since"), int | float)):
             a = by_number.get(int(ev.get("attempt", 0)))  # type: ignore[assignment]
@@ -249,20 +257,85 @@ def _segments(events: list[dict[str, Any]]) -> list[_Segment]:
             if a is not None and isinstance(since, int | float):
                 a.idle_since = float(since) if a.idle_since is None else a.idle_since
         last_t = float(t)
+        if current.end is None:  # its attempts' steps so far count as its last events
+            last_t = max([last_t, *(a.last_t for a in current.attempts if a.last_t is not None)])
     if current is not None:
         current.end = current.end if current.end is not None else last_t
         segments.append(current)
     return segments
 
 
+class _StepIndex:
+    """The run's steps for the ledger, read from the step log in chunks, never as dicts.
+
+    A first pass keeps, per attempt, its first and last step time and its step numbers
+    (8 bytes a step, the one thing that grows with the run: which steps a later attempt
+    redid); :meth:`seconds` sums an attempt's step time over a window in a second pass.
+    """
+
+    def __init__(self, log: StepLog) -> None:
+        import numpy as np
+
+        self._log = log
+        numbers: dict[int, list[Any]] = {}
+        self._t: dict[int, tuple[float, float]] = {}
+        for c in log.chunks():
+            if not len(c):
+                continue
+            numbers.setdefault(c.attempt, []).append(np.unique(c.step))
+            lo, hi = float(c.t.min()), float(c.t.max())
+            old = self._t.get(c.attempt)
+            self._t[c.attempt] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        self._numbers = {a: np.unique(np.concatenate(parts)) for a, parts in numbers.items()}
+        self._later: dict[int, Any] = {}  # per attempt: steps some later attempt logged
+
+    def describe(self, a: _Attempt) -> None:
+        if a.attempt in self._t:
+            a.first_t, a.last_t = self._t[a.attempt]
+            a.numbers = self._numbers[a.attempt]
+
+    def mark_redone(self, attempts: list[_Attempt]) -> None:
+        """Which steps of each attempt a later attempt (by number) logged again."""
+        import numpy as np
+
+        later = np.empty(0, dtype=np.int64)
+        for a in sorted(attempts, key=lambda x: x.attempt, reverse=True):
+            self._later[a.attempt] = later
+            if a.numbers is not None:
+                later = np.union1d(later, a.numbers)
+
+    def seconds(self, a: _Attempt, lo: float, hi: float) -> tuple[float, float]:
+        """(kept, redone) step seconds of ``a``'s steps timed ``lo <= t <= hi``."""
+        import numpy as np
+
+        later = self._later.get(a.attempt)
+        kept = redone = 0.0
+        for c in self._log.chunks(attempt=a.attempt):
+            st = c.values.get("step_time")
+            if st is None or not len(c):
+                continue
+            span = c.values.get("span")
+            if span is not None:
+                whole = np.isfinite(span) & (span > 0) & (span == np.floor(span))
+                st = st * np.where(whole, span, 1.0)
+            use = np.isfinite(st) & (c.t >= lo) & (c.t <= hi)
+            again = np.isin(c.step, later) if later is not None and len(later) else None
+            if again is None:
+                kept += math.fsum(st[use])
+            else:
+                kept += math.fsum(st[use & ~again])
+                redone += math.fsum(st[use & again])
+        return kept, redone
+
+
 def _split_attempt(
     a: _Attempt,
-    redone: set[tuple[int, int]],
+    steps: _StepIndex,
     stalls: list[tuple[float, float]],
     activity_of: Any = None,
 ) -> dict[str, float]:
     """One attempt's wall time, partitioned (seconds): see the module docstring."""
-    end = a.end if a.end is not None else (a.steps[-1]["t"] if a.steps else a.start)
+    end = a.end if a.end is not None else (a.last_t if a.last_t is not None else a.start)
     out = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
     if a.outcome == "idle" and a.idle_since is not None:
         # Stopped for idleness: the idle stretch is idle time; what came before is split
@@ -272,7 +345,7 @@ def _split_attempt(
         end = idle_from
     dur = max(0.0, end - a.start)
     failed = a.outcome not in ("success", "running", "idle")
-    first_t = min((float(s["t"]) for s in a.steps), default=None)
+    first_t = a.first_t
     act = None
     if first_t is None and activity_of is not None and not a.client:
         act = activity_of(a.start, end)  # a black box: timed by its samples
@@ -300,17 +373,7 @@ def _split_attempt(
         lost_from = end
     # Steps between the first one and the lost window: kept, unless a later attempt redid them.
     stall = sum(s for t, s in stalls if first_t <= t <= lost_from)
-    kept = redone_s = 0.0
-    for s in a.steps:
-        st = s.get("step_time")
-        if not isinstance(st, int | float) or not first_t <= s["t"] <= lost_from:
-            continue
-        span = s.get("span")
-        st *= span if isinstance(span, int) and span > 0 else 1
-        if (a.attempt, int(s.get("step", -1))) in redone:
-            redone_s += st
-        else:
-            kept += st
+    kept, redone_s = steps.seconds(a, first_t, lost_from)
     window = lost_from - first_t
     stall = min(stall, window)
     redone_s = min(redone_s, window - stall)
@@ -332,23 +395,6 @@ def _black_box_activity(record: RunRecord, spec: RunSpec, events: list[dict[str,
     samples = list(read_jsonl(record.telemetry_path)) if record.telemetry_path.exists() else []
     threshold = spec.telemetry.idle_threshold
     return lambda start, end: activity(samples, start=start, end=end, threshold=threshold)
-
-
-def _redone_steps(segments: list[_Segment]) -> set[tuple[int, int]]:
-    """(attempt, step) of steps a later attempt logged again: that work was thrown away."""
-    latest: dict[int, int] = {}
-    for seg in segments:
-        for a in seg.attempts:
-            for s in a.steps:
-                step = int(s.get("step", -1))
-                latest[step] = max(latest.get(step, a.attempt), a.attempt)
-    return {
-        (a.attempt, int(s.get("step", -1)))
-        for seg in segments
-        for a in seg.attempts
-        for s in a.steps
-        if latest.get(int(s.get("step", -1)), a.attempt) > a.attempt
-    }
 
 
 # ---- storage ----------------------------------------------------------------------------------
@@ -465,9 +511,11 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     state = record.state
     inputs = ledger_inputs(record)  # before reading: a write during the build makes it stale
     price, unpriced_why, spec = price_of_run(record, catalog)
-    events = list(record.events())
-    segments = _segments(events)
-    redone = _redone_steps(segments)
+    view = RecordView(record)
+    events = [e for e in view.log_events if e.get("kind") != "step"]  # steps: the step log
+    steps = _StepIndex(view.step_log)
+    segments = _segments(events, steps)
+    steps.mark_redone([a for seg in segments for a in seg.attempts])
     stalls = [
         (float(e["t"]), float(e.get("stall_s") or 0.0))
         for e in events
@@ -505,7 +553,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             gap = max(0.0, a.start - cursor)
             detail["idle.startup" if first else "idle.backoff"] += gap
             first = False
-            part = _split_attempt(a, redone, stalls, activity_of)
+            part = _split_attempt(a, steps, stalls, activity_of)
             for k, v in part.items():
                 detail[k] += v
             a_end = a.end if a.end is not None else a.start + sum(part.values())

@@ -187,6 +187,7 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
     )
     record.event("verdict", sync=True, verdict="accepted" if verdict.accepted else "rejected")
     _ledger(record)  # again, now that it can say whether the run was accepted
+    _summary(record)  # last of the run's events is written: show and report read it
     _report(record)
     workspace.index_run(record)
     return verdict
@@ -203,6 +204,17 @@ def _batch_manifest(record: RunRecord, spec: RunSpec) -> None:
         write_batch_manifest(record, spec)
 
     _best_effort(record, "inference_summary", write)
+
+
+def _summary(record: RunRecord) -> None:
+    """Write summary.json; when it fails (or goes stale) readers compute it from the record."""
+
+    def write() -> None:
+        from acceptrun.telemetry.summary import write_summary
+
+        write_summary(record.path)
+
+    _best_effort(record, "summary", write)
 
 
 def _report(record: RunRecord) -> None:

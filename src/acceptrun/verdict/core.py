@@ -184,8 +184,12 @@ class CheckInput:
         return "a black box" if usage == "black box" else "a command of unknown kind"
 
     def event_kinds(self) -> set[str]:
-        """The kinds of event in events.jsonl."""
-        return {str(ev.get("kind")) for ev in self.record.events()}
+        """The kinds of event in the record ("step" when the step log holds any)."""
+        from acceptrun.record.view import RecordView
+
+        view = RecordView(self.record)
+        kinds = {str(ev.get("kind")) for ev in view.log_events}
+        return kinds | ({"step"} if view.step_log.count() else set())
 
     def record_failure(self, component: str, exc: BaseException) -> str:
         """Append a ``best_effort_failed`` event for ``exc``; return the evidence text."""
