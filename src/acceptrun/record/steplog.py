@@ -195,6 +195,72 @@ class _Layout:
 
 
 _BASE = [("step", "i8"), ("t", "f8")]
+_MISSING_ARG = {"us4": MISSING_U4, "f4": MISSING_F4, "f8": MISSING_F8}
+_ABSENT = object()
+
+
+class _Plan:
+    """How the events of one shape (the same keys, in the same order) pack into a layout.
+
+    The writer's fast path: a step of a loop logs the same keys every time, so what
+    :func:`split_event`, :meth:`_Layout.fits` and :meth:`_Layout.pack` decide per field is
+    decided once per shape here, and each record costs one ``pack`` (and one ``unpack``
+    when a column is float32, to prove it held the value exactly). Anything it does not
+    handle (a non-float value, a value that needs a wider column, a changed constant)
+    returns None and takes the general path.
+    """
+
+    __slots__ = ("columns", "constants", "f4", "keys", "layout")
+
+    def __init__(self, keys: tuple[str, ...], layout: _Layout) -> None:
+        self.keys = keys
+        self.layout = layout
+        self.columns = [(n, c, _MISSING_ARG[c]) for n, c in layout.columns[2:]]
+        self.constants = [(k, layout.constants[k]) for k in keys if k in layout.constants]
+        self.f4 = [i for i, (_n, c) in enumerate(layout.columns) if c == "f4"]
+
+    @staticmethod
+    def applies(keys: tuple[str, ...], layout: _Layout) -> bool:
+        """Every key is a frame field, a constant of the layout or one of its columns."""
+        names = layout.names
+        return all(k in _FRAME or k in layout.constants or k in names for k in keys) and set(
+            layout.constants
+        ) <= set(keys)
+
+    def pack(self, fields: dict[str, Any], step: Any, t: float) -> bytes | None:
+        for k, want in self.constants:
+            if fields[k] != want:
+                return None
+        args: list[Any] = [step, t]
+        get = fields.get
+        for name, codec, missing in self.columns:
+            v = get(name, _ABSENT)
+            if v is _ABSENT:
+                args.append(missing)
+                continue
+            tv = type(v)
+            if tv is not float:
+                if tv is not int or not -(2**53) <= v <= 2**53:
+                    return None
+                v = float(v)
+            if codec == "us4":
+                if not 0.0 <= v < 4294.0:
+                    return None
+                args.append(round(v * 1e6))
+            else:
+                args.append(v)
+        packer = self.layout.packer
+        assert packer is not None
+        try:
+            rec = packer.pack(*args)
+        except (struct.error, OverflowError):
+            return None
+        if self.f4:
+            back = packer.unpack(rec)
+            for i in self.f4:
+                if back[i] != args[i] and args[i] == args[i]:  # NaN is held as NaN
+                    return None
+        return rec
 
 
 def _plain(v: Any) -> Any:
@@ -256,18 +322,38 @@ class StepWriter:
         self._holding = threading.Event()
         self._flusher: threading.Thread | None = None
         self._size = 0  # bytes in the open segment: a failed write is cut back to it
+        self._plan: _Plan | None = None  # the fast path for the last shape of step event
         self.records = 0  # records appended by this writer
 
     def append(self, attempt: int, fields: dict[str, Any]) -> bool:
         """Add one step; False when it cannot be a record (the caller keeps it as JSON)."""
+        if self._pid != os.getpid():
+            self._after_fork()
+        step, given = fields.get("step"), fields.get("t")
+        plan = self._plan
+        if (
+            plan is not None
+            and type(step) is int
+            and type(given) is float
+            and attempt == self._attempt
+            and plan.layout is self._layout
+            and plan.keys == tuple(fields)
+        ):
+            rec = plan.pack(fields, step, given)
+            if rec is not None:
+                with self._lock:
+                    if plan.layout is self._layout:
+                        self._hold(rec)
+                        return True
+        return self._append_general(attempt, fields)
+
+    def _append_general(self, attempt: int, fields: dict[str, Any]) -> bool:
         split = split_event(fields)
         if split is None:
             return False
         values, constants = split
         given: Any = fields.get("t")
         t = float(given) if _is_number(given) else time.time()
-        if self._pid != os.getpid():
-            self._after_fork()
         with self._lock:
             layout = self._layout
             if attempt != self._attempt or layout is None or not layout.fits(values, constants):
@@ -279,17 +365,24 @@ class StepWriter:
                 )
                 layout = base.widened(values, constants)
                 self._open_segment(attempt, layout)
-            self._held.append(layout.pack(fields["step"], t, values))
-            self.records += 1
-            now = time.monotonic()
-            if len(self._held) == 1:
-                self._held_since = now
-                if self._flusher is None:
-                    self._start_flusher()
-                self._holding.set()
-            elif len(self._held) >= self.FLUSH_RECORDS or now - self._held_since >= self.FLUSH_S:
-                self._write_held()
+            keys = tuple(fields)
+            self._plan = _Plan(keys, layout) if _Plan.applies(keys, layout) else None
+            self._hold(layout.pack(fields["step"], t, values))
         return True
+
+    def _hold(self, rec: bytes) -> None:
+        """Hold one packed record (the lock is held): written within FLUSH_S or at
+        FLUSH_RECORDS records."""
+        self._held.append(rec)
+        self.records += 1
+        now = time.monotonic()
+        if len(self._held) == 1:
+            self._held_since = now
+            if self._flusher is None:
+                self._start_flusher()
+            self._holding.set()
+        elif len(self._held) >= self.FLUSH_RECORDS or now - self._held_since >= self.FLUSH_S:
+            self._write_held()
 
     def flush(self) -> None:
         if self._pid != os.getpid():
@@ -560,8 +653,7 @@ class StepChunk:
             }
             for n, col, mask in zip(names, cols, masks, strict=True):
                 if mask[i]:
-                    v = col[i]
-                    ev[n] = v if math.isfinite(v) else str(v)
+                    ev[n] = col[i]  # NaN and infinities as floats, as json.loads reads them
             ev.update(self.constants)
             out.append(ev)
         return out
@@ -736,6 +828,34 @@ class StepLog:
             pending.append(ev)
         if pending:
             yield _chunk_from_events(key[0] if key else 0, pending)
+
+    def bounds(self) -> dict[int, dict[str, float | int]]:
+        """Per attempt: its first and last step number and time, in one pass of chunks.
+
+        >>> StepLog(record.path).bounds()
+        {1: {'steps': 230, 'min_step': 0, 'max_step': 229, 'first_t': ..., 'last_t': ...}}
+        """
+        out: dict[int, dict[str, float | int]] = {}
+        for c in self.chunks():
+            if not len(c):
+                continue
+            lo, hi = int(c.step.min()), int(c.step.max())
+            t0, t1 = float(c.t.min()), float(c.t.max())
+            b = out.get(c.attempt)
+            if b is None:
+                out[c.attempt] = {"steps": len(c), "min_step": lo, "max_step": hi,
+                                  "first_t": t0, "last_t": t1}  # fmt: skip
+            else:
+                b["steps"] = int(b["steps"]) + len(c)
+                b["min_step"], b["max_step"] = (
+                    min(int(b["min_step"]), lo),
+                    max(int(b["max_step"]), hi),
+                )
+                b["first_t"], b["last_t"] = (
+                    min(float(b["first_t"]), t0),
+                    max(float(b["last_t"]), t1),
+                )
+        return out
 
     def events(self, attempt: int | None = None) -> list[dict[str, Any]]:
         """Every step as an event dict: for small runs and old callers (10^5 steps: ~0.3 s)."""

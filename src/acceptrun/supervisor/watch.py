@@ -189,7 +189,7 @@ class AttemptWatch:
         if loss is not None and loss.any():
             i = int(np.flatnonzero(loss)[-1])
             v = float(chunk.values["loss"][i])
-            self.last_loss = v if np.isfinite(v) else str(v)  # as a JSON event held it
+            self.last_loss = v  # a NaN as a float, as json.loads reads an event's NaN
         st = chunk.values.get("step_time")
         if st is not None:
             timed = np.isfinite(st)

@@ -119,6 +119,9 @@ class RunBase:
 
 def _number(value: Any) -> float | int:
     """A plain float/int from Python, NumPy or 0-d torch values (no torch import)."""
+    t = type(value)
+    if t is float or t is int:  # the common case, first (a logged step pays this per value)
+        return value  # type: ignore[no-any-return]
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int | float):
