@@ -215,3 +215,16 @@ def test_a_long_runs_charts_are_thinned_and_keep_their_spike(tmp_path: Path) -> 
         assert served.get(f"/run/0/{record.run_id}") == page  # the same until the record changes
     finally:
         served.close()
+
+
+def test_a_diverged_loss_reaches_the_browser_as_null_not_as_nan() -> None:
+    """JSON.parse refuses NaN: a feed message holding one would be dropped whole."""
+    import json
+
+    from acceptrun.ui.live import sse
+
+    msg = sse("steps", {"rows": [{"step": 2, "loss": math.nan, "step_time": math.inf}]}, 7)
+    head, data = msg.decode().rstrip("\n").split("data: ")
+    assert head == "id: 7\nevent: steps\n"
+    assert "NaN" not in data and "Infinity" not in data
+    assert json.loads(data) == {"rows": [{"step": 2, "loss": None, "step_time": None}]}

@@ -18,6 +18,7 @@ Messages of ``run_feed``:
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -48,9 +49,27 @@ _CHUNK = 4 << 20  # bytes read per poll at most; a backlog is sent over several 
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
-    """One server-sent event; ``data`` is sent as one line of JSON."""
+    """One server-sent event; ``data`` is sent as one line of JSON.
+
+    A NaN or an infinity (a diverged loss) is sent as null: the browser's JSON.parse
+    refuses the NaN that Python's json writes, and would drop the whole message.
+    """
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, default=str)}\n\n".encode()
+    try:
+        body = json.dumps(data, default=str, allow_nan=False)
+    except ValueError:
+        body = json.dumps(_finite(data), default=str)
+    return f"{head}event: {event}\ndata: {body}\n\n".encode()
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def read_appended(path: Path, offset: int) -> tuple[list[bytes], int]:
