@@ -22,8 +22,8 @@ import pytest
 
 from acceptrun._util.durable import read_jsonl
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.record.steplog import StepLog
 from acceptrun.cli.main import main
+from acceptrun.record.steplog import StepLog
 from acceptrun.run.launch import launch
 from conftest import wait_for
 

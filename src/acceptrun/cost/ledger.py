@@ -55,7 +55,7 @@ from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.liveness import dead_periods
 from acceptrun.record.models import FORMAT
-from acceptrun.record.steplog import StepLog
+from acceptrun.record.steplog import StepLog, StepRanges
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
@@ -196,7 +196,7 @@ class _Attempt:
     # Its steps, from the step log (first pass, see _StepIndex): times and step numbers.
     first_t: float | None = None
     last_t: float | None = None
-    numbers: Any = None  # sorted unique step numbers (numpy int64), None without steps
+    numbers: StepRanges | None = None  # its step numbers, None without steps
 
 
 @dataclass
@@ -269,25 +269,24 @@ class _StepIndex:
     """The run's steps for the ledger, read from the step log in chunks, never as dicts.
 
     A first pass keeps, per attempt, its first and last step time and its step numbers
-    (8 bytes a step, the one thing that grows with the run: which steps a later attempt
-    redid); :meth:`seconds` sums an attempt's step time over a window in a second pass.
+    as ranges (:class:`StepRanges`: a few integers for a loop's consecutive steps);
+    :meth:`seconds` sums an attempt's step time over a window in a second pass, telling
+    the steps a later attempt redid from the kept ones.
     """
 
     def __init__(self, log: StepLog) -> None:
-        import numpy as np
-
         self._log = log
-        numbers: dict[int, list[Any]] = {}
+        self._numbers: dict[int, StepRanges] = {}
         self._t: dict[int, tuple[float, float]] = {}
         for c in log.chunks():
             if not len(c):
                 continue
-            numbers.setdefault(c.attempt, []).append(np.unique(c.step))
+            mine = self._numbers.get(c.attempt, StepRanges())
+            self._numbers[c.attempt] = mine.union(StepRanges.of(c.step))
             lo, hi = float(c.t.min()), float(c.t.max())
             old = self._t.get(c.attempt)
             self._t[c.attempt] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-        self._numbers = {a: np.unique(np.concatenate(parts)) for a, parts in numbers.items()}
-        self._later: dict[int, Any] = {}  # per attempt: steps some later attempt logged
+        self._later: dict[int, StepRanges] = {}  # per attempt: steps a later attempt logged
 
     def describe(self, a: _Attempt) -> None:
         if a.attempt in self._t:
@@ -296,13 +295,11 @@ class _StepIndex:
 
     def mark_redone(self, attempts: list[_Attempt]) -> None:
         """Which steps of each attempt a later attempt (by number) logged again."""
-        import numpy as np
-
-        later = np.empty(0, dtype=np.int64)
+        later = StepRanges()
         for a in sorted(attempts, key=lambda x: x.attempt, reverse=True):
             self._later[a.attempt] = later
             if a.numbers is not None:
-                later = np.union1d(later, a.numbers)
+                later = later.union(a.numbers)
 
     def seconds(self, a: _Attempt, lo: float, hi: float) -> tuple[float, float]:
         """(kept, redone) step seconds of ``a``'s steps timed ``lo <= t <= hi``."""
@@ -319,10 +316,10 @@ class _StepIndex:
                 whole = np.isfinite(span) & (span > 0) & (span == np.floor(span))
                 st = st * np.where(whole, span, 1.0)
             use = np.isfinite(st) & (c.t >= lo) & (c.t <= hi)
-            again = np.isin(c.step, later) if later is not None and len(later) else None
-            if again is None:
+            if later is None or not later.size():
                 kept += math.fsum(st[use])
             else:
+                again = later.contains(c.step)
                 kept += math.fsum(st[use & ~again])
                 redone += math.fsum(st[use & again])
         return kept, redone

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from acceptrun._util.durable import read_json, read_jsonl, write_json_atomic
-from acceptrun.record.steplog import StepChunk, StepLog
+from acceptrun.record.steplog import StepChunk, StepLog, StepRanges
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.telemetry.hints import Evidence, make_hints
 from acceptrun.telemetry.peaks import peak_tflops
@@ -223,45 +223,6 @@ def _spans(events: list[dict[str, Any]]) -> dict[int, _Attempt]:
     return by_number
 
 
-class _Intervals:
-    """A set of integers (steps) as sorted, disjoint, non-adjacent closed intervals."""
-
-    def __init__(self, lo: Any = None, hi: Any = None) -> None:
-        self.lo = np.empty(0, np.int64) if lo is None else lo
-        self.hi = np.empty(0, np.int64) if hi is None else hi
-
-    @classmethod
-    def of(cls, values: Any) -> _Intervals:
-        u = np.unique(values)
-        if not u.size:
-            return cls()
-        breaks = np.flatnonzero(np.diff(u) != 1)
-        return cls(u[np.r_[0, breaks + 1]], u[np.r_[breaks, u.size - 1]])
-
-    def union(self, other: _Intervals) -> _Intervals:
-        if not other.lo.size:
-            return self
-        if not self.lo.size:
-            return other
-        lo = np.concatenate([self.lo, other.lo])
-        hi = np.concatenate([self.hi, other.hi])
-        order = np.argsort(lo, kind="stable")
-        lo, hi = lo[order], hi[order]
-        reach = np.maximum.accumulate(hi)
-        starts = np.flatnonzero(np.r_[True, lo[1:] > reach[:-1] + 1])
-        ends = np.r_[starts[1:] - 1, lo.size - 1]
-        return _Intervals(lo[starts], reach[ends])
-
-    def contains(self, values: Any) -> Any:
-        if not self.lo.size:
-            return np.zeros(values.shape, dtype=bool)
-        i = np.searchsorted(self.lo, values, side="right") - 1
-        return (i >= 0) & (values <= self.hi[np.maximum(i, 0)])
-
-    def size(self) -> int:
-        return int((self.hi - self.lo + 1).sum()) if self.lo.size else 0
-
-
 @dataclass
 class _Piece:
     """Where one chunk's steady step times lie in the steady buffer, and their times t."""
@@ -330,9 +291,9 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
     is read. ``attempts`` gains the attempts with steps but no start event, and each
     attempt's step aggregates."""
     out = _Steps(steady=np.empty(max(expected, 16), dtype=np.float64))
-    later = _Intervals()  # steps that the attempts read so far (the later ones) ran
+    later = StepRanges()  # steps that the attempts read so far (the later ones) ran
     for number, chunks in _groups(log):
-        mine, redone, timed_seen, steady_rank = _Intervals(), _Intervals(), 0, 0
+        mine, redone, timed_seen, steady_rank = StepRanges(), StepRanges(), 0, 0
         a = attempts.get(number)
         for c in chunks:
             if not len(c):
@@ -363,7 +324,7 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             # work thrown away: the steps that a later attempt ran again
             again = later.contains(c.step)
             if again.any():
-                redone = redone.union(_Intervals.of(c.step[again]))
+                redone = redone.union(StepRanges.of(c.step[again]))
                 out.parts["restarts"] += math.fsum(weighted[again])
                 keep = ~again
                 w_keep, d_keep = weighted[keep], dw[keep]
@@ -372,7 +333,7 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             d_keep = np.minimum(d_keep, w_keep)
             out.parts["data_wait"] += math.fsum(d_keep)
             out.parts["compute"] += math.fsum(w_keep - d_keep)
-            mine = mine.union(_Intervals.of(c.step))
+            mine = mine.union(StepRanges.of(c.step))
             # the step time split, and the steady steps (each attempt's warm-up left out)
             timed = st > 0
             out.timed_seconds += math.fsum(weighted[timed])
