@@ -1,6 +1,7 @@
 """The cost ledger of one run: what it cost, and where the money went.
 
-Built from the run record alone (frozen spec, events.jsonl, run.json, cost.jsonl) and
+Built from the run record alone (frozen spec, events.jsonl, the step log read in chunks,
+run.json, cost.jsonl) and
 written to ``ledger.json``, so it can be rebuilt at any time with the same answer.
 
 Billed compute runs from ``run_start`` (or an ``acceptrun resume``) to the last

@@ -209,18 +209,16 @@ def _point(n: int, run_id: str, run_dir: Path, status: str) -> ScalingPoint:
 def median_throughput(run_dir: Path) -> tuple[float | None, str, int]:
     """(median rate, unit, steps recorded) of a run: samples/s when logged, else steps/s.
 
-    The rate is the telemetry summary's (the median over the steady steps); the steps
-    are counted from the step log in chunks, whatever the record's format.
+    Both come from the telemetry summary, one pass over the step log: the rate is the
+    median over the steady steps, the count every step record, whatever the format.
     """
-    from acceptrun.record.steplog import StepLog
     from acceptrun.telemetry.summary import summarize
 
-    count = sum(len(c) for c in StepLog(Path(run_dir)).chunks())
-    rates = summarize(Path(run_dir)).throughput
+    summary = summarize(Path(run_dir))
     for unit in ("samples/s", "steps/s"):
-        if rates.get(unit):
-            return float(rates[unit]), unit, count
-    return None, "steps/s", count
+        if summary.throughput.get(unit):
+            return float(summary.throughput[unit]), unit, summary.steps
+    return None, "steps/s", summary.steps
 
 
 def with_efficiency(points: list[ScalingPoint]) -> list[ScalingPoint]:

@@ -58,17 +58,17 @@ def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     try:
         body = json.dumps(data, default=str, allow_nan=False)
     except ValueError:
-        body = json.dumps(_finite(data), default=str)
+        body = json.dumps(_nan_as_null(data), default=str)
     return f"{head}event: {event}\ndata: {body}\n\n".encode()
 
 
-def _finite(data: Any) -> Any:
+def _nan_as_null(data: Any) -> Any:
     if isinstance(data, float):
         return data if math.isfinite(data) else None
     if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
+        return {k: _nan_as_null(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
-        return [_finite(v) for v in data]
+        return [_nan_as_null(v) for v in data]
     return data
 
 
