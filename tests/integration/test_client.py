@@ -111,6 +111,34 @@ def test_log_outside_steps_times_from_previous_call(tmp_path: Path) -> None:
     assert all(e["step_time"] >= 0.015 for e in steps[1:])
 
 
+def test_log_refuses_the_step_events_own_names_and_keeps_the_values_logged(
+    tmp_path: Path,
+) -> None:
+    proc = run_script(
+        tmp_path,
+        """
+        import numpy as np
+        import acceptrun
+        run = acceptrun.init()
+        run.log(0, loss=np.float32(0.5), lr=np.float64(0.1), flag=True)
+        run.log(1, loss=0.25, lr=0.1, flag=False)
+        for name in ("t", "kind", "attempt"):
+            try:
+                run.log(2, **{name: 1.0})
+            except ValueError as exc:
+                print("refused", name, exc)
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("t", "kind", "attempt"):
+        assert f"refused {name} run.log: ['{name}'] name the step event's own" in proc.stdout
+    steps = StepLog(only_run(tmp_path)).events()
+    assert [(e["step"], e["loss"], e["lr"], e["flag"]) for e in steps] == [
+        (0, 0.5, 0.1, 1),
+        (1, 0.25, 0.1, 0),
+    ]
+
+
 def test_output_that_changes_after_registration_fails_the_verdict(tmp_path: Path) -> None:
     proc = run_script(
         tmp_path,

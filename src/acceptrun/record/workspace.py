@@ -182,19 +182,33 @@ class RunRecord:
         """
         record = {"t": round(time.time(), 6), "kind": kind, **fields}
         if kind == "step":
-            # Step events go to the step log (record/steplog.py), one fixed-width record
-            # each; one that cannot be a record (no integer step) stays a JSON line.
-            if self._steps is None:
-                from acceptrun.record.steplog import StepWriter
-
-                self._steps = StepWriter(self.path)
-            attempt = fields.get("attempt")
-            if self._steps.append(attempt if isinstance(attempt, int) else 0, record):
-                if not defer:
-                    self._steps.flush()
-                return record
-        elif self._steps is not None:
+            return self.step_event(record, defer=defer, sync=sync)
+        if self._steps is not None:
             self._steps.flush()  # the steps before this event are on disk before it
+        if self._events is None:
+            self._events = AppendLog(self.events_path)
+        self._events.append(record, sync=sync, defer=defer)
+        return record
+
+    def step_event(
+        self, record: dict[str, Any], *, defer: bool = False, sync: bool = False
+    ) -> dict[str, Any]:
+        """Append one step event, built whole (``t``, ``kind``: "step", ``attempt``, ``step``,
+        its values): the path of :meth:`event` for steps, which the training loop calls
+        directly (one dict a step, not three).
+
+        Step events go to the step log (record/steplog.py), one fixed-width record each;
+        one that cannot be a record (no integer step) stays a JSON line in events.jsonl.
+        """
+        if self._steps is None:
+            from acceptrun.record.steplog import StepWriter
+
+            self._steps = StepWriter(self.path)
+        attempt = record.get("attempt")
+        if self._steps.append(attempt if isinstance(attempt, int) else 0, record):
+            if not defer:
+                self._steps.flush()
+            return record
         if self._events is None:
             self._events = AppendLog(self.events_path)
         self._events.append(record, sync=sync, defer=defer)

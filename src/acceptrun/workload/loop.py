@@ -20,6 +20,9 @@ from acceptrun.workload.liveness import check_supervisor
 
 __all__ = ["StepLoop"]
 
+# A step event's own fields: run.log() refuses them as value names.
+_RESERVED = frozenset({"t", "kind", "attempt", "step"})
+
 
 class StepLoop(RunBase):
     """Steps, their events and timings (a part of :class:`~acceptrun.workload.run.Run`)."""
@@ -88,18 +91,30 @@ class StepLoop(RunBase):
 
         Inside :meth:`steps` the values join the step's event, written when the step
         ends. Outside it, each call writes a step event timed from the previous call.
-        Cost: about 20 us per step; step events are held for at most 0.2 s and written
-        together (:class:`~acceptrun._util.durable.AppendLog`). On a GPU, the ``.item()`` that
-        produces a loss value is the expensive part (a device sync), not this call.
+        Cost: about 10 us per step (``bench/long_run.py`` prints it); step records are held
+        for at most 0.2 s and written together (:class:`~acceptrun.record.steplog.StepWriter`).
+        On a GPU, the ``.item()`` that produces a loss value is the expensive part (a
+        device sync), not this call. The names ``t``, ``kind``, ``attempt`` and ``step`` are
+        the event's own and cannot be values.
         """
-        clean = {k: _number(v) for k, v in values.items()}
+        for k, v in values.items():  # the kwargs dict is this call's own: cleaned in place
+            t = type(v)
+            if t is not float and t is not int:
+                values[k] = _number(v)
+        if not _RESERVED.isdisjoint(values):
+            raise ValueError(
+                f"run.log: {sorted(_RESERVED.intersection(values))} name the step event's own "
+                "fields (t, kind, attempt, step); log the value under another name"
+            )
+        if self._pending:
+            self._pending.update(values)
+        else:
+            self._pending = values
         if self._in_steps:
-            self._pending.update(clean)
             return
         now = time.perf_counter()
         step_time = None if self._last_log is None else now - self._last_log
         self._last_log = now
-        self._pending.update(clean)
         self._end_step(step, step_time)  # injected step faults fire in this loop too
 
     def _end_step(self, step: int, step_time: float | None) -> None:
@@ -111,23 +126,28 @@ class StepLoop(RunBase):
             self._fire_faults(step, "after_step")
 
     def _emit_step(self, step: int, step_time: float | None) -> None:
-        self._last_values = {k: v for k, v in self._pending.items() if isinstance(v, int | float)}
-        self._last_values_step = step
+        pending = self._pending  # numbers only (log() cleaned them)
+        self._pending = {}
+        self._last_values, self._last_values_step = pending, step
         if self.drill:
             return  # a drill proves the restore; its step is not part of the run
-        event: dict[str, Any] = {"attempt": self.attempt, "step": step}
+        event: dict[str, Any] = {
+            "t": round(time.time(), 6),
+            "kind": "step",
+            "attempt": self.attempt,
+            "step": step,
+        }
         if self._in_steps and self._total_steps is not None:
             event["total_steps"] = self._total_steps
         if step_time is not None:
             event["step_time"] = round(step_time, 6)
         if self._data_wait:
             event["data_wait"] = round(self._data_wait, 6)
-        event.update(self._pending)
-        self._pending = {}
+        event.update(pending)
         if self.rank == 0:  # one step event per step for the run, not one per rank
-            self.record.event("step", defer=True, **event)  # written within 0.2 s
+            self.record.step_event(event, defer=True)  # written within 0.2 s
         loss = event.get("loss")
-        if isinstance(loss, int | float) and self.supervised:
+        if self.supervised and isinstance(loss, int | float):
             self._check_divergence(step, float(loss))
 
 
