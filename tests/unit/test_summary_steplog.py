@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,35 @@ def test_the_stored_summary_is_read_while_current_and_computed_once_stale(tmp_pa
     (path / SUMMARY_FILE).write_text("{not json")
     record.update_state(status="finished")
     assert not load_summary(path).stored and load_summary(path).summary.steps == 176
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_whole_microseconds_and_float_seconds_give_the_same_figures(
+    tmp_path: Path, odd: bool
+) -> None:
+    """The steady buffer holds whole microseconds in uint32 while every steady time is
+    one; a time that is not (here a step of attempt 1, read last, in a JSON record: the
+    step log holds microseconds) switches it to float64. Either way the figures are those
+    of the float64 seconds, by hand."""
+    events = run_events(seed=11)
+    if odd:
+        ev = next(e for e in events if e["kind"] == "step" and e["step"] == 20)
+        ev["step_time"] += 1e-9  # not whole microseconds
+    path = (as_format_1 if odd else as_format_2)(tmp_path, events)
+    s = summarize(path)
+    steady = np.array(
+        [
+            ev["step_time"]
+            for n in (1, 2, 3)
+            for ev in [e for e in events if e["kind"] == "step" and e["attempt"] == n][3:]
+        ]
+    )
+    assert s.step_time is not None and s.step_time["n"] == steady.size
+    for q in (50, 90, 99):
+        assert s.step_time[f"p{q}"] == pytest.approx(float(np.percentile(steady, q)), rel=1e-15)
+    assert s.step_time["mean"] == pytest.approx(math.fsum(steady) / steady.size, rel=1e-15)
+    assert s.throughput["steps/s"] == pytest.approx(float(np.median(1 / steady)), rel=1e-12)
+    # the median step time of show: every finite step time, warm-ups included
+    every = [e["step_time"] for e in events if e["kind"] == "step"]
+    median = load_summary(path).steps["median_step_time"]
+    assert median == pytest.approx(float(np.median(every)), rel=1e-15)

@@ -42,6 +42,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +259,8 @@ class _Steps:
     timed_seconds: float = 0.0  # step time x span over timed steps
     timed_wait: float = 0.0  # data wait over timed steps
     wait_logged: bool = False  # a timed step logged data_wait
-    steady: Any = None  # float64 array: steady step times, in reading order
+    steady: Any = None  # steady step times, in reading order, in units of 1 / scale seconds
+    scale: float = 1e6  # 1e6: whole microseconds in uint32 (see _add_steady); 1.0: float64
     filled: int = 0
     pieces: list[_Piece] = field(default_factory=list)
     warmup: dict[int, list[tuple[Any, Any, Any, Any]]] = field(default_factory=dict)
@@ -285,12 +287,51 @@ def _span_col(chunk: StepChunk) -> Any:
     return np.where(ok, span, 1.0)
 
 
+class _Total:
+    """An exact sum of seconds, rounded once: whole microseconds (what the step log holds)
+    summed as integers, anything else by ``math.fsum`` per array.
+
+    ``math.fsum`` over every step was most of a long run's summary (4 of its 5 s at 10^7
+    steps); an integer sum of the same values is exact and about 10 times faster.
+    """
+
+    __slots__ = ("rest", "us")
+
+    def __init__(self) -> None:
+        self.us = 0
+        self.rest: list[float] = []
+
+    def add(self, seconds: Any, us: Any) -> None:
+        """Add an array of seconds; ``us`` is the same values in whole microseconds
+        (int64), or None when they are not whole microseconds."""
+        if us is not None:
+            self.us += int(us.sum())
+        elif seconds.size:
+            self.rest.append(math.fsum(seconds))
+
+    def value(self) -> float:
+        exact = Fraction(self.us, 1_000_000)
+        for r in self.rest:
+            exact += Fraction(r)
+        return float(exact)
+
+
+def _whole_us(seconds: Any) -> Any:
+    """``seconds`` (finite, >= 0) in whole microseconds as int64, or None when one is not:
+    then ``k / 1e6`` is the very float each held, so integer sums of them are exact."""
+    us = np.rint(seconds * 1e6)
+    if not bool(np.all((us / 1e6 == seconds) & (us < 2**53))):
+        return None
+    return us.astype(np.int64)
+
+
 def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _Steps:
     """Every step, read once, from the last attempt to the first: a step is redone when a
     later attempt ran it again, so the later attempts' steps are known when an earlier one
     is read. ``attempts`` gains the attempts with steps but no start event, and each
     attempt's step aggregates."""
-    out = _Steps(steady=np.empty(max(expected, 16), dtype=np.float64))
+    out = _Steps(steady=np.empty(max(expected, 16), dtype=np.uint32))
+    totals = {k: _Total() for k in ("restarts", "data_wait", "compute", "timed", "timed_wait", "all", "all_wait")}  # fmt: skip
     later = StepRanges()  # steps that the attempts read so far (the later ones) ran
     for number, chunks in _groups(log):
         mine, redone, timed_seen, steady_rank = StepRanges(), StepRanges(), 0, 0
@@ -307,6 +348,13 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             weighted = st if span is None else st * span
             dw = _col(c, "data_wait")
             dw = np.where(np.isfinite(dw), dw, 0.0)
+            # the same in whole microseconds (int64) where they are: exact, fast sums
+            st_us, dw_us = _whole_us(st), _whole_us(dw)
+            w_us = None
+            if st_us is not None and dw_us is not None:
+                w_us = st_us if span is None else st_us * span.astype(np.int64)
+            else:
+                st_us = dw_us = None
             if a.steps == 0:
                 a.first_t = float(c.t[0])
                 a.first_start = float(c.t[0]) - float(st[0])
@@ -325,23 +373,27 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             again = later.contains(c.step)
             if again.any():
                 redone = redone.union(StepRanges.of(c.step[again]))
-                out.parts["restarts"] += math.fsum(weighted[again])
+                totals["restarts"].add(weighted[again], None if w_us is None else w_us[again])
                 keep = ~again
                 w_keep, d_keep = weighted[keep], dw[keep]
+                wk_us: Any = None if w_us is None else w_us[keep]
+                dk_us: Any = None if dw_us is None else dw_us[keep]
             else:
-                w_keep, d_keep = weighted, dw
+                w_keep, d_keep, wk_us, dk_us = weighted, dw, w_us, dw_us
             d_keep = np.minimum(d_keep, w_keep)
-            out.parts["data_wait"] += math.fsum(d_keep)
-            out.parts["compute"] += math.fsum(w_keep - d_keep)
+            if wk_us is not None:
+                dk_us = np.minimum(dk_us, wk_us)
+            totals["data_wait"].add(d_keep, dk_us)
+            totals["compute"].add(w_keep - d_keep, None if wk_us is None else wk_us - dk_us)
             mine = mine.union(StepRanges.of(c.step))
             # the step time split, and the steady steps (each attempt's warm-up left out)
             timed = st > 0
-            out.timed_seconds += math.fsum(weighted[timed])
-            out.timed_wait += math.fsum(dw[timed])
+            totals["timed"].add(weighted[timed], None if w_us is None else w_us[timed])
+            totals["timed_wait"].add(dw[timed], None if dw_us is None else dw_us[timed])
             if not out.wait_logged and "data_wait" in c.present:
                 out.wait_logged = bool((c.present["data_wait"] & timed).any())
-            out.all_seconds += math.fsum(st_raw[finite])
-            out.all_wait += math.fsum(dw)
+            totals["all"].add(st, st_us)  # st: the finite step times, 0 for the others
+            totals["all_wait"].add(dw, dw_us)
             if (others := st_raw[finite & (st_raw <= 0)]).size:
                 out.other_times.append(others)
             idx = np.flatnonzero(timed)
@@ -361,6 +413,10 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             out.steps_redone += out.redone_by[number]
             later = later.union(mine)
     out.steady = out.steady[: out.filled]
+    for part in ("restarts", "data_wait", "compute"):
+        out.parts[part] = totals[part].value()
+    out.timed_seconds, out.timed_wait = totals["timed"].value(), totals["timed_wait"].value()
+    out.all_seconds, out.all_wait = totals["all"].value(), totals["all_wait"].value()
     return out
 
 
@@ -386,9 +442,24 @@ def _json_attempts(log: StepLog) -> set[int]:
 
 
 def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank: int) -> None:
+    """Add one chunk's steady steps to the buffer.
+
+    The buffer holds whole microseconds in uint32 (4 bytes a step: 40 MB for 10^7 steps)
+    while every step time is one exactly (the step log's us4 column, a JSON record's
+    6-decimal times): ``k / 1e6`` is then the very float the chunk held, so every figure
+    equals the float64 one. The first time that is not switches the buffer to float64.
+    """
     n, at = idx.size, out.filled
+    times = st[idx]
+    if out.scale != 1.0:
+        us = np.rint(times * 1e6)
+        if bool(np.all((us / 1e6 == times) & (us < 2**32))):
+            times = us.astype(np.uint32)
+        else:  # a time that is not whole microseconds: seconds in float64 from here on
+            out.steady = out.steady.astype(np.float64) / out.scale
+            out.scale = 1.0
     if at + n > out.steady.size:  # more steps than counted before reading (a live run)
-        grown = np.empty(max(2 * out.steady.size, at + n), dtype=np.float64)
+        grown = np.empty(max(2 * out.steady.size, at + n), dtype=out.steady.dtype)
         grown[:at] = out.steady[:at]
         out.steady = grown
         for grow in out.units.values():
@@ -396,8 +467,8 @@ def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank:
                 rates = np.full(grown.size, np.nan)
                 rates[:at] = grow.rates[:at]
                 grow.rates = rates
-    times = st[idx]
     out.steady[at : at + n] = times
+    times = st[idx]  # seconds, for the rates below
     t = c.t[idx]
     out.pieces.append(
         _Piece(number, at, n, float(t[0]), float(t[-1]), bool(np.all(t[1:] >= t[:-1])))
@@ -422,7 +493,7 @@ def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank:
                 continue
             u.rates = np.full(out.steady.size, np.nan)
             if u.constant is not None:  # the steps before: that constant over their times
-                u.rates[u.since : at] = u.constant / out.steady[u.since : at]
+                u.rates[u.since : at] = u.constant / (out.steady[u.since : at] / out.scale)
         u.rates[at : at + n] = np.where(has, amt / times, np.nan)
     out.filled = at + n
 
@@ -438,45 +509,56 @@ def _ranks(n: int, qs: Iterable[float]) -> list[int]:
     return sorted(out)
 
 
-def _median(values: Any) -> float:
-    """statistics.median of a float64 array (partitions a copy)."""
+def _median(values: Any, scale: float = 1.0) -> float:
+    """statistics.median of an array of 1 / ``scale`` seconds, in seconds (partitions a copy).
+
+    Each order statistic is divided by ``scale`` before any arithmetic, so the result is
+    the one of the float64 seconds those values stand for.
+    """
     n = int(values.size)
     m = n // 2
     if n % 2:
-        return float(np.partition(values, m)[m])
+        return float(np.partition(values, m)[m]) / scale
     part = np.partition(values, [m - 1, m])
-    return (float(part[m - 1]) + float(part[m])) / 2
+    return (float(part[m - 1]) / scale + float(part[m]) / scale) / 2
 
 
-def _quantile_at(part: Any, q: float) -> float:
+def _quantile_at(part: Any, q: float, scale: float = 1.0) -> float:
     """_percentile over an array partitioned at the ranks of ``q`` (see :func:`_ranks`)."""
     n = int(part.size)
     if n == 1:
-        return float(part[0])
+        return float(part[0]) / scale
     pos = q * (n - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, n - 1)
-    a, b = float(part[lo]), float(part[hi])
+    a, b = float(part[lo]) / scale, float(part[hi]) / scale
     return a + (b - a) * (pos - lo)
 
 
-def _kth_union(s: Any, extra: Any, r: int) -> float:
+def _kth_union(s: Any, extra: Any, r: int, scale: float = 1.0) -> float:
     """The r-th smallest (0-based) of ``s`` and ``extra`` together, ``extra`` small.
 
     The answer lies between the (r - m)-th and r-th smallest of ``s`` (m = len(extra)):
-    those order statistics of ``s`` and ``extra``, sorted, hold it at rank r - lo.
+    those order statistics of ``s`` and ``extra``, sorted, hold it at rank r - lo. ``s`` is
+    partitioned in place (its order is spent: the steady buffer of a long run is too big
+    to copy); ``s[lo:hi + 1]`` then holds exactly the order statistics lo..hi.
     """
     m = extra.size
     lo = max(0, r - m)
     hi = min(s.size - 1, r)
-    window = np.empty(0) if hi < lo else np.partition(s, list(range(lo, hi + 1)))[lo : hi + 1]
+    if hi < lo:
+        window = np.empty(0)
+    else:
+        s.partition([lo, hi])
+        window = s[lo : hi + 1] / scale
     both = np.sort(np.concatenate([window, extra]))
     return float(both[r - lo])
 
 
 @dataclass
 class _Steady:
-    times: Any  # float64, in reading order (partitioned in place once drift is taken)
+    times: Any  # in reading order (partitioned in place once drift is taken)
+    scale: float  # times / scale are seconds (the steady buffer's, see _add_steady)
     pieces: list[_Piece]  # in the attempts' start order
     units: dict[str, _Unit]
     fallback: bool  # every timed step (no steady one was left)
@@ -487,7 +569,7 @@ def _steady(steps: _Steps, order: list[int]) -> _Steady:
     rank = {n: i for i, n in enumerate(order)}
     if steps.filled:
         ordered = sorted(steps.pieces, key=lambda p: (rank.get(p.attempt, len(rank)), p.offset))
-        return _Steady(steps.steady, ordered, steps.units, False)
+        return _Steady(steps.steady, steps.scale, ordered, steps.units, False)
     # No steady step: the warm-ups are all there is (at most WARMUP_STEPS per attempt).
     parts: list[tuple[int, tuple[Any, Any, Any, Any]]] = [
         (n, row)
@@ -509,30 +591,49 @@ def _steady(steps: _Steps, order: list[int]) -> _Steady:
                 u.first.setdefault(n, at + int(np.argmax(has)))
                 u.rates[at : at + st.size] = np.where(has, amt / st, np.nan)
         at += st.size
-    return _Steady(times, pieces, units, True)
+    return _Steady(times, 1.0, pieces, units, True)
 
 
-def _in_time_order(sd: _Steady, log: StepLog | None, steps: _Steps) -> Any:
-    """The steady step times ordered by their t (stable: ties keep the attempts' order).
+def _time_order_ends(sd: _Steady, log: StepLog | None, steps: _Steps, q: int) -> tuple[Any, Any]:
+    """The first and the last ``q`` steady step times in the order of their t (stable: ties
+    keep the attempts' order), for the drift.
 
-    Steps are written in time order, so this is the pieces one after the other; a clock
-    that stepped back is sorted from the t of each steady step, read again.
+    Steps are written in time order, so these are the first and the last ``q`` of the
+    pieces one after the other, gathered without a copy of them all (the steady buffer of
+    10^7 steps is 80 MB); a clock that stepped back orders them all by the t of each steady
+    step, read again.
     """
     ps = sd.pieces
     monotone = all(p.t_sorted for p in ps) and all(
         a.t_last <= b.t_first for a, b in itertools.pairwise(ps)
     )
-    ordered = (
-        np.concatenate([sd.times[p.offset : p.offset + p.n] for p in ps]) if ps else np.empty(0)
-    )
-    if monotone or log is None or sd.fallback:
-        if not monotone:
-            t = np.concatenate([_piece_t(sd, p, steps) for p in ps])
-            return ordered[np.argsort(t, kind="stable")]
-        return ordered
-    t_by = _steady_t(log, steps)
-    t = np.concatenate([t_by[p.offset : p.offset + p.n] for p in ps])
-    return ordered[np.argsort(t, kind="stable")]
+    if monotone:
+        return _gather(sd.times, ps, q), _gather(sd.times, ps[::-1], q, from_end=True)
+    ordered = np.concatenate([sd.times[p.offset : p.offset + p.n] for p in ps])
+    if log is None or sd.fallback:
+        t = np.concatenate([_piece_t(sd, p, steps) for p in ps])
+    else:
+        t_by = _steady_t(log, steps)
+        t = np.concatenate([t_by[p.offset : p.offset + p.n] for p in ps])
+    ordered = ordered[np.argsort(t, kind="stable")]
+    return ordered[:q], ordered[ordered.size - q :]
+
+
+def _gather(times: Any, pieces: list[_Piece], q: int, *, from_end: bool = False) -> Any:
+    """The first ``q`` times of ``pieces`` read in order (the last ``q`` with ``from_end``,
+    ``pieces`` then given last first), as one array in time order."""
+    parts: list[Any] = []
+    left = q
+    for p in pieces:
+        if left <= 0:
+            break
+        take = min(left, p.n)
+        lo = p.offset + p.n - take if from_end else p.offset
+        parts.append(times[lo : lo + take])
+        left -= take
+    if from_end:
+        parts.reverse()
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0)
 
 
 def _piece_t(sd: _Steady, p: _Piece, steps: _Steps) -> Any:
@@ -573,8 +674,8 @@ def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
 
     def from_times(c: float) -> float:  # median of c / t, from the order statistics of t
         if n % 2:
-            return c / float(times[m])
-        return (c / float(times[m - 1]) + c / float(times[m])) / 2
+            return c / (float(times[m]) / sd.scale)
+        return (c / (float(times[m - 1]) / sd.scale) + c / (float(times[m]) / sd.scale)) / 2
 
     out: list[tuple[tuple[int, int, int], str, float]] = []
     first = sd.pieces[0] if sd.pieces else None
@@ -609,12 +710,12 @@ def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
     return result
 
 
-def _drift(ordered: Any) -> dict[str, float] | None:
-    n = ordered.size
+def _drift(sd: _Steady, log: StepLog | None, steps: _Steps) -> dict[str, float] | None:
+    n = sd.times.size
     if n < DRIFT_MIN_STEPS:
         return None
-    q = n // 4
-    first, last = _median(ordered[:q]), _median(ordered[-q:])
+    head, tail = _time_order_ends(sd, log, steps, n // 4)
+    first, last = _median(head, sd.scale), _median(tail, sd.scale)
     if first <= 0:
         return None
     return {"first_p50": first, "last_p50": last, "change": last / first - 1.0}
@@ -629,16 +730,16 @@ def _figures(steps: _Steps, order: list[int], log: StepLog) -> dict[str, Any]:
     for u in sd.units.values():
         if u.rates is None and u.constant is not None and u.since:
             u.rates = np.full(times.size, np.nan)
-            u.rates[u.since :] = u.constant / times[u.since :]
+            u.rates[u.since :] = u.constant / (times[u.since :] / sd.scale)
     if times.size:
-        out["drift"] = _drift(_in_time_order(sd, None if sd.fallback else log, steps))
+        out["drift"] = _drift(sd, None if sd.fallback else log, steps)
         n = times.size
         times.partition(_ranks(n, (0.5, 0.9, 0.99)))  # in place: the order is spent
         out["step_time"] = {
-            "p50": _quantile_at(times, 0.50),
-            "p90": _quantile_at(times, 0.90),
-            "p99": _quantile_at(times, 0.99),
-            "mean": math.fsum(times) / n,
+            "p50": _quantile_at(times, 0.50, sd.scale),
+            "p90": _quantile_at(times, 0.90, sd.scale),
+            "p99": _quantile_at(times, 0.99, sd.scale),
+            "mean": _mean_of(times, sd.scale),
             "n": float(n),
         }
         out["throughput"] = _throughput(sd, True)
@@ -657,11 +758,22 @@ def _median_all(steps: _Steps, sd: _Steady) -> float | None:
     if not n:
         return None
     if extra.size > 1 << 16:  # many non-positive times: one array of them all
-        return _median(np.concatenate([s, extra]))
+        return _median(np.concatenate([s / sd.scale, extra]))
+    if not extra.size:
+        return _median(s, sd.scale)
     m = n // 2
     if n % 2:
-        return _kth_union(s, extra, m)
-    return (_kth_union(s, extra, m - 1) + _kth_union(s, extra, m)) / 2
+        return _kth_union(s, extra, m, sd.scale)
+    return (_kth_union(s, extra, m - 1, sd.scale) + _kth_union(s, extra, m, sd.scale)) / 2
+
+
+def _mean_of(times: Any, scale: float) -> float:
+    """The mean in seconds: of whole microseconds, their exact sum divided once (correctly
+    rounded); of float64 seconds, ``math.fsum``'s."""
+    n = int(times.size)
+    if scale == 1.0:
+        return math.fsum(times) / n
+    return float(Fraction(int(times.sum(dtype=np.uint64)), n * int(scale)))
 
 
 def _mfu(throughput: dict[str, float], rec: _Record, gpu_name: str | None) -> float | None:
