@@ -10,7 +10,8 @@ script calling ``run.log(step, loss=<a float32 value>, samples=8)`` every step a
   psutil every 0.2 s from its start to its exit, close included), and its children's
   (the workload and anything it starts, summed per sample) separately;
 - close: seconds from the workload's end (its ``workload_end`` event, else its last
-  step) to the run's ``verdict`` event, both as the events date them;
+  step) to the run's ``verdict`` event, both as the events date them; and to the exit of
+  ``acceptrun run`` (summary.json, report.html and the index written after the verdict);
 - ``acceptrun show RUN`` and ``acceptrun report RUN``: wall seconds and peak resident
   memory (``wait4``'s ``ru_maxrss``), each a process of its own;
 - the board's run page (``acceptrun ui`` started as a process before the run, with its
@@ -189,6 +190,11 @@ def close_seconds(run_dir: Path, events: list[dict[str, Any]]) -> float:
     verdict = [e["t"] for e in events if e.get("kind") == "verdict"]
     if not verdict:
         raise SystemExit(f"{run_dir}: no verdict event in events.jsonl")
+    return float(verdict[-1] - workload_end(run_dir, events))
+
+
+def workload_end(run_dir: Path, events: list[dict[str, Any]]) -> float:
+    """When the workload ended: its workload_end event, else its last step."""
     end = [e["t"] for e in events if e.get("kind") == "workload_end"]
     if not end:
         from acceptrun.record.steplog import StepLog
@@ -197,7 +203,7 @@ def close_seconds(run_dir: Path, events: list[dict[str, Any]]) -> float:
         if not tail:
             raise SystemExit(f"{run_dir}: neither a workload_end event nor a step")
         end = [tail[-1]["t"]]
-    return float(verdict[-1] - end[-1])
+    return float(end[-1])
 
 
 class BoardProcess:
@@ -291,6 +297,7 @@ def measure(steps: int, root: Path, keep: bool, live: bool) -> dict[str, float]:
             if sup.poll() is not None:
                 live_s = float("nan")  # it ended while the page was served: not a live page
         _, err = sup.communicate()
+        exited_at = time.time()  # the live page (if any) was served before the run's end
         sampler.stop()
         run_s = time.perf_counter() - t0
         if sup.returncode != 0:
@@ -318,6 +325,7 @@ def measure(steps: int, root: Path, keep: bool, live: bool) -> dict[str, float]:
             "supervisor peak MB": sampler.peak / MB,
             "children peak MB": sampler.peak_children / MB,
             "close s": close_seconds(run_dir, events),
+            "close to exit s": exited_at - workload_end(run_dir, events),
             "run s": run_s,
             "show s": show_s,
             "show peak MB": show_mb,
@@ -345,6 +353,7 @@ def measure(steps: int, root: Path, keep: bool, live: bool) -> dict[str, float]:
 ROWS = (
     ("disk B/step", "{:.1f}"), ("step log MB", "{:.2f}"), ("events.jsonl MB", "{:.3f}"),
     ("supervisor peak MB", "{:.0f}"), ("children peak MB", "{:.0f}"), ("close s", "{:.2f}"),
+    ("close to exit s", "{:.2f}"),
     ("run s", "{:.1f}"), ("show s", "{:.2f}"), ("show peak MB", "{:.0f}"),
     ("report s", "{:.2f}"), ("report peak MB", "{:.0f}"), ("report's steps", "{:.0f}"),
     ("run page s", "{:.2f}"),
