@@ -24,6 +24,7 @@ UNIT = [
     "acceptrun.supervisor.classify",
     "acceptrun.supervisor.progress",
     "acceptrun.telemetry.idle",
+    "acceptrun.telemetry.order",
 ]
 INTEGRATION = ["acceptrun.workload.run"]  # tests/integration/test_client_doctest.py
 CHECKED_PACKAGES = ("workload",)  # every example in these is in UNIT or INTEGRATION

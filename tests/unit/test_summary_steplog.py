@@ -197,3 +197,74 @@ def test_whole_microseconds_and_float_seconds_give_the_same_figures(
     every = [e["step_time"] for e in events if e["kind"] == "step"]
     median = load_summary(path).steps["median_step_time"]
     assert median == pytest.approx(float(np.median(every)), rel=1e-15)
+
+
+def messy_events(seed: int) -> list[dict[str, Any]]:
+    """Attempts that redo steps, a clock that steps back, a unit constant then varying, one
+    constant from a later step on, spans, zero and negative step times."""
+    rng = random.Random(seed)
+    t = T0
+    events: list[dict[str, Any]] = [{"t": t, "kind": "run_start"}]
+    step = 0
+    for n in (1, 2, 3):
+        events.append({"t": t, "kind": "attempt_start", "attempt": n})
+        step = max(0, step - rng.randrange(0, 30))
+        for _ in range(rng.randrange(120, 400)):
+            st = round(rng.choice([0.01, 0.02, 0.03]) * rng.uniform(0.5, 3), 6)
+            if rng.random() < 0.02:
+                st = rng.choice([0.0, -0.001])
+            t = round(t + abs(st) + 0.001, 6)
+            if seed % 2 and rng.random() < 0.01:
+                t -= 5.0  # the clock stepped back
+            ev: dict[str, Any] = {"t": t, "kind": "step", "attempt": n, "step": step, "step_time": st}  # fmt: skip
+            ev["samples"] = 8 if step < 150 else rng.choice([4, 8, 16])
+            if step > 60:
+                ev["tokens"] = 512
+            if rng.random() < 0.05:
+                ev["span"] = 3
+            ev["data_wait"] = round(abs(st) * rng.uniform(0, 0.3), 6)
+            events.append(ev)
+            step += 1
+        events.append({"t": t, "kind": "attempt_exit", "attempt": n, "outcome": "signaled"})
+    return events
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_histogram_of_microseconds_gives_the_figures_of_every_float(
+    tmp_path: Path, seed: int
+) -> None:
+    """The steady step times as a histogram of whole microseconds (memory that does not
+    grow with steps, and a second read for the drift and the rates) and as a float64
+    array of every one give the same figures."""
+    from acceptrun.telemetry.summary import _load, _summarize
+
+    path = as_format_2(tmp_path, messy_events(seed))
+    hist, hist_facts = _summarize(_load(path))
+    flat, flat_facts = _summarize(_load(path), whole=False)
+    assert hist.step_time is not None and flat.step_time is not None
+    for k in ("p50", "p90", "p99", "n"):
+        assert hist.step_time[k] == flat.step_time[k]
+    assert hist.step_time["mean"] == pytest.approx(flat.step_time["mean"], rel=1e-15)
+    assert hist.drift == flat.drift and hist.drift is not None
+    assert hist.throughput == flat.throughput
+    assert list(hist.throughput) == list(flat.throughput)
+    assert hist_facts == flat_facts
+    assert hist.breakdown == flat.breakdown
+
+
+def test_a_histogram_merges_chunks_into_the_exact_multiset() -> None:
+    from acceptrun.telemetry.order import Hist, HistOrder, median, quantile
+
+    rng = np.random.default_rng(3)
+    parts = [rng.integers(0, 50, 1000), rng.integers(10**6, 10**9, 3000), rng.integers(-5, 5, 10)]
+    h = Hist()
+    for _ in range(200):  # enough chunks to merge more than once
+        for p in parts:
+            h.add(p.astype(np.int64))
+    every = np.sort(np.concatenate([p for _ in range(200) for p in parts]))
+    assert h.n == every.size and h.total() == int(every.sum())
+    for r in (0, 1, every.size // 3, every.size // 2, every.size - 1):
+        assert h.kth(r) == every[r]
+    assert median(HistOrder(h)) == float(np.median(every / 1e6))
+    assert quantile(HistOrder(h), 0.99) == pytest.approx(np.percentile(every / 1e6, 99), rel=1e-15)
+    assert h.nbytes < every.nbytes  # distinct values, not steps

@@ -35,12 +35,13 @@ active samples are compute, its inactive ones "other"; never all of it "before f
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -52,6 +53,16 @@ from acceptrun._util.durable import read_json, read_jsonl, write_json_atomic
 from acceptrun.record.steplog import StepChunk, StepLog, StepRanges
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.telemetry.hints import Evidence, make_hints
+from acceptrun.telemetry.order import (
+    ArrayOrder,
+    Hist,
+    HistOrder,
+    Order,
+    median,
+    quantile,
+    ranks,
+    whole_us,
+)
 from acceptrun.telemetry.peaks import peak_tflops
 
 __all__ = [
@@ -234,6 +245,7 @@ class _Piece:
     t_first: float
     t_last: float
     t_sorted: bool
+    chunk: int = 0  # the chunk's place among its attempt's chunks (a second read finds it)
 
 
 @dataclass
@@ -259,8 +271,11 @@ class _Steps:
     timed_seconds: float = 0.0  # step time x span over timed steps
     timed_wait: float = 0.0  # data wait over timed steps
     wait_logged: bool = False  # a timed step logged data_wait
-    steady: Any = None  # steady step times, in reading order, in units of 1 / scale seconds
-    scale: float = 1e6  # 1e6: whole microseconds in uint32 (see _add_steady); 1.0: float64
+    hist: Hist | None = None  # the steady step times in whole microseconds (telemetry/order.py)
+    steady: Any = None  # else float64 seconds of every steady step, in reading order
+    capacity: int = 16  # the size of the rate arrays (u.rates), indexed by steady position
+    fills: list[tuple[_Unit, float, int, int]] = field(default_factory=list)  # see _refill
+    piece_t: dict[int, Any] = field(default_factory=dict)  # float buffer, clock stepped back
     filled: int = 0
     pieces: list[_Piece] = field(default_factory=list)
     warmup: dict[int, list[tuple[Any, Any, Any, Any]]] = field(default_factory=dict)
@@ -316,27 +331,33 @@ class _Total:
         return float(exact)
 
 
-def _whole_us(seconds: Any) -> Any:
-    """``seconds`` (finite, >= 0) in whole microseconds as int64, or None when one is not:
-    then ``k / 1e6`` is the very float each held, so integer sums of them are exact."""
-    us = np.rint(seconds * 1e6)
-    if not bool(np.all((us / 1e6 == seconds) & (us < 2**53))):
-        return None
-    return us.astype(np.int64)
+class _NotWholeUs(Exception):
+    """A step time that is not whole microseconds: read again with a float64 buffer."""
 
 
-def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _Steps:
+def _read_steps(
+    log: StepLog, expected: int, attempts: dict[int, _Attempt], *, whole: bool = True
+) -> _Steps:
     """Every step, read once, from the last attempt to the first: a step is redone when a
     later attempt ran it again, so the later attempts' steps are known when an earlier one
     is read. ``attempts`` gains the attempts with steps but no start event, and each
-    attempt's step aggregates."""
-    out = _Steps(steady=np.empty(max(expected, 16), dtype=np.uint32))
+    attempt's step aggregates.
+
+    ``whole``: the steady step times go to a histogram of whole microseconds (what the step
+    log holds; memory that does not grow with steps), and a time that is not one raises
+    _NotWholeUs; else to a float64 array of them all."""
+    cap = max(expected, 16)
+    out = _Steps(capacity=cap)
+    if whole:
+        out.hist = Hist()
+    else:
+        out.steady = np.empty(cap, dtype=np.float64)
     totals = {k: _Total() for k in ("restarts", "data_wait", "compute", "timed", "timed_wait", "all", "all_wait")}  # fmt: skip
     later = StepRanges()  # steps that the attempts read so far (the later ones) ran
     for number, chunks in _groups(log):
         mine, redone, timed_seen, steady_rank = StepRanges(), StepRanges(), 0, 0
         a = attempts.get(number)
-        for c in chunks:
+        for k, c in enumerate(chunks):
             if not len(c):
                 continue
             if a is None:
@@ -349,12 +370,13 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             dw = _col(c, "data_wait")
             dw = np.where(np.isfinite(dw), dw, 0.0)
             # the same in whole microseconds (int64) where they are: exact, fast sums
-            st_us, dw_us = _whole_us(st), _whole_us(dw)
+            st_us, dw_us = whole_us(st), whole_us(dw)
+            if st_us is None and whole:
+                raise _NotWholeUs
             w_us = None
             if st_us is not None and dw_us is not None:
                 w_us = st_us if span is None else st_us * span.astype(np.int64)
-            else:
-                st_us = dw_us = None
+            sum_st, sum_dw = (st_us, dw_us) if w_us is not None else (None, None)
             if a.steps == 0:
                 a.first_t = float(c.t[0])
                 a.first_start = float(c.t[0]) - float(st[0])
@@ -377,9 +399,9 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
                 keep = ~again
                 w_keep, d_keep = weighted[keep], dw[keep]
                 wk_us: Any = None if w_us is None else w_us[keep]
-                dk_us: Any = None if dw_us is None else dw_us[keep]
+                dk_us: Any = None if sum_dw is None else sum_dw[keep]
             else:
-                w_keep, d_keep, wk_us, dk_us = weighted, dw, w_us, dw_us
+                w_keep, d_keep, wk_us, dk_us = weighted, dw, w_us, sum_dw
             d_keep = np.minimum(d_keep, w_keep)
             if wk_us is not None:
                 dk_us = np.minimum(dk_us, wk_us)
@@ -389,11 +411,11 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
             # the step time split, and the steady steps (each attempt's warm-up left out)
             timed = st > 0
             totals["timed"].add(weighted[timed], None if w_us is None else w_us[timed])
-            totals["timed_wait"].add(dw[timed], None if dw_us is None else dw_us[timed])
+            totals["timed_wait"].add(dw[timed], None if sum_dw is None else sum_dw[timed])
             if not out.wait_logged and "data_wait" in c.present:
                 out.wait_logged = bool((c.present["data_wait"] & timed).any())
-            totals["all"].add(st, st_us)  # st: the finite step times, 0 for the others
-            totals["all_wait"].add(dw, dw_us)
+            totals["all"].add(st, sum_st)  # st: the finite step times, 0 for the others
+            totals["all_wait"].add(dw, sum_dw)
             if (others := st_raw[finite & (st_raw <= 0)]).size:
                 out.other_times.append(others)
             idx = np.flatnonzero(timed)
@@ -406,13 +428,14 @@ def _read_steps(log: StepLog, expected: int, attempts: dict[int, _Attempt]) -> _
                 )
             idx = idx[skip:]
             if idx.size:
-                _add_steady(out, c, number, st, idx, steady_rank)
+                _add_steady(out, c, (number, k), st, st_us, idx, steady_rank)
                 steady_rank += idx.size
         if a is not None and a.steps:
             out.redone_by[number] = redone.size()
             out.steps_redone += out.redone_by[number]
             later = later.union(mine)
-    out.steady = out.steady[: out.filled]
+    if out.steady is not None:
+        out.steady = out.steady[: out.filled]
     for part in ("restarts", "data_wait", "compute"):
         out.parts[part] = totals[part].value()
     out.timed_seconds, out.timed_wait = totals["timed"].value(), totals["timed_wait"].value()
@@ -441,40 +464,35 @@ def _json_attempts(log: StepLog) -> set[int]:
     return found
 
 
-def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank: int) -> None:
-    """Add one chunk's steady steps to the buffer.
-
-    The buffer holds whole microseconds in uint32 (4 bytes a step: 40 MB for 10^7 steps)
-    while every step time is one exactly (the step log's us4 column, a JSON record's
-    6-decimal times): ``k / 1e6`` is then the very float the chunk held, so every figure
-    equals the float64 one. The first time that is not switches the buffer to float64.
-    """
+def _add_steady(
+    out: _Steps, c: StepChunk, key: tuple[int, int], st: Any, st_us: Any, idx: Any, rank: int
+) -> None:
+    """Add one chunk's steady steps: to the histogram of microseconds (or the float64
+    buffer), and to the rates of the throughput units."""
+    number = key[0]
     n, at = idx.size, out.filled
     times = st[idx]
-    if out.scale != 1.0:
-        us = np.rint(times * 1e6)
-        if bool(np.all((us / 1e6 == times) & (us < 2**32))):
-            times = us.astype(np.uint32)
-        else:  # a time that is not whole microseconds: seconds in float64 from here on
-            out.steady = out.steady.astype(np.float64) / out.scale
-            out.scale = 1.0
-    if at + n > out.steady.size:  # more steps than counted before reading (a live run)
-        grown = np.empty(max(2 * out.steady.size, at + n), dtype=out.steady.dtype)
-        grown[:at] = out.steady[:at]
-        out.steady = grown
+    if out.hist is not None:
+        out.hist.add(st_us[idx])
+    if at + n > out.capacity:  # more steps than counted before reading (a live run)
+        out.capacity = max(2 * out.capacity, at + n)
+        if out.steady is not None:
+            grown = np.empty(out.capacity, dtype=np.float64)
+            grown[:at] = out.steady[:at]
+            out.steady = grown
         for grow in out.units.values():
             if grow.rates is not None:
-                rates = np.full(grown.size, np.nan)
+                rates = np.full(out.capacity, np.nan)
                 rates[:at] = grow.rates[:at]
                 grow.rates = rates
-    out.steady[at : at + n] = times
-    times = st[idx]  # seconds, for the rates below
+    if out.steady is not None:
+        out.steady[at : at + n] = times
     t = c.t[idx]
     out.pieces.append(
-        _Piece(number, at, n, float(t[0]), float(t[-1]), bool(np.all(t[1:] >= t[:-1])))
+        _Piece(number, at, n, float(t[0]), float(t[-1]), bool(np.all(t[1:] >= t[:-1])), key[1])
     )
-    for unit, key in _UNITS:
-        col = c.values.get(key)
+    for unit, ukey in _UNITS:
+        col = c.values.get(ukey)
         amt = np.full(n, np.nan) if col is None else col[idx]
         has = np.isfinite(amt)
         logged = bool(has.any())
@@ -491,57 +509,44 @@ def _add_steady(out: _Steps, c: StepChunk, number: int, st: Any, idx: Any, rank:
                 if u.constant is None:
                     u.constant, u.since = first, at
                 continue
-            u.rates = np.full(out.steady.size, np.nan)
+            u.rates = np.full(out.capacity, np.nan)
             if u.constant is not None:  # the steps before: that constant over their times
-                u.rates[u.since : at] = u.constant / (out.steady[u.since : at] / out.scale)
+                _fill(out, u, u.constant, u.since, at)
         u.rates[at : at + n] = np.where(has, amt / times, np.nan)
     out.filled = at + n
+
+
+def _fill(out: _Steps, u: _Unit, constant: float, lo: int, hi: int) -> None:
+    """Rates ``constant / t`` at steady positions lo..hi: now from the float64 buffer, or
+    from the second read (:func:`_refill`) when the times are a histogram."""
+    if hi <= lo:
+        return
+    if out.steady is not None:
+        u.rates[lo:hi] = constant / out.steady[lo:hi]
+    else:
+        out.fills.append((u, constant, lo, hi))
 
 
 # ---- figures --------------------------------------------------------------------------------
 
 
-def _ranks(n: int, qs: Iterable[float]) -> list[int]:
-    out: set[int] = set()
-    for q in qs:
-        lo = math.floor(q * (n - 1))
-        out |= {lo, min(lo + 1, n - 1)}
-    return sorted(out)
-
-
-def _median(values: Any, scale: float = 1.0) -> float:
-    """statistics.median of an array of 1 / ``scale`` seconds, in seconds (partitions a copy).
-
-    Each order statistic is divided by ``scale`` before any arithmetic, so the result is
-    the one of the float64 seconds those values stand for.
-    """
+def _median(values: Any) -> float:
+    """statistics.median of a float64 array (partitions a copy)."""
     n = int(values.size)
     m = n // 2
     if n % 2:
-        return float(np.partition(values, m)[m]) / scale
+        return float(np.partition(values, m)[m])
     part = np.partition(values, [m - 1, m])
-    return (float(part[m - 1]) / scale + float(part[m]) / scale) / 2
+    return (float(part[m - 1]) + float(part[m])) / 2
 
 
-def _quantile_at(part: Any, q: float, scale: float = 1.0) -> float:
-    """_percentile over an array partitioned at the ranks of ``q`` (see :func:`_ranks`)."""
-    n = int(part.size)
-    if n == 1:
-        return float(part[0]) / scale
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    a, b = float(part[lo]) / scale, float(part[hi]) / scale
-    return a + (b - a) * (pos - lo)
-
-
-def _kth_union(s: Any, extra: Any, r: int, scale: float = 1.0) -> float:
+def _kth_union(s: Any, extra: Any, r: int) -> float:
     """The r-th smallest (0-based) of ``s`` and ``extra`` together, ``extra`` small.
 
     The answer lies between the (r - m)-th and r-th smallest of ``s`` (m = len(extra)):
     those order statistics of ``s`` and ``extra``, sorted, hold it at rank r - lo. ``s`` is
-    partitioned in place (its order is spent: the steady buffer of a long run is too big
-    to copy); ``s[lo:hi + 1]`` then holds exactly the order statistics lo..hi.
+    partitioned in place (its order is spent); ``s[lo:hi + 1]`` then holds exactly the
+    order statistics lo..hi.
     """
     m = extra.size
     lo = max(0, r - m)
@@ -550,15 +555,15 @@ def _kth_union(s: Any, extra: Any, r: int, scale: float = 1.0) -> float:
         window = np.empty(0)
     else:
         s.partition([lo, hi])
-        window = s[lo : hi + 1] / scale
+        window = s[lo : hi + 1]
     both = np.sort(np.concatenate([window, extra]))
     return float(both[r - lo])
 
 
 @dataclass
 class _Steady:
-    times: Any  # in reading order (partitioned in place once drift is taken)
-    scale: float  # times / scale are seconds (the steady buffer's, see _add_steady)
+    order: Order  # the steady step times' order statistics (telemetry/order.py)
+    times: Any  # float64 seconds in reading order, or None (a histogram: see _refill)
     pieces: list[_Piece]  # in the attempts' start order
     units: dict[str, _Unit]
     fallback: bool  # every timed step (no steady one was left)
@@ -569,7 +574,9 @@ def _steady(steps: _Steps, order: list[int]) -> _Steady:
     rank = {n: i for i, n in enumerate(order)}
     if steps.filled:
         ordered = sorted(steps.pieces, key=lambda p: (rank.get(p.attempt, len(rank)), p.offset))
-        return _Steady(steps.steady, steps.scale, ordered, steps.units, False)
+        if steps.hist is not None:
+            return _Steady(HistOrder(steps.hist), None, ordered, steps.units, False)
+        return _Steady(ArrayOrder(steps.steady), steps.steady, ordered, steps.units, False)
     # No steady step: the warm-ups are all there is (at most WARMUP_STEPS per attempt).
     parts: list[tuple[int, tuple[Any, Any, Any, Any]]] = [
         (n, row)
@@ -591,30 +598,28 @@ def _steady(steps: _Steps, order: list[int]) -> _Steady:
                 u.first.setdefault(n, at + int(np.argmax(has)))
                 u.rates[at : at + st.size] = np.where(has, amt / st, np.nan)
         at += st.size
-    return _Steady(times, 1.0, pieces, units, True)
+    return _Steady(ArrayOrder(times.copy()), times, pieces, units, True)
 
 
-def _time_order_ends(sd: _Steady, log: StepLog | None, steps: _Steps, q: int) -> tuple[Any, Any]:
-    """The first and the last ``q`` steady step times in the order of their t (stable: ties
-    keep the attempts' order), for the drift.
-
-    Steps are written in time order, so these are the first and the last ``q`` of the
-    pieces one after the other, gathered without a copy of them all (the steady buffer of
-    10^7 steps is 80 MB); a clock that stepped back orders them all by the t of each steady
-    step, read again.
-    """
-    ps = sd.pieces
-    monotone = all(p.t_sorted for p in ps) and all(
+def _monotone(ps: list[_Piece]) -> bool:
+    """Whether the pieces, one after the other, are in the order of their t."""
+    return all(p.t_sorted for p in ps) and all(
         a.t_last <= b.t_first for a, b in itertools.pairwise(ps)
     )
-    if monotone:
+
+
+def _time_order_ends(sd: _Steady, steps: _Steps, q: int) -> tuple[Any, Any]:
+    """The first and the last ``q`` steady step times (float64 buffer) in the order of
+    their t (stable: ties keep the attempts' order), for the drift.
+
+    Steps are written in time order, so these are the first and the last ``q`` of the
+    pieces one after the other; a clock that stepped back orders them all by their t.
+    """
+    ps = sd.pieces
+    if _monotone(ps):
         return _gather(sd.times, ps, q), _gather(sd.times, ps[::-1], q, from_end=True)
     ordered = np.concatenate([sd.times[p.offset : p.offset + p.n] for p in ps])
-    if log is None or sd.fallback:
-        t = np.concatenate([_piece_t(sd, p, steps) for p in ps])
-    else:
-        t_by = _steady_t(log, steps)
-        t = np.concatenate([t_by[p.offset : p.offset + p.n] for p in ps])
+    t = np.concatenate([_piece_t(sd, p, steps) for p in ps])
     ordered = ordered[np.argsort(t, kind="stable")]
     return ordered[:q], ordered[ordered.size - q :]
 
@@ -637,6 +642,9 @@ def _gather(times: Any, pieces: list[_Piece], q: int, *, from_end: bool = False)
 
 
 def _piece_t(sd: _Steady, p: _Piece, steps: _Steps) -> Any:
+    """t of a piece's steps: its warm-up row (the fallback), else the buffer's second read."""
+    if not sd.fallback:
+        return steps.piece_t[p.offset]
     rows = steps.warmup.get(p.attempt, [])
     at = 0
     for q in sd.pieces:
@@ -647,35 +655,85 @@ def _piece_t(sd: _Steady, p: _Piece, steps: _Steps) -> Any:
     return rows[at][1]
 
 
-def _steady_t(log: StepLog, steps: _Steps) -> Any:
-    """t of each steady step, at its place in the steady buffer (a second read)."""
-    t_out = np.empty(steps.filled)
-    at = 0
-    for _number, chunks in _groups(log):
+def _steady_again(log: StepLog, pieces: list[_Piece]) -> Iterator[tuple[_Piece, Any, Any]]:
+    """A second read of the steady steps: (piece, its step times in seconds, their t) for
+    each piece of the first read, found by (attempt, chunk). A live run's log may have
+    grown since: a piece is cut to its first read's length, and new steps are skipped."""
+    by_key = {(p.attempt, p.chunk): p for p in pieces}
+    for number, chunks in _groups(log):
         seen = 0
-        for c in chunks:
+        for k, c in enumerate(chunks):
+            if not len(c):
+                continue
             st = _col(c, "step_time")
             idx = np.flatnonzero(np.isfinite(st) & (st > 0))
             skip = max(0, min(WARMUP_STEPS - seen, idx.size))
             seen += idx.size
-            idx = idx[skip:]
-            t_out[at : at + idx.size] = c.t[idx]
-            at += idx.size
-    return t_out
+            p = by_key.get((number, k))
+            if p is None:
+                continue
+            idx = idx[skip : skip + p.n]
+            yield p, st[idx], c.t[idx]
 
 
-def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
+def _refill(sd: _Steady, log: StepLog, steps: _Steps, q: int) -> tuple[Any, Any] | None:
+    """What a histogram of step times cannot say, from a second read of the steady steps:
+    the rates still to fill (``steps.fills``), and, when ``q``, the first and the last
+    ``q`` steady steps in time order as histograms (None when ``q`` is 0).
+
+    Memory stays that of the histograms, unless a clock stepped back: then the steady
+    step times are ordered by their t, all of them (a rare record, exact all the same).
+    """
+    ps = sd.pieces
+    monotone = _monotone(ps)
+    head, tail = Hist(), Hist()
+    start: dict[int, int] = {}  # piece offset -> its first step's place in time order
+    at = 0
+    for p in ps:
+        start[p.offset] = at
+        at += p.n
+    total = at
+    rows: list[tuple[Any, Any]] = []
+    for p, times, t in _steady_again(log, ps):
+        for u, constant, lo, hi in steps.fills:
+            a, b = max(lo, p.offset), min(hi, p.offset + times.size)
+            if a < b:
+                u.rates[a:b] = constant / times[a - p.offset : b - p.offset]
+        if not q:
+            continue
+        if not monotone:
+            rows.append((times, t))
+            continue
+        us = whole_us(times)
+        s0 = start[p.offset]
+        if s0 < q:
+            head.add(us[: q - s0])
+        cut = max(0, total - q - s0)
+        if cut < us.size:
+            tail.add(us[cut:])
+    steps.fills = []
+    if not q:
+        return None
+    if not monotone:
+        times = np.concatenate([r[0] for r in rows]) if rows else np.empty(0)
+        t = np.concatenate([r[1] for r in rows]) if rows else np.empty(0)
+        ordered = times[np.argsort(t, kind="stable")]
+        return ordered[:q], ordered[ordered.size - q :]
+    return head, tail
+
+
+def _throughput(sd: _Steady) -> dict[str, float]:
     """Median rate per unit over the steady steps, in the order each unit first appears."""
-    times = sd.times
-    n = times.size
+    order = sd.order
+    n = order.n
     if not n:
         return {}
     m = n // 2
 
     def from_times(c: float) -> float:  # median of c / t, from the order statistics of t
         if n % 2:
-            return c / (float(times[m]) / sd.scale)
-        return (c / (float(times[m - 1]) / sd.scale) + c / (float(times[m]) / sd.scale)) / 2
+            return c / order.kth(m)
+        return (c / order.kth(m - 1) + c / order.kth(m)) / 2
 
     out: list[tuple[tuple[int, int, int], str, float]] = []
     first = sd.pieces[0] if sd.pieces else None
@@ -688,7 +746,7 @@ def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
             finite = u.rates[np.isfinite(u.rates)]
             value = _median(finite) if finite.size else None
         elif u.since == 0 and u.constant is not None:
-            value = u.constant  # resolved below, once the times are partitioned
+            value = u.constant  # resolved below, from the order statistics of the times
         else:
             value = None
         if value is None:
@@ -710,41 +768,58 @@ def _throughput(sd: _Steady, sorted_ok: bool) -> dict[str, float]:
     return result
 
 
-def _drift(sd: _Steady, log: StepLog | None, steps: _Steps) -> dict[str, float] | None:
-    n = sd.times.size
-    if n < DRIFT_MIN_STEPS:
-        return None
-    head, tail = _time_order_ends(sd, log, steps, n // 4)
-    first, last = _median(head, sd.scale), _median(tail, sd.scale)
-    if first <= 0:
-        return None
-    return {"first_p50": first, "last_p50": last, "change": last / first - 1.0}
-
-
 def _figures(steps: _Steps, order: list[int], log: StepLog) -> dict[str, Any]:
     """Percentiles, drift, throughput (over the steady steps) and show's step facts."""
     sd = _steady(steps, order)
     out: dict[str, Any] = {"step_time": None, "drift": None, "throughput": {}}
-    times = sd.times
+    n = sd.order.n
     # rates of a constant amount logged from a later steady step on: an array of their own
     for u in sd.units.values():
         if u.rates is None and u.constant is not None and u.since:
-            u.rates = np.full(times.size, np.nan)
-            u.rates[u.since :] = u.constant / (times[u.since :] / sd.scale)
-    if times.size:
-        out["drift"] = _drift(sd, None if sd.fallback else log, steps)
-        n = times.size
-        times.partition(_ranks(n, (0.5, 0.9, 0.99)))  # in place: the order is spent
+            u.rates = np.full(steps.capacity if sd.times is None else sd.times.size, np.nan)
+            if sd.times is not None:
+                u.rates[u.since :] = u.constant / sd.times[u.since : sd.times.size]
+            else:
+                _fill(steps, u, u.constant, u.since, steps.filled)
+    q = n // 4 if n >= DRIFT_MIN_STEPS else 0
+    ends: tuple[Any, Any] | None = None
+    if sd.times is None and (q or steps.fills):
+        ends = _refill(sd, log, steps, q)
+    elif q:
+        if not sd.fallback and not _monotone(sd.pieces):
+            steps.piece_t = _buffer_t(log, sd.pieces)
+        ends = _time_order_ends(sd, steps, q)
+    if ends is not None:
+        out["drift"] = _drift(*ends)
+    if n:
+        if isinstance(sd.order, ArrayOrder):
+            sd.order.prepare(ranks(n, (0.5, 0.9, 0.99)))
         out["step_time"] = {
-            "p50": _quantile_at(times, 0.50, sd.scale),
-            "p90": _quantile_at(times, 0.90, sd.scale),
-            "p99": _quantile_at(times, 0.99, sd.scale),
-            "mean": _mean_of(times, sd.scale),
+            "p50": quantile(sd.order, 0.50),
+            "p90": quantile(sd.order, 0.90),
+            "p99": quantile(sd.order, 0.99),
+            "mean": sd.order.mean(),
             "n": float(n),
         }
-        out["throughput"] = _throughput(sd, True)
+        out["throughput"] = _throughput(sd)
     out["median_all"] = _median_all(steps, sd)
     return out
+
+
+def _buffer_t(log: StepLog, pieces: list[_Piece]) -> dict[int, Any]:
+    """t of each piece's steady steps (a second read), by the piece's offset."""
+    return {p.offset: t for p, _times, t in _steady_again(log, pieces)}
+
+
+def _drift(head: Any, tail: Any) -> dict[str, float] | None:
+    """The median of the first and of the last quarter of steady steps, and the change."""
+    if isinstance(head, Hist):
+        first, last = median(HistOrder(head)), median(HistOrder(tail))
+    else:
+        first, last = _median(head), _median(tail)
+    if first <= 0:
+        return None
+    return {"first_p50": first, "last_p50": last, "change": last / first - 1.0}
 
 
 def _median_all(steps: _Steps, sd: _Steady) -> float | None:
@@ -753,27 +828,26 @@ def _median_all(steps: _Steps, sd: _Steady) -> float | None:
     if sd.fallback:
         extra_parts = steps.other_times
     extra = np.sort(np.concatenate(extra_parts)) if extra_parts else np.empty(0)
-    s = sd.times
-    n = s.size + extra.size
+    n = sd.order.n + extra.size
     if not n:
         return None
-    if extra.size > 1 << 16:  # many non-positive times: one array of them all
-        return _median(np.concatenate([s / sd.scale, extra]))
     if not extra.size:
-        return _median(s, sd.scale)
+        return median(sd.order)
+    if isinstance(sd.order, HistOrder):
+        extra_us = whole_us(extra)  # the same chunks' times: whole microseconds too
+        if extra_us is not None:
+            return median(HistOrder(sd.order.hist.with_values(extra_us)))
+        h = sd.order.hist
+        every = np.concatenate([np.repeat(h.values, h.counts) / 1e6, extra])
+        return _median(every)
+    assert isinstance(sd.order, ArrayOrder)
+    s = sd.order.a
+    if extra.size > 1 << 16:  # many non-positive times: one array of them all
+        return _median(np.concatenate([s, extra]))
     m = n // 2
     if n % 2:
-        return _kth_union(s, extra, m, sd.scale)
-    return (_kth_union(s, extra, m - 1, sd.scale) + _kth_union(s, extra, m, sd.scale)) / 2
-
-
-def _mean_of(times: Any, scale: float) -> float:
-    """The mean in seconds: of whole microseconds, their exact sum divided once (correctly
-    rounded); of float64 seconds, ``math.fsum``'s."""
-    n = int(times.size)
-    if scale == 1.0:
-        return math.fsum(times) / n
-    return float(Fraction(int(times.sum(dtype=np.uint64)), n * int(scale)))
+        return _kth_union(s, extra, m)
+    return (_kth_union(s, extra, m - 1) + _kth_union(s, extra, m)) / 2
 
 
 def _mfu(throughput: dict[str, float], rec: _Record, gpu_name: str | None) -> float | None:
@@ -987,13 +1061,23 @@ def summarize(run_dir: Path) -> Summary:
     return _summarize(_load(Path(run_dir)))[0]
 
 
-def _summarize(rec: _Record) -> tuple[Summary, dict[str, Any]]:
-    """The summary, and the step facts ``show`` prints (count, last step, median, loss)."""
+def _summarize(rec: _Record, *, whole: bool = True) -> tuple[Summary, dict[str, Any]]:
+    """The summary, and the step facts ``show`` prints (count, last step, median, loss).
+
+    ``whole=False`` holds every steady step time in float64 even when they are whole
+    microseconds (the tests prove the two give the same figures)."""
     events = [ev for ev in rec.events if ev.get("kind") != "step"]
     log = rec.log
     expected = log.count() + _json_step_count(rec.events)
     by_number = _spans(events)
-    steps = _read_steps(log, expected, by_number)
+    fresh = copy.deepcopy(by_number)
+    try:
+        if not whole:
+            raise _NotWholeUs
+        steps = _read_steps(log, expected, by_number)
+    except _NotWholeUs:  # a record written by hand: every steady time in float64
+        by_number = fresh
+        steps = _read_steps(log, expected, by_number, whole=False)
     attempts = sorted(by_number.values(), key=lambda a: a.start)
     run_start = next((float(ev["t"]) for ev in events if ev.get("kind") == "run_start"), None)
     firsts = [float(events[0]["t"])] if events else []
