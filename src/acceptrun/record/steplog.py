@@ -86,7 +86,8 @@ __all__ = [
 
 MAGIC = b"ACSTEP1\n"
 SUFFIX = ".steps"
-CHUNK = 1 << 16  # records per chunk a reader holds at once (~5 MB decoded; a reader's temporaries ~16 MB)
+# records per chunk a reader holds at once (~5 MB decoded; with its temporaries ~16 MB)
+CHUNK = 1 << 16
 MAX_HEADER = 1 << 20  # a segment header longer than this is damage, not a layout
 
 MISSING_F8_BITS = 0x7FF8_0000_5EED_0BAD  # a quiet NaN with a payload no arithmetic makes
