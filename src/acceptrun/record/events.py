@@ -437,6 +437,7 @@ class CheckpointStagingRemovedEvent(Event, total=False):
 class CheckpointCapturedEvent(Event, total=False):
     step: Required[int]
     source_path: Required[str]
+    complete_by: str  # how the file was known whole: settled, its format, a clean exit
     bytes: int
     files: int
     capture_s: float
@@ -449,6 +450,15 @@ class CheckpointNotCapturedEvent(Event, total=False):
     step: int
     source: str
     source_path: str
+    attempt: int
+
+
+class CheckpointNotSettlingEvent(Event, total=False):
+    source_path: Required[str]
+    reason: Required[str]
+    rewrites: int
+    every_s: float
+    settle_s: float
     attempt: int
 
 
@@ -633,6 +643,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("checkpoint_staging_removed", CheckpointStagingRemovedEvent, "a dead writer's staging directory was removed", "checkpoint/store"),
     _E("checkpoint_captured", CheckpointCapturedEvent, "a watched checkpoint was captured", "supervisor/external"),
     _E("checkpoint_capture_skipped", CheckpointNotCapturedEvent, "a watched checkpoint was not captured (yet)", "supervisor/external"),
+    _E("checkpoint_not_settling", CheckpointNotSettlingEvent, "a watched file is rewritten too often to settle", "supervisor/external"),
     _E("checkpoint_capture_dropped", CheckpointNotCapturedEvent, "a watched checkpoint was given up on", "supervisor/external"),
     _E("checkpoint_not_captured", CheckpointNotCapturedEvent, "watched checkpoints cannot be captured", "supervisor/external"),
     _E("checkpoint_watch_error", ErrorEvent, "the checkpoint watcher failed", "supervisor/external"),

@@ -4,10 +4,15 @@ A script that saves its own checkpoint (``torch.save(ckpt, "out/ckpt.pt")`` in p
 Hugging Face ``output/checkpoint-500/`` directory) names it in ``checkpoint.watch``. For
 each attempt the supervisor runs a :class:`CheckpointWatcher` on a thread of its own:
 
-- it polls the globs; a match that is new or rewritten is **complete** once its size and
-  mtime (a directory: every file's) held for ``checkpoint.settle`` and no process of the
-  attempt's tree has any of its files open for writing (so a ``torch.save`` rewriting the
-  path in place is never copied half-written);
+- it polls the globs; a match that is new or rewritten is **complete** when no process of
+  the attempt's tree has any of its files open for writing (so a ``torch.save`` rewriting
+  the path in place is never copied half-written) and either its format proves it whole
+  (checkpoint/formats.py: a zip such as ``torch.save``'s with its central directory, a
+  safetensors or ``.npy`` file whose header matches its size, JSON that parses; a file, at
+  once, however often it is rewritten) or its size and mtime (a directory: every file's)
+  held for ``checkpoint.settle``. A file rewritten again and again without ever holding
+  still for ``settle``, in a format that proves nothing, is said once
+  (``checkpoint_not_settling``, with the interval seen and the fix);
 - it copies it into the run's :class:`~acceptrun.checkpoint.store.CheckpointStore` with
   :func:`~acceptrun.checkpoint.files.capture` (hashed while written, fsynced, manifest
   last), on the watcher thread: the workload is another process and never waits for it
@@ -21,8 +26,11 @@ each attempt the supervisor runs a :class:`CheckpointWatcher` on a thread of its
   never reused for other content: the same content is skipped, other content takes
   the newest stored step + 1;
 - at the end of the attempt a final pass captures a checkpoint written just before the
-  exit, when the workload exited by itself (a status, not a signal): a file left by a
-  process killed mid-write is never trusted, and an event says what was left out.
+  exit: any, when the workload exited by itself (a status, not a signal); after a kill or
+  a crash, only one whose format proves it whole (a directory: every file, and at least
+  the files of the directory captured before it), and the capture event names the test
+  (``complete_by``). A file that proves nothing, left by a process killed mid-write, is
+  never trusted, and an event says what was left out.
 
 On a restart :func:`restore_watched` puts the newest verified captured checkpoint back
 where the script expects it before the command starts, and :func:`with_resume_args`
@@ -51,6 +59,7 @@ import psutil
 from acceptrun._util.hashing import hash_file, split_hash
 from acceptrun._util.paths import confine, inside, lexical_problem
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
+from acceptrun.checkpoint.formats import whole, whole_dir
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, SpecError, UserError
 
@@ -159,6 +168,10 @@ class _Seen:
     sig: tuple[Any, ...]
     since: float  # time.monotonic() when sig was first seen
     done: tuple[Any, ...] | None  # the sig captured (or present at the start): not again
+    changes: int = 0  # rewrites seen since the last capture
+    first_change: float | None = None  # time.monotonic() of the first of them
+    warned: bool = False  # checkpoint_not_settling said for this path
+    test: tuple[tuple[Any, ...], str | None] | None = None  # (sig, whole()'s answer) cached
 
     def sig_mtime(self) -> float:
         """Newest mtime in the signature, unix seconds."""
@@ -212,6 +225,7 @@ class CheckpointWatcher:
         self.exclude = [os.path.realpath(p) for p in exclude]
         self.captured: list[int] = []  # steps committed by this watcher
         self._seen: dict[str, _Seen] = {}
+        self._dir_names: set[str] | None = None  # the files of the last directory captured
         self._noted = False  # note_existing() has run
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -297,30 +311,101 @@ class CheckpointWatcher:
                 continue
             seen = self._seen.get(path)
             if seen is None or seen.sig != sig:
-                self._seen[path] = seen = _Seen(sig, now, seen.done if seen else None)
+                old = seen
+                self._seen[path] = seen = _Seen(sig, now, old.done if old else None)
+                if old is not None:
+                    seen.changes, seen.first_change = old.changes + 1, old.first_change or now
+                    seen.warned, seen.test = old.warned, None
             if seen.done == sig:
-                continue
-            if final is None and now - seen.since < self.settle:
                 continue
             ready.append(path)
         if not ready:
             return
-        if final is False:
-            for path in ready:
-                self.on_event(
-                    "checkpoint_not_captured",
-                    {"source_path": path, "source": "watched", "reason": why_not},
-                )
-            return
-        writing = self._open_for_writing() if final is None else set()
+        writing: set[str] | None = None
+        complete: list[tuple[str, str]] = []  # (path, how it is known to be complete)
+        for path in ready:
+            seen = self._seen[path]
+            settled = now - seen.since >= self.settle
+            if final is None:
+                by = f"held still for settle = {self.settle:g}s" if settled else self._whole(path)
+                if by is None:
+                    self._maybe_not_settling(path, seen, now)
+                    continue
+                if writing is None:
+                    writing = self._open_for_writing()
+                real = os.path.realpath(path)
+                if any(w == real or w.startswith(real + os.sep) for w in writing):
+                    continue  # still being written: settled sizes can be a pause in a slow save
+                complete.append((path, by + "; no process held it open for writing"))
+            elif final:
+                complete.append((path, "written before the workload exited by itself"))
+            else:
+                by = self._whole(path)
+                if by is None:
+                    self.on_event(
+                        "checkpoint_not_captured",
+                        {"source_path": path, "source": "watched", "reason": why_not + (
+                            "; its format does not prove it whole (a torch.save zip, "
+                            "safetensors, .npy or JSON would), so a file the kill may have "
+                            "torn is not trusted"
+                        )},
+                    )  # fmt: skip
+                    continue
+                complete.append((path, by + "; the attempt's processes had exited"))
         # Oldest first, so steps and LATEST follow the order the script wrote them in.
-        for path in sorted(ready, key=lambda p: self._seen[p].sig_mtime()):
-            real = os.path.realpath(path)
-            if any(w == real or w.startswith(real + os.sep) for w in writing):
-                continue  # still being written: settled sizes can be a pause in a slow save
-            self._capture(path)
+        for path, by in sorted(complete, key=lambda pb: self._seen[pb[0]].sig_mtime()):
+            self._capture(path, by)
 
-    def _capture(self, path: str) -> None:
+    def _whole(self, path: str) -> str | None:
+        """How the match's own format proves it whole, or None (checkpoint/formats.py).
+
+        A directory: every file is whole and it holds at least the files of the last
+        directory captured (a save killed between two files is not whole); live, a
+        directory waits for ``settle``, since a script writes its files one by one.
+        """
+        seen = self._seen[path]
+        if seen.test is not None and seen.test[0] == seen.sig:
+            return seen.test[1]
+        if os.path.isdir(path):
+            by: str | None = None
+            if self._stop.is_set() and self._dir_names is not None:
+                by, names = whole_dir(path)
+                missing = sorted(self._dir_names - set(names))
+                if by is not None and missing:
+                    by = None
+        else:
+            by = whole(path)
+        seen.test = (seen.sig, by)
+        return by
+
+    def _maybe_not_settling(self, path: str, seen: _Seen, now: float) -> None:
+        """Say once that a file is rewritten too often for ``settle`` to ever see it still."""
+        if seen.warned or seen.changes < 3 or seen.first_change is None:
+            return
+        span = now - seen.first_change
+        if span < 2 * self.settle:
+            return
+        every = span / seen.changes
+        seen.warned = True
+        self.on_event(
+            "checkpoint_not_settling",
+            {
+                "source_path": path,
+                "rewrites": seen.changes,
+                "every_s": round(every, 3),
+                "settle_s": self.settle,
+                "reason": (
+                    f"{path} was rewritten {seen.changes} times in {span:.1f}s (about every "
+                    f"{every:.2g}s) and never held still for checkpoint.settle = "
+                    f"{self.settle:g}s, so none of its saves was captured; set "
+                    f"checkpoint.settle below {every:.2g}s, or have the script save "
+                    "atomically (write a temporary name, then rename) in a format that "
+                    "proves itself whole (torch.save, safetensors, .npy, JSON)"
+                ),
+            },
+        )
+
+    def _capture(self, path: str, complete_by: str) -> None:
         seen = self._seen[path]
         name, relative = self._name(path)
         step = self._step_for(path, seen)
@@ -371,12 +456,16 @@ class CheckpointWatcher:
             )
             return
         seen.done = seen.sig
+        seen.changes, seen.first_change = 0, None
+        if os.path.isdir(path):
+            self._dir_names = {rel for rel, *_ in seen.sig}
         self.captured.append(info.step)
         self.on_event(
             "checkpoint_captured",
             {
                 "step": info.step,
                 "source_path": path,
+                "complete_by": complete_by,
                 "bytes": stats.bytes,
                 "files": stats.files,
                 "capture_s": round(stats.seconds, 6),

@@ -1,0 +1,217 @@
+"""Watched checkpoints under the habits of public scripts: a snapshot rewritten far more
+often than ``settle``, a save finished just before a kill, a file rewritten too often to
+ever settle in a format that proves nothing.
+
+Real ``acceptrun run`` processes over scripts that know nothing of acceptrun. A script
+that must be killed blocks at a known point, and the test kills it once the record shows
+what it waits for: nothing here depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from acceptrun.checkpoint.store import CheckpointStore
+from conftest import PYTHON, Project, wait_for
+
+PATTERN = r"epoch (?P<step>\d+): loss (?P<loss>[0-9.]+)"
+
+# Shaped like a DDP tutorial's snapshot loop: the whole state rewritten in place after
+# every epoch (here about every 0.05 s), loaded at start whenever the file exists.
+SNAPSHOT = """
+import json, os, sys, time
+os.makedirs("out", exist_ok=True)
+start = 0
+if os.path.exists("out/snapshot.json"):
+    start = json.load(open("out/snapshot.json"))["epoch"] + 1
+    print(f"resuming from snapshot at epoch {start - 1}", flush=True)
+for epoch in range(start, 40):
+    time.sleep(0.05)
+    print(f"epoch {epoch}: loss {1.0 / (epoch + 1):.4f}", flush=True)
+    with open("out/snapshot.json", "w") as f:
+        json.dump({"epoch": epoch, "weights": [epoch] * 2000}, f)
+    if start == 0 and epoch == 19:
+        time.sleep(3600)  # the first attempt waits here to be killed
+"""
+
+
+def _events(project: Project) -> list[dict[str, Any]]:
+    ids = project.run_ids()
+    if not ids:
+        return []
+    path = project.runs_dir / ids[0] / "events.jsonl"
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line still being written
+    return out
+
+
+def _start(project: Project, spec: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
+        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _workload_pid(project: Project, attempt: int = 1) -> int:
+    start = wait_for(
+        lambda: next(
+            (e for e in _events(project) if e["kind"] == "attempt_start" and e["attempt"] == attempt),
+            None,
+        ),
+        timeout=120, what=f"attempt {attempt} to start",
+    )  # fmt: skip
+    return int(start["pid"])
+
+
+def test_a_snapshot_rewritten_far_more_often_than_settle_is_captured(project: Project) -> None:
+    spec = project.spec(
+        SNAPSHOT,
+        extra=f"""
+        [checkpoint]
+        watch = ["out/snapshot.json"]
+        settle = "2s"
+        [progress]
+        pattern = {json.dumps(PATTERN)}
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    proc = _start(project, spec)
+
+    def captured_19() -> dict[str, Any] | None:
+        """The capture that holds epoch 19's snapshot (where the script then waits)."""
+        runs = project.run_ids()
+        for e in _events(project):
+            if e["kind"] != "checkpoint_captured" or not runs:
+                continue
+            kept = project.runs_dir / runs[0] / "checkpoints" / f"step-{e['step']}"
+            snap = kept / "files" / "out" / "snapshot.json"
+            try:
+                if json.loads(snap.read_text())["epoch"] == 19:
+                    return e
+            except (OSError, ValueError):
+                continue  # not committed yet, or a step retention removed
+        return None
+
+    first = wait_for(captured_19, timeout=180, what="the snapshot of epoch 19 captured")
+    assert first["complete_by"] == "json: parses; no process held it open for writing"
+    os.kill(_workload_pid(project), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    # The restart put the captured snapshot back, and the script resumed from it.
+    log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
+    assert "resuming from snapshot at epoch 19" in log, log[-2000:]
+    assert "epoch 20:" in log and "epoch 39:" in log
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    assert verdict["accepted"], verdict
+    # Saves were captured in attempt 1 before the one it was killed at, never waiting
+    # for a file that never held still for 2 s.
+    caps = [e for e in _events(project) if e["kind"] == "checkpoint_captured"]
+    assert len([e for e in caps if e["attempt"] == 1]) >= 1
+    assert not [e for e in _events(project) if e["kind"] == "checkpoint_not_settling"]
+
+
+NPY_SAVE = """
+import os, sys, time
+import numpy as np
+os.makedirs("out", exist_ok=True)
+w = np.arange(50_000, dtype=np.float64)
+if sys.argv[1] == "whole":
+    np.save("out/model.npy", w)  # written and closed
+    f = None
+else:
+    f = open("out/model.npy", "wb")  # killed mid-save: the header and half the data
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(w))
+    f.write(w[: w.size // 2].tobytes())
+    f.flush()
+open("out/saved", "w").close()
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("state", ["whole", "torn"])
+def test_a_save_finished_just_before_a_kill_is_kept_and_a_torn_one_is_not(
+    project: Project, state: str
+) -> None:
+    """``settle`` is far longer than the script lives: only the final pass can see the
+    file, after the kill, and trusts it only when its format proves it whole."""
+    (project.root / "save.py").write_text(NPY_SAVE)
+    spec = project.spec(
+        command=[PYTHON, "save.py", state],
+        extra="""
+        [checkpoint]
+        watch = ["out/model.npy"]
+        settle = "1h"
+        [limits]
+        max_restarts = 0
+        """,
+    )
+    proc = _start(project, spec)
+    pid = _workload_pid(project)
+    wait_for(lambda: (project.root / "out" / "saved").exists(), timeout=120, what="the save")
+    os.kill(pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out  # killed, never restarted: a failed run
+    rec = project.only_record()
+    infos = CheckpointStore(rec.checkpoints_dir).list()
+    events = _events(project)
+    if state == "whole":
+        (cap,) = [e for e in events if e["kind"] == "checkpoint_captured"]
+        assert cap["complete_by"] == (
+            "npy: header and array bytes match the size; the attempt's processes had exited"
+        )
+        assert len(infos) == 1
+        kept = np.load(infos[0].path / "files" / "out" / "model.npy")
+        assert np.array_equal(kept, np.arange(50_000, dtype=np.float64))
+    else:
+        assert infos == []
+        (missed,) = [e for e in events if e["kind"] == "checkpoint_not_captured"]
+        assert "format does not prove it whole" in missed["reason"]
+
+
+def test_a_file_that_never_settles_in_an_unknown_format_is_said(project: Project) -> None:
+    spec = project.spec(
+        """
+        import os, time
+        os.makedirs("out", exist_ok=True)
+        n = 0
+        while not os.path.exists("stop"):
+            with open("out/state.bin", "wb") as f:
+                f.write(bytes([n % 256]) * 4096)
+            n += 1
+            time.sleep(0.05)
+        """,
+        extra="""
+        [checkpoint]
+        watch = ["out/state.bin"]
+        settle = "0.4s"
+        """,
+    )
+    proc = _start(project, spec)
+    said = wait_for(
+        lambda: next((e for e in _events(project) if e["kind"] == "checkpoint_not_settling"), None),
+        timeout=180, what="checkpoint_not_settling",
+    )  # fmt: skip
+    (project.root / "stop").touch()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert said["source_path"].endswith("out/state.bin") and said["rewrites"] >= 3
+    assert said["every_s"] < said["settle_s"] == 0.4
+    assert "set checkpoint.settle below" in said["reason"]
+    assert "save atomically" in said["reason"]
+    said_again = [e for e in _events(project) if e["kind"] == "checkpoint_not_settling"]
+    assert len(said_again) == 1  # once per path, not once per poll
