@@ -925,3 +925,33 @@ def test_inference_with_unreadable_input_is_not_recorded(tmp_path: Path) -> None
     rb.write_json("inference.json", {"error": "items.jsonl: no such file"})
     c = rb.check("coverage")
     assert (c.status, c.required, c.evidence) == ("not_recorded", True, "items.jsonl: no such file")
+
+
+@pytest.mark.parametrize("required", [True, False])
+@pytest.mark.parametrize("status", ["pass", "fail", "not_recorded"])
+def test_only_a_required_failure_wears_the_cross_in_every_view(
+    tmp_path: Path, status: str, required: bool
+) -> None:
+    from acceptrun.report.html import render_html, report_data
+    from acceptrun.report.markdown import render_markdown
+    from acceptrun.verdict.core import Verdict
+
+    rb = VerdictRecord(tmp_path)
+    rb.training()
+    check = Check("performance", "idle", status, required, "idle 33.3% of the run")
+    verdict = Verdict(rb.record.run_id, [check], "2026-12-04T00:00:00Z")
+    data = report_data(rb.record)
+    data["verdict"] = {**verdict.to_dict(), "provisional": False}
+    views = {
+        "terminal": format_verdict(verdict),
+        "markdown": render_markdown(data),
+        "html": render_html(data),
+    }
+    crossed = status == "fail" and required
+    for view, text in views.items():
+        lines = [ln for ln in text.splitlines() if "idle 33.3%" in ln]
+        assert lines, view
+        assert any("✗" in ln or "FAIL" in ln for ln in lines) is crossed, (view, lines)
+        if status == "fail" and not required:
+            assert all("info" in ln for ln in lines), (view, lines)
+    assert verdict.accepted is (status == "pass" or not required)

@@ -30,7 +30,7 @@ from acceptrun.record.workspace import RunRecord
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
 from acceptrun.serving.report import serving_html
 from acceptrun.spec.model import format_duration
-from acceptrun.verdict.core import GROUPS, PASS
+from acceptrun.verdict.core import GROUPS, PASS, check_mark
 
 __all__ = ["REPORT_FILE", "render_html", "report_data", "write_report"]
 
@@ -238,7 +238,7 @@ table{border-collapse:collapse;width:100%;margin:6px 0;background:#fff}
 th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:left;vertical-align:top;font-size:13px}
 th{background:#f3f4f6}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#15803d;font-weight:600}.fail{color:#b91c1c;font-weight:600}.not_recorded{color:#92400e;font-weight:600}
+.pass{color:#15803d;font-weight:600}.fail{color:#b91c1c;font-weight:600}.not_recorded{color:#92400e;font-weight:600}.info{color:#1d4ed8;font-weight:600}
 .fix{color:#374151;font-style:italic}
 .muted{color:#6b7280}
 pre{background:#fff;border:1px solid #e5e7eb;padding:8px;overflow-x:auto;font-size:12px}
@@ -351,12 +351,14 @@ def _tests(data: dict[str, Any]) -> list[str]:
         rows.sort(key=lambda c: (c.get("status") == PASS, not c.get("required")))
         for c in rows:
             status = str(c.get("status"))
-            text = _STATUS_TEXT.get(status, status) + ("" if c.get("required") else " (info)")
+            word = check_mark(status, bool(c.get("required")))[1]
+            text = word + ("" if c.get("required") or word == "info" else " (info)")
+            cls = "info" if word == "info" else status
             evidence = _e(c.get("evidence"))
             if c.get("fix") and status != PASS:
                 evidence += f'<div class="fix">fix: {_e(c.get("fix"))}</div>'
             out.append(
-                f'<tr><td>{_e(c.get("name"))}</td><td class="{_e(status)}">{_e(text)}</td><td>{evidence}</td></tr>'
+                f'<tr><td>{_e(c.get("name"))}</td><td class="{_e(cls)}">{_e(text)}</td><td>{evidence}</td></tr>'
             )
         out.append("</table>")
     return out

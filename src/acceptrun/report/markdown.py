@@ -11,17 +11,15 @@ from typing import Any
 
 from acceptrun.cost.billing import format_usd
 from acceptrun.record.liveness import status_text
-from acceptrun.record.status import CheckStatus
 from acceptrun.spec.model import format_duration
-from acceptrun.verdict.core import PASS
+from acceptrun.verdict.core import PASS, check_mark
 
 __all__ = ["render_markdown"]
 
-_STATUS: dict[str, str] = {
-    CheckStatus.PASS: "✓ pass",
-    CheckStatus.FAIL: "✗ FAIL",
-    CheckStatus.NOT_RECORDED: "– not recorded",
-}
+
+def _status(c: dict[str, Any]) -> str:
+    mark, word = check_mark(str(c.get("status")), bool(c.get("required")))
+    return f"{mark} {word}" + ("" if c.get("required") or word == "info" else " (info)")
 
 
 _CELL = {
@@ -70,8 +68,7 @@ def render_markdown(data: dict[str, Any]) -> str:
             continue
         out += [f"### {title}", "", "| check | status | evidence | fix |", "|---|---|---|---|"]
         for c in rows:
-            status = _STATUS.get(str(c.get("status")), str(c.get("status")))
-            status += "" if c.get("required") else " (info)"
+            status = _status(c)
             fix = c.get("fix") if c.get("status") != PASS else ""
             out.append(
                 f"| {_cell(c.get('name'))} | {status} | {_cell(c.get('evidence'))} | {_cell(fix)} |"

@@ -45,6 +45,7 @@ __all__ = [
     "CheckFn",
     "CheckInput",
     "Verdict",
+    "check_mark",
     "compute_verdict",
     "format_verdict",
     "read_attempts",
@@ -275,7 +276,25 @@ def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
     return Verdict(record.run_id, checks, now_iso())
 
 
-_MARK: dict[str, str] = {PASS: "✓", FAIL: "✗", NOT_RECORDED: "–"}
+# A check's mark and word, by status and whether the verdict needs it: the failure cross
+# belongs to a required check alone, so an ACCEPTED verdict never shows one.
+_MARKS: dict[tuple[str, bool], tuple[str, str]] = {
+    (PASS, True): ("✓", "pass"),
+    (PASS, False): ("✓", "pass"),
+    (FAIL, True): ("✗", "FAIL"),
+    (FAIL, False): ("ℹ", "info"),
+    (NOT_RECORDED, True): ("–", "not recorded"),
+    (NOT_RECORDED, False): ("–", "not recorded"),
+}
+
+
+def check_mark(status: str, required: bool) -> tuple[str, str]:
+    """The mark and the word every view shows for a check: ``("✗", "FAIL")``, ``("ℹ", "info")``.
+
+    An informational check that did not pass is ``ℹ info``, never the failure cross: the
+    terminal, Markdown and HTML views all take their marks from here.
+    """
+    return _MARKS.get((str(status), bool(required)), ("?", str(status)))
 
 
 def format_verdict(verdict: Verdict, *, name: str = "") -> str:
@@ -284,9 +303,8 @@ def format_verdict(verdict: Verdict, *, name: str = "") -> str:
     width = max((len(c.name) for c in verdict.checks), default=10)
     for c in verdict.checks:
         tag = "" if c.required or c.status == PASS else " (info)"
-        lines.append(
-            f"  {_MARK.get(c.status, '?')} {c.group:<11} {c.name:<{width}}  {c.evidence}{tag}"
-        )
+        mark = check_mark(c.status, c.required)[0]
+        lines.append(f"  {mark} {c.group:<11} {c.name:<{width}}  {c.evidence}{tag}")
         if c.status != PASS and c.fix and c.required:
             lines.append(f"    {'':<11} {'':<{width}}  fix: {c.fix}")
     return "\n".join(lines)
