@@ -8,6 +8,7 @@ wait is on readiness or on the run's end, never on a guess.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import socket
 import subprocess
@@ -312,3 +313,99 @@ def test_server_that_crashes_during_the_load_is_a_failed_attempt_and_a_cut_load(
     assert c["load"]["status"] == "fail"
     assert "cut short: the server exited during the load" in c["load"]["evidence"]
     assert record.read_json("serving.json")["load"]["ok"] == 4  # what it answered is kept
+
+
+# ---- a server killed mid-load, restarted --------------------------------------------------
+# The server kills itself with SIGKILL at its 10th request in attempt 1 and writes what it
+# received and answered in each attempt: the truth the record's figures are checked against.
+
+KILL_AT = 10  # the request of attempt 1 the server dies on, unanswered
+REQUESTS = 30  # each attempt's load
+
+
+def _lines(record: RunRecord) -> list[dict[str, Any]]:
+    text = (record.path / "serving" / "requests.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _ok(line: dict[str, Any]) -> bool:
+    return line["error"] is None and line["status"] is not None and line["status"] < 400
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_load_counts_every_attempt_and_shows_the_downtime(
+    project: Project,
+) -> None:
+    port = free_port()
+    truth_file = project.root / "truth.json"
+    spec = serving_spec(
+        project, port, args=f"--kill-after {KILL_AT} --count-file {truth_file}",
+        serving=f'rate = 20\narrivals = "uniform"\nrequests = {REQUESTS}\nmax_error_rate = 0.01',
+    )  # fmt: skip
+    spec.write_text(spec.read_text().replace("[limits]", '[limits]\nrestart_backoff = "1s"'))
+    proc = run(project, spec)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = project.only_record()
+    truth = json.loads(truth_file.read_text())
+    # The server's own count: it died on request 10 of attempt 1, then served attempt 2 whole.
+    assert truth == {
+        "1": {"received": KILL_AT, "answered": KILL_AT - 1},
+        "2": {"received": REQUESTS, "answered": REQUESTS},
+    }
+    assert record.read_json("attempts/1/exit.json")["signal"] == "SIGKILL"
+    assert record.read_json("attempts/2/exit.json")["outcome"] == "success"
+
+    lines = _lines(record)
+    first = [d for d in lines if d["attempt"] == 1]
+    second = [d for d in lines if d["attempt"] == 2]
+    assert len(first) + len(second) == len(lines)
+    assert len(second) == REQUESTS
+    # What the load saw answered is what the server answered, in each attempt; attempt 1's
+    # other requests (the one it died on, then refused connections) all failed.
+    assert sum(map(_ok, first)) == truth["1"]["answered"]
+    assert sum(map(_ok, second)) == truth["2"]["answered"]
+    failed = len(first) - truth["1"]["answered"]
+    assert failed >= 1
+    total = len(lines)
+
+    s = record.read_json("serving.json")
+    load = s["load"]
+    assert (load["requests"], load["ok"], load["errors"]) == (total, total - failed, failed)
+    assert [(a["attempt"], a["requests"], a["failed"]) for a in s["attempts"]] == [
+        (1, len(first), failed),
+        (2, REQUESTS, 0),
+    ]
+    assert s["attempts"][0]["interrupted"] == "the server exited during the load"
+    assert s["attempts"][0]["ended"] == "killed by SIGKILL" and s["interrupted"] is None
+    [window] = s["downtime"]["windows"]
+    assert (window["after_attempt"], window["restored_by"]) == (1, 2)
+    a2 = record.read_json("attempts/2/serving.json")
+    ready_2 = a2["launched_at"] + a2["ready"]["seconds"]
+    assert window["seconds"] == pytest.approx(ready_2 - window["since"], abs=1e-5)
+    assert window["seconds"] > 0 and s["downtime"]["seconds"] == window["seconds"]
+    # Each attempt keeps its own figures.
+    assert record.read_json("attempts/1/serving.json")["load"]["requests"] == len(first)
+    assert a2["load"]["requests"] == REQUESTS and a2["interrupted"] is None
+
+    c = checks(record)
+    by = f"attempt 1: {failed} of {len(first)} failed, cut short (killed by SIGKILL)"
+    by += f"; attempt 2: 0 of {REQUESTS} failed"
+    assert c["error rate"]["status"] == "fail", c["error rate"]
+    assert f"{failed / total:.2%} of {total} requests failed" in c["error rate"]["evidence"]
+    assert by in c["error rate"]["evidence"]
+    assert c["load"]["status"] == "pass", c["load"]  # attempt 2 served its whole load
+    assert f"{total} requests" in c["load"]["evidence"] and "in 2 attempts" in c["load"]["evidence"]
+    down = c["downtime"]
+    assert (down["status"], down["required"]) == ("fail", False)  # information
+    assert f"{window['seconds']:.2f}s without a ready server" in down["evidence"]
+    assert (
+        "without a ready server after attempt 1 (killed by SIGKILL), until attempt 2 was ready"
+        in (down["evidence"])
+    )
+    assert c["restarts"]["status"] == "pass"
+
+    shown = project.cli("show", record.run_id, check_rc=0).stdout
+    assert f"({failed:,} of {total:,})" in shown and by in shown
+    assert "downtime: " in shown and "until attempt 2 was ready" in shown
+    html = (record.path / "report.html").read_text()
+    assert "downtime" in html and "Load level" in html

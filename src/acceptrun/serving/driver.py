@@ -3,10 +3,11 @@
 The supervisor starts the spec's command (the server) as the attempt, as it does a
 training command, and then a :class:`ServingDriver` thread. The driver waits for
 readiness (``ready_url`` answering 2xx, or a ``ready_log`` line in the server's output),
-runs the load (:mod:`.load`), writes ``serving/requests.jsonl`` (one line per request)
-and ``serving.json`` (cold start and the figures of :mod:`.summary`), then says it is
-finished; the supervisor stops the server (SIGTERM, grace period, SIGKILL) and
-:meth:`ServingDriver.settle` names how the attempt ended:
+runs the load (:mod:`.load`), adds its requests to ``serving/requests.jsonl`` (one line
+per request, with the attempt) and writes ``attempts/<n>/serving.json`` (cold start and the
+figures of :mod:`.summary`) and the run-level ``serving.json`` over every attempt
+(:mod:`.service`), then says it is finished; the supervisor stops the server (SIGTERM,
+grace period, SIGKILL) and :meth:`ServingDriver.settle` names how the attempt ended:
 
 - ``success``: the load ran to its end (the server's exit status after the stop is
   evidence, not a failure);
@@ -14,7 +15,8 @@ finished; the supervisor stops the server (SIGTERM, grace period, SIGKILL) and
   not retried (a restart would wait the same way).
 
 A server that exits on its own keeps the supervisor's own classification; the driver
-then stops its load and records what it measured so far as cut short.
+then stops its load and records what it measured so far as cut short, and how the attempt
+ended: the next attempt's figures add to it, and the time between is downtime.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from typing import Any
 
 import psutil
 
-from acceptrun._util.durable import loads_json, write_atomic, write_json_atomic
+from acceptrun._util.durable import loads_json, read_jsonl, write_atomic, write_json_atomic
 from acceptrun.record.status import AttemptOutcome
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import LoadPlan, RequestResult, run_load
+from acceptrun.serving.service import REQUESTS_FILE, attempt_file, write_service
 from acceptrun.serving.summary import summarize
 from acceptrun.spec.model import RunSpec
 
@@ -89,6 +92,8 @@ class ServingDriver(threading.Thread):
         self.outcome: str | None = None  # served | not_ready | interrupted
         self.stop_reason = ""
         self.count = 0
+        self.exited_at: float | None = None  # time.time() when the supervisor saw it exit
+        self.ready: dict[str, Any] = {"ok": True}  # _wait_ready's answer, once it has one
 
     # ---- the thread ----------------------------------------------------------------------
 
@@ -98,7 +103,7 @@ class ServingDriver(threading.Thread):
         except Exception as exc:  # recorded: the verdict's serving checks then fail with it
             self.outcome = "failed"
             self.stop_reason = f"the load could not run: {type(exc).__name__}: {exc}"
-            self._write({"ready": {"ok": True}, "load_error": self.stop_reason})
+            self._write({"ready": self.ready, "load_error": self.stop_reason})
             self.record.event(
                 "serving_error", sync=True, attempt=self.attempt, error=self.stop_reason
             )
@@ -107,7 +112,7 @@ class ServingDriver(threading.Thread):
 
     def _serve(self) -> None:
         sv = self.spec.serving
-        ready = self._wait_ready()
+        ready = self.ready = self._wait_ready()
         if not ready["ok"]:
             self.outcome = "not_ready"
             self.stop_reason = f"server not ready: {ready['reason']}"
@@ -211,20 +216,31 @@ class ServingDriver(threading.Thread):
 
     # ---- results -------------------------------------------------------------------------
 
+    def _summary(self) -> dict[str, Any]:
+        return self.record.read_json(attempt_file(self.attempt)) or {}
+
     def _write(self, summary: dict[str, Any]) -> None:
+        """This attempt's summary, then the service's over every attempt (serving.json)."""
         summary = {"attempt": self.attempt, "launched_at": self.launched_at, **summary}
-        write_json_atomic(self.record.file("serving.json"), summary)
+        path = self.record.file(attempt_file(self.attempt))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, summary)
+        write_service(self.record, self.spec.serving)
 
     def _write_requests(self, results: list[RequestResult]) -> None:
-        path = self.record.file("serving/requests.jsonl")
+        """Add this attempt's requests to the earlier attempts' (the file is rewritten whole)."""
+        path = self.record.file(REQUESTS_FILE)
         path.parent.mkdir(parents=True, exist_ok=True)
-        lines = "".join(json.dumps(r.to_dict(), separators=(",", ":")) + "\n" for r in results)
-        write_atomic(path, lines)
+        kept = [d for d in read_jsonl(path) if d.get("attempt") != self.attempt]
+        lines = [*kept, *({"attempt": self.attempt, **r.to_dict()} for r in results)]
+        write_atomic(path, "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in lines))
 
     # ---- the supervisor's side -----------------------------------------------------------
 
     def server_exited(self) -> None:
         """The server process ended: stop waiting and stop the load."""
+        if self.exited_at is None:
+            self.exited_at = time.time()
         self.cancelled.set()
 
     def settle(self, res: Any, returncode: int) -> None:
@@ -246,9 +262,27 @@ class ServingDriver(threading.Thread):
         elif self.outcome == "not_ready" and res.outcome == "serving":
             res.outcome = "not_ready"
             res.reason = self.stop_reason
-            ready = (self.record.read_json("serving.json") or {}).get("ready") or {}
+            ready = self._summary().get("ready") or {}
             evidence = [self.stop_reason, *(ready.get("stderr_tail") or [])[-4:], ended]
             res.failure = Classification("not_ready", evidence, False, self.stop_reason)
+        self._record_end(res)
+
+    def _record_end(self, res: Any) -> None:
+        """How the attempt ended, in its summary: the cause of any downtime after it."""
+        summary = self._summary()
+        if not summary:
+            return  # the driver wrote nothing (it could not): the verdict says so
+        summary["ended"] = {
+            "outcome": res.outcome,
+            "class": None if res.failure is None else res.failure.name,
+            "reason": res.reason,
+        }
+        summary["exited_at"] = self.exited_at
+        try:
+            self._write(summary)
+        except Exception as exc:  # never kills the supervisor: the figures stay as they were
+            error = f"the serving summary could not be written: {type(exc).__name__}: {exc}"
+            self.record.event("serving_error", sync=True, attempt=self.attempt, error=error)
 
     def _cut_short_after_all(self) -> None:
         """The server exited on its own before the supervisor stopped it, after the load.
@@ -258,13 +292,13 @@ class ServingDriver(threading.Thread):
         load ends (see :func:`_server_alive`). The supervisor has now seen that exit: when
         requests failed, the load was cut short by it, and serving.json says so.
         """
-        summary = self.record.read_json("serving.json") or {}
+        summary = self._summary()
         load = summary.get("load") or {}
         if summary.get("interrupted") or not load.get("errors"):
             return  # already said, or the load was served whole before the exit
         summary["interrupted"] = "the server exited during the load"
-        write_json_atomic(self.record.file("serving.json"), summary)
-        self.outcome = "interrupted"
+        write_json_atomic(self.record.file(attempt_file(self.attempt)), summary)
+        self.outcome = "interrupted"  # serving.json follows in _record_end
 
 
 def _probe(url: str) -> tuple[bool, str]:

@@ -100,6 +100,26 @@ class RequestResult:
             "error": self.error,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestResult:
+        """A result back from its :meth:`to_dict` line (times to the microsecond it keeps)."""
+        t = float(d["t"])
+        latency, wait, ttft = d.get("latency"), d.get("wait"), d.get("ttft")
+        tokens = int(d.get("tokens") or 0)
+        token_times: list[float] = []
+        if tokens and ttft is not None:  # the first token at ttft, the rest by their gaps
+            token_times.append(t + float(ttft))
+            for gap in (d.get("itl") or [])[: tokens - 1]:
+                token_times.append(token_times[-1] + float(gap))
+        return cls(
+            index=int(d.get("i") or 0), intended=t,
+            sent=None if wait is None else t + float(wait),
+            end=None if latency is None else t + float(latency),
+            status=d.get("status"), bytes_in=int(d.get("bytes") or 0),
+            ttft=None if ttft is None else float(ttft), token_times=token_times,
+            error=d.get("error"),
+        )  # fmt: skip
+
 
 def arrival_schedule(
     rate: float, count: int, *, arrivals: str = "poisson", seed: int = 0

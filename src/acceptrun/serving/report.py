@@ -1,8 +1,9 @@
 """A serving run's figures in `acceptrun show` and in the HTML report.
 
-Both read ``serving.json`` (written by :mod:`.driver` when the load ends) and the ledger;
-the report also reads ``serving/requests.jsonl`` for a latency histogram and latency over
-time beside the load level. A run without ``serving.json`` shows nothing here.
+Both read ``serving.json`` (the service over every attempt, :mod:`.service`) and the
+ledger; the report also reads ``serving/requests.jsonl`` for a latency histogram and
+latency over time beside the load level, each attempt's requests placed at their time
+since the first attempt's load started. A run without ``serving.json`` shows nothing here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from acceptrun._util.durable import read_jsonl
 from acceptrun.record.workspace import RunRecord
 from acceptrun.report.svg import Mark, Series, line_chart
-from acceptrun.serving.summary import cost_per_1k, ms, percentile
+from acceptrun.serving.summary import by_attempt, cost_per_1k, downtime_text, ms, percentile
 
 __all__ = ["serving_html", "serving_lines"]
 
@@ -45,8 +46,11 @@ def _rows(s: dict[str, Any], ledger: Any) -> list[tuple[str, str]]:
     )
     lat = load.get("latency") or {}
     rps, gp = load.get("requests_per_s"), load.get("goodput")
+    n = len(s.get("attempts") or [])
+    several = f" of load in {n} attempts" if n > 1 else ""
     rows += [
         ("load", f"{load.get('requests', 0):,} requests ({mode}) over {load.get('seconds', 0):.1f}s"
+                 + several
                  + (f"; cut short: {s['interrupted']}" if s.get("interrupted") else "")),
         ("latency", f"p50 {ms(lat.get('p50'))}, p90 {ms(lat.get('p90'))}, p99 {ms(lat.get('p99'))}, "
                     f"max {ms(lat.get('max'))}"),
@@ -65,6 +69,12 @@ def _rows(s: dict[str, Any], ledger: Any) -> list[tuple[str, str]]:
             f"{ms(itl.get('p50'))}, p99 {ms(itl.get('p99'))}; TPOT p50 {ms(tpot.get('p50'))}; "
             f"{load.get('tokens') or 0:,} tokens",
         ))  # fmt: skip
+    attempts = [a for a in s.get("attempts") or [] if isinstance(a, dict)]
+    if len(attempts) > 1:
+        rows.append(("attempts", by_attempt(attempts)))
+    downtime = s.get("downtime")
+    if isinstance(downtime, dict) and downtime.get("windows"):
+        rows.append(("downtime", downtime_text(downtime)))
     usd, label = cost_per_1k(load, ledger)
     rows.append(
         ("cost", "not priced" if usd is None else f"{usd:.6g} USD per 1,000 requests ({label})")
@@ -92,8 +102,21 @@ def serving_html(record: RunRecord) -> list[str]:
     path = record.file("serving/requests.jsonl")
     reqs = list(read_jsonl(path)) if path.exists() else []
     if reqs:
-        out += [_histogram(reqs), *_over_time(reqs)]
+        out += [_histogram(reqs), *_over_time(_on_one_clock(reqs, s))]
     return out
+
+
+def _on_one_clock(reqs: list[dict[str, Any]], s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Requests with ``t`` from the first attempt's load start (each attempt's own start)."""
+    starts = {
+        a.get("attempt"): float(a["load_started_at"])
+        for a in s.get("attempts") or []
+        if isinstance(a, dict) and isinstance(a.get("load_started_at"), int | float)
+    }
+    if len(starts) < 2:
+        return reqs
+    t0 = min(starts.values())
+    return [{**r, "t": float(r["t"]) + starts.get(r.get("attempt"), t0) - t0} for r in reqs]
 
 
 def _histogram(reqs: list[dict[str, Any]]) -> str:

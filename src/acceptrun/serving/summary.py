@@ -11,10 +11,16 @@ spec's ``[serving]`` limits. Definitions (docs/inference.md, "Serving runs"):
   (latency - TTFT) / (tokens - 1), as vLLM's benchmark defines it;
 - error rate: requests with status >= 400, a broken answer or a timeout, over all sent;
 - requests/s: successful requests over the load's wall time (first intended send to the
-  last answer); goodput: successful requests that met every ``slo_*``, per second;
+  last answer; over several attempts, the sum of their loads' spans); goodput: successful
+  requests that met every ``slo_*``, per second;
 - cold start: launch (the server process started) to ready, and to the first
   successful response;
+- downtime: seconds without a ready server after the first ready, from a server's exit
+  to the next attempt's ready (:mod:`.service`);
 - cost per 1,000 requests: the ledger's total USD x 1000 / successful requests.
+
+A run whose server was restarted is judged as one service: the run-level serving.json
+counts every request of every attempt (:mod:`.service`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import RequestResult
 from acceptrun.spec.model import RunSpec, ServingSpec
 
-__all__ = ["cost_per_1k", "percentile", "serving_checks", "summarize"]
+__all__ = [
+    "by_attempt",
+    "cost_per_1k",
+    "downtime_text",
+    "percentile",
+    "serving_checks",
+    "summarize",
+]
 
 CheckRow = tuple[str, str, str, bool, str, str | None]
 
@@ -58,8 +71,15 @@ def meets_slos(r: RequestResult, slo: ServingSpec) -> bool:
     return not (slo.slo_itl is not None and tpot is not None and tpot > slo.slo_itl)
 
 
-def summarize(results: Sequence[RequestResult], slo: ServingSpec) -> dict[str, Any]:
-    """The load's figures (module docstring) as plain data for serving.json."""
+def summarize(
+    results: Sequence[RequestResult], slo: ServingSpec, *, seconds: float | None = None
+) -> dict[str, Any]:
+    """The load's figures (module docstring) as plain data for serving.json.
+
+    ``seconds`` is the span the rates are over; by default the load's own (first intended
+    send to the last answer), which means nothing for requests of several attempts, whose
+    times each start at their own attempt's load: :func:`combine` passes the sum of spans.
+    """
     ok = [r for r in results if r.ok]
     lat = [r.latency for r in ok if r.latency is not None]
     ttft = [r.ttft for r in ok if r.ttft is not None and slo.stream]
@@ -67,6 +87,7 @@ def summarize(results: Sequence[RequestResult], slo: ServingSpec) -> dict[str, A
     tpot = [t for r in ok if (t := _tpot(r)) is not None]
     ends = [r.end for r in results if r.end is not None]
     span = (max(ends) - min(r.intended for r in results)) if ends else 0.0
+    span = span if seconds is None else seconds
     good = sum(1 for r in results if meets_slos(r, slo))
     errors: dict[str, int] = {}
     for r in results:
@@ -149,7 +170,8 @@ def serving_checks(record: RunRecord, spec: RunSpec) -> list[CheckRow]:
         out.append(("results", "load", "fail", True, str(why),
                     "read the server's stderr.log; the load starts once it is ready"))  # fmt: skip
         return out
-    out.append(_load_check(s, load))
+    attempts = [a for a in s.get("attempts") or [] if isinstance(a, dict)]
+    out.append(_load_check(s, load, attempts))
     lat = load.get("latency") or {}
     for q in (50, 90, 99):
         limit = getattr(sv, f"max_latency_p{q}")
@@ -161,7 +183,9 @@ def serving_checks(record: RunRecord, spec: RunSpec) -> list[CheckRow]:
         evidence += f"p99 {ms(itl.get('p99'))}; TPOT p50 {ms(tpot.get('p50'))}; "
         evidence += f"{load.get('tokens') or 0:,} tokens"
         out.append((*row[:4], evidence, row[5]))
-    out.append(_error_check(sv, load))
+    out.append(_error_check(sv, load, attempts))
+    if isinstance(s.get("downtime"), dict):  # records from before attempts were kept lack it
+        out.append(_downtime_check(s["downtime"], len(attempts)))
     out.append(_goodput_check(sv, load))
     out.append(_rps_check(sv, load))
     out.append(_cost_check(sv, load, record.read_json("ledger.json")))
@@ -180,7 +204,9 @@ def _ready_check(sv: ServingSpec, s: dict[str, Any]) -> CheckRow:
             "server serves or prints, or raise serving.ready_timeout"
         )
         return ("setup", "ready", "fail", True, evidence, fix)
-    evidence = f"ready {ready.get('seconds'):.2f}s after launch ({ready.get('by')})"
+    evidence = f"ready {float(ready.get('seconds') or 0):.2f}s after launch ({ready.get('by')})"
+    if (ready.get("attempt") or 1) > 1:  # an earlier attempt exited before it was ready
+        evidence += f" in attempt {ready['attempt']} (cold start from the first launch)"
     evidence += (
         f"; first successful response {first:.2f}s after launch"
         if first is not None
@@ -199,17 +225,59 @@ def _ready_check(sv: ServingSpec, s: dict[str, Any]) -> CheckRow:
     return ("setup", "ready", "pass" if ok else "fail", True, evidence, fix)
 
 
-def _load_check(s: dict[str, Any], load: dict[str, Any]) -> CheckRow:
+def _load_check(
+    s: dict[str, Any], load: dict[str, Any], attempts: list[dict[str, Any]]
+) -> CheckRow:
     mode = (
         f"open loop, {load.get('arrivals')} arrivals at {load.get('rate'):g}/s"
         if load.get("mode") == "open"
         else f"closed loop, {load.get('concurrency')} clients"
     )
     text = f"{load['requests']:,} requests, {mode}, over {load.get('seconds', 0):.1f}s"
+    if len(attempts) > 1:
+        text += f" of load in {len(attempts)} attempts ({by_attempt(attempts)})"
     if s.get("interrupted"):
-        text += f"; cut short: {s['interrupted']}"
+        cause = attempts[-1].get("ended") if attempts else None
+        text += f"; cut short: {s['interrupted']}" + (f" ({cause})" if cause else "")
         return ("results", "load", "fail", True, text, "read the server's stderr.log")
     return ("results", "load", "pass", True, text, None)
+
+
+def by_attempt(attempts: list[dict[str, Any]]) -> str:
+    """``attempt 1: 2 of 24 failed, cut short (killed by SIGKILL); attempt 2: 0 of 99 failed``."""
+    parts = []
+    for a in attempts:
+        text = f"attempt {a.get('attempt')}: "
+        if a.get("not_ready"):
+            text += f"not ready ({a['not_ready']})"
+        else:
+            text += f"{a.get('failed', 0):,} of {a.get('requests', 0):,} failed"
+        if a.get("interrupted"):
+            text += f", cut short ({a.get('ended') or a['interrupted']})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def downtime_text(downtime: dict[str, Any]) -> str:
+    """``1.20s without a ready server after attempt 1 (killed by SIGKILL), until attempt 2 was
+    ready``: each window, its cause and how it ended; "none" without one."""
+    parts = []
+    for w in downtime.get("windows") or []:
+        after = f"after attempt {w.get('after_attempt')} ({w.get('cause')})"
+        if w.get("restored_by") is not None:
+            parts.append(f"{w['seconds']:.2f}s {after}, until attempt {w['restored_by']} was ready")
+        elif w.get("seconds") is not None:
+            parts.append(f"{w['seconds']:.2f}s {after}, to the end of the run: no later attempt "
+                         "became ready")  # fmt: skip
+        else:
+            parts.append(f"from the exit {after} to the end of the run: no later attempt became "
+                         "ready")  # fmt: skip
+    if not parts:
+        return "none"
+    total = f"{float(downtime.get('seconds') or 0):.2f}s without a ready server"
+    if len(parts) == 1:
+        return parts[0].replace(" after attempt", " without a ready server after attempt", 1)
+    return f"{total} in {len(parts)} windows: " + "; ".join(parts)
 
 
 def _limit(
@@ -229,17 +297,31 @@ def _limit(
     return (group, name, "pass" if ok else "fail", True, f"{base}, at most {ms(limit)}", fix)
 
 
-def _error_check(sv: ServingSpec, load: dict[str, Any]) -> CheckRow:
+def _error_check(sv: ServingSpec, load: dict[str, Any], attempts: list[dict[str, Any]]) -> CheckRow:
     rate = float(load.get("error_rate") or 0.0)
     kinds = "; ".join(f"{k} x{v}" for k, v in (load.get("error_kinds") or {}).items())
     text = f"{rate:.2%} of {load.get('requests', 0):,} requests failed"
     text += f" ({kinds})" if kinds else ""
+    text += f"; {by_attempt(attempts)}" if len(attempts) > 1 else ""
     if sv.max_error_rate is None:
         return ("results", "error rate", "pass", False, text + " (no limit in the spec)", None)
     ok = rate <= sv.max_error_rate + 1e-12
     fix = None if ok else "the failed requests are in serving/requests.jsonl (status, error)"
     return ("results", "error rate", "pass" if ok else "fail", True,
             f"{text}, at most {sv.max_error_rate:.2%}", fix)  # fmt: skip
+
+
+def _downtime_check(downtime: dict[str, Any], attempts: int) -> CheckRow:
+    """Information: the seconds the service had no ready server after its first ready."""
+    windows = downtime.get("windows") or []
+    if not windows:
+        text = "none: the server stayed up from its first ready to the end of the load"
+        return ("results", "downtime", "pass", False, text + f" ({attempts} attempt(s))", None)
+    text = downtime_text(downtime)
+    text += " (from the supervisor seeing the server exit to the next readiness probe answered)"
+    first = windows[0].get("after_attempt")
+    fix = f"read attempts/{first}/stderr.log and exit.json: why the server exited during the load"
+    return ("results", "downtime", "fail", False, text, fix)
 
 
 def _goodput_check(sv: ServingSpec, load: dict[str, Any]) -> CheckRow:
