@@ -453,6 +453,14 @@ class CheckpointNotCapturedEvent(Event, total=False):
     attempt: int
 
 
+class StepCounterRestartedEvent(Event, total=False):
+    resumed_from: Required[int]
+    first_step: Required[int]
+    offset: Required[int]
+    source: str
+    attempt: int
+
+
 class CheckpointNotSettlingEvent(Event, total=False):
     source_path: Required[str]
     reason: Required[str]
@@ -616,6 +624,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("fault_injected", FaultInjectedEvent, "a drill fault fired (--inject)", "supervisor/core, workload/inject"),
     _E("idle", IdleEvent, "the workload sat idle for the idle window", "telemetry/idle"),
     _E("idle_stop", IdleStopEvent, "the supervisor stops an idle workload", "supervisor/stops"),
+    _E("step_counter_restarted", StepCounterRestartedEvent, "a resumed script counts its steps from the start again: they are offset", "supervisor/axis"),
     _E("progress_warning", ProgressWarningEvent, "a black box's step log could not be read", "supervisor/progress"),
     _E("supervisor_lost", SupervisorLostEvent, "the supervisor died; the attempt was ended", "supervisor/_watchdog, workload/liveness"),
     # the workload

@@ -80,6 +80,12 @@ def format_show(record: RunRecord) -> str:
         lines.append(
             f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
         )
+    for ev in view.events("step_counter_restarted"):  # supervisor/axis.py
+        lines.append(
+            f"axis     attempt {ev.get('attempt')}'s step counter started again at "
+            f"{ev.get('first_step')} after resuming from step {ev.get('resumed_from')}: its "
+            f"steps are shown as the script's + {ev.get('offset')}"
+        )
     if problems := view.event_problems():  # known events lacking a field: shown, not fatal
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         lines.append(f"events   {'; '.join(problems[:3])}{more}")

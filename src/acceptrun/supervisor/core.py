@@ -46,6 +46,7 @@ from acceptrun.record.lease import process_start_time
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, format_duration
 from acceptrun.supervisor import stops
+from acceptrun.supervisor.axis import StepAxis
 from acceptrun.supervisor.classify import (
     AttemptFacts,
     FailedAttempt,
@@ -377,7 +378,9 @@ class Supervisor:
             watcher.start()
         return watcher
 
-    def _new_watcher(self, attempt: int, resume_step: int | None) -> CheckpointWatcher | None:
+    def _new_watcher(
+        self, attempt: int, resume_step: int | None, axis: StepAxis | None = None
+    ) -> CheckpointWatcher | None:
         """Capture the script's own checkpoints (checkpoint.watch): made, and what is there
         noted as old, before the workload starts."""
         ck = self.spec.checkpoint
@@ -398,7 +401,7 @@ class Supervisor:
             self.spec, self.checkpoint_dir, attempt=attempt, pid=0,
             events=list,  # the attempt's events, once it runs (_start_watcher)
             on_event=lambda kind, fields: self._event(kind, attempt, fields),
-            resume_step=resume_step, mirror=mirror,
+            resume_step=resume_step, mirror=mirror, axis=axis,
             meta={
                 "run_id": self.record.run_id,
                 "spec_hash": self.record.state.get("spec_hash") or self.spec.hash,
@@ -482,9 +485,13 @@ class Supervisor:
         )
         offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
         oom_before = oom_kill_count()
-        progress = self._progress_reader(attempt, adir)  # before the start: it marks what is old
+        # One step axis for the attempt's progress and its watched files (supervisor/axis.py).
+        axis = StepAxis(
+            attempt, resume_step, lambda kind, fields: self._event(kind, attempt, fields)
+        )
+        progress = self._progress_reader(attempt, adir, axis)  # before the start: marks what is old
         step_faults = _black_box_step_faults(env, attempt) if progress is not None else []
-        watcher = self._new_watcher(attempt, resume_step)  # notes old files before the start
+        watcher = self._new_watcher(attempt, resume_step, axis)  # notes old files before the start
         try:
             child.start()
         except OSError as exc:
@@ -746,14 +753,17 @@ class Supervisor:
             a.watcher.stop(final=clean, why_not=why)
             a.watch.poll()  # its checkpoint_commit events, for the lost-work accounting
 
-    def _progress_reader(self, attempt: int, adir: Path) -> ProgressReader | None:
+    def _progress_reader(
+        self, attempt: int, adir: Path, axis: StepAxis | None = None
+    ) -> ProgressReader | None:
         """A reader of the attempt's step lines or TensorBoard files; None for a client script."""
         prog = self.spec.progress
         if self.usage.client or (prog.pattern is None and prog.tensorboard is None):
             return None
         reader = ProgressReader(
-            self.record, self.spec, attempt, adir / "stdout.log", adir / "stderr.log", say=self.say
-        )
+            self.record, self.spec, attempt, adir / "stdout.log", adir / "stderr.log",
+            say=self.say, axis=axis,
+        )  # fmt: skip
         return reader if reader.active else None
 
     def _fire_step_faults(

@@ -37,6 +37,7 @@ from typing import Any
 
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
+from acceptrun.supervisor.axis import StepAxis
 
 __all__ = ["ProgressReader", "match_line"]
 
@@ -116,6 +117,7 @@ class ProgressReader:
     stderr: Path
     say: Any = None  # callable(str) for a warning, or None
     workdir: Path | None = None  # where progress.tensorboard is read; None: the spec's workdir
+    axis: StepAxis | None = None  # the run's step of each reported step (supervisor/axis.py)
     last_step: int | None = None
     last_t: float | None = None
     diverged: dict[str, Any] | None = None
@@ -156,12 +158,14 @@ class ProgressReader:
                 assert self._pattern is not None
                 values = match_line(self._pattern, line)
                 if values is not None:
+                    values["step"] = self._run_step(values["step"], "log")
                     found.setdefault(values["step"], {}).update(values)
         new = [v for s, v in sorted(found.items()) if self.last_step is None or s > self.last_step]
         if new:
             self._emit_log_steps(new, now)
         if self._tb is not None and self.diverged is None:
-            for step, wall, values in self._tb.poll(now, final):
+            for raw, wall, values in self._tb.poll(now, final):
+                step = self._run_step(raw, "tensorboard")
                 if self.last_step is not None and step <= self.last_step:
                     continue
                 if self._emit(step, wall, values, "tensorboard"):
@@ -169,6 +173,9 @@ class ProgressReader:
         self._last_poll = now
         self.record.flush_events()
         return self.diverged
+
+    def _run_step(self, step: int, source: str) -> int:
+        return step if self.axis is None else self.axis.run_step(step, source)
 
     def _emit_log_steps(self, new: list[dict[str, Any]], now: float) -> None:
         """Lines read together: spread the time since the previous step evenly over them."""
