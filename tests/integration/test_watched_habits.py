@@ -215,3 +215,146 @@ def test_a_file_that_never_settles_in_an_unknown_format_is_said(project: Project
     assert "save atomically" in said["reason"]
     said_again = [e for e in _events(project) if e["kind"] == "checkpoint_not_settling"]
     assert len(said_again) == 1  # once per path, not once per poll
+
+
+# Shaped like scripts whose --resume loads the weights and counts iterations from 1 again:
+# the state holds the iterations trained in all, the truth the test checks steps against.
+RESTARTED_COUNTER = """
+import json, os, sys, time
+os.makedirs("out", exist_ok=True)
+trained = 0
+if "--resume" in sys.argv:
+    trained = json.load(open(sys.argv[sys.argv.index("--resume") + 1]))["trained"]
+    print(f"resumed with {trained} iterations trained", flush=True)
+for it in range(1, 31 if trained else 61):
+    trained += 1
+    print(f"iter {it}: loss {1.0 / trained:.5f}", flush=True)
+    if it % 10 == 0:
+        with open("out/tmp.json", "w") as f:
+            json.dump({"trained": trained}, f)
+        os.replace("out/tmp.json", f"out/ckpt_{it}.json")
+    if trained == 50:
+        open("out/saved-50", "w").close()
+        time.sleep(3600)  # the first attempt waits here to be killed
+"""
+
+
+ITER = r"iter (?P<step>\d+): loss (?P<loss>[0-9.]+)"
+
+
+def test_a_counter_that_restarts_after_a_resume_stays_on_one_step_axis(project: Project) -> None:
+    spec = project.spec(
+        RESTARTED_COUNTER,
+        extra=f"""
+        [checkpoint]
+        watch = ["out/ckpt_*.json"]
+        resume_args = ["--resume", "{{checkpoint}}"]
+        keep_last = 2
+        [progress]
+        pattern = {json.dumps(ITER)}
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    proc = _start(project, spec)
+    wait_for(
+        lambda: any(
+            e["kind"] == "checkpoint_captured" and e["step"] == 50 for e in _events(project)
+        ),
+        timeout=180, what="the save of iteration 50 captured",
+    )  # fmt: skip
+    os.kill(_workload_pid(project), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    events = _events(project)
+    log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
+    assert "resumed with 50 iterations trained" in log, log[-2000:]
+    (restarted,) = [e for e in events if e["kind"] == "step_counter_restarted"]
+    assert (restarted["attempt"], restarted["resumed_from"]) == (2, 50)
+    assert (restarted["first_step"], restarted["offset"]) == (1, 50)
+    # Every checkpoint holds the state of its step, on the run's one axis.
+    caps = [e for e in events if e["kind"] == "checkpoint_captured"]
+    assert [e["step"] for e in caps if e["attempt"] == 2] == [60, 70, 80]
+    infos = CheckpointStore(rec.checkpoints_dir).list()
+    assert [i.step for i in infos] == [70, 80]  # the newest two, attempt 2's
+    for info in infos:
+        (held,) = (info.path / "files" / "out").iterdir()
+        assert json.loads(held.read_text())["trained"] == info.step
+    # The attempt's steps continue the run's counter: one rising loss curve.
+    from acceptrun.record.steplog import StepLog
+
+    steps = [int(s) for chunk in StepLog(rec.path).chunks() for s in chunk.step]
+    assert steps == sorted(steps) and steps[-1] == 80
+    show = subprocess.run(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "show", rec.run_id],
+        cwd=project.root, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "attempt 2's step counter started again at 1 after resuming from step 50" in show
+
+
+LOADS_WHAT_IT_FINDS = """
+import json, os
+os.makedirs("out", exist_ok=True)
+start = 0
+if os.path.exists("out/snapshot.json"):
+    start = json.load(open("out/snapshot.json"))["epoch"] + 1
+    print(f"resuming from snapshot at epoch {start - 1}", flush=True)
+for epoch in range(start, 40):
+    print(f"epoch {epoch}: loss {1.0 / (epoch + 1):.4f}", flush=True)
+    with open("out/snapshot.json", "w") as f:
+        json.dump({"epoch": epoch}, f)
+"""
+
+
+@pytest.mark.parametrize("existing", ["refuse", "move", "start"])
+def test_a_watched_file_left_by_an_earlier_run_is_named_before_the_first_attempt(
+    project: Project, existing: str
+) -> None:
+    (project.root / "out").mkdir()
+    leftover = project.root / "out" / "snapshot.json"
+    leftover.write_text(json.dumps({"epoch": 30}))
+    before = leftover.read_bytes()
+    spec = project.spec(
+        LOADS_WHAT_IT_FINDS,
+        extra=f"""
+        [checkpoint]
+        watch = ["out/snapshot.json"]
+        existing = "{existing}"
+        [progress]
+        pattern = {json.dumps(PATTERN)}
+        """,
+    )
+    check = subprocess.run(
+        [PYTHON, "-m", "acceptrun", "spec", "check", str(spec)],
+        cwd=project.root, capture_output=True, text=True,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
+    assert "already there: out/snapshot.json (" in check.stdout
+    assert f"checkpoint.existing = {existing!r}" in check.stdout
+    proc = _start(project, spec)
+    out, _ = proc.communicate(timeout=300)
+    rec = project.only_record()
+    prov = json.loads(rec.file("provenance.json").read_text())
+    (named,) = prov["watched_existing"]["files"]
+    assert named["path"] == "out/snapshot.json" and named["bytes"] == len(before)
+    assert named["hash"].startswith("xxh3_128:") and named["mtime"].endswith("Z")
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    (row,) = [c for c in verdict["checks"] if c["name"] == "watched files"]
+    assert "out/snapshot.json" in row["evidence"]
+    if existing == "refuse":
+        assert proc.returncode != 0, out
+        assert not verdict["accepted"] and row["status"] == "fail"
+        assert 'checkpoint.existing = "move"' in row["evidence"]
+        assert not (rec.path / "attempts" / "1" / "stdout.log").exists()  # never started
+        assert leftover.read_bytes() == before  # untouched
+        return
+    assert proc.returncode == 0, out
+    log = (rec.path / "attempts" / "1" / "stdout.log").read_text()
+    if existing == "move":
+        assert (rec.path / "leftovers" / "out" / "snapshot.json").read_bytes() == before
+        assert "resuming" not in log and "epoch 0:" in log
+        assert "moved aside" in row["evidence"]
+    else:
+        assert "resuming from snapshot at epoch 30" in log and "epoch 0:" not in log
+        assert "begins from files it did not write" in row["evidence"]

@@ -213,8 +213,11 @@ def check_static(spec: RunSpec) -> None:
 # ---- inside the record ---------------------------------------------------------------------
 
 
-def run_preflight(record: RunRecord, spec: RunSpec) -> Preflight:
+def run_preflight(record: RunRecord, spec: RunSpec, *, existing: str | None = None) -> Preflight:
     """Run every preflight check, write provenance.json and preflight.json.
+
+    ``existing`` overrides ``checkpoint.existing`` (``acceptrun run --existing``; the
+    drill's second run moves the reference run's files aside).
 
     Each check's outcome is logged (``preflight data: ok - ...``) as it is decided.
     """
@@ -227,6 +230,19 @@ def run_preflight(record: RunRecord, spec: RunSpec) -> Preflight:
         python=python, cwd=spec.workdir_path, diff_path=record.file("git.diff"),
         exclude=[record.path.parent.parent],  # the workspace: acceptrun's files, not the code's
     )  # fmt: skip
+    from acceptrun.checkpoint.owner import store_root
+
+    ckpt_dir = store_root(record, spec)  # the run's own store (checkpoint.dir/<run id>/)
+    leftovers: list[dict[str, Any]] = []
+    if spec.checkpoint.watch:  # what a fresh run finds there before its first attempt
+        from acceptrun.checkpoint.leftovers import find_leftovers
+
+        exclude = [record.path.parent.parent, ckpt_dir.parent]
+        leftovers = find_leftovers(spec.checkpoint.watch, spec.workdir_path, exclude)
+        prov["watched_existing"] = {
+            "mode": existing or spec.checkpoint.existing,
+            "files": leftovers,
+        }
     record.write_json("provenance.json", prov)
     absent = sorted(k for k, v in prov.items() if isinstance(v, dict) and v.get("absent"))
     msg = "recorded" + (f"; absent: {', '.join(absent)}" if absent else "")
@@ -238,9 +254,13 @@ def run_preflight(record: RunRecord, spec: RunSpec) -> Preflight:
 
     result.checks.append(_timed("expectations", lambda: check_expectations(spec, prov)))
     result.checks.append(_timed("resources", lambda: check_resources(spec, prov)))
-    from acceptrun.checkpoint.owner import store_root
-
-    ckpt_dir = store_root(record, spec)  # the run's own store (checkpoint.dir/<run id>/)
+    if spec.checkpoint.watch:
+        result.checks.append(
+            _timed(
+                "watched files",
+                lambda: check_watched_existing(record, spec, leftovers, existing),
+            )
+        )
     result.checks.append(_timed("storage", lambda: check_storage([record.path, ckpt_dir])))
     gpus = prov.get("gpus", {})
     if spec.resources.gpus > 0 or (not gpus.get("absent") and gpus.get("count", 0) > 0):
@@ -272,6 +292,42 @@ def _timed(name: str, fn: Callable[[], tuple[bool, str, dict[str, Any]]]) -> Che
     except Exception as exc:  # a check that crashes is a failed check, with the reason
         ok, message, details = False, f"{type(exc).__name__}: {exc}", {}
     return Check(name, ok, message, time.perf_counter() - t0, details)
+
+
+def check_watched_existing(
+    record: RunRecord,
+    spec: RunSpec,
+    leftovers: list[dict[str, Any]],
+    existing: str | None = None,
+) -> tuple[bool, str, dict[str, Any]]:
+    """What ``checkpoint.watch`` already matches before the first attempt, and what
+    ``checkpoint.existing`` does with it (checkpoint/leftovers.py)."""
+    from acceptrun.checkpoint.leftovers import describe, move_aside
+
+    mode = existing or spec.checkpoint.existing
+    details: dict[str, Any] = {"mode": mode, "files": leftovers}
+    if not leftovers:
+        return True, "no file matches checkpoint.watch yet: the run starts from scratch", details
+    named = "; ".join(describe(e) for e in leftovers)
+    if mode == "start":
+        details["warning"] = True
+        return True, (
+            f"the run begins from files it did not write: {named} "
+            '(declared by checkpoint.existing = "start")'
+        ), details  # fmt: skip
+    if mode == "move":
+        details["moved_to"] = move_aside(leftovers, spec.workdir_path, record.file("leftovers"))
+        return (
+            True,
+            f"moved aside into {record.file('leftovers')} before attempt 1: {named}",
+            details,
+        )
+    return False, (
+        f"checkpoint.watch already matches {named}, left by an earlier run: a script that "
+        "loads it would begin this run from a file the run did not write. Move it aside, or "
+        'set checkpoint.existing = "move" (acceptrun moves it into the record) or "start" '
+        "(begin from it, named in the verdict), or run with --existing move|start"
+    ), details  # fmt: skip
 
 
 def check_expectations(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:

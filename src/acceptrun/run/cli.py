@@ -27,7 +27,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     result = launch(
         args.spec, workspace=args.workspace, echo=not args.quiet, inject=args.inject,
-        run_id=args.run_id, prometheus_port=args.prometheus_port,
+        run_id=args.run_id, prometheus_port=args.prometheus_port, existing=args.existing,
     )  # fmt: skip
     print()
     print(format_verdict(result.verdict, name=result.spec.name))
@@ -232,7 +232,29 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
     if scripted:
         must = ", ".join(scripted)
         print(f"            the script must register: {must} (run.output(name, path))")
+    if spec.checkpoint.watch:
+        _say_leftovers(spec)
     return 0
+
+
+def _say_leftovers(spec: Any) -> None:
+    """What checkpoint.watch matches already, and what a run will do with it."""
+    from acceptrun.checkpoint.leftovers import describe, find_leftovers
+
+    found = find_leftovers(spec.checkpoint.watch, spec.workdir_path, [Path(".acceptrun")])
+    if not found:
+        print("  watched   nothing there yet: a run starts from scratch")
+        return
+    mode = spec.checkpoint.existing
+    then = {
+        "refuse": "a run is refused at preflight; move it aside, or set checkpoint.existing = "
+        '"move" (moved into the record) or "start" (begin from it, named in the verdict)',
+        "move": "a run moves it into its record's leftovers/ before the first attempt",
+        "start": "a run begins from it and its verdict names it",
+    }[mode]
+    for entry in found:
+        print(f"  watched   already there: {describe(entry)}")
+    print(f"            checkpoint.existing = {mode!r}: {then}")
 
 
 def cmd_spec_schema(args: argparse.Namespace) -> int:
@@ -281,6 +303,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run = sub.add_parser("run", help="run a spec: preflight, supervise, verdict")
     run.add_argument("spec", help="the run spec (TOML)")
     run.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
+    run.add_argument(
+        "--existing",
+        choices=("refuse", "move", "start"),
+        default=None,
+        help="what to do with files checkpoint.watch already matches before the first attempt "
+        "(overrides checkpoint.existing): refuse, move them into the record, or start from them",
+    )
     run.add_argument(
         "--inject",
         action="append",

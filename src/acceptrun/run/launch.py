@@ -91,6 +91,7 @@ def launch(
     run_id: str | None = None,
     prometheus_port: int | None = None,
     on_record: Callable[[RunRecord], None] | None = None,
+    existing: str | None = None,
 ) -> LaunchResult:
     """Run a spec end to end and return its verdict.
 
@@ -101,7 +102,8 @@ def launch(
     command, data path or manifest, a taken run id) raises a
     :class:`~acceptrun.errors.UserError` before any record is created. ``on_record`` is
     called with the new record as soon as it exists (before preflight), so a caller can
-    mark it even if the run is then killed. Progress is logged to the ``acceptrun``
+    mark it even if the run is then killed. ``existing`` overrides ``checkpoint.existing``
+    (what preflight does with watched files already there). Progress is logged to the ``acceptrun``
     logger (the CLI prints it as ``acceptrun: ...``).
     """
     spec = load_spec(spec_path)
@@ -174,7 +176,7 @@ def launch(
         record.event("spec_warning", sync=True, **finding.to_dict())
     try:
         with _stop_signals_raise():
-            preflight = run_preflight(record, spec)
+            preflight = run_preflight(record, spec, existing=existing)
     except _StoppedBeforeLaunch as exc:
         _log.info(f"{exc} during preflight: the run was not launched")
         record.event("stopped_before_launch", sync=True, signal=str(exc))

@@ -275,6 +275,14 @@ class CheckpointSpec:
         ge=0,
         accepts='a duration such as "2s"',
     )
+    existing: str = doc(
+        "What a fresh run does with a file checkpoint.watch matches before its first "
+        'attempt (left by an earlier run): "refuse" (preflight fails, naming it), "move" '
+        '(renamed into the record\'s leftovers/ before the first attempt) or "start" (kept '
+        "and declared the run's starting point; provenance and the verdict name it).",
+        "refuse",
+        choices=("refuse", "move", "start"),
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)

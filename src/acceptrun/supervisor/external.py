@@ -19,7 +19,8 @@ each attempt the supervisor runs a :class:`CheckpointWatcher` on a thread of its
   (its stall is 0). A copy whose source changed meanwhile is dropped and tried again
   once the file settles anew;
 - the capture's step is the last integer in the match's name (``checkpoint-500`` -> 500,
-  ``epoch=3-step=900.ckpt`` -> 900); else the newest step the attempt reported before
+  ``epoch=3-step=900.ckpt`` -> 900; on the run's axis when the script's counter started
+  again after a resume, supervisor/axis.py); else the newest step the attempt reported before
   the file's mtime (step events of the client or of ``progress.pattern``: never later
   than the step the file holds, so lost work is never under-counted); else the step
   the attempt resumed from; else the newest stored step + 1. A step already stored is
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import glob
 import math
 import os
 import re
@@ -57,11 +57,13 @@ from typing import Any
 import psutil
 
 from acceptrun._util.hashing import hash_file, split_hash
-from acceptrun._util.paths import confine, inside, lexical_problem
+from acceptrun._util.paths import confine, lexical_problem
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
 from acceptrun.checkpoint.formats import whole, whole_dir
+from acceptrun.checkpoint.leftovers import watched_matches
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, SpecError, UserError
+from acceptrun.supervisor.axis import StepAxis
 
 __all__ = [
     "CheckpointWatcher",
@@ -200,8 +202,10 @@ class CheckpointWatcher:
         meta: Mapping[str, Any] | None = None,
         mirror: Any = None,
         exclude: Sequence[Path] = (),
+        axis: StepAxis | None = None,
     ) -> None:
         self.spec = spec
+        self.axis = axis  # a name's step on the run's axis (supervisor/axis.py)
         ck = spec.checkpoint
         best = tuple(ck.keep_best.rsplit(":", 1)) if ck.keep_best else None
         self.store = CheckpointStore(
@@ -492,24 +496,15 @@ class CheckpointWatcher:
 
     def _matches(self) -> list[str]:
         """Absolute paths of the watch globs' matches (hidden names are never matched)."""
-        found: set[str] = set()
-        for pattern in self.spec.checkpoint.watch:
-            full = os.path.join(str(self.workdir), os.path.expanduser(pattern))
-            for hit in glob.glob(full, recursive=True):
-                path = os.path.abspath(hit)
-                real = os.path.realpath(path)
-                if any(real == x or real.startswith(x + os.sep) for x in self.exclude):
-                    continue  # the store or the record itself
-                if not inside(self.workdir, path):
-                    # A symlink that leads out: never copied into the store, nor written
-                    # back out there on a restore. Said once (an event), then skipped.
-                    self._error(UserError(
-                        f"checkpoint.watch: {path} resolves to {real}, outside the workdir "
-                        f"{self.workdir}; not captured (have the script write it inside)"
-                    ))  # fmt: skip
-                    continue
-                found.add(path)
-        return sorted(found)
+        found, out = watched_matches(self.spec.checkpoint.watch, self.workdir, self.exclude)
+        for path, real in out:
+            # A symlink that leads out: never copied into the store, nor written back out
+            # there on a restore. Said once (an event), then skipped.
+            self._error(UserError(
+                f"checkpoint.watch: {path} resolves to {real}, outside the workdir "
+                f"{self.workdir}; not captured (have the script write it inside)"
+            ))  # fmt: skip
+        return found
 
     @staticmethod
     def _signature(path: str) -> tuple[Any, ...] | None:
@@ -574,7 +569,7 @@ class CheckpointWatcher:
     def _step_for(self, path: str, seen: _Seen) -> int:
         named = step_from_name(path)
         if named is not None:
-            return named
+            return named if self.axis is None else self.axis.run_step(named, f"name of {path}")
         before = self._step_events_before(seen)
         if before:
             return int(before[-1]["step"])

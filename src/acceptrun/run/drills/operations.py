@@ -523,7 +523,9 @@ def run_ops_drill(
         faults = [_kill_fault(k1)]
 
     _log.info(f"drill 2/2: the same spec with {', '.join(faults)}")
-    b = launch(spec_path, workspace=workspace, echo=echo, inject=faults)
+    # The reference run's own watched files are still there: moved into the drill run's
+    # record, so both runs start from the same state.
+    b = launch(spec_path, workspace=workspace, echo=echo, inject=faults, existing="move")
     rec = b.record
     if b.spec.hash != a.spec.hash:
         warnings.append(f"the spec changed between the two runs ({a.spec.hash} then {b.spec.hash})")
