@@ -129,6 +129,20 @@ def test_a_pattern_without_a_loss_group_does_not_feed_max_loss(
     assert "warning: limits.max_loss" in err and "(?P<loss>" in err
 
 
+def test_a_pattern_beside_tensorboard_is_refused_before_a_run(project: Project) -> None:
+    """Both sources once meant the TensorBoard scalars never reached the record, silently."""
+    spec = project.spec(
+        BLACK_BOX_SCRIPT,
+        extra="[progress]\npattern = 'iter (?P<step>\\d+)'\ntensorboard = 'tb'\n",
+    )
+    for args in (("spec", "check", str(spec)), ("run", str(spec))):
+        proc = project.cli(*args, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert "progress.tensorboard: 'tb' is set beside progress.pattern" in proc.stderr
+        assert "keep one" in proc.stderr
+    assert project.run_ids() == []
+
+
 def test_a_required_restore_drill_on_a_black_box_is_an_error(project: Project) -> None:
     spec = project.spec(BLACK_BOX_SCRIPT, extra='[acceptance]\ndrills = ["restore"]\n')
     for args in (("spec", "check", str(spec)), ("run", str(spec))):

@@ -215,6 +215,15 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
                                    "list the script's own checkpoint files in checkpoint.watch "
                                    "(with checkpoint.resume_args), or save through the client "
                                    "API (run.restore / run.maybe_checkpoint)"))  # fmt: skip
+    if prog.pattern is not None and prog.tensorboard is not None and not client:
+        # One step axis per attempt: the first source's steps would hide the other's values
+        # (they were dropped without a word), so the combination is refused.
+        out.append(Finding("error", "progress.tensorboard", f"{prog.tensorboard!r} is set "
+                           "beside progress.pattern: steps are read from one source, and the "
+                           "other's values would never reach the record",
+                           "keep one: progress.pattern for the printed step lines, or "
+                           "progress.tensorboard (with progress.tags) for the TensorBoard "
+                           "scalars"))  # fmt: skip
     if lim.max_loss is not None and not client:
         has_loss = (prog.pattern is not None and "loss" in re.compile(prog.pattern).groupindex) or (
             prog.tensorboard is not None
