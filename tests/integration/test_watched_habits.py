@@ -220,7 +220,7 @@ def test_a_file_that_never_settles_in_an_unknown_format_is_said(project: Project
 # Shaped like scripts whose --resume loads the weights and counts iterations from 1 again:
 # the state holds the iterations trained in all, the truth the test checks steps against.
 RESTARTED_COUNTER = """
-import json, os, sys, time
+import json, os, signal, sys
 os.makedirs("out", exist_ok=True)
 trained = 0
 if "--resume" in sys.argv:
@@ -235,7 +235,7 @@ for it in range(1, 31 if trained else 61):
         os.replace("out/tmp.json", f"out/ckpt_{it}.json")
     if trained == 50:
         open("out/saved-50", "w").close()
-        time.sleep(3600)  # the first attempt waits here to be killed
+        signal.pause()  # the first attempt waits here for the test's SIGKILL
 """
 
 
