@@ -45,6 +45,9 @@ class StepAxis:
 
     def run_step(self, step: int, source: str) -> int:
         """``step`` as the script reported it, on the run's axis."""
+        offset = self.offset  # once decided it never changes: no lock on every step line
+        if offset is not None:
+            return step + offset
         with self._lock:
             if self.offset is None:
                 assert self.resume_step is not None
