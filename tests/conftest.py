@@ -206,16 +206,35 @@ def project(tmp_path: Path, workspace: Path) -> Project:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 300.0, interval: float = 0.02, what: str = ""
+    predicate: Callable[[], Any],
+    timeout: float = 300.0,
+    interval: float = 0.02,
+    what: str = "",
+    alive: subprocess.Popen[Any] | None = None,
+    explain: Callable[[], str] | None = None,
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    With ``alive``, a process that must be running for the condition ever to hold: its
+    exit fails the wait at once (with its return code) instead of after the timeout.
+    ``explain`` adds what the failure message should show (the process's stderr, the
+    record's last events), so a wait that fails on a loaded machine says why.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
+        ended = alive.poll() if alive is not None else None
+        if ended is not None:
+            value = predicate()  # the condition may have held just before the exit
+            if value:
+                return value
+            detail = f"\n{explain()}" if explain is not None else ""
+            pytest.fail(f"the process exited ({ended}) before {what or predicate}{detail}")
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
+            detail = f"\n{explain()}" if explain is not None else ""
+            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}{detail}")
         time.sleep(interval)
 
 

@@ -126,41 +126,62 @@ def _events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("kind") == kind]
 
 
+def _tail_events(run_dir: Path) -> str:
+    path = run_dir / "events.jsonl"
+    return "\n".join(path.read_text().splitlines()[-15:]) if path.exists() else "no events.jsonl"
+
+
 def test_a_step_torn_by_a_kill_is_cut_at_resume_and_nothing_else_is_lost(tmp_path: Path) -> None:
     ws = tmp_path / ".acceptrun"
     (tmp_path / "work.py").write_text(textwrap.dedent(WORKLOAD))
     (tmp_path / "spec.toml").write_text(SPEC.format(python=json.dumps(PYTHON)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-    run = subprocess.Popen(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    # The run's output goes to files, never to pipes nobody reads while it runs (a full
+    # pipe would block it), and a failed wait shows them with the record's last events.
+    out_path, err_path = tmp_path / "run.out", tmp_path / "run.err"
+    with out_path.open("w") as out, err_path.open("w") as errf:
+        run = subprocess.Popen(
+            [PYTHON, "-m", "acceptrun", "--workspace", str(ws), "run", "-q", "spec.toml"],
+            cwd=tmp_path, env=env, stdout=out, stderr=errf, text=True,
+        )  # fmt: skip
+    rd: Path | None = None
+
+    def explain() -> str:
+        events = _tail_events(rd) if rd is not None else "no record yet"
+        return (
+            f"acceptrun run's stderr:\n{err_path.read_text()[-4000:]}\n"
+            f"stdout:\n{out_path.read_text()[-2000:]}\nlast events:\n{events}"
+        )
+
     try:
 
         def run_dir() -> Path | None:
             found = list((ws / "runs").glob("*/run.json")) if (ws / "runs").is_dir() else []
             return found[0].parent if found else None
 
-        rd: Path = wait_for(run_dir, timeout=300, what="the run's record")
+        rd = wait_for(run_dir, what="the run's record", alive=run, explain=explain)
+        assert rd is not None
 
         def workload() -> int | None:
+            assert rd is not None
             if not (rd / "events.jsonl").exists():
                 return None
             starts = _events(rd, "workload_start")
             return int(starts[0]["pid"]) if starts else None
 
-        pid = wait_for(workload, timeout=300, what="the workload_start event")
+        pid = wait_for(workload, what="the workload_start event", alive=run, explain=explain)
         # Killed mid-loop, past its checkpoint (step 100) and with steps still being written.
         wait_for(
             lambda: StepLog(rd).count() >= 300 and _events(rd, "checkpoint_commit"),
-            timeout=300, what="300 steps and the checkpoint of step 100",
+            what="300 steps and the checkpoint of step 100", alive=run, explain=explain,
         )  # fmt: skip
         os.kill(pid, signal.SIGKILL)
-        _out, err = run.communicate(timeout=300)
+        run.wait(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()
             run.wait()
+    err = err_path.read_text()
     assert run.returncode != 0 and "Traceback" not in err, err  # no restart: the run failed
     killed = StepLog(rd)
     assert killed.problems == [] and len(killed.torn) <= 1
