@@ -13,7 +13,9 @@ script calling ``run.log(step, loss=<a float32 value>, samples=8)`` every step a
   step) to the run's ``verdict`` event, both as the events date them; and to the exit of
   ``acceptrun run`` (summary.json, report.html and the index written after the verdict);
 - ``acceptrun show RUN`` and ``acceptrun report RUN``: wall seconds and peak resident
-  memory (``wait4``'s ``ru_maxrss``), each a process of its own;
+  memory (``wait4``'s ``ru_maxrss``), each a process of its own; ``acceptrun diff RUN
+  RUN`` the same way (the run against itself: both loss curves read and compared at every
+  step; no target);
 - the board's run page (``acceptrun ui`` started as a process before the run, with its
   token): seconds for ``/run/0/RUN`` of the live run once half its steps are written, of
   the closed run, and again (the board's cache); the board process's peak resident memory
@@ -311,6 +313,8 @@ def measure(steps: int, root: Path, keep: bool, live: bool) -> dict[str, float]:
         show_s, show_mb, _ = timed([*cli, "show", run_dir.name], work, env)
         report_s, report_mb, _ = timed([*cli, "report", run_dir.name], work, env)
         report_steps = steps_reported([*cli, "report", run_dir.name, "--format", "json"], work, env)
+        # diff of the run against itself: both loss curves read and compared at every step
+        diff_s, diff_mb, _ = timed([*cli, "diff", run_dir.name, run_dir.name], work, env)
         if board is None:
             board = BoardProcess(ws, work, env)
         page_s = board.get(f"/run/0/{run_dir.name}")  # the first render of the closed run
@@ -332,6 +336,8 @@ def measure(steps: int, root: Path, keep: bool, live: bool) -> dict[str, float]:
             "report s": report_s,
             "report peak MB": report_mb,
             "report's steps": report_steps,
+            "diff s": diff_s,
+            "diff peak MB": diff_mb,
             "run page s": page_s,
             "run page again s": again_s,
             "live run page s": live_s,
@@ -356,6 +362,7 @@ ROWS = (
     ("close to exit s", "{:.2f}"),
     ("run s", "{:.1f}"), ("show s", "{:.2f}"), ("show peak MB", "{:.0f}"),
     ("report s", "{:.2f}"), ("report peak MB", "{:.0f}"), ("report's steps", "{:.0f}"),
+    ("diff s", "{:.2f}"), ("diff peak MB", "{:.0f}"),
     ("run page s", "{:.2f}"),
     ("run page again s", "{:.2f}"), ("live run page s", "{:.2f}"), ("run page peak MB", "{:.0f}"),
     ("board idle MB", "{:.0f}"), ("client us/step", "{:.2f}"),

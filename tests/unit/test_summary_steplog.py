@@ -268,3 +268,67 @@ def test_a_histogram_merges_chunks_into_the_exact_multiset() -> None:
     assert median(HistOrder(h)) == float(np.median(every / 1e6))
     assert quantile(HistOrder(h), 0.99) == pytest.approx(np.percentile(every / 1e6, 99), rel=1e-15)
     assert h.nbytes < every.nbytes  # distinct values, not steps
+
+
+def _reference_curve(events: list[dict[str, Any]]) -> dict[int, float]:
+    """The loss per step the way a JSON record's reader sees it: the last write wins."""
+    curve: dict[int, float] = {}
+    for ev in events:
+        if ev["kind"] == "step" and "loss" in ev:
+            curve[int(ev["step"])] = float(ev["loss"])
+    return curve
+
+
+def _reference_compare(a: dict[int, float], b: dict[int, float]) -> tuple[int, float, Any]:
+    worst, at = 0.0, None
+    for step in sorted(set(a) & set(b)):
+        x, y = a[step], b[step]
+        same = x == y or (math.isnan(x) and math.isnan(y))
+        delta = 0.0 if same else abs(x - y)
+        delta = math.inf if math.isnan(delta) else delta
+        if delta > worst:
+            worst, at = delta, step
+    return len(set(a) & set(b)), worst, at
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_diff_reads_the_loss_curve_of_either_format_as_a_per_step_reference(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """diff's loss curve (arrays from the step log) equals the per-step reference: the
+    redone steps keep their last attempt's loss, a NaN on one side only differs by
+    infinity, and the largest difference is found at the first step that has it, in
+    blocks of any size (half the seeds compare 7 steps at a time)."""
+    from acceptrun.verdict import diff
+    from acceptrun.verdict.diff import diff_runs, loss_curve
+
+    if seed % 2:
+        monkeypatch.setattr(diff, "BLOCK", 7)
+
+    rng = random.Random(seed)
+    a_events, b_events = run_events(seed), run_events(seed)
+    for ev in b_events:  # the second run: some losses moved, one NaN, a step missing
+        if ev["kind"] == "step" and rng.random() < 0.1:
+            ev["loss"] = float(np.float32(ev["loss"] + rng.choice([1e-3, -2e-3, 0.5])))
+        if ev["kind"] == "step" and ev["step"] == 50 and ev["attempt"] == 2:
+            ev["loss"] = math.nan
+    b_events = [e for e in b_events if not (e["kind"] == "step" and e["step"] == 155)]
+    ref_a, ref_b = _reference_curve(a_events), _reference_curve(b_events)
+    want = _reference_compare(ref_a, ref_b)
+    records = {}
+    for fmt, write in (("1", as_format_1), ("2", as_format_2)):
+        ra = RunRecord(write(tmp_path / f"a{fmt}", a_events))
+        rb = RunRecord(write(tmp_path / f"b{fmt}", b_events))
+        curve = loss_curve(rb)
+        got = dict(zip(curve.steps.tolist(), curve.values.tolist(), strict=True))
+        assert got.keys() == ref_b.keys() and list(curve.steps) == sorted(ref_b)
+        assert all(
+            got[s] == v or (math.isnan(got[s]) and math.isnan(v)) for s, v in ref_b.items()
+        )
+        loss = diff_runs(ra, rb).loss
+        assert loss is not None
+        assert (loss["common_steps"], loss["max_abs_diff"], loss["at_step"]) == want
+        assert (loss["only_a"], loss["only_b"]) == (1, 0)
+        records[fmt] = loss
+    assert records["1"] == records["2"]
+    assert want[1] == math.inf and want[2] == 50  # the NaN on one side is the worst

@@ -23,6 +23,7 @@ beside the database file, never in the current directory.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import sys
@@ -34,11 +35,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import tomli_w
 
 from acceptrun._util.redact import redact_obj, redact_spec, redact_text
 from acceptrun.errors import UserError
 from acceptrun.record.status import ATTEMPT_STOPPED_ON_PURPOSE, RUN_LIVE
+from acceptrun.record.steplog import StepLog
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import load_spec
@@ -121,6 +124,61 @@ def _provenance_params(prov: dict[str, Any]) -> dict[str, str]:
 
 def _ms(t: Any) -> int:
     return int(float(t) * 1000)
+
+
+def _count_step_values(log: StepLog) -> tuple[int, int]:
+    """How many step values the export sends, and the step the run ended at (one pass)."""
+    points, last_step = 0, 0
+    for c in log.chunks():
+        if not len(c):
+            continue
+        points += sum(int(c.present[n].sum()) for n in c.values if n not in NOT_METRICS)
+        last_step = int(c.step[-1])
+    return points, last_step
+
+
+def _step_metrics(log: StepLog, metric: Any) -> Iterator[Any]:
+    """Every logged value of every step, at its step and time, chunk by chunk."""
+    for c in log.chunks():
+        if not len(c):
+            continue
+        ts = (c.t * 1000).astype(np.int64)  # as _ms: int(t * 1000) truncates toward zero
+        for name, col in c.values.items():
+            if name in NOT_METRICS:
+                continue
+            key = _key(name)
+            idx = np.flatnonzero(c.present[name])
+            rows = zip(col[idx].tolist(), ts[idx].tolist(), c.step[idx].tolist(), strict=True)
+            for v, t, step in rows:
+                yield metric(key, float(v), t, step)
+
+
+def _final_metric_points(events: list[dict[str, Any]], log: StepLog) -> list[Any]:
+    """``run.metric`` values; one without a step is put at the last step logged before it."""
+    from mlflow.entities import Metric
+
+    found = [
+        ev for ev in events
+        if isinstance(ev.get("value"), int | float) and not isinstance(ev.get("value"), bool)
+    ]  # fmt: skip
+    steps_at = [int(ev["step"]) if isinstance(ev.get("step"), int) else None for ev in found]
+    loose = [i for i, s in enumerate(steps_at) if s is None]
+    if loose:
+        ts = np.array([float(found[i]["t"]) for i in loose])
+        before = np.zeros(len(loose), dtype=np.int64)  # no step yet: step 0
+        for c in log.chunks():
+            if not len(c):
+                continue
+            order = np.argsort(c.t, kind="stable")
+            pos = np.searchsorted(c.t[order], ts, side="right") - 1
+            hit = pos >= 0
+            before[hit] = c.step[order][pos[hit]]  # chunks come in write order
+        for i, s in zip(loose, before.tolist(), strict=True):
+            steps_at[i] = s
+    return [
+        Metric(_key(str(ev.get("name"))), float(ev["value"]), _ms(ev["t"]), int(step or 0))
+        for ev, step in zip(found, steps_at, strict=True)
+    ]
 
 
 def _iso_ms(iso: Any) -> int | None:
@@ -243,32 +301,28 @@ def export_run(
     for i in range(0, len(items), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=items[i : i + PARAMS_PER_BATCH])
 
-    metrics: list[Any] = []
-    last_step = 0
     view = RecordView(record)  # events.jsonl, read once
     last_outcome = view.last_outcome()
-    for ev in view.events("step", "metric"):
-        kind = ev.get("kind")
-        if kind == "step" and isinstance(ev.get("step"), int):
-            last_step = ev["step"]
-            ts = _ms(ev["t"])
-            for k, v in ev.items():
-                if k not in NOT_METRICS and isinstance(v, int | float) and not isinstance(v, bool):
-                    metrics.append(Metric(_key(k), float(v), ts, last_step))
-        elif kind == "metric" and isinstance(ev.get("value"), int | float):
-            step = int(ev["step"]) if isinstance(ev.get("step"), int) else last_step
-            metrics.append(
-                Metric(_key(str(ev.get("name"))), float(ev["value"]), _ms(ev["t"]), step)
-            )
+    log = view.step_log
+    # Steps are streamed from the step log a chunk at a time, 1,000 values to a call:
+    # a long run's export holds one batch, never a Metric per value of every step.
+    points, last_step = _count_step_values(log)
+    finals = _final_metric_points(view.events("metric"), log)
     now = int(time.time() * 1000)
     summary = summarize(record.path).to_dict()
-    metrics += [Metric(k, v, now, last_step) for k, v in _summary_metrics(summary).items()]
-    bar = _Progress(progress, len(metrics))
+    tail = [Metric(k, v, now, last_step) for k, v in _summary_metrics(summary).items()]
+    bar = _Progress(progress, points + len(finals) + len(tail))
+    batch: list[Any] = []
     try:
-        for i in range(0, len(metrics), METRICS_PER_BATCH):
-            chunk = metrics[i : i + METRICS_PER_BATCH]
-            client.log_batch(run_id, metrics=chunk)
-            bar.advance(len(chunk))
+        for metric in itertools.chain(_step_metrics(log, Metric), finals, tail):
+            batch.append(metric)
+            if len(batch) == METRICS_PER_BATCH:
+                client.log_batch(run_id, metrics=batch)
+                bar.advance(len(batch))
+                batch = []
+        if batch:
+            client.log_batch(run_id, metrics=batch)
+            bar.advance(len(batch))
     finally:
         bar.close()
     if summary.get("hints"):

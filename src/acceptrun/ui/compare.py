@@ -43,8 +43,7 @@ def compare_page(board: Board, refs: Sequence[tuple[int, str]]) -> str:
         + "</ul>"
     )
     loss = [
-        Series(n, thin_minmax(sorted(loss_curve(r).items())))
-        for n, r in zip(names, records, strict=True)
+        Series(n, thin_minmax(loss_curve(r).points())) for n, r in zip(names, records, strict=True)
     ]
     body.append('<h2 id="overlay">Overlaid</h2>')
     body.append(line_chart(loss, title="Loss", x_label="step", y_label="loss"))
@@ -64,30 +63,35 @@ def compare_page(board: Board, refs: Sequence[tuple[int, str]]) -> str:
 
 
 def _step_series(record: RunRecord) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    from acceptrun.ui.live import step_row, throughput_key
+    """Throughput and step time (ms) per step, from the run's chart rows.
 
-    key, _ = throughput_key(record)
+    The rows are the summary's (``summary.json`` of a closed run, else one pass over the
+    step log), already thinned to the minimum and maximum of each bucket of steps
+    (docs/report.md, "Charts of long runs"): the page costs the same at any run length.
+    """
+    from acceptrun.telemetry.summary import load_summary
+
+    timelines = load_summary(record.path).timelines or {}
     thr, st = [], []
-    for ev in record.events("step"):
-        row = step_row(ev, key)
-        step = row["step"]
+    for row in timelines.get("steps") or []:
+        step = row.get("step")
         if not isinstance(step, int | float):
             continue
-        if isinstance(row["throughput"], float):
-            thr.append((float(step), row["throughput"]))
-        if isinstance(row["step_time"], int | float):
+        if isinstance(row.get("throughput"), int | float):
+            thr.append((float(step), float(row["throughput"])))
+        if isinstance(row.get("step_time"), int | float):
             st.append((float(step), 1000.0 * float(row["step_time"])))
     return thr, st
 
 
 def _metrics_side_by_side(records: Sequence[RunRecord], names: Sequence[str]) -> list[str]:
-    from acceptrun.telemetry.summary import summarize
+    from acceptrun.telemetry.summary import load_summary
 
     finals = [{str(e.get("name")): e.get("value") for e in r.events("metric")} for r in records]
     summaries: list[dict[str, Any]] = []
     for r in records:
         try:
-            summaries.append(summarize(r.path).to_dict())
+            summaries.append(load_summary(r.path, with_timelines=False).summary.to_dict())
         except Exception:  # a run without telemetry still has its metrics compared
             summaries.append({})
     rows: list[tuple[str, list[Any]]] = []
