@@ -559,3 +559,107 @@ def test_a_damaged_tensor_file_of_a_plain_state_is_refused(
     (path / TENSORS).unlink()
     with pytest.raises(RecordError, match="is missing"):
         load_into(path, {"extra": None})
+
+
+ALL_DTYPES = [
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64,
+    *(d for d in (getattr(torch, n, None) for n in ("uint16", "uint32", "uint64",
+      "float8_e4m3fn", "float8_e5m2")) if isinstance(d, torch.dtype)),
+]  # fmt: skip
+
+
+def _random_tensor(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator) -> Any:
+    raw = torch.randint(0, 256, (int(np.prod(shape)) * dtype.itemsize,), generator=gen)
+    t = raw.to(torch.uint8).view(dtype).reshape(shape)
+    return t if dtype != torch.bool else t.to(torch.uint8).remainder(2).to(torch.bool)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_our_reader_reads_what_the_safetensors_library_writes_bit_for_bit(
+    tmp_path: Path, seed: int
+) -> None:
+    """The loader reads the safetensors format itself (no package a save did not need):
+    a file the library wrote, of every dtype this torch has, in shapes with zeros and
+    scalars, comes back with the same bytes, through load_into as a checkpoint."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(), (0,), (3,), (2, 0, 4), (5, 7), (1, 1, 3)]
+    tensors = {
+        f"extra/{str(d).removeprefix('torch.')}_{i}": _random_tensor(d, shapes[(i + seed) % 6], gen)
+        for i, d in enumerate(ALL_DTYPES)
+    }
+    # state.json from our own save of the same tensors; the tensor file from the library
+    ours = save({"extra": {k.removeprefix("extra/"): v for k, v in tensors.items()}},
+                tmp_path / "ck", rng=False)  # fmt: skip
+    save_file(tensors, str(ours / TENSORS), metadata={"format": "pt"})
+    out = load_into(ours, {"extra": None}, rng=False)["values"]["extra"]
+    for key, want in tensors.items():
+        got = out[key.removeprefix("extra/")]
+        assert got.dtype == want.dtype and got.shape == want.shape, key
+        assert (
+            got.reshape(-1).view(torch.uint8).tolist()
+            == want.reshape(-1).view(torch.uint8).tolist()
+        ), key
+
+
+def _header_file(path: Path, header: Any, data: bytes = b"", raw: bytes | None = None) -> None:
+    text = raw if raw is not None else json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+
+
+@pytest.mark.parametrize(
+    ("header", "data", "why"),
+    [
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"1234", "file at"),
+        ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"12345678", "bytes for"),
+        ({"a": {"dtype": "X9", "shape": [2], "data_offsets": [0, 8]}}, b"12345678", "unknown"),
+        ({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 0]}}, b"", "shape"),
+        ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [4, 2]}}, b"1234", "offsets"),
+        ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+          "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, b"123", "starts at"),
+        ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}}, b"1234", "starts at"),
+        ([1, 2], b"", "not a JSON object"),
+        ({"__metadata__": {"k": 3}}, b"", "__metadata__"),
+        ({"a": "F32"}, b"", "not an object"),
+    ],
+)  # fmt: skip
+def test_a_tensor_file_that_breaks_the_format_is_refused_naming_the_rule(
+    tmp_path: Path, header: Any, data: bytes, why: str
+) -> None:
+    path = save({"extra": {"w": torch.ones(2)}}, tmp_path / "ck", rng=False)
+    _header_file(path / TENSORS, header, data)
+    with pytest.raises(RecordError, match="not a readable safetensors file") as err:
+        load_into(path, {"extra": None}, rng=False)
+    assert why in str(err.value)
+
+
+def test_a_header_longer_than_the_file_is_refused_unread(tmp_path: Path) -> None:
+    path = save({"extra": {"w": torch.ones(2)}}, tmp_path / "ck", rng=False)
+    (path / TENSORS).write_bytes((1 << 60).to_bytes(8, "little") + b"{}")
+    with pytest.raises(RecordError, match="a header of"):
+        load_into(path, {"extra": None}, rng=False)
+
+
+def test_a_checkpoint_restores_where_the_safetensors_package_is_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The install that can save can restore: with ``safetensors`` unimportable (None in
+    sys.modules, as where it is not installed) a model and its optimizer come back
+    bit for bit."""
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    path = save({"model": model, "optimizer": opt}, tmp_path / "ck")
+    other = nn.Linear(4, 3)
+    other_opt = torch.optim.Adam(other.parameters())
+    load_into(path, {"model": other, "optimizer": other_opt})
+    for a, b in zip(model.parameters(), other.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(
+        opt.state_dict()["state"][0]["exp_avg"], other_opt.state_dict()["state"][0]["exp_avg"]
+    )

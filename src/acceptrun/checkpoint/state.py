@@ -7,8 +7,10 @@ A checkpoint of training state is two files in one directory:
 - ``state.json``: everything else, with ``{"__tensor__": key}`` where a tensor was, plus
   the RNG states (Python, NumPy, torch CPU and CUDA) and the versions.
 
-The load path reads only these two files with ``json`` and ``safetensors``: no pickle, no
-``torch.load``, so a checkpoint from an untrusted mirror cannot run code. The price is
+The load path reads only these two files, with ``json`` and this module's own reader of
+the safetensors format (the writer is its own too, so restoring needs no package the save
+did not): no pickle, no ``torch.load``, so a checkpoint from an untrusted mirror cannot
+run code. The price is
 that a state_dict may hold only tensors, numbers, strings, None, lists, tuples, dicts,
 numpy arrays, dtypes and devices; anything else raises :class:`TypeError` naming it.
 torch itself is optional: a process that never imported it saves and loads plain values
@@ -32,6 +34,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import random
 import struct
 import sys
@@ -41,7 +44,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from acceptrun._util.durable import loads_json, read_bytes_bounded
 from acceptrun.errors import (
@@ -800,29 +803,133 @@ def _load(
 def _load_tensors(
     path: Path, meta: Mapping[str, Any], device: str | torch.device | None
 ) -> Mapping[str, torch.Tensor]:
-    """The tensors of TENSORS; when state.json counts none, read without importing torch."""
-    from safetensors import SafetensorError
+    """The tensors of TENSORS, read by this module's own reader (no safetensors package).
 
+    The writer above is this module's own, and so is the reader: restoring a checkpoint
+    needs nothing the save did not, so a workload that could save can always load. When
+    state.json counts no tensors the file is checked and torch is not imported.
+    """
     counted = meta.get("tensors")
     try:
-        if isinstance(counted, dict) and counted.get("count") == 0:
-            from safetensors.numpy import load_file as load_arrays
-
-            found = load_arrays(path)  # parses and checks the file as the torch reader does
-            if found:
-                raise ValueError(f"it holds {len(found)} tensor(s), where {STATE} counts none")
-            return {}
-        import torch
-        from safetensors.torch import load_file
-
-        return load_file(path, device=str(torch.device("cpu" if device is None else device)))
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            entries = _read_header(f, size)
+            if isinstance(counted, dict) and counted.get("count") == 0:
+                if entries:
+                    raise ValueError(
+                        f"it holds {len(entries)} tensor(s), where {STATE} counts none"
+                    )
+                return {}
+            return _read_tensors(f, entries, device)
     except FileNotFoundError:
         raise RecordError(f"{path} is missing; the checkpoint is incomplete") from None
-    except (SafetensorError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise RecordError(
             f"{path} is not a readable safetensors file ({exc}); the checkpoint "
             "is damaged, resume from an earlier one"
         ) from exc
+
+
+_HEADER_MAX = 100 << 20  # the safetensors format's own limit on its JSON header
+
+# safetensors dtype code -> bytes per element (every code _DTYPE_CODES writes)
+_CODE_SIZES = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+    "BOOL": 1, "C64": 8, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E4M3FNUZ": 1,
+    "F8_E5M2": 1, "F8_E5M2FNUZ": 1,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Entry:
+    key: str
+    code: str
+    shape: tuple[int, ...]
+    start: int  # absolute file offsets
+    end: int
+
+
+def _read_header(f: BinaryIO, size: int) -> list[_Entry]:
+    """The tensors a safetensors file holds, checked against the format and the file size.
+
+    The rules are the format's: a little-endian u64 header length, a JSON object of
+    ``{key: {dtype, shape, data_offsets}}`` (and ``__metadata__`` of strings), offsets
+    relative to the end of the header, the tensors covering the data exactly, each one's
+    bytes its shape's product times its element size.
+    """
+    raw = f.read(8)
+    if len(raw) < 8:
+        raise ValueError(f"{size} bytes, shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", raw)
+    if n > min(size - 8, _HEADER_MAX):
+        raise ValueError(f"a header of {n} bytes in a file of {size}")
+    text = f.read(n)
+    try:
+        header = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"the header is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    base = 8 + n
+    entries: list[_Entry] = []
+    for key, entry in header.items():
+        if key == "__metadata__":
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise ValueError("__metadata__ is not a map of strings")
+            continue
+        if not isinstance(entry, dict):
+            raise ValueError(f"tensor {key!r}: its entry is not an object")
+        code, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if code not in _CODE_SIZES:
+            raise ValueError(f"tensor {key!r}: unknown dtype {code!r}")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            raise ValueError(f"tensor {key!r}: shape {shape!r} is not a list of sizes")
+        if not (
+            isinstance(offsets, list) and len(offsets) == 2
+            and all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1]
+        ):  # fmt: skip
+            raise ValueError(f"tensor {key!r}: data_offsets {offsets!r} are not [start, end]")
+        count = math.prod(shape)
+        if (offsets[1] - offsets[0]) != count * _CODE_SIZES[code]:
+            raise ValueError(
+                f"tensor {key!r}: {offsets[1] - offsets[0]} bytes for shape {shape} of {code}"
+            )
+        entries.append(_Entry(key, code, tuple(shape), base + offsets[0], base + offsets[1]))
+    entries.sort(key=lambda e: (e.start, e.end))
+    at = base
+    for e in entries:  # the tensors cover the data exactly: no gap, no overlap
+        if e.start != at:
+            raise ValueError(f"tensor {e.key!r} starts at byte {e.start}, expected {at}")
+        at = e.end
+    if at != size:
+        raise ValueError(f"the tensors end at byte {at}, the file at {size}")
+    return entries
+
+
+def _read_tensors(
+    f: BinaryIO, entries: list[_Entry], device: str | torch.device | None
+) -> dict[str, torch.Tensor]:
+    import torch
+
+    by_code = {code: dtype for dtype, code in _dtypes().items()}
+    target = torch.device("cpu" if device is None else device)
+    out: dict[str, torch.Tensor] = {}
+    for e in entries:  # in file order: one forward read
+        dtype = by_code.get(e.code)
+        if dtype is None:
+            raise ValueError(f"tensor {e.key!r} is {e.code}, a dtype this torch does not have")
+        buf = torch.empty(e.end - e.start, dtype=torch.uint8)
+        view = memoryview(buf.numpy()).cast("B")
+        f.seek(e.start)
+        got = 0
+        while got < len(view):
+            k = f.readinto(view[got:])
+            if not k:
+                raise ValueError(f"tensor {e.key!r}: the file ends {len(view) - got} bytes short")
+            got += k
+        t = buf.view(dtype).reshape(e.shape)
+        out[e.key] = t if target.type == "cpu" else t.to(target)
+    return out
 
 
 def _decode_all(
