@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,16 @@ def test_starter_spec_validates() -> None:
     spec = parse_spec(starter_spec(name="bert", command="python run_squad.py"))
     assert spec.name == "bert"
     assert spec.command[-1] == "python run_squad.py"
+
+
+@pytest.mark.parametrize("file", ["acceptrun.toml", "specs/bert.toml", "my spec.toml"])
+def test_the_starter_spec_names_the_file_it_is_written_to(file: str) -> None:
+    text = starter_spec(name="bert", file=file)
+    header = "\n".join(text.splitlines()[:2])
+    quoted = shlex.quote(file)
+    assert f"acceptrun spec check {quoted}" in header and f"acceptrun run {quoted}" in header
+    assert "check spec.toml`" not in header  # not a file name it was not written to
+    parse_spec(text)
 
 
 def test_spec_reference_doc_is_in_sync() -> None:

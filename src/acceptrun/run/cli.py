@@ -282,7 +282,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise UserError(
             f"{path} already exists; pass --force to overwrite it, or give another file name"
         )
-    text = starter_spec(name=args.name or Path.cwd().name, command=args.command)
+    text = starter_spec(name=args.name or Path.cwd().name, command=args.command, file=str(path))
     parse_spec(text, source=str(path))  # the starter must always validate
     write_atomic(path, text, raw=True)  # the user's new spec
     print(

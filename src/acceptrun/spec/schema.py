@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import types
 import typing
 from typing import Any, Union, get_args, get_origin
@@ -156,10 +157,14 @@ def _type_name(tp: Any) -> str:
     return {bool: "bool", int: "integer", float: "number", str: "string"}.get(tp, str(tp))
 
 
-def starter_spec(name: str = "my-run", command: str = "python train.py") -> str:
-    """The commented starter spec that ``acceptrun init`` writes."""
+def starter_spec(
+    name: str = "my-run", command: str = "python train.py", file: str = "acceptrun.toml"
+) -> str:
+    """The commented starter spec that ``acceptrun init`` writes to ``file`` (its comments
+    name that file)."""
     from importlib.resources import files
 
     text = files("acceptrun").joinpath("spec/templates/spec.toml").read_text(encoding="utf-8")
     # JSON string syntax is valid TOML basic-string syntax: quotes and backslashes escaped.
+    text = text.replace("{file}", shlex.quote(file))  # in comments only: shell words
     return text.replace("{name}", json.dumps(name)).replace("{command}", json.dumps(command))
