@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -165,6 +166,47 @@ def test_show_of_an_unknown_run_names_it(project: Any) -> None:
 
     message = assert_one_message(proc.stderr, "WorkspaceError")
     assert "'no-such-run'" in message and "acceptrun ls" in message
+
+
+def test_the_reading_commands_take_a_run_by_its_directory(project: Any, tmp_path: Path) -> None:
+    """show, report, diff, ckpt ls/verify, howto and portability take a record's path as
+    well as its id: run from a directory with no workspace (a record copied off a
+    cluster), with no --workspace, they read that record; a path that is not a record is
+    named, with the fix."""
+    project.cli("run", "-q", str(project.spec("pass")), check_rc=0)
+    (run_id,) = project.run_ids()
+    path = str(project.runs_dir / run_id)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ACCEPTRUN_WORKSPACE"}
+
+    def cli(*args: str, rc: int | None = 0) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [PYTHON, "-m", "acceptrun", *args], cwd=elsewhere, env=env,
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert rc is None or proc.returncode == rc, (
+            args,
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+        )
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+
+    assert json.loads(cli("show", path, "--json").stdout)["state"]["run_id"] == run_id
+    assert cli("report", path, "--format", "json").stdout.strip().startswith("{")
+    assert run_id in cli("diff", path, path, rc=1).stdout  # nothing to compare: not reproduced
+    assert "no checkpoints" in cli("ckpt", "ls", path).stdout
+    cli("howto", path)
+    port = cli("portability", path, rc=None)  # 1 when it finds a blocker: either is an answer
+    assert port.returncode in (0, 1) and run_id in port.stdout, port.stdout + port.stderr
+    relative = os.path.relpath(path, elsewhere)
+    assert json.loads(cli("show", relative, "--json").stdout)["state"]["run_id"] == run_id
+    missing = cli("show", str(tmp_path / "no-such"), rc=2)
+    assert "does not exist" in assert_one_message(missing.stderr, "WorkspaceError")
+    not_record = cli("show", str(tmp_path), rc=2)
+    assert "not a run record" in assert_one_message(not_record.stderr, "WorkspaceError")
 
 
 # ---- imports -----------------------------------------------------------------------------------

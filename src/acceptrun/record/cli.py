@@ -22,6 +22,36 @@ def workspace_of(args: argparse.Namespace, create: bool = False) -> Any:
     return find_workspace(args.workspace, create=create)
 
 
+def looks_like_path(ref: str) -> bool:
+    """A run reference written as a path (``runs/ID``, ``./x``, ``~/ws/runs/ID``), not an id."""
+    return "/" in ref or ref.startswith((".", "~"))
+
+
+def open_run(args: argparse.Namespace, ref: str) -> Any:
+    """The run a reading command names: its record's path, or an id in the workspace.
+
+    A path is taken as it is, whatever workspace holds it (a record copied off a cluster,
+    another project's): it must be a run record (its ``run.json``). Anything else is an
+    id, unique prefix or ``latest`` of the command's workspace (:meth:`Workspace.get_run`).
+    """
+    from pathlib import Path
+
+    from acceptrun.errors import WorkspaceError
+    from acceptrun.record.workspace import RunRecord
+
+    if looks_like_path(ref):
+        path = Path(ref).expanduser()
+        if (path / "run.json").is_file():
+            return RunRecord(path.resolve())
+        if path.is_dir():
+            raise WorkspaceError(
+                f"{ref} is a directory but not a run record (no run.json in it); give a run's "
+                "directory (<workspace>/runs/<id>) or its id"
+            )
+        raise WorkspaceError(f"{ref} does not exist; give a run's directory or its id")
+    return workspace_of(args).get_run(ref)
+
+
 def listed_workspaces() -> tuple[list[tuple[str, Any]], list[str]]:
     """The user's listed workspaces that exist as (project, Workspace); notes on the others."""
     from acceptrun.record import registry

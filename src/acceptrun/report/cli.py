@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from acceptrun.record.cli import workspace_of
+from acceptrun.record.cli import open_run
 
 __all__ = ["register"]
 
@@ -26,7 +26,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from acceptrun.report.html import REPORT_FILE, render_html, report_data
     from acceptrun.report.markdown import render_markdown
 
-    record = _workspace(args).get_run(args.run)
+    record = open_run(args, args.run)
     data = report_data(record)
     if args.format == "json":
         text = json.dumps(data, indent=2, default=str)
@@ -67,8 +67,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from acceptrun.verdict.diff import diff_runs, format_run_diff
 
-    ws = _workspace(args)
-    d = diff_runs(ws.get_run(args.run_a), ws.get_run(args.run_b))
+    d = diff_runs(open_run(args, args.run_a), open_run(args, args.run_b))
     print(json.dumps(d.to_dict(), indent=2, default=str) if args.json else format_run_diff(d))
     return 0 if d.reproduced else 1
 
@@ -77,10 +76,7 @@ def cmd_portability(args: argparse.Namespace) -> int:
     from acceptrun.verdict.portability import check_run, check_spec_file, format_portability
 
     target = Path(args.target)
-    if target.is_file():
-        report = check_spec_file(target)
-    else:
-        report = check_run(_workspace(args).get_run(args.target))
+    report = check_spec_file(target) if target.is_file() else check_run(open_run(args, args.target))
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_portability(report))
     return 1 if report.blockers else 0
 
@@ -88,7 +84,7 @@ def cmd_portability(args: argparse.Namespace) -> int:
 def cmd_howto(args: argparse.Namespace) -> int:
     from acceptrun.report.howto import format_howto
 
-    print(format_howto(_workspace(args).get_run(args.run)))
+    print(format_howto(open_run(args, args.run)))
     return 0
 
 
@@ -97,7 +93,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     report = sub.add_parser(
         "report", help="a run's report: verdict, five tests, charts, cost, lineage (HTML)"
     )
-    report.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    report.add_argument(
+        "run",
+        nargs="?",
+        default="latest",
+        help="run id, unique prefix, latest, or the run's directory",
+    )
     report.add_argument(
         "--format",
         choices=("html", "md", "json"),
@@ -123,22 +124,27 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     diff = sub.add_parser(
         "diff", help="did RUN_B reproduce RUN_A? data, metrics, loss curve, outputs, environment"
     )
-    diff.add_argument("run_a", help="the original run")
-    diff.add_argument("run_b", help="the repeat")
+    diff.add_argument("run_a", help="the original run (id, prefix or directory)")
+    diff.add_argument("run_b", help="the repeat (id, prefix or directory)")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=cmd_diff)
 
     port = sub.add_parser(
         "portability", help="what ties a spec or run to one provider or machine, and how to move it"
     )
-    port.add_argument("target", help="a spec file, or a run id / prefix / latest")
+    port.add_argument("target", help="a spec file, or a run id / prefix / latest / directory")
     port.add_argument("--json", action="store_true")
     port.set_defaults(func=cmd_portability)
 
     howto = sub.add_parser(
         "howto", help="the commands to repeat a run on another machine, from its record"
     )
-    howto.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    howto.add_argument(
+        "run",
+        nargs="?",
+        default="latest",
+        help="run id, unique prefix, latest, or the run's directory",
+    )
     howto.set_defaults(func=cmd_howto)
 
 
@@ -146,7 +152,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from acceptrun.report import format_show
     from acceptrun.report.terminal import show_dict
 
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     if args.json:
         print(json.dumps(show_dict(record), indent=2))
     else:
@@ -156,6 +162,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _register_show(sub: argparse._SubParsersAction[Any]) -> None:
     show = sub.add_parser("show", help="a run at a glance: verdict, attempts, steps, metrics")
-    show.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    show.add_argument(
+        "run",
+        nargs="?",
+        default="latest",
+        help="run id, unique prefix, latest, or the run's directory",
+    )
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_show)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
-from acceptrun.record.cli import workspace_of
+from acceptrun.record.cli import open_run, workspace_of
 
 __all__ = ["register"]
 
@@ -57,7 +57,7 @@ def _store_of(record: Any) -> Any:
 
 
 def cmd_ckpt_ls(args: argparse.Namespace) -> int:
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     store = _store_of(record)
     infos = store.list()
     # A step directory whose manifest does not parse is left out of the list: say so.
@@ -94,7 +94,7 @@ def cmd_ckpt_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_ckpt_verify(args: argparse.Namespace) -> int:
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     store = _store_of(record)
     result = store.verify(args.step)
     rate = result.checked_bytes / 1e6 / max(result.seconds, 1e-9)
@@ -351,10 +351,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cls = ckpt_sub.add_parser(
         "ls", help="checkpoints of a run, with sizes, metrics and mirror state"
     )
-    cls.add_argument("run", nargs="?", default="latest")
+    cls.add_argument(
+        "run", nargs="?", default="latest", help="run id, prefix, latest, or directory"
+    )
     cls.set_defaults(func=cmd_ckpt_ls)
     cver = ckpt_sub.add_parser("verify", help="re-read and hash a checkpoint (default: LATEST)")
-    cver.add_argument("run", nargs="?", default="latest")
+    cver.add_argument(
+        "run", nargs="?", default="latest", help="run id, prefix, latest, or directory"
+    )
     cver.add_argument("--step", type=int, help="the step to verify")
     cver.set_defaults(func=cmd_ckpt_verify)
     cdrill = ckpt_sub.add_parser(
