@@ -262,6 +262,9 @@ def run_preflight(record: RunRecord, spec: RunSpec, *, existing: str | None = No
             )
         )
     result.checks.append(_timed("storage", lambda: check_storage([record.path, ckpt_dir])))
+    from acceptrun.capture.needs import check_needs
+
+    result.checks.append(_timed("dependencies", lambda: check_needs(spec, prov, python)))
     gpus = prov.get("gpus", {})
     if spec.resources.gpus > 0 or (not gpus.get("absent") and gpus.get("count", 0) > 0):
         result.checks.append(_timed("device", lambda: check_device(python)))

@@ -19,6 +19,7 @@ PREFLIGHT_FIX = {
     "data": "restore the data, or refresh the manifest with `acceptrun data snapshot` if the change is intended",
     "watched files": 'move the file aside, or set checkpoint.existing = "move" or "start"',
     "backend": "install the launcher the spec's processes need, or set resources.processes = 1",
+    "dependencies": "install what the check names where it names it (the extra of acceptrun)",
 }
 
 # Every preflight check is a setup check, but these, which have checks of their own
@@ -51,7 +52,10 @@ def preflight(given: CheckInput) -> list[Check]:
     out = []
     for c in pre.get("checks", []):
         if c["name"] not in _NOT_SETUP:
-            fix = None if c["ok"] else PREFLIGHT_FIX.get(c["name"])
+            own = (c.get("details") or {}).get("fix")  # a check's own fix, where it has one
+            fix = (
+                None if c["ok"] else (own if isinstance(own, str) else PREFLIGHT_FIX.get(c["name"]))
+            )
             out.append(
                 Check("setup", c["name"], PASS if c["ok"] else FAIL, True, c["message"], fix)
             )
