@@ -322,9 +322,7 @@ def test_diff_reads_the_loss_curve_of_either_format_as_a_per_step_reference(
         curve = loss_curve(rb)
         got = dict(zip(curve.steps.tolist(), curve.values.tolist(), strict=True))
         assert got.keys() == ref_b.keys() and list(curve.steps) == sorted(ref_b)
-        assert all(
-            got[s] == v or (math.isnan(got[s]) and math.isnan(v)) for s, v in ref_b.items()
-        )
+        assert all(got[s] == v or (math.isnan(got[s]) and math.isnan(v)) for s, v in ref_b.items())
         loss = diff_runs(ra, rb).loss
         assert loss is not None
         assert (loss["common_steps"], loss["max_abs_diff"], loss["at_step"]) == want

@@ -32,6 +32,7 @@ Saving is split so that an async save blocks the training loop only for :func:`s
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import os
@@ -44,7 +45,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptrun._util.durable import loads_json, read_bytes_bounded
 from acceptrun.errors import (
@@ -849,7 +850,7 @@ class _Entry:
     end: int
 
 
-def _read_header(f: BinaryIO, size: int) -> list[_Entry]:
+def _read_header(f: io.BufferedReader, size: int) -> list[_Entry]:
     """The tensors a safetensors file holds, checked against the format and the file size.
 
     The rules are the format's: a little-endian u64 header length, a JSON object of
@@ -907,7 +908,7 @@ def _read_header(f: BinaryIO, size: int) -> list[_Entry]:
 
 
 def _read_tensors(
-    f: BinaryIO, entries: list[_Entry], device: str | torch.device | None
+    f: io.BufferedReader, entries: list[_Entry], device: str | torch.device | None
 ) -> dict[str, torch.Tensor]:
     import torch
 
@@ -919,7 +920,7 @@ def _read_tensors(
         if dtype is None:
             raise ValueError(f"tensor {e.key!r} is {e.code}, a dtype this torch does not have")
         buf = torch.empty(e.end - e.start, dtype=torch.uint8)
-        view = memoryview(buf.numpy()).cast("B")
+        view = buf.numpy().data  # a writable memoryview of the tensor's own bytes
         f.seek(e.start)
         got = 0
         while got < len(view):
