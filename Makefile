@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo drill test test-unit test-integration suite-cpu check fmt clean gpu-check system-deps lock bytecode
+.PHONY: demo drill test test-unit test-pythons test-integration suite-cpu check fmt clean gpu-check system-deps lock bytecode
 
 # requirements/dev.lock pins every package of the dev/CI environment; `make lock` regenerates
 # it (and requirements/test.lock, the core test tier's) with uv from pyproject.toml.
@@ -56,10 +56,31 @@ TEST_WORKERS ?= 4
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 test: $(STAMP) system-deps bytecode
 	$(PYTEST) -q tests/unit
+	$(MAKE) --no-print-directory test-pythons
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 test-unit: $(STAMP) bytecode
 	$(PYTEST) -q tests/unit
+
+# The unit tier on every other Python the package declares (pyproject's classifiers), each
+# in .venv-<version> with the test extra only: torch's CPU wheel here is for 3.11, so the
+# test files that import torch are left out there, and the summary names them. The
+# interpreter is python<version> on PATH, else pyenv's; none fails the target: every
+# declared version is tested.
+OTHER_PYTHONS ?= 3.12 3.13
+test-pythons:
+	@for v in $(OTHER_PYTHONS); do \
+	  py=; for c in "$$(command -v python$$v)" $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
+	    if [ -x "$$c" ] && "$$c" -c '' >/dev/null 2>&1; then py=$$c; break; fi; done; \
+	  [ -n "$$py" ] || { echo "no python$$v here (PATH, pyenv): install it (pyenv install $$v) to test it"; exit 1; }; \
+	  venv=.venv-$$v; \
+	  if [ ! -f $$venv/.installed ] || [ pyproject.toml -nt $$venv/.installed ] || [ requirements/test.lock -nt $$venv/.installed ]; then \
+	    rm -rf $$venv && $$py -m venv $$venv && $$venv/bin/python -m pip install --quiet --upgrade pip \
+	    && $$venv/bin/python -m pip install --quiet -c requirements/test.lock -e '.[test]' && touch $$venv/.installed || exit 1; \
+	  fi; \
+	  echo "unit tier on $$($$venv/bin/python --version)"; \
+	  PYTHONDONTWRITEBYTECODE= $$venv/bin/python -m pytest -q -n 2 -p no:cacheprovider tests/unit || exit 1; \
+	done
 
 test-integration: $(STAMP) system-deps bytecode
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile tests/integration

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -63,6 +65,40 @@ if _CPU_LOG:
             os.write(fd, (line + "\n").encode())
         finally:
             os.close(fd)
+
+
+# On an interpreter without torch (the unit tier on Python 3.12 and 3.13, `make
+# test-pythons`: the CPU wheel of torch 2.13.0 is for 3.11 only) the test files that import
+# torch at their top are left out, and the summary says how many and why: every other test
+# runs. Which files they are is read from the files themselves, so a new one is covered.
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
+_NEEDS_TORCH = re.compile(rb"^(?:import torch|from torch[ .])", re.M)
+
+
+def _needs_torch(path: Path) -> bool:
+    return (
+        path.suffix == ".py"
+        and path.name.startswith("test_")
+        and bool(_NEEDS_TORCH.search(path.read_bytes()))
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    return True if not _HAS_TORCH and _needs_torch(collection_path) else None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _HAS_TORCH:
+        return
+    config = terminalreporter.config
+    roots = [Path(a.split("::")[0]) for a in config.args] or [Path(config.rootpath)]
+    files = {p for r in roots for p in ([r] if r.is_file() else r.rglob("test_*.py"))}
+    left = sorted(p.name for p in files if _needs_torch(p))
+    if left:
+        terminalreporter.write_line(
+            f"torch is not installed for {sys.executable}: {len(left)} test files that "
+            f"import it were left out ({', '.join(left)})"
+        )
 
 
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:

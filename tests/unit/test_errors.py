@@ -7,12 +7,12 @@ or keep the ``except ValueError`` it had: both must work.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import acceptrun
 from acceptrun import errors
-from acceptrun.checkpoint.loader import ResumableSampler
 from acceptrun.checkpoint.state import stage
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import Workspace
@@ -140,13 +140,21 @@ def test_run_checkpoint_with_nothing_registered(run: Run) -> None:
 # ---- the checkpoint API --------------------------------------------------------------------
 
 
+def _sampler() -> Any:
+    pytest.importorskip("torch", reason="ResumableSampler is a torch Sampler")
+    from acceptrun.checkpoint.loader import ResumableSampler
+
+    return ResumableSampler
+
+
 def test_resumable_sampler_of_negative_length() -> None:
+    ResumableSampler = _sampler()
     exc = _caught(lambda: ResumableSampler(-1), ValueError)
     assert "pass a dataset or a size" in str(exc)
 
 
 def test_resumable_sampler_epoch_start_out_of_range() -> None:
-    sampler = ResumableSampler(4)
+    sampler = _sampler()(4)
     _caught(lambda: sampler.set_epoch(0, start=9), ValueError)
 
 

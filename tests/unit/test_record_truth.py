@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.verdict.diff import diff_runs, format_run_diff
 
@@ -87,7 +89,7 @@ def test_diff_says_bitwise_only_over_output_hashes_and_the_loss(tmp_path: Path) 
 
 
 def test_retention_deletes_from_a_local_path_mirror_too(tmp_path: Path) -> None:
-    import torch
+    torch = pytest.importorskip("torch")
 
     from acceptrun.checkpoint.mirror import Mirror, remote_steps
     from acceptrun.checkpoint.saver import Checkpointer
