@@ -276,7 +276,8 @@ def wait_for(
 
 def only_record_in(workspace: Path) -> RunRecord:
     """The one run record of a workspace (a test made exactly one run there)."""
-    (path,) = [p for p in (workspace / "runs").iterdir() if (p / "run.json").exists()]
+    runs = (workspace / "runs").iterdir()  # not ".creating-*": a record still being made
+    (path,) = [p for p in runs if not p.name.startswith(".") and (p / "run.json").exists()]
     return RunRecord(path)
 
 

@@ -137,7 +137,8 @@ def cli(ws: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProce
 
 
 def run_dir(ws: Path) -> Path | None:
-    runs = [p for p in (ws / "runs").glob("*") if (p / "run.json").exists()]
+    # ``.creating-<id>`` is a record being made, renamed into place a moment later
+    runs = [p for p in (ws / "runs").glob("[!.]*") if (p / "run.json").exists()]
     return runs[0] if len(runs) == 1 else None
 
 

@@ -156,7 +156,8 @@ def test_a_step_torn_by_a_kill_is_cut_at_resume_and_nothing_else_is_lost(tmp_pat
     try:
 
         def run_dir() -> Path | None:
-            found = list((ws / "runs").glob("*/run.json")) if (ws / "runs").is_dir() else []
+            # not ``.creating-<id>/``: a record being made, renamed into place a moment later
+            found = list((ws / "runs").glob("[!.]*/run.json")) if (ws / "runs").is_dir() else []
             return found[0].parent if found else None
 
         rd = wait_for(run_dir, what="the run's record", alive=run, explain=explain)

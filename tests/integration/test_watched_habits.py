@@ -131,8 +131,8 @@ import numpy as np
 os.makedirs("out", exist_ok=True)
 w = np.arange(50_000, dtype=np.float64)
 if sys.argv[1] == "whole":
-    np.save("out/model.npy", w)  # written and closed
-    f = None
+    np.save("out/model.npy", w)  # written whole...
+    f = open("out/model.npy", "ab")  # ...and still held open for writing, as a slow close
 else:
     f = open("out/model.npy", "wb")  # killed mid-save: the header and half the data
     np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(w))
@@ -147,8 +147,9 @@ time.sleep(3600)
 def test_a_save_finished_just_before_a_kill_is_kept_and_a_torn_one_is_not(
     project: Project, state: str
 ) -> None:
-    """``settle`` is far longer than the script lives: only the final pass can see the
-    file, after the kill, and trusts it only when its format proves it whole."""
+    """``settle`` is far longer than the script lives and the file stays open for writing:
+    only the final pass, after the kill, can take it, and trusts it only when its format
+    proves it whole (a live pass leaves a file a process holds open for writing alone)."""
     (project.root / "save.py").write_text(NPY_SAVE)
     spec = project.spec(
         command=[PYTHON, "save.py", state],
