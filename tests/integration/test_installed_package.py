@@ -11,7 +11,11 @@ no s3fs, no tensorboard. In that environment, with its ``acceptrun``:
   its first captured save and resumes from its own file;
 - a spec whose mirror needs s3fs is refused at preflight, before any attempt, naming
   s3fs, the interpreter and ``acceptrun[s3]``;
-- ``acceptrun ui`` answers.
+- ``acceptrun ui`` answers;
+- ``acceptrun export skypilot`` uploads this install as its wheel (there is no index
+  package to fall back on): the task's set-up line, run as written in another fresh
+  environment against the uploaded file, installs the same acceptrun, file for file;
+  ``acceptrun export wheel`` writes that same wheel for an image.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class Env:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
         self.env.pop("PYTHONPATH", None)
         self.env.pop("VIRTUAL_ENV", None)
+        self.env["ACCEPTRUN_CACHE_DIR"] = str(root / "cache")  # the packed wheel's cache
         self.env["PATH"] = f"{self.bin}:{self.env.get('PATH', '')}"
 
     def sh(self, line: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -269,3 +274,82 @@ def test_the_board_answers(installed: Env) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _package_files(env: Env) -> dict[str, bytes]:
+    """The installed acceptrun package's files (no compiled caches), by relative path."""
+    where = env.sh(
+        "python -c 'import acceptrun, os; print(os.path.dirname(acceptrun.__file__))'", env.root
+    )
+    assert where.returncode == 0, where.stderr
+    pkg = Path(where.stdout.strip())
+    return {
+        p.relative_to(pkg).as_posix(): p.read_bytes()
+        for p in sorted(pkg.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_a_skypilot_task_ships_this_install_as_its_wheel(
+    installed: Env, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    yaml = pytest.importorskip("yaml")
+    work = _project(installed, "sky")
+    (work / "train.py").write_text("print('training')\n")
+    (work / "spec.toml").write_text(
+        'name = "shipped"\ncommand = ["python", "train.py"]\n'
+        '[checkpoint]\nmirror = "s3://acme-ckpt/shipped"\n'
+    )
+    done = installed.acceptrun("export", "skypilot", "spec.toml", "-o", "task.yaml", cwd=work)
+    assert done.returncode == 0, done.stdout + done.stderr
+    task = yaml.safe_load((work / "task.yaml").read_text())
+    version = acceptrun.__version__
+    mount = f"/opt/acceptrun-wheel/acceptrun-{version}-py3-none-any.whl"
+    wheel = Path(task["file_mounts"][mount])  # uploaded from this machine at launch
+    assert wheel.is_file() and wheel.is_relative_to(installed.root / "cache"), wheel
+    (line,) = [ln for ln in task["setup"].splitlines() if "acceptrun-wheel" in ln]
+    assert line == f"pip install '{mount}[s3]'", line
+    assert "acceptrun==" not in task["setup"]  # nothing asked of a package index
+    # The machine: a fresh environment, the wheel where the mount puts it, the line as written.
+    remote = Env(tmp_path_factory.mktemp("remote"))
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", str(remote.root / "venv")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    local = remote.root / mount.lstrip("/")
+    local.parent.mkdir(parents=True)
+    shutil.copy(wheel, local)
+    setup = remote.sh(
+        line.replace(mount, str(local)).replace("pip ", "python -m pip ", 1), remote.root
+    )
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    version_line = remote.sh("acceptrun --version", remote.root)
+    assert version_line.stdout.strip() == f"acceptrun {version}", version_line
+    assert _package_files(remote) == _package_files(installed)
+    # `acceptrun export wheel`: the same wheel, for an image's Dockerfile.
+    out = installed.acceptrun("export", "wheel", "-o", str(work / "wheels"), cwd=work)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (work / "wheels" / wheel.name).read_bytes() == wheel.read_bytes()
+    assert f"RUN python -m pip install /tmp/{wheel.name}" in out.stdout
+
+
+def test_a_changed_install_is_refused_not_shipped(installed: Env) -> None:
+    work = _project(installed, "changed")
+    (work / "spec.toml").write_text('name = "changed"\ncommand = ["python", "-c", "pass"]\n')
+    files = _package_files(installed)
+    assert "cost/prices.toml" in files
+    where = installed.sh(
+        "python -c 'import acceptrun, os; print(os.path.dirname(acceptrun.__file__))'",
+        installed.root,
+    )
+    prices = Path(where.stdout.strip()) / "cost" / "prices.toml"
+    original = prices.read_bytes()
+    prices.write_bytes(original + b"\n# edited by hand\n")
+    try:
+        done = installed.acceptrun("export", "skypilot", "spec.toml", cwd=work)
+    finally:
+        prices.write_bytes(original)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{prices} changed since acceptrun {acceptrun.__version__} was installed" in done.stderr
+    assert "reinstall acceptrun" in done.stderr and not done.stdout

@@ -134,3 +134,18 @@ def test_export_cli_prints_yaml_and_refuses_with_exit_2(
     spot = write_spec(tmp_path / "spot", LAMBDA_H100 + "use_spot = true\n")
     assert main(["export", "skypilot", str(spot)]) == 2
     assert "UserError: skypilot.use_spot = true" in capsys.readouterr().err
+
+
+def test_a_named_release_is_installed_from_the_index_and_nothing_is_uploaded(
+    tmp_path: Path, sky: Any
+) -> None:
+    spec_path = write_spec(tmp_path / "job", LAMBDA_H100)
+    out = tmp_path / "task.yaml"
+    argv = ["export", "skypilot", str(spec_path), "-o", str(out), "--acceptrun-version", "0.1.0"]
+    assert main(argv) == 0
+    task = sky.Task.from_yaml(str(out))
+    assert task.setup is not None and "pip install 'acceptrun[s3]==0.1.0'" in task.setup
+    assert "/opt/acceptrun-src" not in (task.file_mounts or {})
+    for bad in ("0.1.0; rm -rf ~", "latest", ""):
+        with pytest.raises(UserError, match="is not a release number"):
+            task_yaml(load_spec(spec_path), acceptrun_version=bad)

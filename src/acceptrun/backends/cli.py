@@ -1,5 +1,5 @@
-"""``acceptrun export skypilot | kubernetes | mlflow``: a spec as a SkyPilot task or
-Kubernetes manifests, a run into MLflow.
+"""``acceptrun export skypilot | kubernetes | wheel | mlflow``: a spec as a SkyPilot task
+or Kubernetes manifests, this acceptrun as a wheel, a run into MLflow.
 
 Imports stay lazy: ``acceptrun --help`` loads none of the backends.
 """
@@ -22,7 +22,7 @@ def cmd_export_skypilot(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     check_static(spec)
-    text = task_yaml(spec, run_id=args.run_id)
+    text = task_yaml(spec, run_id=args.run_id, acceptrun_version=args.acceptrun_version)
     if args.output in (None, "-"):
         sys.stdout.write(text)
         return 0
@@ -97,6 +97,17 @@ def cmd_export_kubernetes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_wheel(args: argparse.Namespace) -> int:
+    from acceptrun.backends.ship import build_wheel
+
+    wheel = build_wheel(Path(args.output))
+    print(f"wrote {wheel}: this acceptrun, for an image or a machine that has none")
+    print("  in a Dockerfile:")
+    print(f"    COPY {wheel.name} /tmp/")
+    print(f"    RUN python -m pip install /tmp/{wheel.name}")
+    return 0
+
+
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
     from acceptrun.backends.mlflow import default_tracking_uri, export_run
     from acceptrun.record.workspace import find_workspace
@@ -125,6 +136,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     sky.add_argument("-o", "--output", metavar="FILE", help="write the YAML here (default: stdout)")
     sky.add_argument(
         "--run-id", help="the run id the task creates and resumes (default: a new one)"
+    )
+    sky.add_argument(
+        "--acceptrun-version",
+        metavar="VERSION",
+        help="install this release of acceptrun from the package index on the machine "
+        "(default: upload this acceptrun, its checkout or its wheel)",
     )
     sky.set_defaults(func=cmd_export_skypilot)
     kube = export_sub.add_parser(
@@ -174,6 +191,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--port", type=int, default=29500, help="rendezvous port on pod 0 (default: 29500)"
     )
     kube.set_defaults(func=cmd_export_kubernetes)
+    wheel = export_sub.add_parser(
+        "wheel",
+        help="write this acceptrun as a wheel, to install it in an image (Kubernetes) or on "
+        "a machine that has none",
+    )
+    wheel.add_argument(
+        "-o", "--output", metavar="DIR", default=".", help="the folder to write it in (default: .)"
+    )
+    wheel.set_defaults(func=cmd_export_wheel)
     mlflow = export_sub.add_parser(
         "mlflow", help="copy a run's parameters, metrics, verdict and files into MLflow"
     )

@@ -26,6 +26,11 @@ acceptrun runs inside the pods, so its guarantees hold there:
   checkpoint volume must be one ReadWriteMany claim that every pod mounts at the same
   path: every rank writes its part of each checkpoint into the same step directory.
 
+The image must hold the acceptrun that wrote the manifests (its record format, its
+resume): the container's script compares ``acceptrun --version`` with the exporter's and
+stops with the fix when they differ, before any run; ``acceptrun export wheel`` writes this
+acceptrun's wheel for the image's Dockerfile (:mod:`acceptrun.backends.ship`).
+
 The spec goes into a ConfigMap (``spec.toml``) with its paths made absolute inside the
 image (the spec's directory is the image's ``--workdir``). A ConfigMap is readable by
 anyone who may list the namespace's objects, so it holds no secret: ``[env]`` entries
@@ -412,8 +417,20 @@ def _entrypoint(spec: RunSpec, run_id: str) -> str:
     """The container's shell script: supervisor on pod 0, node agent on the others."""
     q = shlex.quote
     mirror = " --from-mirror" if spec.checkpoint.mirror else ""
+    from acceptrun._version import __version__
+
+    want = f"acceptrun {__version__}"
     lines = [
         "set -eu",
+        "# The image's acceptrun must be the one that wrote this Job (the record format it",
+        "# reads and writes): `acceptrun export wheel` writes it for the image's Dockerfile.",
+        'HAVE="$(acceptrun --version 2>/dev/null || true)"',
+        f'if [ "$HAVE" != {q(want)} ]; then',
+        f'  echo "acceptrun: this Job was exported by {want}, the image holds '
+        f"${{HAVE:-no acceptrun}}: install {want} in the image (acceptrun export wheel, "
+        f'then pip install the wheel in its Dockerfile)" >&2',
+        "  exit 2",
+        "fi",
         f"WS={WORKSPACE_MOUNT}",
         f"RUN_ID={q(run_id)}",
         'RUN="$WS/runs/$RUN_ID"',

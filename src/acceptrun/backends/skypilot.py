@@ -14,6 +14,11 @@ restarts the ``run`` section after a preemption, on a new machine; with a
 RUN --from-mirror`` from the newest mirrored checkpoint. Without a mirror a new machine
 starts from step 0 (the YAML says so in a comment).
 
+The acceptrun ``setup`` installs is the one that wrote the task
+(:mod:`acceptrun.backends.ship`): a source checkout is uploaded and built there, an
+installed acceptrun is packed back into its wheel and uploaded; ``acceptrun_version``
+(``--acceptrun-version``) installs that release from the package index instead.
+
 The YAML is written by hand (no YAML library needed); SkyPilot's own parser
 (``sky.Task.from_yaml``) checks it in the tests.
 """
@@ -26,6 +31,7 @@ import shlex
 from pathlib import Path
 
 from acceptrun._util.redact import redact_text
+from acceptrun.backends.ship import Shipped, this_acceptrun
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import new_run_id
 from acceptrun.spec.model import RunSpec
@@ -35,6 +41,8 @@ __all__ = ["MIRROR_MOUNT", "accelerators", "task_yaml"]
 MIRROR_MOUNT = "/acceptrun"  # the checkpoint mirror's bucket, mounted on every node
 DATA_MOUNT = "/data"  # a data URL, mounted read-only by the workload's choice
 SOURCE_MOUNT = "/opt/acceptrun-src"  # this checkout of acceptrun, uploaded at launch
+WHEEL_MOUNT = "/opt/acceptrun-wheel"  # or this install's wheel, uploaded at launch
+_VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+_-]{0,63}$")  # a PEP 440 release, loosely
 _BUCKET = re.compile(r"^(s3|gs|r2|cos|oci|az|https)://[^/]+")
 
 
@@ -54,8 +62,17 @@ def accelerators(spec: RunSpec) -> str | None:
     return f"{model}:{gpus}"
 
 
-def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | None = None) -> str:
+def task_yaml(
+    spec: RunSpec,
+    *,
+    run_id: str | None = None,
+    spec_file: Path | None = None,
+    acceptrun_version: str | None = None,
+) -> str:
     """The SkyPilot task YAML for ``spec``; ``run_id`` fixes the run's id (new by default).
+
+    ``acceptrun_version`` installs that release of acceptrun from the package index; by
+    default the task uploads this acceptrun (its checkout, or its wheel).
 
     Raises :class:`UserError` for what the chosen cloud cannot do (spot or image ids on
     Lambda) and for paths the task cannot reach.
@@ -71,6 +88,11 @@ def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | Non
         raise UserError(
             f"skypilot.image_id = {sky.image_id!r}: Lambda Cloud does not take machine "
             'images in SkyPilot; use a Docker image ("docker:nvcr.io/...") or none'
+        )
+    if acceptrun_version is not None and not _VERSION.match(acceptrun_version):
+        raise UserError(
+            f"--acceptrun-version {acceptrun_version!r} is not a release number; give one "
+            "the package index holds, e.g. 0.1.0 (or leave it out to upload this acceptrun)"
         )
     run_id = run_id or new_run_id(spec.name)
     spec_file = Path(spec_file or spec.source).resolve()
@@ -121,9 +143,16 @@ def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | Non
         notes.append(
             "no bucket in checkpoint.mirror: after a preemption the run starts from step 0"
         )
-    source = _source_checkout()
-    if source is not None:
-        mounts.append(f"  {SOURCE_MOUNT}: {_q(str(source))}")
+    shipped = None if acceptrun_version else this_acceptrun()
+    if shipped is not None and shipped.kind == "source":
+        mounts.append(f"  {SOURCE_MOUNT}: {_q(str(shipped.path))}")
+    elif shipped is not None:
+        mounts.append(f"  {WHEEL_MOUNT}/{shipped.path.name}: {_q(str(shipped.path))}")
+        notes.append(
+            f"acceptrun {shipped.version} is uploaded with the task as {shipped.path} (this "
+            "install, packed back into its wheel); --acceptrun-version V installs V from "
+            "the package index instead"
+        )
     if mounts:
         lines += ["", "file_mounts:", *mounts]
 
@@ -134,7 +163,7 @@ def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | Non
         raise UserError(
             f"the spec {spec_file} is not inside its directory {base}; export it from there"
         ) from None
-    lines += ["", "setup: |", *_indent(_setup(spec, source))]
+    lines += ["", "setup: |", *_indent(_setup(spec, shipped, acceptrun_version))]
     lines += ["", "run: |", *_indent(_run(run_id, spec_rel, workspace, persistent))]
     text = "\n".join(lines) + "\n"
     # The task is shown and shared like a record: no credential goes in it. SkyPilot mounts
@@ -151,15 +180,16 @@ def task_yaml(spec: RunSpec, *, run_id: str | None = None, spec_file: Path | Non
     return shown
 
 
-def _setup(spec: RunSpec, source: Path | None) -> list[str]:
+def _setup(spec: RunSpec, shipped: Shipped | None, index_version: str | None) -> list[str]:
     urls = [u for u in (spec.data.path, spec.checkpoint.mirror) if u and "://" in u]
     extras = ",".join(sorted({"s3"} if any(u.startswith("s3://") for u in urls) else set()))
-    target = SOURCE_MOUNT if source is not None else "acceptrun"
-    package = f"{target}[{extras}]" if extras else target
-    from acceptrun import __version__
-
-    if source is None:
-        package = f"{package}=={__version__}"
+    with_extras = f"[{extras}]" if extras else ""
+    if shipped is None:  # the user named a release on the package index
+        package = f"acceptrun{with_extras}=={index_version}"
+    elif shipped.kind == "source":
+        package = f"{SOURCE_MOUNT}{with_extras}"
+    else:
+        package = f"{WHEEL_MOUNT}/{shipped.path.name}{with_extras}"
     pins = [_pin(name, want) for name, want in sorted(spec.expect.packages.items())]
     out = [
         "set -e",
@@ -196,14 +226,6 @@ def _pin(name: str, want: str) -> str:
     """``expect.packages`` patterns as pip requirements: ``2.3.*`` -> ``==2.3.*``."""
     want = want.strip()
     return f"{name}{want}" if want[:1] in "<>=!~" else f"{name}=={want}"
-
-
-def _source_checkout() -> Path | None:
-    """This acceptrun's source tree when it runs from a checkout (not from PyPI)."""
-    import acceptrun
-
-    root = Path(acceptrun.__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").exists() and (root / "src").is_dir() else None
 
 
 def _task_name(name: str) -> str:
