@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
     from acceptrun.workload.run import Run, init
 
-__version__ = "0.1.0"
+from acceptrun._version import __version__
 
 
 def __getattr__(name: str) -> object:

@@ -116,6 +116,19 @@ def _guard(name: str, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 # --- parts read in this process ---------------------------------------------------------
 
 
+def _acceptrun_part() -> dict[str, Any]:
+    """This acceptrun: its version, and whether it runs from a checkout or an install."""
+    import acceptrun
+
+    here = Path(acceptrun.__file__).resolve().parent
+    checkout = (here.parents[1] / "pyproject.toml").is_file() and here.parent.name == "src"
+    return {
+        "version": acceptrun.__version__,
+        "from": "checkout" if checkout else "installed",
+        "path": str(here),
+    }
+
+
 def _os_part() -> dict[str, Any]:
     release = platform.release()
     with contextlib.suppress(OSError, AttributeError):
@@ -443,6 +456,8 @@ def capture(
         "captured_at": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         **ordered,
         "hashes": hashes,
+        # the acceptrun that captured it, and where it ran from; not part of any hash
+        "acceptrun": _acceptrun_part(),
         # whether the python/packages/torch facts were read now or reused from the probe
         # cache (cache_dir()), and when they were read; not part of any hash
         "probe": {"cached": False}
@@ -558,6 +573,7 @@ def format_provenance(prov: Mapping[str, Any]) -> str:
         ("git", _fmt_git),
         ("torch", _fmt_torch),
         ("gpus", _fmt_gpus),
+        ("acceptrun", lambda p: f"{p['version']} ({p['from']})  {p['path']}"),
     ]
     lines = []
     for key, render in rows:

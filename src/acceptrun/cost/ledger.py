@@ -55,7 +55,7 @@ from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage
 from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.liveness import dead_periods
-from acceptrun.record.models import FORMAT
+from acceptrun.record.models import stamp
 from acceptrun.record.steplog import StepLog, StepRanges
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
@@ -602,7 +602,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     }
     dead = dead_periods(events)  # record/liveness.py
     ledger: dict[str, Any] = {
-        "format": FORMAT,
+        **stamp(),
         "schema": SCHEMA,
         "run_id": record.run_id,
         "name": state.get("name"),

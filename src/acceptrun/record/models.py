@@ -1,29 +1,33 @@
 """Typed models of the record's JSON files: run.json, exit.json, verdict.json, ledger.json.
 
-Each file carries ``"format": FORMAT`` (written by its writer). Reading:
+Each file carries :func:`stamp`: ``"format": FORMAT`` and the ``acceptrun_version`` that
+wrote it. Reading:
 
 - no ``format``: a record written before formats existed; read as format 1;
 - ``format`` up to :data:`FORMAT`: read;
-- a newer ``format``: :class:`~acceptrun.errors.RecordError` naming the file, its format
-  and the fix (upgrade acceptrun), never a silent misreading.
+- a newer ``format``: :class:`~acceptrun.errors.RecordError` naming the file, its format,
+  the acceptrun that wrote it and the fix (install that version or newer), never a silent
+  misreading.
 
 The models keep the whole parsed object in ``raw``: a field a newer writer added within
 the same format is never lost by a reader that passes the data on.
 
 >>> RunState.from_json({"run_id": "r", "status": "finished"}, "run.json").status
 'finished'
->>> RunState.from_json({"format": 99}, "runs/r/run.json")
+>>> RunState.from_json({"format": 99, "acceptrun_version": "9.0"}, "runs/r/run.json")
 Traceback (most recent call last):
 ...
-acceptrun.errors.RecordError: runs/r/run.json has format 99, newer than this acceptrun reads (up to 2); upgrade acceptrun (pip install -U acceptrun) to read this record
+acceptrun.errors.RecordError: runs/r/run.json has format 99, written by acceptrun 9.0; this acceptrun ... reads formats up to 2: install acceptrun 9.0 or newer (python -m pip install 'acceptrun>=9.0', or the wheel `acceptrun export wheel` writes where the record was made) to read this record
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._version import __version__
 from acceptrun.errors import RecordError
 from acceptrun.record.status import RunStatus
 
@@ -34,12 +38,19 @@ __all__ = [
     "RunState",
     "VerdictFile",
     "record_format",
+    "stamp",
 ]
 
 # The record format this code writes and the newest it reads. 1: every step a JSON line
 # of events.jsonl. 2: steps in the step log, attempts/<n>/steps/ (record/steplog.py);
 # events.jsonl keeps the other events. Readers read both.
 FORMAT = 2
+_VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+_-]{0,63}$")  # a release number, loosely (PEP 440)
+
+
+def stamp() -> dict[str, Any]:
+    """What every record file a writer makes begins with: its format and its writer."""
+    return {"format": FORMAT, "acceptrun_version": __version__}
 
 
 def record_format(data: Any, path: str | Path) -> int:
@@ -56,9 +67,18 @@ def record_format(data: Any, path: str | Path) -> int:
             "the record is damaged. Restore it from a copy."
         )
     if fmt > FORMAT:
+        by = data.get("acceptrun_version")
+        if isinstance(by, str) and _VERSION.match(by):
+            raise RecordError(
+                f"{path} has format {fmt}, written by acceptrun {by}; this acceptrun "
+                f"{__version__} reads formats up to {FORMAT}: install acceptrun {by} or newer "
+                f"(python -m pip install 'acceptrun>={by}', or the wheel `acceptrun export "
+                "wheel` writes where the record was made) to read this record"
+            )
         raise RecordError(
-            f"{path} has format {fmt}, newer than this acceptrun reads (up to {FORMAT}); "
-            "upgrade acceptrun (pip install -U acceptrun) to read this record"
+            f"{path} has format {fmt}, newer than this acceptrun {__version__} reads (up to "
+            f"{FORMAT}); upgrade acceptrun (python -m pip install -U acceptrun) to read this "
+            "record"
         )
     return fmt
 

@@ -46,7 +46,7 @@ from acceptrun._util.durable import (
 )
 from acceptrun._util.sqlite import migrate
 from acceptrun.errors import RecordError, WorkspaceError
-from acceptrun.record.models import FORMAT, record_format
+from acceptrun.record.models import record_format, stamp
 from acceptrun.record.status import RunStatus
 
 __all__ = [
@@ -315,7 +315,7 @@ class Workspace:
         try:
             write_atomic(tmp / "spec.toml", spec_text, raw=True)  # the user's: resume reads it
             record_state = {
-                "format": FORMAT,
+                **stamp(),
                 "run_id": run_id,
                 "name": name,
                 "created_at": now_iso(),

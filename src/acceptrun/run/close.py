@@ -19,7 +19,7 @@ from typing import Any
 from acceptrun._util.console import get_logger
 from acceptrun._util.paths import check_removable, lexical_problem
 from acceptrun.record.lease import end_lease
-from acceptrun.record.models import FORMAT
+from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.verdict.core import Verdict, compute_verdict, read_attempts, run_timeline, work_lost
@@ -172,7 +172,7 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
     _ledger(record)  # the verdict's cost lines read it
     _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
     verdict = compute_verdict(record, spec)
-    record.write_json("verdict.json", {"format": FORMAT, **verdict.to_dict()})
+    record.write_json("verdict.json", {**stamp(), **verdict.to_dict()})
     tl = run_timeline(record)
     duration = None
     if tl["launch"] is not None and tl["end"] is not None:

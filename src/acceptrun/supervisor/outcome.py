@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.record.models import FORMAT as RECORD_FORMAT
+from acceptrun.record.models import stamp
 from acceptrun.record.workspace import now_iso
 from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.classify import Classification
@@ -48,7 +48,7 @@ class AttemptResult:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "format": RECORD_FORMAT,
+            **stamp(),
             "attempt": self.attempt,
             "outcome": self.outcome,
             "returncode": self.returncode,

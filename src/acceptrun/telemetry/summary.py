@@ -1298,8 +1298,11 @@ def write_summary(record_path: Path) -> Path:
     source = _computed_from(run_dir)  # before reading: a later change makes it stale
     rec = _load(run_dir)
     summary, facts = _summarize(rec)
+    from acceptrun._version import __version__
+
     data = {
         "format": SUMMARY_FORMAT,
+        "acceptrun_version": __version__,  # which acceptrun computed these figures
         "computed_from": source,
         "summary": summary.to_dict(),
         "step_facts": facts,

@@ -43,7 +43,7 @@ from typing import Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.errors import UserError
-from acceptrun.record.models import FORMAT as RECORD_FORMAT
+from acceptrun.record.models import stamp
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
@@ -674,7 +674,7 @@ def _decide_again(record: RunRecord) -> str:
 
     verdict = compute_verdict(record)
     label = "accepted" if verdict.accepted else "rejected"
-    record.write_json("verdict.json", {"format": RECORD_FORMAT, **verdict.to_dict()})
+    record.write_json("verdict.json", {**stamp(), **verdict.to_dict()})
     record.update_state(verdict=label)  # also refreshes the index
     record.event("verdict", sync=True, verdict=label, after="drill")
     return label
