@@ -66,8 +66,14 @@ test-unit: $(STAMP) bytecode
 # in .venv-<version> with the test extra only: torch's CPU wheel here is for 3.11, so the
 # test files that import torch are left out there, and the summary names them. The
 # interpreter is python<version> on PATH, else pyenv's; none fails the target: every
-# declared version is tested.
+# declared version is tested. Then the torch-free integration files below, on each of
+# them: real supervisors, signals, torn logs, the client and a newer release's record
+# (about 25 s a version on two cores; the rest of the tier's workloads import torch).
 OTHER_PYTHONS ?= 3.12 3.13
+PYTHONS_INTEGRATION ?= tests/integration/test_supervisor.py tests/integration/test_client.py \
+  tests/integration/test_steplog_torn.py tests/integration/test_torn_log.py \
+  tests/integration/test_hostile_paths.py tests/integration/test_watched_habits.py \
+  tests/integration/test_versions.py tests/integration/test_durable.py
 test-pythons:
 	@for v in $(OTHER_PYTHONS); do \
 	  py=; for c in "$$(command -v python$$v)" $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
@@ -80,6 +86,8 @@ test-pythons:
 	  fi; \
 	  echo "unit tier on $$($$venv/bin/python --version)"; \
 	  PYTHONDONTWRITEBYTECODE= $$venv/bin/python -m pytest -q -n 2 -p no:cacheprovider tests/unit || exit 1; \
+	  echo "torch-free integration files on $$($$venv/bin/python --version)"; \
+	  PYTHONDONTWRITEBYTECODE= $$venv/bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(PYTHONS_INTEGRATION) || exit 1; \
 	done
 
 test-integration: $(STAMP) system-deps bytecode
