@@ -15,7 +15,10 @@ no s3fs, no tensorboard. In that environment, with its ``acceptrun``:
 - ``acceptrun export skypilot`` uploads this install as its wheel (there is no index
   package to fall back on): the task's set-up line, run as written in another fresh
   environment against the uploaded file, installs the same acceptrun, file for file;
-  ``acceptrun export wheel`` writes that same wheel for an image.
+  ``acceptrun export wheel`` writes that same wheel for an image;
+- last, each extra alone, installed as the README says, enables its feature: with
+  ``[tensorboard]`` a script that only writes TensorBoard logs has its steps read; with
+  ``[s3]`` a run mirrors its checkpoints to an S3 server on loopback.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 WATCHED = Path(__file__).with_name("watched_train.py")
 pytestmark = pytest.mark.slow
+# The S3 fixtures (tests/integration/s3server.py): a real S3-compatible server on loopback.
+pytest_plugins = ["s3server"]
 
 
 def readme_install_lines() -> list[str]:
@@ -211,7 +216,8 @@ def test_a_black_box_script_resumes_from_its_own_watched_checkpoint(installed: E
     try:
         runs = work / ".acceptrun" / "runs"
         rd = wait_for(
-            lambda: next(iter(runs.iterdir()), None) if runs.is_dir() else None,
+            # not ".creating-<id>": a record being made, renamed into place a moment later
+            lambda: next(iter(runs.glob("[!.]*")), None) if runs.is_dir() else None,
             what="the run's record", alive=proc, explain=out.read_text,
         )  # fmt: skip
 
@@ -353,3 +359,60 @@ def test_a_changed_install_is_refused_not_shipped(installed: Env) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{prices} changed since acceptrun {acceptrun.__version__} was installed" in done.stderr
     assert "reinstall acceptrun" in done.stderr and not done.stdout
+
+
+TENSORBOARD = """
+from torch.utils.tensorboard import SummaryWriter
+w = SummaryWriter("tb")
+for step in range(1, 31):
+    w.add_scalar("train/loss", 1.0 / step, step)
+    w.flush()
+w.close()
+"""
+
+
+def test_each_extra_installed_alone_enables_its_feature(installed: Env, s3: dict[str, Any]) -> None:
+    # After every other test of the module: these installs add the extras' packages.
+    tb = installed.sh('python -m pip install -q "./acceptrun[tensorboard]"', cwd=installed.root)
+    assert tb.returncode == 0, tb.stdout + tb.stderr
+    work = _project(installed, "extra-tensorboard")
+    (work / "train.py").write_text(TENSORBOARD)
+    (work / "spec.toml").write_text(
+        'name = "tb"\ncommand = ["python", "train.py"]\n'
+        '[progress]\ntensorboard = "tb"\ntags = { loss = "train/loss" }\n'
+    )
+    done = installed.acceptrun("run", "-q", "spec.toml", cwd=work)
+    assert done.returncode == 0, done.stdout + done.stderr
+    from acceptrun.record.steplog import StepLog
+
+    (rd,) = (work / ".acceptrun" / "runs").iterdir()
+    steps = StepLog(rd).events()
+    assert [s["step"] for s in steps] == list(range(1, 31))
+    assert {s["source"] for s in steps} == {"tensorboard"}
+
+    s3fs = installed.sh('python -m pip install -q "./acceptrun[s3]"', cwd=installed.root)
+    assert s3fs.returncode == 0, s3fs.stdout + s3fs.stderr
+    work = _project(installed, "extra-s3")
+    (work / "train.py").write_text(textwrap.dedent(CLIENT))
+    mirror = f"s3://{s3['bucket']}/installed-{os.getpid()}"
+    (work / "spec.toml").write_text(
+        f'name = "s3"\ncommand = ["python", "train.py"]\n[checkpoint]\nmirror = "{mirror}"\n'
+    )
+    env = {
+        **installed.env,
+        "AWS_ENDPOINT_URL": s3["endpoint_url"],
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    env.update(
+        {k: os.environ[k] for k in os.environ if k.startswith("AWS_") and k != "AWS_ENDPOINT_URL"}
+    )
+    done = subprocess.run(
+        [str(installed.bin / "acceptrun"), "run", "-q", "spec.toml"], cwd=work, env=env,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (rd,) = (work / ".acceptrun" / "runs").iterdir()
+    from acceptrun.checkpoint.mirror import remote_steps
+
+    mirrored = remote_steps(f"{mirror}/{rd.name}", storage_options=s3["storage_options"])
+    assert mirrored and mirrored[-1] == 199, mirrored  # the last checkpoint, off the machine

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import acceptrun
 from acceptrun._util.hashing import hash_file
 from acceptrun.capture import provenance
 from acceptrun.capture.provenance import Change
@@ -87,7 +88,8 @@ def child_capture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_capture_has_every_part_and_round_trips_as_json(child_capture: dict[str, Any]) -> None:
     prov = child_capture["prov"]
-    assert list(prov) == ["schema", "captured_at", *PARTS, "hashes", "probe"]
+    assert list(prov) == ["schema", "captured_at", *PARTS, "hashes", "acceptrun", "probe"]
+    assert prov["acceptrun"]["version"] == acceptrun.__version__
     assert prov["schema"] == 1
     when = datetime.datetime.fromisoformat(prov["captured_at"])
     assert when.utcoffset() == datetime.timedelta(0)
@@ -280,6 +282,7 @@ def test_format_provenance_summarises_the_key_facts(child_capture: dict[str, Any
     prov, text = child_capture["prov"], child_capture["text"]
     labels = [line.split()[0] for line in text.splitlines()]
     parts = ["os", "host", "cpu", "memory", "python", "packages", "git", "torch", "gpus"]
+    parts.append("acceptrun")  # the acceptrun that captured it (not a hashed part)
     # A probe answered from the cache (an earlier test of this worker probed the same
     # interpreter) says so on a line of its own.
     cached = ["probe"] if prov["probe"]["cached"] else []

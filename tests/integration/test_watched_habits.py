@@ -131,8 +131,9 @@ import numpy as np
 os.makedirs("out", exist_ok=True)
 w = np.arange(50_000, dtype=np.float64)
 if sys.argv[1] == "whole":
-    np.save("out/model.npy", w)  # written whole...
-    f = open("out/model.npy", "ab")  # ...and still held open for writing, as a slow close
+    f = open("out/model.npy", "wb")  # held open for writing from the first byte...
+    np.save(f, w)  # ...written whole, and never closed (a slow close)
+    f.flush()
 else:
     f = open("out/model.npy", "wb")  # killed mid-save: the header and half the data
     np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(w))

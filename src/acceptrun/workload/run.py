@@ -55,11 +55,13 @@ The :class:`Run` is made of parts, one concern each: :mod:`~acceptrun.workload.l
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +160,11 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
         if self.finished:
             return
         self.finished = True
-        if self._checkpointer is not None or self._mirror is not None:
+        if self._checkpoints_closed:  # at the interpreter's exit, by _before_shutdown
+            if self._checkpoints_error is not None and status == "ok":
+                status = self._checkpoints_error
+        elif self._checkpointer is not None or self._mirror is not None:
+            self._checkpoints_closed = True
             try:
                 self._close_checkpoints()  # the last save, then the mirror drained
             except Exception as exc:  # the exit status still gets recorded
@@ -221,6 +227,7 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
             **size,
         )  # fmt: skip
     atexit.register(run._at_exit)
+    _before_interpreter_shutdown(run._before_shutdown)
     previous = sys.excepthook
     if previous is sys.__excepthook__:
         sys.excepthook = run._excepthook
@@ -257,3 +264,21 @@ def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | Non
     prov = provenance.capture(diff_path=record.file("git.diff"), exclude=[ws.root])
     record.write_json("provenance.json", prov)
     return record
+
+
+def _before_interpreter_shutdown(hook: Callable[[], None]) -> None:
+    """Call ``hook`` when the interpreter starts to exit, while thread pools still take work.
+
+    threading runs its exit hooks (``threading._register_atexit``, in reverse order) before
+    it joins threads and before atexit's handlers; concurrent.futures registers one that
+    stops every pool. Importing concurrent.futures.thread first puts that one earlier, so
+    ``hook`` runs before it. Where the hook cannot be registered (another Python, or the
+    interpreter already exiting), :meth:`Run.finish` closes the checkpoints at atexit.
+    """
+    import concurrent.futures.thread  # noqa: F401  (registers its own exit hook now)
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    with contextlib.suppress(RuntimeError):  # "can't register atexit after shutdown"
+        register(hook)

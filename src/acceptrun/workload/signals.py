@@ -228,6 +228,25 @@ class StopHandling(RunBase):
                 "stop_requested", attempt=self.attempt, signal=signal.Signals(signum).name
             )
 
+    def _before_shutdown(self) -> None:
+        """The last save committed and the mirror drained, as the interpreter starts to exit.
+
+        This runs among threading's exit hooks, before concurrent.futures refuses new work
+        and before atexit's handlers: s3fs (aiobotocore) resolves names and reads files in a
+        thread pool, so a mirror drained later, in :meth:`_at_exit`, failed every upload
+        with "cannot schedule new futures after interpreter shutdown" and the run's last
+        checkpoint never left the machine.
+        """
+        if self.finished or self._checkpoints_closed or os.getpid() != self._pid:
+            return
+        if self._checkpointer is None and self._mirror is None:
+            return
+        self._checkpoints_closed = True
+        try:
+            self._close_checkpoints()
+        except Exception as exc:  # finish() records it as the workload's status
+            self._checkpoints_error = f"error: {type(exc).__name__}: {exc}"
+
     def _at_exit(self) -> None:
         if self.finished or os.getpid() != self._pid:
             return  # a forked child's exit is not the workload's end (nor its record's)
