@@ -5,7 +5,9 @@ backend named in pyproject.toml (setuptools, through its PEP 517 hooks, as ``pyt
 build --no-isolation`` calls them) makes the sdist; pip builds one wheel from the copy
 and one from the unpacked sdist. Both wheels hold the same files with the same bytes, and
 every file under ``src/acceptrun`` that git knows is in them (a new data file the
-package-data list forgets fails here, not on a user's machine).
+package-data list forgets fails here, not on a user's machine). ``acceptrun export
+wheel`` run from the checkout gives a wheel of the same sources and leaves nothing in the
+checkout (pip builds a directory in place: it builds a copy).
 """
 
 from __future__ import annotations
@@ -79,3 +81,33 @@ def test_the_sdist_rebuilds_the_wheel_and_the_wheel_holds_every_source(tmp_path:
     sources = {rel.removeprefix("src/") for rel in files if rel.startswith("src/acceptrun/")}
     in_wheel = {n for n in from_clone if not n.split("/")[0].endswith(".dist-info")}
     assert in_wheel == sources
+
+
+def _untracked_and_ignored() -> list[str]:
+    """What the checkout holds beside its tracked files, but compiled caches (other tests
+    running beside this one write those) and the test tools' own folders."""
+    lines = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    skip = ("__pycache__", ".pyc", ".hypothesis", "_cache", ".venv")
+    return [ln for ln in lines if not any(s in ln for s in skip)]
+
+
+def test_export_wheel_from_the_checkout_holds_its_sources_and_writes_nothing_there(
+    tmp_path: Path,
+) -> None:
+    before = _untracked_and_ignored()
+    done = subprocess.run(
+        [sys.executable, "-m", "acceptrun", "export", "wheel", "-o", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = tmp_path.glob("acceptrun-*.whl")
+    assert wheel.name == f"acceptrun-{acceptrun.__version__}-py3-none-any.whl"
+    assert f"RUN python -m pip install /tmp/{wheel.name}" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [wheel.name]  # no build folder left
+    sources = {rel.removeprefix("src/") for rel in _tracked() if rel.startswith("src/acceptrun/")}
+    in_wheel = {n for n in _contents(wheel) if not n.split("/")[0].endswith(".dist-info")}
+    assert in_wheel == sources
+    assert _untracked_and_ignored() == before  # no build/, no egg-info change in the checkout

@@ -25,6 +25,7 @@ import importlib.metadata
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,19 +165,20 @@ def build_wheel(into: Path) -> Path:
         return write_wheel(importlib.metadata.distribution(DIST), into)
     into.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=into, prefix=".building-") as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "-q",
-            "-w",
-            tmp,
-            str(shipped.path),
-        ]
+        # pip builds a directory in place (build/, *.egg-info): build a copy of what the
+        # package is made of, so that the checkout gets no file it did not have.
+        source, out = Path(tmp) / "source", Path(tmp) / "out"
+        source.mkdir()
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (shipped.path / name).is_file():
+                shutil.copy2(shipped.path / name, source / name)
+        shutil.copytree(
+            shipped.path / "src" / DIST, source / "src" / DIST,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )  # fmt: skip
+        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        built = sorted(Path(tmp).glob(f"{DIST}-*.whl"))
+        built = sorted(out.glob(f"{DIST}-*.whl"))
         if done.returncode != 0 or len(built) != 1:
             raise UserError(
                 f"building acceptrun's wheel from {shipped.path} failed (`{' '.join(cmd)}` "
