@@ -282,13 +282,18 @@ def test_the_board_answers(installed: Env) -> None:
         proc.wait(timeout=60)
 
 
-def _package_files(env: Env) -> dict[str, bytes]:
-    """The installed acceptrun package's files (no compiled caches), by relative path."""
+def _package_dir(env: Env) -> Path:
+    """Where the environment's acceptrun package is installed."""
     where = env.sh(
         "python -c 'import acceptrun, os; print(os.path.dirname(acceptrun.__file__))'", env.root
     )
     assert where.returncode == 0, where.stderr
-    pkg = Path(where.stdout.strip())
+    return Path(where.stdout.strip())
+
+
+def _package_files(env: Env) -> dict[str, bytes]:
+    """The installed acceptrun package's files (no compiled caches), by relative path."""
+    pkg = _package_dir(env)
     return {
         p.relative_to(pkg).as_posix(): p.read_bytes()
         for p in sorted(pkg.rglob("*"))
@@ -345,11 +350,7 @@ def test_a_changed_install_is_refused_not_shipped(installed: Env) -> None:
     (work / "spec.toml").write_text('name = "changed"\ncommand = ["python", "-c", "pass"]\n')
     files = _package_files(installed)
     assert "cost/prices.toml" in files
-    where = installed.sh(
-        "python -c 'import acceptrun, os; print(os.path.dirname(acceptrun.__file__))'",
-        installed.root,
-    )
-    prices = Path(where.stdout.strip()) / "cost" / "prices.toml"
+    prices = _package_dir(installed) / "cost" / "prices.toml"
     original = prices.read_bytes()
     prices.write_bytes(original + b"\n# edited by hand\n")
     try:

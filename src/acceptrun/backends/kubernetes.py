@@ -67,6 +67,7 @@ from typing import Any
 import tomli_w
 
 from acceptrun._util.redact import is_secret_name, redact_text
+from acceptrun._version import __version__
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import new_run_id
 from acceptrun.spec.model import RunSpec
@@ -417,8 +418,6 @@ def _entrypoint(spec: RunSpec, run_id: str) -> str:
     """The container's shell script: supervisor on pod 0, node agent on the others."""
     q = shlex.quote
     mirror = " --from-mirror" if spec.checkpoint.mirror else ""
-    from acceptrun._version import __version__
-
     want = f"acceptrun {__version__}"
     lines = [
         "set -eu",

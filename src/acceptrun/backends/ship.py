@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceptrun._util.durable import write_atomic
-from acceptrun.capture.provenance import cache_dir
+from acceptrun._version import __version__
+from acceptrun.capture.provenance import acceptrun_checkout, cache_dir
 from acceptrun.errors import UserError
 
 __all__ = ["Shipped", "build_wheel", "pack_wheel", "this_acceptrun", "write_wheel"]
@@ -56,12 +57,10 @@ class Shipped:
 
 def this_acceptrun() -> Shipped:
     """This acceptrun as something a remote machine can install (see the module's text)."""
-    import acceptrun
-
-    here = Path(acceptrun.__file__).resolve().parent
-    root = here.parents[1]
-    if (root / "pyproject.toml").is_file() and (root / "src" / DIST).is_dir():
-        return Shipped("source", root, acceptrun.__version__)
+    root = acceptrun_checkout()
+    if root is not None:
+        return Shipped("source", root, __version__)
+    here = Path(__file__).resolve().parents[1]  # the acceptrun package
     try:
         dist = importlib.metadata.distribution(DIST)
     except importlib.metadata.PackageNotFoundError:

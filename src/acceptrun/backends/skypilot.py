@@ -31,6 +31,7 @@ import shlex
 from pathlib import Path
 
 from acceptrun._util.redact import redact_text
+from acceptrun._version import RELEASE
 from acceptrun.backends.ship import Shipped, this_acceptrun
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import new_run_id
@@ -42,7 +43,6 @@ MIRROR_MOUNT = "/acceptrun"  # the checkpoint mirror's bucket, mounted on every 
 DATA_MOUNT = "/data"  # a data URL, mounted read-only by the workload's choice
 SOURCE_MOUNT = "/opt/acceptrun-src"  # this checkout of acceptrun, uploaded at launch
 WHEEL_MOUNT = "/opt/acceptrun-wheel"  # or this install's wheel, uploaded at launch
-_VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+_-]{0,63}$")  # a PEP 440 release, loosely
 _BUCKET = re.compile(r"^(s3|gs|r2|cos|oci|az|https)://[^/]+")
 
 
@@ -89,7 +89,7 @@ def task_yaml(
             f"skypilot.image_id = {sky.image_id!r}: Lambda Cloud does not take machine "
             'images in SkyPilot; use a Docker image ("docker:nvcr.io/...") or none'
         )
-    if acceptrun_version is not None and not _VERSION.match(acceptrun_version):
+    if acceptrun_version is not None and not RELEASE.match(acceptrun_version):
         raise UserError(
             f"--acceptrun-version {acceptrun_version!r} is not a release number; give one "
             "the package index holds, e.g. 0.1.0 (or leave it out to upload this acceptrun)"
@@ -176,7 +176,8 @@ def task_yaml(
             "give secrets to the run with `sky launch --env NAME` (see [env])"
         )
     if notes:
-        shown += "\n" + "".join(f"# note: {n}\n" for n in notes)
+        # notes quote the spec's paths and URLs: through the same redactor as the task
+        shown += "\n" + redact_text("".join(f"# note: {n}\n" for n in notes))
     return shown
 
 

@@ -116,16 +116,21 @@ def _guard(name: str, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 # --- parts read in this process ---------------------------------------------------------
 
 
+def acceptrun_checkout() -> Path | None:
+    """The source checkout this acceptrun runs from (``<root>/src/acceptrun``), else None."""
+    here = Path(__file__).resolve().parents[1]  # the acceptrun package
+    root = here.parents[1]
+    return root if here.parent.name == "src" and (root / "pyproject.toml").is_file() else None
+
+
 def _acceptrun_part() -> dict[str, Any]:
     """This acceptrun: its version, and whether it runs from a checkout or an install."""
-    import acceptrun
+    from acceptrun._version import __version__
 
-    here = Path(acceptrun.__file__).resolve().parent
-    checkout = (here.parents[1] / "pyproject.toml").is_file() and here.parent.name == "src"
     return {
-        "version": acceptrun.__version__,
-        "from": "checkout" if checkout else "installed",
-        "path": str(here),
+        "version": __version__,
+        "from": "installed" if acceptrun_checkout() is None else "checkout",
+        "path": str(Path(__file__).resolve().parents[1]),
     }
 
 

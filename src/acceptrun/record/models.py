@@ -22,12 +22,11 @@ acceptrun.errors.RecordError: runs/r/run.json has format 99, written by acceptru
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun._version import __version__
+from acceptrun._version import RELEASE, __version__
 from acceptrun.errors import RecordError
 from acceptrun.record.status import RunStatus
 
@@ -45,7 +44,6 @@ __all__ = [
 # of events.jsonl. 2: steps in the step log, attempts/<n>/steps/ (record/steplog.py);
 # events.jsonl keeps the other events. Readers read both.
 FORMAT = 2
-_VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+_-]{0,63}$")  # a release number, loosely (PEP 440)
 
 
 def stamp() -> dict[str, Any]:
@@ -68,7 +66,7 @@ def record_format(data: Any, path: str | Path) -> int:
         )
     if fmt > FORMAT:
         by = data.get("acceptrun_version")
-        if isinstance(by, str) and _VERSION.match(by):
+        if isinstance(by, str) and RELEASE.match(by):
             raise RecordError(
                 f"{path} has format {fmt}, written by acceptrun {by}; this acceptrun "
                 f"{__version__} reads formats up to {FORMAT}: install acceptrun {by} or newer "

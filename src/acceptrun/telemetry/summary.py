@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from acceptrun._util.durable import read_json, read_jsonl, write_json_atomic
+from acceptrun._version import __version__
 from acceptrun.record.steplog import StepChunk, StepLog, StepRanges
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.telemetry.hints import Evidence, make_hints
@@ -1298,8 +1299,6 @@ def write_summary(record_path: Path) -> Path:
     source = _computed_from(run_dir)  # before reading: a later change makes it stale
     rec = _load(run_dir)
     summary, facts = _summarize(rec)
-    from acceptrun._version import __version__
-
     data = {
         "format": SUMMARY_FORMAT,
         "acceptrun_version": __version__,  # which acceptrun computed these figures

@@ -44,7 +44,7 @@ class RunBase:
         self._objects: dict[str, Any] = {}
         self._checkpointer: Any = None  # checkpoint.saver.Checkpointer, created on first use
         self._mirror: Any = None  # checkpoint.mirror.Mirror of checkpoint.mirror (rank 0)
-        # Closed at the interpreter's exit before thread pools stop (signals.py), or in finish.
+        # _close_checkpoints_once: at the interpreter's exit hook (signals.py), or in finish.
         self._checkpoints_closed = False
         self._checkpoints_error: str | None = None
         self._last_values: dict[str, float] = {}
@@ -118,7 +118,7 @@ class RunBase:
             self, step: int, *, block: bool = False, metrics: dict[str, float] | None = None
         ) -> None: ...
         def finish(self, status: str = "ok") -> None: ...
-        def _close_checkpoints(self) -> None: ...
+        def _close_checkpoints_once(self) -> str | None: ...
 
 
 def _number(value: Any) -> float | int:

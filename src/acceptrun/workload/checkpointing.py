@@ -172,6 +172,19 @@ class Checkpointing(RunBase):
             if mirror is not None and (checkpointer is None or checkpointer.mirror is not mirror):
                 mirror.drain_and_close(60.0)
 
+    def _close_checkpoints_once(self) -> str | None:
+        """:meth:`_close_checkpoints` the first time it is asked for (the interpreter's exit
+        hook, else :meth:`finish`); the workload's error status when it failed, else None."""
+        if not self._checkpoints_closed and (
+            self._checkpointer is not None or self._mirror is not None
+        ):
+            self._checkpoints_closed = True
+            try:
+                self._close_checkpoints()  # the last save, then the mirror drained
+            except Exception as exc:  # the exit status still gets recorded
+                self._checkpoints_error = f"error: {type(exc).__name__}: {exc}"
+        return self._checkpoints_error
+
     def _settle_sharded_save(self) -> None:
         """A ``sharded.async_save`` still in flight on this run's directory ends first."""
         sharded = sys.modules.get("acceptrun.checkpoint.sharded")

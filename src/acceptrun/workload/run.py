@@ -160,15 +160,9 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
         if self.finished:
             return
         self.finished = True
-        if self._checkpoints_closed:  # at the interpreter's exit, by _before_shutdown
-            if self._checkpoints_error is not None and status == "ok":
-                status = self._checkpoints_error
-        elif self._checkpointer is not None or self._mirror is not None:
-            self._checkpoints_closed = True
-            try:
-                self._close_checkpoints()  # the last save, then the mirror drained
-            except Exception as exc:  # the exit status still gets recorded
-                status = f"error: {type(exc).__name__}: {exc}" if status == "ok" else status
+        failed = self._close_checkpoints_once()  # done already at the exit hook, or now
+        if failed is not None and status == "ok":
+            status = failed
         if self.drill:
             return
         if self.rank != 0 and not status.startswith("error"):

@@ -235,17 +235,14 @@ class StopHandling(RunBase):
         and before atexit's handlers: s3fs (aiobotocore) resolves names and reads files in a
         thread pool, so a mirror drained later, in :meth:`_at_exit`, failed every upload
         with "cannot schedule new futures after interpreter shutdown" and the run's last
-        checkpoint never left the machine.
+        checkpoint never left the machine. It also runs before the interpreter joins the
+        script's own non-daemon threads: a save such a thread makes after the main thread
+        has returned is not mirrored; it stays pending in mirror.json, which the verdict's
+        mirror check reports.
         """
-        if self.finished or self._checkpoints_closed or os.getpid() != self._pid:
+        if self.finished or os.getpid() != self._pid:
             return
-        if self._checkpointer is None and self._mirror is None:
-            return
-        self._checkpoints_closed = True
-        try:
-            self._close_checkpoints()
-        except Exception as exc:  # finish() records it as the workload's status
-            self._checkpoints_error = f"error: {type(exc).__name__}: {exc}"
+        self._close_checkpoints_once()  # finish() records a failure as the status
 
     def _at_exit(self) -> None:
         if self.finished or os.getpid() != self._pid:
