@@ -360,3 +360,92 @@ def test_a_watched_file_left_by_an_earlier_run_is_named_before_the_first_attempt
     else:
         assert "resuming from snapshot at epoch 30" in log and "epoch 0:" not in log
         assert "begins from files it did not write" in row["evidence"]
+
+
+# Shaped like a script that reports only to TensorBoard (torch's SummaryWriter, its
+# defaults) every few steps and saves its state in place every few more. It waits for each
+# save to be stored as its step before it saves again (a file rewritten before it is seen
+# is not a save that can be kept); attempt 1 waits to be killed once step 30 is.
+TENSORBOARD_ONLY = """
+import json, os, time
+from torch.utils.tensorboard import SummaryWriter
+os.makedirs("out", exist_ok=True)
+start = 0
+if os.path.exists("out/ckpt.json"):
+    start = json.load(open("out/ckpt.json"))["step"]
+    print(f"resuming at step {start}", flush=True)
+writer = SummaryWriter("tb")
+events = os.path.join(os.environ["ACCEPTRUN_RUN_DIR"], "events.jsonl")
+
+def stored(step):
+    for line in open(events):
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("kind") == "checkpoint_commit" and ev.get("step") == step:
+            return True
+    return False
+
+for step in range(start + 1, 51):
+    time.sleep(0.01)
+    if step % 5 == 0:
+        writer.add_scalar("train/loss", 1.0 / step, step)
+    if step % 10 == 0:
+        with open("out/ckpt.json", "w") as f:
+            json.dump({"step": step}, f)
+    if step % 10 == 5 and step > 10:
+        # Five steps after a save (logged: its step is proven), it is stored as its step
+        # before the next save rewrites the file.
+        while not stored(step - 5):
+            time.sleep(0.05)
+        if start == 0 and step == 35:
+            time.sleep(3600)  # killed here
+writer.close()
+"""
+
+
+def test_tensorboard_only_progress_dates_each_save_by_its_step(project: Project) -> None:
+    pytest.importorskip("tensorboard")
+    spec = project.spec(
+        TENSORBOARD_ONLY,
+        extra="""
+        [checkpoint]
+        watch = ["out/ckpt.json"]
+        keep_last = 5
+        [progress]
+        tensorboard = "tb"
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    proc = _start(project, spec)
+    wait_for(
+        lambda: any(e["kind"] == "checkpoint_commit" and e["step"] == 30 for e in _events(project)),
+        timeout=180, what="the save of step 30 stored as step 30",
+    )  # fmt: skip
+    os.kill(_workload_pid(project), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
+    assert "resuming at step 30" in log, log[-2000:]
+    events = _events(project)
+    (start2,) = [e for e in events if e["kind"] == "attempt_start" and e["attempt"] == 2]
+    assert start2["resume_step"] == 30
+    # Every stored checkpoint holds the state of the step it is stored as; each saved one
+    # is there (a capture dated before TensorBoard's step was read is dated again).
+    infos = CheckpointStore(rec.checkpoints_dir).list()
+    for info in infos:
+        held = json.loads((info.path / "files" / "out" / "ckpt.json").read_text())
+        assert held["step"] == info.step, (info.step, held)
+    assert [i.step for i in infos] == [10, 20, 30, 40, 50]
+    # The last save has no step logged after it: its step is said to be an estimate.
+    assert infos[-1].meta["dated"].get("estimate"), infos[-1].meta
+    assert not infos[0].meta["dated"].get("estimate"), infos[0].meta
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    assert verdict["accepted"], verdict
+    from acceptrun.record.steplog import StepLog
+
+    steps = {int(s) for chunk in StepLog(rec.path).chunks(attempt=1) for s in chunk.step}
+    assert {30, 35} <= steps  # TensorBoard's steps reached the record, the newest too

@@ -299,6 +299,49 @@ def test_resave_same_step_quarantines_the_older_copy(tmp_path: Path) -> None:
     assert (tmp_path / LATEST).read_text() == "step-2\n"
 
 
+def test_redate_stores_the_same_files_under_the_step_now_known(tmp_path: Path) -> None:
+    events = Events()
+    store = CheckpointStore(tmp_path, keep_last=2, on_event=events)
+    save(store, 3)
+    old = save(store, 4, data=b"the state of step 20", loss=0.5)
+    info = store.redate(4, 20, meta={"dated": {"by": "tensorboard"}})
+    assert steps(store) == [3, 20]  # one checkpoint more never pushed one out
+    assert (info.path / "model.bin").read_bytes() == b"the state of step 20"
+    assert store.verify(20).ok
+    assert (info.files, info.metrics, info.created_at) == (old.files, old.metrics, old.created_at)
+    assert info.meta["dated"] == {"by": "tensorboard"}
+    assert (tmp_path / LATEST).read_text() == "step-20\n"  # it named the old step
+    (commit,) = [c for c in events.of("checkpoint_commit") if c.get("redated_from")]
+    assert (commit["step"], commit["redated_from"]) == (20, 4)
+    (gone,) = events.of("checkpoint_delete")
+    assert (gone["step"], gone["redated_to"]) == (4, 20)
+    assert entries(tmp_path) == [LATEST, "step-20", "step-3"]  # nothing left behind
+
+
+def test_redate_leaves_latest_on_a_newer_save_and_refuses_a_taken_step(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep_last=5)
+    save(store, 1)
+    save(store, 2)
+    save(store, 30)
+    store.redate(2, 10, meta={})
+    assert steps(store) == [1, 10, 30]
+    assert (tmp_path / LATEST).read_text() == "step-30\n"
+    with pytest.raises(UserError, match="step-30 exists"):
+        store.redate(10, 30, meta={})
+    with pytest.raises(UserError, match="no committed checkpoint of step 7"):
+        store.redate(7, 8, meta={})
+    assert steps(store) == [1, 10, 30] and store.verify(10).ok
+
+
+def test_redate_to_the_same_step_only_amends_the_meta(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    old = save(store, 5)
+    info = store.redate(5, 5, meta={"dated": {"by": "steps"}})
+    assert info.path == old.path and info.files == old.files
+    assert info.meta == {**old.meta, "dated": {"by": "steps"}}
+    assert store.get(5) == info and store.verify(5).ok  # its digest covers the new meta
+
+
 def test_retention_keep_last(tmp_path: Path) -> None:
     events = Events()
     store = CheckpointStore(tmp_path, keep_last=2, on_event=events)

@@ -337,6 +337,21 @@ class CheckpointStore:
         staging directory around the writer raise :class:`UserError` and leave the writer
         open (fix and commit again, or abort); a failure while committing abandons it.
         """
+        info = self._commit(writer, metrics=metrics, meta=meta)
+        # Last: a crash before or during it leaves extra checkpoints, never too few.
+        self.apply_retention()
+        return info
+
+    def _commit(
+        self,
+        writer: CheckpointWriter,
+        *,
+        metrics: Mapping[str, float] | None,
+        meta: Mapping[str, Any] | None,
+        created_at: str | None = None,
+        latest: bool = True,
+        event: Mapping[str, Any] | None = None,
+    ) -> CheckpointInfo:
         if writer._store is not self or not writer.owner:
             raise UserError(f"the save of step {writer.step} was begun by another store")
         writer._require_open()
@@ -350,7 +365,7 @@ class CheckpointStore:
             "kind": KIND,
             "schema": SCHEMA,
             "step": writer.step,
-            "created_at": now_iso(),
+            "created_at": created_at or now_iso(),
             "algorithm": ALGORITHM,
             "files": writer._files,
             "total_bytes": sum(f["size"] for f in writer._files.values()),
@@ -381,15 +396,93 @@ class CheckpointStore:
         # The rename is made durable before LATEST names it, or a power cut could leave
         # LATEST pointing at a directory that never reached the disk.
         fsync_dir(self.root)
-        write_atomic(self.root / LATEST, f"{final.name}\n")
+        if latest:
+            write_atomic(self.root / LATEST, f"{final.name}\n")
         info = self._load(final)[0]
         assert info is not None, f"{final} was committed but its manifest does not load"
         seconds = round(time.monotonic() - writer._started, 6)  # begin to commit: the stall
         fields = {"step": info.step, "path": str(final), "total_bytes": info.total_bytes}
-        self._emit("checkpoint_commit", {**fields, "files": len(info.files), "seconds": seconds})
-        # Last: a crash before or during it leaves extra checkpoints, never too few.
-        self.apply_retention()
+        fields |= {"files": len(info.files), "seconds": seconds, **(event or {})}
+        self._emit("checkpoint_commit", fields)
         return info
+
+    def redate(self, step: int, new_step: int, *, meta: Mapping[str, Any]) -> CheckpointInfo:
+        """Store the checkpoint of ``step`` again as ``new_step``: its step was an estimate.
+
+        ``new_step == step``: the estimate proved right; the manifest is replaced (one
+        rename) by one with ``meta`` merged, and nothing else changes.
+
+        A watched checkpoint is dated by the steps its script reported before the file was
+        written; a source that reaches the disk late (a SummaryWriter flushes every two
+        minutes) can prove the step only after the capture. The files are hard-linked
+        (copied and re-hashed where the file system cannot link) into a save of
+        ``new_step`` with the same hashes, metrics and commit time, ``meta`` merged into
+        its meta; that save is committed (a ``checkpoint_commit`` with ``redated_from``),
+        then ``step-<step>`` is removed (a ``checkpoint_delete`` with ``redated_to``). A
+        crash in between leaves both: one checkpoint too many, never none. LATEST
+        follows when it named ``step``.
+        """
+        info = self.get(step)
+        if info is None:
+            raise UserError(f"{self.root}: no committed checkpoint of step {step} to re-date")
+        if new_step == step:  # the estimate proven right: only its manifest's meta changes
+            doc = loads_json(read_bytes_bounded(info.path / MANIFEST))
+            doc["meta"] = {**info.meta, **meta}
+            doc.pop("digest", None)
+            doc["digest"] = hash_bytes(_manifest_text(doc).encode())
+            write_atomic(info.path / MANIFEST, _manifest_text(doc), raw=True)  # old or new
+            new = self._load(info.path)[0]
+            assert new is not None, f"{info.path}: its manifest does not load after the change"
+            return new
+        if (self.root / f"step-{new_step}").exists():
+            raise UserError(
+                f"{self.root}: step-{new_step} exists, so the checkpoint of step {step} "
+                "keeps its step"
+            )
+        latest = self._latest_name() == info.path.name
+        writer = self.begin(new_step)
+        try:
+            for rel, entry in sorted(info.files.items()):
+                for parent in reversed(PurePosixPath(rel).parents[:-1]):
+                    if not (writer.path / parent).is_dir():
+                        (writer.path / parent).mkdir()
+                        writer._dirs.add(writer.path / parent)
+                source, target = info.path / rel, writer.path / rel
+                try:
+                    os.link(source, target)  # the same bytes: nothing to hash again
+                    continue
+                except OSError:
+                    pass  # a file system without hard links: a copy, hashed again
+                shutil.copyfile(source, target)
+                digest = hash_file(target, split_hash(str(entry["hash"]))[0])[0]
+                if digest != entry["hash"]:
+                    raise RecordError(
+                        f"{source}: its copy hashes to {digest}, the manifest says "
+                        f"{entry['hash']}; step {step} keeps its step (verify it)"
+                    )
+                with open(target, "rb") as f:
+                    os.fsync(f.fileno())
+            writer.adopt(info.files, [])
+        except BaseException:
+            self.abort(writer)
+            raise
+        new = self._commit(
+            writer, metrics=info.metrics, meta={**info.meta, **meta},
+            created_at=info.created_at, latest=latest, event={"redated_from": step},
+        )  # fmt: skip
+        tomb = self.root / f".deleting-{info.path.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        fields: dict[str, Any] = {
+            "step": step, "reason": f"re-dated as step {new_step}", "redated_to": new_step,
+        }  # fmt: skip
+        try:
+            os.rename(info.path, tomb)
+            fsync_dir(self.root)
+            shutil.rmtree(tomb)
+        except OSError as exc:
+            fields["error"] = str(exc)
+        self._emit("checkpoint_delete", fields)
+        self.apply_retention()
+        return new
 
     def abort(self, writer: CheckpointWriter) -> None:
         """Abandon a save and remove its staging directory; aborting twice is harmless."""

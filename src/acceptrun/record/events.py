@@ -394,6 +394,7 @@ class CheckpointCommitEvent(Event, total=False):
     stall_s: float
     bytes: int
     capture_s: float
+    redated_from: int  # the step it was stored under while its step was an estimate
 
 
 class CheckpointFailedEvent(Event, total=False):
@@ -418,6 +419,7 @@ class CheckpointDeleteEvent(Event, total=False):
     bytes: int
     error: str
     attempt: int
+    redated_to: int  # not a deletion of work: stored again under the step now known
 
 
 class CheckpointQuarantineEvent(Event, total=False):
@@ -443,6 +445,17 @@ class CheckpointCapturedEvent(Event, total=False):
     capture_s: float
     mb_per_s: float
     attempt: int
+    dated_by: str  # how its step was known: its name, the steps reported before it, ...
+    step_estimate: str  # why the step is not proven (absent: it is)
+
+
+class CheckpointRedatedEvent(Event, total=False):
+    step: Required[int]  # the step now known
+    redated_from: Required[int]  # the step it was stored under
+    source_path: Required[str]
+    attempt: int
+    dated_by: str
+    estimate: bool  # True: later steps may still date it again
 
 
 class CheckpointNotCapturedEvent(Event, total=False):
@@ -651,6 +664,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("checkpoint_quarantine", CheckpointQuarantineEvent, "a checkpoint failed verification and was moved aside", "checkpoint/store"),
     _E("checkpoint_staging_removed", CheckpointStagingRemovedEvent, "a dead writer's staging directory was removed", "checkpoint/store"),
     _E("checkpoint_captured", CheckpointCapturedEvent, "a watched checkpoint was captured", "supervisor/external"),
+    _E("checkpoint_redated", CheckpointRedatedEvent, "a watched checkpoint's estimated step became known", "supervisor/external"),
     _E("checkpoint_capture_skipped", CheckpointNotCapturedEvent, "a watched checkpoint was not captured (yet)", "supervisor/external"),
     _E("checkpoint_not_settling", CheckpointNotSettlingEvent, "a watched file is rewritten too often to settle", "supervisor/external"),
     _E("checkpoint_capture_dropped", CheckpointNotCapturedEvent, "a watched checkpoint was given up on", "supervisor/external"),

@@ -264,9 +264,13 @@ class RecordView:
         for ev in self.log_events:
             kind, step = ev.get("kind"), ev.get("step")
             if kind == "checkpoint_commit" and isinstance(step, int):
+                old = ev.get("redated_from")  # the same save, stored again under its step
+                if old in committed:
+                    committed.remove(old)
                 committed.append(step)
             elif kind == "checkpoint_delete" and isinstance(step, int):
-                deleted.append(step)
+                if ev.get("redated_to") is None:
+                    deleted.append(step)
             elif kind == "checkpoint_quarantine":
                 quarantined.append(step if isinstance(step, int) else None)
             elif kind == "checkpoint_failed":

@@ -238,6 +238,8 @@ class CheckpointWatcher:
         # (unix time, number of the attempt's events read by then), one per poll that saw
         # the number change, for HISTORY_S seconds: which steps preceded a file's mtime.
         self._history: collections.deque[tuple[float, int]] = collections.deque()
+        # Captures whose step is an estimate: step -> (the file's mtime, its path).
+        self._undated: dict[int, tuple[float, str]] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -278,6 +280,7 @@ class CheckpointWatcher:
             self._thread.join()
         try:
             self._scan(final=final, why_not=why_not)
+            self._redate(final=True)  # with what the final read of the progress proved
         except Exception as exc:  # the final pass must not fail the attempt's bookkeeping
             self._error(exc)
         if self.mirror is not None:
@@ -305,6 +308,8 @@ class CheckpointWatcher:
         """One look at every match; ``final`` None while running, else the last pass."""
         now = time.monotonic()
         self._note_events()
+        if self._undated:
+            self._redate()
         current = self._matches()
         for gone in set(self._seen) - set(current):
             del self._seen[gone]  # rotated away by the script (save_total_limit)
@@ -337,6 +342,8 @@ class CheckpointWatcher:
                     continue
                 if writing is None:
                     writing = self._open_for_writing()
+                    if writing is None:
+                        return  # the workload is gone: the final pass decides
                 real = os.path.realpath(path)
                 if any(w == real or w.startswith(real + os.sep) for w in writing):
                     continue  # still being written: settled sizes can be a pause in a slow save
@@ -412,7 +419,7 @@ class CheckpointWatcher:
     def _capture(self, path: str, complete_by: str) -> None:
         seen = self._seen[path]
         name, relative = self._name(path)
-        step = self._step_for(path, seen)
+        step, dated = self._step_for(path, seen)
         existing = self.store.get(step)
         if existing is not None:
             if _same_content(existing, name, path):
@@ -424,7 +431,12 @@ class CheckpointWatcher:
                 return
             newest = self.store.list()
             step = max(step, newest[-1].step if newest else step) + 1
-        meta = {**self.meta, "attempt": self.attempt, "source": "watched"}
+            dated = {
+                "by": f"numbered after the newest stored checkpoint (step {step - 1} held "
+                "other content)",
+                "estimate": dated.get("estimate") or "the step it holds is stored already",
+            }
+        meta = {**self.meta, "attempt": self.attempt, "source": "watched", "dated": dated}
         if relative:
             meta["watched_relative"] = {name: relative}
         metrics = self._metrics_at(seen)
@@ -464,12 +476,16 @@ class CheckpointWatcher:
         if os.path.isdir(path):
             self._dir_names = {rel for rel, *_ in seen.sig}
         self.captured.append(info.step)
+        if "estimate" in dated:
+            self._undated[info.step] = (seen.sig_mtime(), path)
         self.on_event(
             "checkpoint_captured",
             {
                 "step": info.step,
                 "source_path": path,
                 "complete_by": complete_by,
+                "dated_by": dated["by"],
+                **({"step_estimate": dated["estimate"]} if "estimate" in dated else {}),
                 "bytes": stats.bytes,
                 "files": stats.files,
                 "capture_s": round(stats.seconds, 6),
@@ -535,14 +551,21 @@ class CheckpointWatcher:
             return path.lstrip(os.sep), None
         return Path(rel).as_posix(), Path(rel).as_posix()
 
-    def _open_for_writing(self) -> set[str]:
-        """Real paths the attempt's processes hold open for writing."""
+    def _open_for_writing(self) -> set[str] | None:
+        """Real paths the attempt's processes hold open for writing; None once it is gone.
+
+        A workload that is gone may have been killed mid-save: what it left is for the
+        final pass to judge (after a kill only a file whose format proves it whole is
+        trusted), never for a live pass that would take "nobody writes it" as "complete".
+        """
         out: set[str] = set()
         try:
             root = psutil.Process(self.pid)
+            if root.status() == psutil.STATUS_ZOMBIE:
+                return None
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            return out  # the workload is gone: nothing can be writing
+            return None
         for proc in procs:
             with contextlib.suppress(psutil.Error, OSError):
                 for f in proc.open_files():
@@ -566,45 +589,134 @@ class CheckpointWatcher:
         while len(self._history) > 2 and self._history[1][0] < wall - HISTORY_S:
             self._history.popleft()
 
-    def _step_for(self, path: str, seen: _Seen) -> int:
+    def _step_for(self, path: str, seen: _Seen) -> tuple[int, dict[str, Any]]:
+        """The capture's step, and how it was known (``dated`` in its manifest's meta).
+
+        ``estimate`` is set where the step is not proven: the step the attempt resumed
+        from or the newest stored + 1 (no step reported before the file was written), or
+        the newest reported step while TensorBoard, which reaches the disk late, has not
+        yet reported a step logged after the file was written (the capture is then dated
+        again when it does: :meth:`_redate`).
+        """
         named = step_from_name(path)
         if named is not None:
-            return named if self.axis is None else self.axis.run_step(named, f"name of {path}")
-        before = self._step_events_before(seen)
-        if before:
-            return int(before[-1]["step"])
-        if self.resume_step is not None:
-            return self.resume_step
-        newest = self.store.list()
-        return newest[-1].step + 1 if newest else 1
-
-    def _step_events_before(self, seen: _Seen) -> list[dict[str, Any]]:
-        """Step events reported before the file was written.
-
-        Only those the supervisor had read at a poll before the file's mtime (a line
-        printed after the save cannot have been read before it began), and with a time
-        no later than the mtime: a parsed line's time is an estimate. Both err towards an
-        earlier step, which over-counts lost work rather than hiding it.
-        """
+            step = named if self.axis is None else self.axis.run_step(named, f"name of {path}")
+            return step, {"by": "the number in its name"}
         mtime = seen.sig_mtime()
+        before = self._step_events_before(mtime)
+        if before:
+            dated: dict[str, Any] = {"by": "the newest step reported before it was written"}
+            if not self._covered(mtime):
+                dated["estimate"] = (
+                    "TensorBoard had not yet reported a step logged after the file was "
+                    "written, so a later step may be the one it holds"
+                )
+            return int(before[-1]["step"]), dated
+        if self.resume_step is not None:
+            return self.resume_step, {
+                "by": "the step the attempt resumed from",
+                "estimate": "no step was reported before the file was written",
+            }
+        newest = self.store.list()
+        return (newest[-1].step + 1 if newest else 1), {
+            "by": "numbered after the newest stored checkpoint",
+            "estimate": "no step was reported before the file was written",
+        }
+
+    def _covered(self, mtime: float) -> bool:
+        """Whether every step logged before ``mtime`` is known by now.
+
+        Client steps and parsed lines are read as they are written; TensorBoard's event
+        files are flushed by the script's SummaryWriter (every 120 s by default), so its
+        steps are known up to ``mtime`` once one logged later has been read. What a
+        writer had not flushed when its process ended (killed, or never closed) is lost:
+        the step then stays an estimate, and says so.
+        """
+        if self.spec.progress.tensorboard is None:
+            return True
+        _, recent = self._window()
+        return any(
+            e.get("kind") == "step"
+            and e.get("source") == "tensorboard"
+            and isinstance(e.get("t"), int | float)
+            and e["t"] >= mtime
+            for e in recent
+        )
+
+    def _redate(self, *, final: bool = False) -> None:
+        """Date again the captures whose step was an estimate, once the steps are known.
+
+        A capture dated before TensorBoard's step was read (or with no step at all) is
+        stored under the step now proven (:meth:`CheckpointStore.redate`, a
+        ``checkpoint_redated`` event) once a step logged after the file was written has
+        been read; at the end of the attempt (``final``), with what is known then, its
+        manifest still saying that the step is an estimate.
+        """
+        for step, (mtime, path) in sorted(self._undated.items()):
+            if self.store.get(step) is None:  # retention removed it meanwhile
+                self._undated.pop(step)
+                continue
+            covered = self._covered(mtime)
+            if not (covered or final):
+                continue
+            self._undated.pop(step)
+            before = self._step_events_before(mtime)
+            proven = int(before[-1]["step"]) if before else None
+            if proven is None or (proven != step and self.store.get(proven) is not None):
+                continue  # nothing better known, or that step holds another save: as it is
+            how = "the newest step reported before it was written"
+            dated: dict[str, Any] = {"by": how}
+            if proven != step:
+                dated["redated_from"] = step
+            if not covered:
+                dated["estimate"] = (
+                    "no step logged after the file was written was ever reported, so a "
+                    "later step may be the one it holds"
+                )
+            try:
+                info = self.store.redate(step, proven, meta={"dated": dated})
+            except (AcceptrunError, OSError) as exc:
+                self._error(exc)
+                continue
+            self.captured = [proven if s == step else s for s in self.captured]
+            self.on_event(
+                "checkpoint_redated",
+                {"step": proven, "redated_from": step, "source_path": path, "dated_by": how,
+                 "estimate": not covered},
+            )  # fmt: skip
+            if self.mirror is not None and proven != step:
+                self.mirror.enqueue(info.step, info.path)
+
+    def _step_events_before(self, mtime: float) -> list[dict[str, Any]]:
+        """Step events reported before the file was written (its newest ``mtime``).
+
+        Each with a time no later than the mtime. A parsed line's time is an estimate
+        (the time it was read, spread over the lines read together), so a line counts
+        only if the supervisor had read it at a poll before the mtime (a line printed
+        after the save cannot have been read before it began); both err towards an
+        earlier step, which over-counts lost work rather than hiding it. The client's
+        and TensorBoard's times are those of the logging call itself, whenever read.
+        """
         known = 0
         for wall, count in reversed(self._history):
             if wall <= mtime:
                 known = count
                 break
         total, recent = self._window()
+        first = total - len(recent)  # the number of the first event in the window
         return [
             e
-            for e in recent[: max(0, known - (total - len(recent)))]
+            for i, e in enumerate(recent)
             if e.get("kind") == "step"
             and isinstance(e.get("step"), int)
             and isinstance(e.get("t"), int | float)
             and e["t"] <= mtime
+            and (e.get("source") != "log" or first + i < known)
         ]
 
     def _metrics_at(self, seen: _Seen) -> dict[str, float]:
         """The loss of the step the file holds (for checkpoint.keep_best), when known."""
-        before = self._step_events_before(seen)
+        before = self._step_events_before(seen.sig_mtime())
         loss = before[-1].get("loss") if before else None
         if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
             return {"loss": float(loss)}

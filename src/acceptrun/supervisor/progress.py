@@ -247,6 +247,7 @@ class _TensorBoard:
     to_value: Any
     loaders: dict[Path, Any] = field(default_factory=dict)
     pending: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    held: tuple[int, int] | None = None  # (newest step, its number of values) at the last scan
     next_scan: float = 0.0
 
     @classmethod
@@ -294,7 +295,9 @@ class _TensorBoard:
         """(step, wall time, values) of steps complete since the last call, in step order.
 
         A step is complete once a later step appears (its values may come in several
-        records), or at the end of the attempt.
+        records), once a scan found nothing new for it (a script that logs every 500
+        steps must not wait 500 steps for its newest one: the watcher dates a checkpoint
+        by it), or at the end of the attempt.
         """
         if not final and now < self.next_scan:
             return
@@ -312,8 +315,10 @@ class _TensorBoard:
         if not self.pending:
             return
         newest = max(self.pending)
+        quiet = self.held == (newest, len(self.pending[newest][1]))  # as at the last scan
         for step in sorted(self.pending):
-            if step == newest and not final:
+            if step == newest and not (final or quiet):
+                self.held = (newest, len(self.pending[newest][1]))
                 break
             wall, values = self.pending.pop(step)
             yield step, wall, values
