@@ -443,6 +443,12 @@ def test_tensorboard_only_progress_dates_each_save_by_its_step(project: Project)
     # The last save has no step logged after it: its step is said to be an estimate.
     assert infos[-1].meta["dated"].get("estimate"), infos[-1].meta
     assert not infos[0].meta["dated"].get("estimate"), infos[0].meta
+    ls = subprocess.run(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "ckpt", "ls",
+         rec.run_id], cwd=project.root, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "     50*~ " in ls and "     40   " in ls, ls
+    assert "step 50: an estimate (the newest step reported before it was written;" in ls, ls
     verdict = json.loads(rec.file("verdict.json").read_text())
     assert verdict["accepted"], verdict
     from acceptrun.record.steplog import StepLog

@@ -80,14 +80,22 @@ def cmd_ckpt_ls(args: argparse.Namespace) -> int:
         int(k): v for k, v in (record.read_json("mirror.json") or {}).get("steps", {}).items()
     }
     print(f"{'STEP':>8}  {'CREATED':<24} {'SIZE':>10} {'FILES':>5}  {'MIRROR':<8} METRICS")
+    estimated: list[str] = []
     for i in infos:
         mark = "*" if latest is not None and i.step == latest.step else " "
+        dated = i.meta.get("dated")
+        if isinstance(dated, dict) and dated.get("estimate"):
+            mark = mark.strip() + "~"
+            estimated.append(f"step {i.step}: an estimate ({dated.get('by')}; {dated['estimate']})")
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(i.metrics.items()))
         state = mirror.get(i.step, {}).get("state", "-")
         print(
-            f"{i.step:>7}{mark}  {i.created_at:<24} {i.total_bytes / 1e6:>8.1f}MB {len(i.files):>5}  {state:<8} {metrics}"
+            f"{i.step:>7}{mark:<2} {i.created_at:<24} {i.total_bytes / 1e6:>8.1f}MB {len(i.files):>5}  {state:<8} {metrics}"
         )
-    print(f"(* = LATEST; {store.root})")
+    legend = "* = LATEST" + (", ~ = its step is an estimate" if estimated else "")
+    print(f"({legend}; {store.root})")
+    for line in estimated:
+        print(line)
     for note in notes:
         print(note)
     return 0
