@@ -23,9 +23,11 @@ time.sleep(0.2)
 
 
 def _alive(pid: int) -> bool:
+    """The stray itself still runs (not another process given its pid since)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and "time.sleep(300)" in proc.cmdline()
+    except psutil.Error:
         return False
 
 

@@ -35,17 +35,24 @@ def attempt_numbers(record: RunRecord) -> list[int]:
     return sorted(int(p.name) for p in (record.path / "attempts").iterdir())
 
 
-def gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (a zombie waiting for init to reap it counts)."""
+def gone(pid: int, command: str | None = None) -> bool:
+    """True when ``pid`` no longer runs (a zombie waiting for init to reap it counts).
+
+    ``command``: a word of its command line; a process without it was given the pid
+    since (a busy machine reuses a reaped pid within seconds), so the one meant is gone.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except FileNotFoundError:
         return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return stat.rsplit(")", 1)[1].split()[0] == "Z" or (
+        command is not None and command not in cmdline
+    )
 
 
 # ---- outcomes -----------------------------------------------------------------------------
@@ -398,9 +405,9 @@ def test_grandchild_does_not_outlive_the_attempt(project: Any, poll: Callable[..
     assert time.monotonic() - t0 < 500
     pid = int((project.root / "grandchild.pid").read_text())
     try:
-        poll(lambda: gone(pid), timeout=60, what=f"grandchild {pid} to end")
+        poll(lambda: gone(pid, "sleep 1000"), timeout=60, what=f"grandchild {pid} to end")
     finally:
-        if not gone(pid):
+        if not gone(pid, "sleep 1000"):
             os.kill(pid, signal.SIGKILL)
 
 

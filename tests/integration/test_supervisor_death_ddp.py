@@ -108,11 +108,22 @@ def _command_lines(pid: int) -> dict[int, str]:
     return out
 
 
-def _gone(pid: int) -> bool:
+def _gone(proc: psutil.Process) -> bool:
+    """Ended (or a zombie): the process itself, not another one given its pid since."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def _processes(pids: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue  # already gone
+    return out
 
 
 def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
@@ -125,11 +136,13 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
         wait_for(lambda: all(g.exists() and g.read_text() for g in gates), 300, 0.05, "the gate")
         # Read before the kill: torchrun's agent may be a zombie a moment after it.
         tree = _command_lines(sup.pid)
+        ranks = {int(g.read_text()) for g in gates}
+        agents = [pid for pid, cmd in tree.items() if "torch.distributed.run" in cmd]
+        # Known by pid and start time: once reaped, a busy machine reuses a pid quickly.
+        procs = _processes([*agents, *ranks])
     finally:
         sup.send_signal(signal.SIGKILL)
         sup.wait()
-    ranks = {int(g.read_text()) for g in gates}
-    agents = [pid for pid, cmd in tree.items() if "torch.distributed.run" in cmd]
     assert len(agents) == 1 and ranks <= set(tree), (agents, ranks, tree)
     rdir = run_dir(ws)
     assert rdir is not None
@@ -146,13 +159,12 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
     # the stop beats it on a loaded machine; a quick stop ends the wait sooner); a process
     # in its exit has no environment to read any more, so the pids seen before the kill are
     # waited for too.
-    pids = [*agents, *ranks]
 
     def none_left() -> bool:
-        return all(_gone(pid) for pid in pids) and not processes_of(rdir.name)
+        return all(_gone(proc) for proc in procs) and not processes_of(rdir.name)
 
     wait_for(none_left, 420, 0.1, f"torchrun {agents} and the ranks {sorted(ranks)} to end")
-    assert not events(rdir, "kill_sent"), events(rdir, "kill_sent")  # a graceful stop
+    assert not events(rdir, "kill_sent"), json.dumps(events(rdir, "kill_sent"))  # graceful
 
     ls = cli(ws, "ls")
     row = next(line for line in ls.stdout.splitlines() if rdir.name in line)

@@ -407,6 +407,7 @@ writer.close()
 
 def test_tensorboard_only_progress_dates_each_save_by_its_step(project: Project) -> None:
     pytest.importorskip("tensorboard")
+    pytest.importorskip("torch")  # the script's SummaryWriter is torch's
     spec = project.spec(
         TENSORBOARD_ONLY,
         extra="""

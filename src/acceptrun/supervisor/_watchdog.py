@@ -28,6 +28,10 @@ kills it then anyway). When the supervisor is gone it:
    exits. When anything of the attempt was still there at the end of the
    grace period, a ``kill_sent`` event (``by`` = "watchdog") says so first: the stop was
    not graceful, and the record must not leave that to be guessed.
+
+The leader is known by its pid and its start time (read while the supervisor, its
+parent, has not reaped it): once it has exited and been reaped, a busy host may give its
+pid to another process within seconds, which is then neither waited for nor signalled.
 """
 
 from __future__ import annotations
@@ -43,13 +47,26 @@ POLL_S = 0.2  # seconds between looks at the parent pid and the leader
 STRAY_POLL_S = 0.5  # seconds between sweeps of every process's environment (costlier)
 
 
-def _exists(pid: int) -> bool:
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """(state, start time) of ``pid`` from /proc/<pid>/stat; None when it cannot be read.
+
+    The start time (clock ticks since boot, field 22) and the pid together name one
+    process: a pid is reused once its process is reaped, within seconds on a busy host.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except (OSError, IndexError):
-        pass
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0], int(fields[19])  # fields[0] is field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _exists(pid: int, started: int | None = None) -> bool:
+    """Whether ``pid`` is a live process (not a zombie), the one started at ``started``."""
+    found = _stat(pid)
+    if found is not None:
+        state, start = found
+        return state not in (b"Z", b"X") and (started is None or start == started)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -65,6 +82,19 @@ def _group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def _group_ours(pgid: int, started: int | None) -> bool:
+    """Whether process group ``pgid`` can still be the leader's own.
+
+    While the leader lives it is. Once it is gone its group lives on in its members, and
+    the kernel gives no new process a pid still used as a group id; but when the group
+    is gone too, the pid may belong to a new process, whose group it must not touch.
+    """
+    found = _stat(pgid)
+    if found is None:
+        return True  # no process has that pid: only our group (if any) holds the number
+    return started is None or found[1] == started
 
 
 def _strays(run_id: str, attempt: str, cgroup: str = "", listed: str = "") -> list[int]:
@@ -167,8 +197,13 @@ def main(argv: list[str]) -> int:
     cgroup, listed = (argv[7], argv[8]) if len(argv) > 8 else ("", "")
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)  # only the supervisor (SIGKILL) ends a watchdog
+    # The leader is the supervisor's child, not reaped before this reads it: its pid is
+    # still its own. Once the supervisor is gone, another process may be given that pid
+    # (the leader reaped by init): it is signalled and waited for only while it is this one.
+    stat = _stat(leader)
+    started = stat[1] if stat is not None else None
     while os.getppid() == supervisor:
-        if not _exists(leader) and not _group_alive(leader):
+        if not _exists(leader, started) and not _group_alive(leader):
             return 0  # the attempt ended while the supervisor lives: nothing to guard
         time.sleep(POLL_S)
     lost_at = time.time()
@@ -177,13 +212,13 @@ def main(argv: list[str]) -> int:
         supervisor_pid=supervisor, grace_s=grace,
     )  # fmt: skip
     try:
-        if group_term:
+        if group_term and _group_ours(leader, started):
             os.killpg(leader, signal.SIGTERM)
-        else:
+        elif _exists(leader, started):
             os.kill(leader, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         pass
-    while time.time() - lost_at < grace and _exists(leader):
+    while time.time() - lost_at < grace and _exists(leader, started):
         time.sleep(POLL_S)
     # The leader may end first while the rest still checkpoints: torchrun's agent dies of
     # repeated SIGTERMs and its ranks (each in a session of its own) stop on the death
@@ -192,7 +227,7 @@ def main(argv: list[str]) -> int:
         time.sleep(STRAY_POLL_S)
     # The leader has exited (checkpointed) or overstayed its grace: nothing of the attempt
     # may stay behind. A second sweep catches a process forked during the first.
-    left = ([leader] if _exists(leader) else []) + _strays(run_id, attempt, cgroup, listed)
+    left = ([leader] if _exists(leader, started) else []) + _strays(run_id, attempt, cgroup, listed)
     if left:
         _event(
             events, "kill_sent", attempt=int(attempt), by="watchdog", signal="SIGKILL",
@@ -201,8 +236,9 @@ def main(argv: list[str]) -> int:
             f"processes {sorted(set(left))} still running",
         )  # fmt: skip
     for _ in range(2):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(leader, signal.SIGKILL)
+        if _group_ours(leader, started):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGKILL)
         _kill_cgroup(cgroup)
         for pid in _strays(run_id, attempt, cgroup, listed):
             with contextlib.suppress(ProcessLookupError, PermissionError):
