@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
         ("show", "report", "diff", "reproduce", "portability", "howto"), "acceptrun.report.cli"
     ),
     **dict.fromkeys(("prices", "cost"), "acceptrun.cost.cli"),
+    "plan": "acceptrun.run.plan",
     **dict.fromkeys(("submit", "queue", "cancel", "worker"), "acceptrun.queue.cli"),
     "top": "acceptrun.telemetry.cli",
     **dict.fromkeys(("tune", "bench"), "acceptrun.tune.cli"),

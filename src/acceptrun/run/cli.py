@@ -215,8 +215,14 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
         if f.level == "warning":
             _say(str(f))
     raise_errors(spec, findings)  # exit 2, with every error and its fix
+    from acceptrun.run.plan import interval_warnings
+
+    advice = interval_warnings(args, spec, usage.kind)
+    for line in advice:
+        _say(f"warning: {line}")
     lim = spec.limits
-    print(f"{args.file}: ok" + (f" ({len(findings)} warning(s))" if findings else ""))
+    warned = len(findings) + len(advice)
+    print(f"{args.file}: ok" + (f" ({warned} warning(s))" if warned else ""))
     print(f"  name      {spec.name}")
     print(f"  command   {' '.join(spec.command) if not spec.shell else spec.command[2]}")
     print(f"  workdir   {spec.workdir_path}")

@@ -283,6 +283,13 @@ class CheckpointSpec:
         "refuse",
         choices=("refuse", "move", "start"),
     )
+    mtbf: Duration | None = doc(
+        "Mean time between interruptions of the whole job (for a job of N GPUs, one GPU's "
+        'mean time to failure / N), e.g. "6h": what the checkpoint-interval advice uses '
+        "when the run saw too few interruptions to measure it (docs/checkpoint-interval.md).",
+        None,
+        gt=0,
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)
@@ -559,6 +566,14 @@ class AcceptanceSpec:
     max_data_wait: float | None = doc(
         "Largest share of step time spent waiting for data, 0 to 1.",
         0.25,
+        ge=0,
+        le=1,
+        accepts=_SHARE,
+    )
+    min_ettr: float | None = doc(
+        "Smallest acceptable effective training time ratio (productive step time / wall "
+        "time), 0 to 1; none: the checkpoint-interval line is information only.",
+        None,
         ge=0,
         le=1,
         accepts=_SHARE,

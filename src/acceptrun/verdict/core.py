@@ -242,6 +242,7 @@ def registered_checks() -> tuple[CheckFn, ...]:
         data.last_checkpoint,
         data.restore_drill,
         data.black_box_checkpoints,
+        data.checkpoint_interval,
         operations.exit_status,
         operations.resumed,
         operations.failures,

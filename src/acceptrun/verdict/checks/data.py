@@ -10,8 +10,15 @@ from acceptrun.record.view import read_attempts
 from acceptrun.verdict.checks.operations import drill_check
 from acceptrun.verdict.checks.setup import PREFLIGHT_FIX
 from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
+from acceptrun.verdict.interval import interval_check
 
-__all__ = ["black_box_checkpoints", "data_verified", "last_checkpoint", "restore_drill"]
+__all__ = [
+    "black_box_checkpoints",
+    "checkpoint_interval",
+    "data_verified",
+    "last_checkpoint",
+    "restore_drill",
+]
 
 
 def data_verified(given: CheckInput) -> list[Check]:
@@ -95,3 +102,12 @@ def black_box_checkpoints(given: CheckInput) -> list[Check]:
                   f"not checked: {what}'s own checkpoints are unknown to acceptrun, a "
                   "restart starts over; list them in checkpoint.watch (with "
                   "checkpoint.resume_args), or save with run.maybe_checkpoint(step)")]  # fmt: skip
+
+
+def checkpoint_interval(given: CheckInput) -> list[Check]:
+    """The checkpoint interval against the optimum for the run's measured costs.
+
+    Information, unless ``acceptance.min_ettr`` asks for a minimum ETTR; the model and
+    where each input comes from: :mod:`acceptrun.verdict.interval`.
+    """
+    return interval_check(given)

@@ -1,0 +1,333 @@
+"""``acceptrun plan``: how often to checkpoint, before spending money.
+
+The interval model of :mod:`acceptrun.cost.interval` for figures given on the command
+line, or taken from a spec and its recorded runs (:mod:`acceptrun.verdict.interval`
+measures them): the optimum interval, the ETTR there, the interruptions, wall time and
+cost to expect, and the same for the interval the spec sets. ``--simulate N`` checks it
+event by event and adds what the closed form does not model (an asynchronous persist
+window, Weibull interruptions).
+
+>>> acceptrun plan --gpus 512 --save 40s --restart 10m --work 14d --usd-per-hour 1100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from acceptrun._util.units import format_duration
+from acceptrun.errors import UserError
+
+__all__ = ["cmd_plan", "register"]
+
+
+def _duration(text: str | None, flag: str, *, zero_ok: bool = False) -> float | None:
+    if text is None:
+        return None
+    from acceptrun.spec.units import parse_duration
+
+    try:
+        value = parse_duration(text, flag)
+    except ValueError as exc:
+        raise UserError(f"{flag} {text!r}: {exc}") from None
+    if value < 0 or (value == 0 and not zero_ok):
+        least = "0 or more" if zero_ok else "a positive duration"
+        raise UserError(f'{flag} {text!r}: give {least}, such as "30s" or "6h"')
+    return value
+
+
+def _recorded(args: argparse.Namespace, spec: Any) -> Any:
+    """The measured inputs of the newest finished run of ``spec``'s name, or None."""
+    from acceptrun.record.cli import workspace_of
+    from acceptrun.record.workspace import RunRecord
+    from acceptrun.verdict.core import CheckInput
+    from acceptrun.verdict.interval import measure
+
+    try:
+        ws = workspace_of(args)
+    except Exception:  # no workspace here: nothing recorded
+        return None
+    rows = [r for r in ws.list_runs() if r.name == spec.name]
+    for row in reversed(rows):
+        record = RunRecord(Path(row.path))
+        if not (record.path / "verdict.json").exists():
+            continue
+        try:
+            return record.run_id, measure(CheckInput.of(record))
+        except Exception:  # a damaged record: try an older one
+            continue
+    return None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from acceptrun.cost.interval import (
+        FLEET,
+        daly_interval,
+        forecast,
+        simulate,
+        young_interval,
+    )
+
+    inputs: dict[str, tuple[float | None, str]] = {}
+    spec = None
+    measured = None
+    if args.spec:
+        from acceptrun.spec.model import load_spec
+
+        spec = load_spec(Path(args.spec))
+        found = _recorded(args, spec)
+        if found is not None:
+            run_id, measured = found
+    rec = f"run {run_id}" if measured is not None else ""
+
+    def pick(flag: str, given: float | None, *others: tuple[float | None, str]) -> None:
+        if given is not None:
+            inputs[flag] = (given, f"--{flag}")
+            return
+        for value, source in others:
+            if value is not None:
+                inputs[flag] = (float(value), source)
+                return
+        inputs[flag] = (None, "")
+
+    m = measured
+    pick("save", _duration(args.save, "--save"),
+         (m.save_s or None if m else None, f"{rec}: {m.save_from}" if m else ""))  # fmt: skip
+    pick("restart", _duration(args.restart, "--restart", zero_ok=True),
+         (m.restart_s if m else None, f"{rec}: {m.restart_from}" if m else ""))  # fmt: skip
+    mtbf = _duration(args.mtbf, "--mtbf")
+    gpu_mtbf = _duration(args.mtbf_gpu, "--mtbf-gpu")
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError(f"--gpus {args.gpus}: give the job's GPUs, 1 or more")
+    if mtbf is not None:
+        inputs["mtbf"] = (mtbf, "--mtbf")
+    elif args.gpus is not None:
+        per_gpu, source = (gpu_mtbf, "--mtbf-gpu") if gpu_mtbf is not None else (
+            FLEET.gpu_mtbf_s, f"published: {FLEET.source}"
+        )  # fmt: skip
+        inputs["mtbf"] = (per_gpu / args.gpus, f"{source}, per GPU / {args.gpus} GPUs")
+    elif gpu_mtbf is not None:
+        raise UserError("--mtbf-gpu needs --gpus N: the job's M is one GPU's divided by N")
+    elif spec is not None and spec.checkpoint.mtbf is not None:
+        inputs["mtbf"] = (float(spec.checkpoint.mtbf), f"{args.spec}: checkpoint.mtbf")
+    elif m is not None and m.mtbf_s is not None:
+        inputs["mtbf"] = (m.mtbf_s, f"{rec}: {m.mtbf_from}")
+    else:
+        inputs["mtbf"] = (None, "")
+    pick("work", _duration(args.work, "--work"),
+         (m.productive_s if m else None, f"{rec}: its step time" if m else ""))  # fmt: skip
+    spec_every = (
+        None if spec is None or spec.checkpoint.every is None else float(spec.checkpoint.every)
+    )
+    pick("interval", _duration(args.interval, "--interval"),
+         (spec_every, f"{args.spec}: checkpoint.every"),
+         (m.interval_s if m else None, f"{rec}: {m.interval_from}" if m else ""))  # fmt: skip
+    price = args.usd_per_hour
+    price_from = "--usd-per-hour" if price is not None else ""
+    if price is None and m is not None and m.usd_per_hour is not None:
+        price, price_from = m.usd_per_hour, f"{rec}: its [cost]"
+    missing = [k for k in ("save", "restart", "mtbf", "work") if inputs[k][0] is None]
+    if missing:
+        how = {
+            "save": '--save "30s" (what one checkpoint blocks the loop for)',
+            "restart": '--restart "5m" (interruption to the restarted first step)',
+            "mtbf": '--mtbf "6h", or --gpus N (with --mtbf-gpu, else a published rate)',
+            "work": '--work "14d" (the failure-free compute the run needs)',
+        }
+        raise UserError(
+            "acceptrun plan needs " + "; ".join(how[k] for k in missing)
+            + (f" ({args.spec} has no finished run to measure them from)" if args.spec else "")
+        )  # fmt: skip
+    save, restart, M, work = (float(inputs[k][0]) for k in ("save", "restart", "mtbf", "work"))  # type: ignore[arg-type]
+    best = daly_interval(save, M)
+    opt = forecast(best, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
+    out: dict[str, Any] = {
+        **opt.to_dict(),
+        "young_interval_s": round(young_interval(save, M), 3),
+        "inputs": {
+            k: {"seconds": v, "from": src} for k, (v, src) in inputs.items() if v is not None
+        },
+        "usd_per_hour": price,
+        "usd_per_hour_from": price_from or None,
+        "current": None,
+    }
+    current = inputs["interval"][0]
+    if current is not None:
+        now = forecast(current, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
+        out["current"] = now.to_dict()
+    if args.simulate:
+        persist = _duration(args.persist, "--persist", zero_ok=True) or 0.0
+        sims = {"runs": args.simulate, "persist_s": persist, "weibull_shape": args.weibull}
+        for name, tau in (("optimum", best), ("current", current)):
+            if tau is not None:
+                sims[name] = simulate(
+                    tau, save=save, mtbf=M, restart=restart, work=work, runs=args.simulate,
+                    persist=persist, weibull_shape=args.weibull, seed=args.seed,
+                )  # fmt: skip
+        out["simulated"] = sims
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(_text(out))
+    return 0
+
+
+def _text(out: dict[str, Any]) -> str:
+    def money(value: float | None) -> str:
+        return "" if value is None else f", {value:,.2f} USD"
+
+    lines = ["inputs:"]
+    names = {"save": "save (blocking)", "restart": "restart", "mtbf": "M (mean time between "
+             "interruptions)", "work": "work (failure-free compute)", "interval": "interval"}  # fmt: skip
+    for key, item in out["inputs"].items():
+        lines.append(f"  {names[key]:<42} {format_duration(item['seconds']):>10}  ({item['from']})")
+    if out["usd_per_hour"] is not None:
+        lines.append(f"  {'price per wall hour':<42} {out['usd_per_hour']:>10,.2f}  "
+                     f"({out['usd_per_hour_from']})")  # fmt: skip
+    lines.append(
+        f"optimum: checkpoint every {format_duration(out['interval_s'])} of compute (Daly 2006; "
+        f"Young 1974: {format_duration(out['young_interval_s'])})"
+    )
+    lines.append(
+        f"  ETTR {out['ettr']:.3f}, {out['expected_interruptions']:.1f} interruptions expected, "
+        f"wall {format_duration(out['wall_s'])}{money(out['cost_usd'])}"
+    )
+    cur = out["current"]
+    if cur is not None:
+        lines.append(f"at the interval given ({format_duration(cur['interval_s'])}):")
+        lines.append(
+            f"  ETTR {cur['ettr']:.3f}, {cur['expected_interruptions']:.1f} interruptions "
+            f"expected, wall {format_duration(cur['wall_s'])}{money(cur['cost_usd'])}"
+        )
+        if cur["cost_usd"] is not None and out["cost_usd"] is not None:
+            lines.append(
+                f"  the optimum saves {cur['cost_usd'] - out['cost_usd']:,.2f} USD per run"
+            )
+    sims = out.get("simulated")
+    if sims:
+        how = (
+            "exponential"
+            if sims["weibull_shape"] is None
+            else f"Weibull k={sims['weibull_shape']:g}"
+        )
+        lines.append(
+            f"simulated: {sims['runs']} runs, {how} interruptions, persist window "
+            f"{format_duration(sims['persist_s'])}"
+        )
+        for name in ("optimum", "current"):
+            if name in sims:
+                s = sims[name]
+                lines.append(
+                    f"  {name}: ETTR {s['ettr']:.3f}, {s['interruptions']:.1f} interruptions, "
+                    f"wall {format_duration(s['wall_s'])}"
+                )
+    lines.append("(predicted: the model of docs/checkpoint-interval.md, not a measurement)")
+    return "\n".join(lines)
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="how often to checkpoint: the optimum interval, ETTR and cost (before a run)",
+        description="The checkpoint-interval model (docs/checkpoint-interval.md) for the "
+        "figures given, or a spec's: its recorded runs give the save and restart costs.",
+    )
+    p.add_argument("spec", nargs="?", help="a spec: its interval, price and recorded runs")
+    p.add_argument(
+        "--mtbf", metavar="DURATION", help="mean time between interruptions of the whole job"
+    )
+    p.add_argument("--gpus", type=int, metavar="N", help="the job's GPUs (M = --mtbf-gpu / N)")
+    p.add_argument("--mtbf-gpu", metavar="DURATION",
+                   help="one GPU's mean time to failure (default: a published fleet rate)")  # fmt: skip
+    p.add_argument("--save", metavar="DURATION", help="what one checkpoint blocks the loop for")
+    p.add_argument("--restart", metavar="DURATION",
+                   help="interruption to the restarted first step (detect, restart, restore)")  # fmt: skip
+    p.add_argument("--work", metavar="DURATION", help="the failure-free compute the run needs")
+    p.add_argument(
+        "--interval", metavar="DURATION", help="an interval to compare (default: the spec's)"
+    )
+    p.add_argument(
+        "--usd-per-hour", type=float, metavar="USD", help="what the whole job costs per hour"
+    )
+    p.add_argument("--simulate", type=int, metavar="N", help="also simulate N runs event by event")
+    p.add_argument("--persist", metavar="DURATION",
+                   help="simulated: an asynchronous persist window (lost with an interruption)")  # fmt: skip
+    p.add_argument(
+        "--weibull", type=float, metavar="K", help="simulated: Weibull interruptions of shape K"
+    )
+    p.add_argument("--seed", type=int, default=0, help="simulated: the random seed")
+    p.add_argument("--json", action="store_true", help="the figures as JSON")
+    p.set_defaults(func=cmd_plan)
+
+
+LONG_RUN_S = 3600.0  # a run that may last longer than this should checkpoint
+
+
+def interval_warnings(args: argparse.Namespace, spec: Any, usage: str = "client") -> list[str]:
+    """``spec check``'s warnings about the checkpoint interval (docs/checkpoint-interval.md).
+
+    A long run (``limits.wall_time`` or the top of ``limits.expected_runtime`` over an hour)
+    that sets no interval; an interval more than 2x away from the optimum for the save cost
+    its recorded runs measured and the M it declares, measured or takes from the fleet.
+    ``usage``: the command's use of the client (workload/usage.py); the interval is the
+    client's, so a black box (its own saves, ``checkpoint.watch``) gets no warning.
+    """
+    from acceptrun.cost.interval import FLEET, daly_interval
+
+    if spec.serving.enabled or spec.inference.enabled or usage != "client":
+        return []
+    ck, lim = spec.checkpoint, spec.limits
+    longest = max(
+        float(lim.wall_time or 0.0),
+        float(lim.expected_runtime[1]) if lim.expected_runtime else 0.0,
+    )
+    found = _recorded(args, spec)
+    m = found[1] if found is not None else None
+    if spec.checkpoint.mtbf is not None:
+        mtbf, mtbf_from = float(spec.checkpoint.mtbf), "checkpoint.mtbf"
+    elif m is not None and m.mtbf_s is not None:
+        mtbf, mtbf_from = m.mtbf_s, m.mtbf_from
+    else:
+        gpus = max(1, int(spec.resources.gpus) * int(spec.resources.nodes))
+        mtbf, mtbf_from = (
+            FLEET.gpu_mtbf_s / gpus,
+            f"the published rate of {FLEET.name} / {gpus} GPU(s)",
+        )
+    out = []
+    if ck.every is None and ck.every_steps is None and not ck.watch:
+        if longest > LONG_RUN_S:
+            advice = (
+                f'checkpoint.every = "{format_duration(daly_interval(m.save_s, mtbf))}" '
+                f"(the optimum for a save of {m.save_s:.3g} s and M = {format_duration(mtbf)}, "
+                f"{mtbf_from})"
+                if m is not None and m.save_s
+                else "checkpoint.every (`acceptrun plan SPEC --save 30s` prints the optimum)"
+            )
+            out.append(
+                f"checkpoint interval: a run of up to {format_duration(longest)} sets none "
+                f"(checkpoint.every / every_steps), so an interruption loses all its work; "
+                f"set {advice}"
+            )
+        return out
+    if m is None or not m.save_s:
+        return out  # no save cost measured yet: nothing to compare the interval with
+    if ck.every is not None:
+        current, what = float(ck.every), f"checkpoint.every = {format_duration(float(ck.every))}"
+    elif m.interval_s is not None:
+        current, what = (
+            m.interval_s,
+            f"checkpoint.every_steps = {ck.every_steps} ({m.interval_from})",
+        )
+    else:
+        return out
+    best = daly_interval(m.save_s, mtbf)
+    if not (best / 2.0 <= current <= best * 2.0):
+        out.append(
+            f"checkpoint interval: {what} is {current / best:.2g}x the optimum "
+            f"{format_duration(best)} for a save of {m.save_s:.3g} s ({found[0]}) and "
+            f"M = {format_duration(mtbf)} ({mtbf_from}); `acceptrun plan {args.file}` shows "
+            "what each costs"
+        )
+    return out
