@@ -112,16 +112,23 @@ class Checkpointer:
         plus the host copy of the state. ``block=True`` also waits for the commit (used
         before exiting on a stop request). With ``ranks``, every rank calls it at the
         same step: ``objects`` are saved from rank 0, ``per_rank`` from each rank.
+
+        The ``checkpoint_stage`` event's ``stall_s`` is all the time the call blocked its
+        caller: the wait for the previous save, the copy and, with ``block``, the commit
+        (then the event comes after the commit). It is the save cost δ of the interval
+        advice (docs/checkpoint-interval.md).
         """
+        t0 = time.perf_counter()
         self.wait()
         if self.ranks is not None:
             return self._save_ranked(step, objects, per_rank or {}, dict(metrics or {}), block)
-        t0 = time.perf_counter()
         staged = stage(objects, buffers=self._buffers)
+        nbytes = staged.nbytes
         stall = time.perf_counter() - t0
-        self.on_event(
-            "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": staged.nbytes}
-        )
+        if not block:
+            self.on_event(
+                "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": nbytes}
+            )
         self._thread = threading.Thread(
             target=self._persist,
             args=(step, staged, dict(metrics or {})),
@@ -131,6 +138,10 @@ class Checkpointer:
         self._thread.start()
         if block:
             self.wait()
+            stall = time.perf_counter() - t0
+            self.on_event(
+                "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": nbytes}
+            )
         return stall
 
     def _persist(self, step: int, staged: Staged, metrics: dict[str, float]) -> None:
