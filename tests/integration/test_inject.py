@@ -62,6 +62,14 @@ def test_kill_then_resume_and_the_fault_does_not_fire_again(project: Project) ->
     # Attempt 2 went through step 4 again, and nothing fired there.
     assert injected(record) == [{"action": "kill", "step": 4, "attempt": 1}]
     assert {e["step"] for e in record.events("step") if e["attempt"] == 2} == set(range(3, 8))
+    # What happened is the requested fault, done by the client on itself: said so.
+    exit1 = record.read_json("attempts/1/exit.json")
+    assert exit1["class"] == "killed"
+    assert exit1["class_reason"] == (
+        "killed by the injected fault kill@step=4 (killed by SIGKILL), done by the "
+        "workload's client, as asked"
+    ), exit1
+    assert exit1["reason"] == "killed by an injected fault kill@step=4 (killed by SIGKILL)"
 
 
 def test_term_checkpoints_the_step_and_loses_none(project: Project) -> None:

@@ -75,6 +75,7 @@ __all__ = [
     "Classification",
     "FailedAttempt",
     "classify",
+    "client_fault",
     "oom_kill_count",
     "repeated_failure",
     "retry_allowed",
@@ -154,7 +155,7 @@ class AttemptFacts:
     events: Sequence[Mapping[str, Any]]  # this attempt's events from events.jsonl, in order
     oom_kills: int | None = None  # OOM kills counted in our cgroup during the attempt
     xid_errors: Sequence[str] = ()  # NVML Xid events seen during the attempt
-    injected: str | None = None  # the time fault the supervisor fired, e.g. "kill@time=3s"
+    injected: str | None = None  # the fault the supervisor fired, e.g. "kill@time=3s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,9 +345,31 @@ def _exception_site(tail: str) -> tuple[str, tuple[str, ...]] | None:
     return final[0][0].text, frames[-4:]
 
 
+def client_fault(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """The fault the workload's client fired on itself in these events (``kill@step=40``).
+
+    A step fault (``--inject kill@step=N``) is done by the client inside the workload: a
+    ``fault_injected`` event without ``by = "supervisor"``, written before the fault.
+    """
+    for ev in reversed(events):
+        if ev.get("kind") == "fault_injected" and ev.get("by") != "supervisor":
+            action, step = ev.get("action"), ev.get("step")
+            code = f"={ev['code']}" if ev.get("code") is not None else ""
+            return f"{action}{code}@step={step}" if step is not None else f"{action}{code}"
+    return None
+
+
 def _injected(facts: AttemptFacts, stopped: bool) -> Classification | None:
-    """Rule 5b: the attempt ended by the time fault the supervisor itself injected."""
+    """Rule 5b: the attempt ended by a fault injected as asked (``--inject``).
+
+    The supervisor's (time faults, a black box's step faults: ``facts.injected``) or the
+    one the client fired on itself (a ``fault_injected`` event of the workload).
+    """
     fault, sig, rc = facts.injected, facts.signal, facts.returncode
+    by = "sent by the supervisor"
+    if fault is None:
+        fault = client_fault(facts.events)
+        by = "done by the workload's client, as asked"
     if fault is None:
         return None
     ended = f"killed by {sig}" if sig else f"exit status {rc}"
@@ -354,10 +377,12 @@ def _injected(facts: AttemptFacts, stopped: bool) -> Classification | None:
         name = "killed"
     elif fault.startswith("term") and (stopped or sig == "SIGTERM" or rc == 143):
         name = "preempted"
+    elif fault.startswith("exit=") and rc is not None and fault.split("@")[0] == f"exit={rc}":
+        name = "failed"
     else:
         return None  # it ended some other way after the fault: the usual rules decide
-    verb = "killed" if name == "killed" else "stopped"
-    reason = f"{verb} by an injected fault {fault} ({ended}), sent by the supervisor"
+    verb = {"killed": "killed", "preempted": "stopped", "failed": "ended"}[name]
+    reason = f"{verb} by the injected fault {fault} ({ended}), {by}"
     return _result(name, [f"injected fault: {fault}", ended], reason)
 
 

@@ -51,6 +51,7 @@ from acceptrun.supervisor.classify import (
     AttemptFacts,
     FailedAttempt,
     classify,
+    client_fault,
     oom_kill_count,
     repeated_failure,
     retry_allowed,
@@ -693,13 +694,15 @@ class Supervisor:
         oom_after = oom_kill_count()
         stop, injected = a.poll.stop, a.poll.injected
         cause = None if stop is None else stop.cause
-        res = attempt_result(a.number, a.child, returncode, stop, injected=injected)
+        kept = a.watch.kept_events()  # no steps but the last (supervisor/watch.py)
+        shown = injected or client_fault(kept)  # the workload's own, fired as asked
+        res = attempt_result(a.number, a.child, returncode, stop, injected=shown)
         facts = AttemptFacts(
             returncode=returncode if returncode >= 0 else None,
             signal=res.signal,
             stop_cause=None if cause == "serving" else cause,
             stderr_tail=stderr_tail(a.adir / "stderr.log", env=a.env),
-            events=a.watch.kept_events(),  # no steps but the last (supervisor/watch.py)
+            events=kept,
             oom_kills=None
             if a.oom_before is None or oom_after is None
             else oom_after - a.oom_before,

@@ -63,6 +63,7 @@ class Evidence:
     idle_threshold: float = 5.0
     idle_source: str | None = None  # "gpu" or "process"
     xids: list[dict[str, Any]] = field(default_factory=list)
+    black_box: bool = False  # the script does not use the client: its saves are its own
 
 
 def _pct(share: float) -> str:
@@ -106,11 +107,14 @@ def make_hints(summary: Summary, ev: Evidence) -> list[str]:
     cost = bd.get("restarts", 0.0)
     if ev.restarts and cost >= RESTART_COST_S:
         plural = "s" if ev.restarts != 1 else ""
+        fix = (
+            "have the script save more often (checkpoint.watch captures each save)"
+            if ev.black_box
+            else "checkpoint more often to redo less (checkpoint.every, checkpoint.every_steps)"
+        )
         hints.append(
             f"restarts cost {format_duration(cost)} ({ev.restarts} restart{plural}, "
-            f"{ev.steps_redone} step{'' if ev.steps_redone == 1 else 's'} redone): "
-            "checkpoint more often to redo less "
-            "(checkpoint.every_steps)"
+            f"{ev.steps_redone} step{'' if ev.steps_redone == 1 else 's'} redone): {fix}"
         )
     idle = summary.idle_share
     if idle is not None and idle >= IDLE_SHARE and ev.idle_source is not None:

@@ -356,7 +356,7 @@ def _read_steps(
     totals = {k: _Total() for k in ("restarts", "data_wait", "compute", "timed", "timed_wait", "all", "all_wait")}  # fmt: skip
     later = StepRanges()  # steps that the attempts read so far (the later ones) ran
     for number, chunks in _groups(log):
-        mine, redone, timed_seen, steady_rank = StepRanges(), StepRanges(), 0, 0
+        mine, redone, timed_seen, steady_rank = StepRanges(), 0, 0, 0
         a = attempts.get(number)
         for k, c in enumerate(chunks):
             if not len(c):
@@ -395,7 +395,9 @@ def _read_steps(
             # work thrown away: the steps that a later attempt ran again
             again = later.contains(c.step)
             if again.any():
-                redone = redone.union(StepRanges.of(c.step[again]))
+                # Steps, not records: a log line every 10 steps stands for 10 (its span),
+                # as the verdict's lost steps count them.
+                redone += int(again.sum()) if span is None else int(span[again].sum())
                 totals["restarts"].add(weighted[again], None if w_us is None else w_us[again])
                 keep = ~again
                 w_keep, d_keep = weighted[keep], dw[keep]
@@ -432,7 +434,7 @@ def _read_steps(
                 _add_steady(out, c, (number, k), st, st_us, idx, steady_rank)
                 steady_rank += idx.size
         if a is not None and a.steps:
-            out.redone_by[number] = redone.size()
+            out.redone_by[number] = redone
             out.steps_redone += out.redone_by[number]
             later = later.union(mine)
     if out.steady is not None:
@@ -1130,6 +1132,7 @@ def _summarize(rec: _Record, *, whole: bool = True) -> tuple[Summary, dict[str, 
             idle_threshold=threshold,
             idle_source=idle_source,
             xids=[s for s in rec.samples if s.get("kind") == "xid"],
+            black_box=_black_box(rec.events),
         ),
     )
     losses = [a for a in with_steps if a.loss_first is not None]

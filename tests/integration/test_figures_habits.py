@@ -1,0 +1,94 @@
+"""Figures on the scripts people bring: what ``show`` says against what the verdict says.
+
+Real ``acceptrun run`` processes over scripts that know nothing of acceptrun, shaped like
+public examples; each asserts a figure against the truth known from the script's own
+output. A script that must be killed blocks at a known point, and the test kills it
+once the record shows what it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from typing import Any
+
+from conftest import PYTHON, Project, wait_for
+
+# Shaped like a black box that prints a line every 10 iterations and saves its state
+# atomically every 20 (a numbered file, as Hugging Face's checkpoint-N/ are); it resumes
+# from its newest save by itself. Attempt 1 waits, after iteration 55, to be killed.
+EVERY_TEN = """
+import glob, json, os, time
+os.makedirs("out", exist_ok=True)
+saves = sorted(glob.glob("out/ckpt-*.json"), key=lambda p: int(p.split("-")[1][:-5]))
+start = json.load(open(saves[-1]))["step"] if saves else 0
+if start:
+    print(f"resuming from iteration {start}", flush=True)
+for it in range(start + 1, 101):
+    if it % 10 == 0:
+        print(f"iter {it}: loss {1.0 / it:.5f}", flush=True)
+    if it % 20 == 0:
+        with open("out/tmp.json", "w") as f:
+            json.dump({"step": it}, f)
+        os.replace("out/tmp.json", f"out/ckpt-{it}.json")
+    if start == 0 and it == 55:
+        time.sleep(3600)  # killed here
+"""
+
+
+def _events(project: Project) -> list[dict[str, Any]]:
+    ids = project.run_ids()
+    if not ids:
+        return []
+    out = []
+    path = project.runs_dir / ids[0] / "events.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def test_shows_restart_hint_counts_the_steps_the_verdict_counts(project: Project) -> None:
+    spec = project.spec(
+        EVERY_TEN,
+        extra="""
+        [checkpoint]
+        watch = ["out/ckpt-*.json"]
+        keep_last = 5
+        [progress]
+        pattern = 'iter (?P<step>\\d+): loss (?P<loss>[0-9.]+)'
+        [limits]
+        restart_backoff = "1s"
+        """,
+    )
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
+        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    start = wait_for(
+        lambda: next((e for e in _events(project) if e["kind"] == "attempt_start"), None),
+        timeout=120, what="attempt 1",
+    )  # fmt: skip
+    wait_for(
+        lambda: any(e["kind"] == "checkpoint_captured" and e["step"] == 40 for e in _events(project)),
+        timeout=180, what="the save of iteration 40 captured",
+    )  # fmt: skip
+    os.kill(int(start["pid"]), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
+    assert "resuming from iteration 40" in log, log
+    exit1 = json.loads((rec.path / "attempts" / "1" / "exit.json").read_text())
+    lost = exit1["work"]["steps_lost"]
+    assert lost == 10, exit1  # iteration 50 was the last one reported; 40 was saved
+    show = project.cli("show", rec.run_id, check_rc=0).stdout
+    hint = next((line for line in show.splitlines() if "restarts cost" in line), "")
+    assert f"{lost} steps redone" in hint, show
+    # A black box saves on its own schedule: the fix is the script's, not a spec key.
+    assert "checkpoint.every_steps" not in hint, hint
+    assert "have the script save more often" in hint, hint
