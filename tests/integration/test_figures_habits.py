@@ -92,3 +92,30 @@ def test_shows_restart_hint_counts_the_steps_the_verdict_counts(project: Project
     # A black box saves on its own schedule: the fix is the script's, not a spec key.
     assert "checkpoint.every_steps" not in hint, hint
     assert "have the script save more often" in hint, hint
+
+
+# The loop of most examples: a loss and the batch's size logged every step.
+LOGS_SAMPLES = """
+import numpy as np
+import acceptrun
+
+run = acceptrun.init()
+w = np.zeros(4)
+start = run.restore(w=w)
+for step in run.steps(start, 10):
+    w += 1.0
+    run.log(step, loss=1.0 / (step + 1), samples=8, lr=0.1)
+    run.maybe_checkpoint(step)
+"""
+
+
+def test_a_checkpoints_metrics_are_not_its_batch_size(project: Project) -> None:
+    from acceptrun.checkpoint.store import CheckpointStore
+
+    spec = project.spec(LOGS_SAMPLES, extra="[checkpoint]\nevery_steps = 5\n")
+    project.cli("run", "-q", str(spec), check_rc=0)
+    rec = project.only_record()
+    infos = CheckpointStore(rec.checkpoints_dir).list()
+    assert infos and all(set(i.metrics) == {"loss", "lr"} for i in infos), [i.metrics for i in infos]
+    ls = project.cli("ckpt", "ls", rec.run_id, check_rc=0).stdout
+    assert "loss=" in ls and "samples=" not in ls, ls

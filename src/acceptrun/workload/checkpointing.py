@@ -26,6 +26,9 @@ from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX
 
 __all__ = ["Checkpointing"]
 
+# run.log values that count the work a step did (throughput), not a metric of the model.
+COUNTERS = frozenset({"samples", "tokens", "total_steps"})
+
 
 class Checkpointing(RunBase):
     """Restore, checkpoint and restore drills (a part of :class:`~acceptrun.workload.run.Run`)."""
@@ -401,12 +404,21 @@ class Checkpointing(RunBase):
     def _values_of(self, step: int) -> dict[str, Any]:
         """The values logged for ``step``: what its checkpoint stores (keep_best ranks them).
 
+        Counts of work (``samples``, ``tokens``: what the step processed, for throughput)
+        are no metric of the state saved, and are left out.
+
         Inside :meth:`steps` a checkpoint of the current step is taken before its event
         is written, so its values are still pending.
         """
-        if self._in_steps and self._phase[1] == step:
-            return {k: v for k, v in self._pending.items() if isinstance(v, int | float)}
-        return self._last_values if self._last_values_step == step else {}
+        values = (
+            self._pending
+            if self._in_steps and self._phase[1] == step
+            else self._last_values if self._last_values_step == step else {}
+        )
+        return {
+            k: v for k, v in values.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k not in COUNTERS
+        }  # fmt: skip
 
     def maybe_checkpoint(self, step: int) -> bool:
         """Checkpoint when the spec's interval (``every_steps``, ``every``) says so; True if saved.
