@@ -116,6 +116,8 @@ def test_a_checkpoints_metrics_are_not_its_batch_size(project: Project) -> None:
     project.cli("run", "-q", str(spec), check_rc=0)
     rec = project.only_record()
     infos = CheckpointStore(rec.checkpoints_dir).list()
-    assert infos and all(set(i.metrics) == {"loss", "lr"} for i in infos), [i.metrics for i in infos]
+    assert infos and all(set(i.metrics) == {"loss", "lr"} for i in infos), [
+        i.metrics for i in infos
+    ]
     ls = project.cli("ckpt", "ls", rec.run_id, check_rc=0).stdout
     assert "loss=" in ls and "samples=" not in ls, ls

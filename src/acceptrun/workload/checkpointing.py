@@ -413,7 +413,9 @@ class Checkpointing(RunBase):
         values = (
             self._pending
             if self._in_steps and self._phase[1] == step
-            else self._last_values if self._last_values_step == step else {}
+            else self._last_values
+            if self._last_values_step == step
+            else {}
         )
         return {
             k: v for k, v in values.items()
