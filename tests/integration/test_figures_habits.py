@@ -92,6 +92,11 @@ def test_shows_restart_hint_counts_the_steps_the_verdict_counts(project: Project
     # A black box saves on its own schedule: the fix is the script's, not a spec key.
     assert "checkpoint.every_steps" not in hint, hint
     assert "have the script save more often" in hint, hint
+    # The start-up figures say whose they are: attempt 1's, or every attempt's together.
+    assert "attempt 1's first step after" in show and "to each first step" in show, show
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    (first,) = [c for c in verdict["checks"] if c["name"] == "first step"]
+    assert first["evidence"].startswith("attempt 1's first step "), first
 
 
 # The loop of most examples: a loss and the batch's size logged every step.

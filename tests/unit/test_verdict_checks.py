@@ -78,7 +78,11 @@ def test_first_step_within_max_first_step_passes(tmp_path: Path) -> None:
     rb = VerdictRecord(tmp_path, '[acceptance]\nmax_first_step = "10s"\n')
     rb.training(start=2.0, step_time=1.0)
     c = rb.check("first step")
-    assert (c.status, c.required, c.evidence) == ("pass", True, "3.0s after launch, at most 10s")
+    assert (c.status, c.required, c.evidence) == (
+        "pass",
+        True,
+        "attempt 1's first step 3.0s after launch, at most 10s",
+    )
 
 
 def test_first_step_later_than_max_first_step_fails(tmp_path: Path) -> None:
@@ -86,7 +90,7 @@ def test_first_step_later_than_max_first_step_fails(tmp_path: Path) -> None:
     rb.training(start=20.0, step_time=1.0)
     c = rb.check("first step")
     assert (c.status, c.required) == ("fail", True)
-    assert c.evidence.startswith("21s after launch") and c.fix
+    assert c.evidence.startswith("attempt 1's first step 21s after launch") and c.fix
 
 
 def test_first_step_without_steps_is_not_recorded(tmp_path: Path) -> None:
@@ -800,7 +804,7 @@ def test_summary_failure_is_recorded_and_named_in_the_checks_that_need_it(tmp_pa
     first = by_name["first step"]
     assert (first.status, first.evidence) == (
         "pass",
-        f"1.0s after the first attempt's start ({expected})",
+        f"attempt 1's first step 1.0s after its start ({expected})",
     )
     # Computed again over the same record: the same evidence, the failure recorded once.
     again = {c.name: c for c in rb.compute().checks}

@@ -543,7 +543,9 @@ def _time(data: dict[str, Any]) -> list[str]:
             ("throughput", ", ".join(f"{v:.4g} {u}" for u, v in summary["throughput"].items()))
         )
     if summary.get("first_step_s") is not None:
-        rows.append(("first step", f"{format_duration(summary['first_step_s'])} after launch"))
+        rows.append(
+            ("first step", f"{format_duration(summary['first_step_s'])} after launch (attempt 1)")
+        )
     if summary.get("data_wait_share") is not None:
         rows.append(("data wait", f"{100 * summary['data_wait_share']:.1f}% of step time"))
     if summary.get("idle_share") is not None:

@@ -29,7 +29,7 @@ PART_NAMES = {
     "compute": "compute",
     "data_wait": "data wait",
     "checkpoint_stall": "checkpoint stall",
-    "before_first_step": "before first step",
+    "before_first_step": "to each first step",  # every attempt's launch to its first step
     "restarts": "restarts",
     "other": "other",
 }
@@ -190,7 +190,7 @@ def format_telemetry(s: Summary, gpu_absent: str | None = None) -> list[str]:
         first = (
             ""
             if s.first_step_s is None
-            else f", first step after {format_duration(s.first_step_s)}"
+            else f", attempt 1's first step after {format_duration(s.first_step_s)}"
         )
         lines.append(f"time     {format_duration(s.wall_s)} wall{first}")
         for part, name in PART_NAMES.items():

@@ -75,13 +75,13 @@ def first_step(given: CheckInput) -> list[Check]:
     if seconds is None:
         tl = run_timeline(given.record)
         if tl["first_step"] is not None and tl["launch"] is not None:
-            seconds, since = tl["first_step"] - tl["launch"], "the first attempt's start"
+            seconds, since = tl["first_step"] - tl["launch"], "its start"
     failure = given.summary_failure
     if seconds is None:
         return [Check("setup", "first step", NOT_RECORDED, limit is not None,
                       failure or "no step events",
                       "log steps with run.steps() / run.log()")]  # fmt: skip
-    evidence = f"{format_duration(seconds)} after {since}"
+    evidence = f"attempt 1's first step {format_duration(seconds)} after {since}"
     if limit is None:
         return [Check("setup", "first step", PASS, False, _noting(evidence, failure))]
     ok = seconds <= limit
