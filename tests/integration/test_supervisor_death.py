@@ -10,6 +10,7 @@ its grace period, with a helper that left its process group.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 
@@ -65,6 +66,15 @@ def test_killed_supervisor_leaves_no_orphan_and_resumes_bitwise(
     assert '"interrupted"' in ledger
 
 
+def _watchdog_of(pid: int) -> bool:
+    """Whether the supervisor ``pid`` has started its attempt's watchdog."""
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "_watchdog.py" in " ".join(child.cmdline()):
+                return True
+    return False
+
+
 def test_black_box_ignoring_sigterm_ends_after_its_grace(tmp_path: Path) -> None:
     job = make_job(tmp_path, "blackbox", black_box=True, grace="2s")
     ws = tmp_path / "ws"
@@ -72,6 +82,9 @@ def test_black_box_ignoring_sigterm_ends_after_its_grace(tmp_path: Path) -> None
     started = job / "started-1"
     try:
         wait_for(lambda: started.exists() and started.read_text(), what="the black box's start")
+        # The watchdog is started right after the workload; on a loaded machine a quick
+        # black box can be up first, and this test is about the grace, not that moment.
+        wait_for(lambda: _watchdog_of(sup.pid), what="the attempt's watchdog")
     finally:
         sup.send_signal(signal.SIGKILL)
         sup.wait()
