@@ -126,3 +126,45 @@ def test_a_checkpoints_metrics_are_not_its_batch_size(project: Project) -> None:
     ]
     ls = project.cli("ckpt", "ls", rec.run_id, check_rc=0).stdout
     assert "loss=" in ls and "samples=" not in ls, ls
+
+
+# A black box that reports no step at all and saves atomically; attempt 1 waits, after
+# its save, to be killed.
+NO_PROGRESS = """
+import json, os, time
+os.makedirs("out", exist_ok=True)
+if os.path.exists("out/state.json"):
+    print("resuming from", json.load(open("out/state.json"))["step"], flush=True)
+else:
+    with open("out/tmp.json", "w") as f:
+        json.dump({"step": 7}, f)
+    os.replace("out/tmp.json", "out/state.json")
+    time.sleep(3600)  # killed here
+"""
+
+
+def test_a_resume_from_a_step_that_is_an_estimate_says_so(project: Project) -> None:
+    spec = project.spec(
+        NO_PROGRESS,
+        extra='[checkpoint]\nwatch = ["out/state.json"]\n[limits]\nrestart_backoff = "0s"\n',
+    )
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
+        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    start = wait_for(
+        lambda: next((e for e in _events(project) if e["kind"] == "attempt_start"), None),
+        timeout=120, what="attempt 1",
+    )  # fmt: skip
+    wait_for(lambda: any(e["kind"] == "checkpoint_commit" for e in _events(project)),
+             timeout=180, what="the save captured")  # fmt: skip
+    os.kill(int(start["pid"]), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rec = project.only_record()
+    assert "resuming from 7" in (rec.path / "attempts" / "2" / "stdout.log").read_text()
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    (row,) = [c for c in verdict["checks"] if c["name"] == "resumed"]
+    # No step was ever reported: the stored step is a number, not the script's 7, and
+    # the verdict says it is an estimate.
+    assert "(an estimate: no step was reported before the file was written)" in row["evidence"], row

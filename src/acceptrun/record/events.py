@@ -306,6 +306,7 @@ class RestoredEvent(Event, total=False):
     notes: Any
     source: str
     restored_to: Any
+    step_estimate: str  # a watched checkpoint whose step is not proven: why
 
 
 class MetricEvent(Event, total=False):

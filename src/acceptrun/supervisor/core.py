@@ -363,10 +363,15 @@ class Supervisor:
         path = restore_watched(info, self.spec.workdir_path)
         if path is None:
             return None  # a checkpoint of the client API: the script restores it itself
-        self.record.event(
-            "restored", sync=True, attempt=attempt, step=info.step, path=str(info.path),
-            seconds=round(time.monotonic() - t0, 6), source="watched", restored_to=str(path),
-        )  # fmt: skip
+        dated = info.meta.get("dated")
+        estimate = dated.get("estimate") if isinstance(dated, dict) else None
+        fields: dict[str, Any] = {
+            "step": info.step, "path": str(info.path), "source": "watched",
+            "seconds": round(time.monotonic() - t0, 6), "restored_to": str(path),
+        }  # fmt: skip
+        if estimate:
+            fields["step_estimate"] = str(estimate)  # the verdict's "resumed" says so
+        self.record.event("restored", sync=True, attempt=attempt, **fields)
         return str(path)
 
     def _start_watcher(

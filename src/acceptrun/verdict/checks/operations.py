@@ -98,7 +98,9 @@ def resumed(given: CheckInput) -> list[Check]:
         return []
     fetched = {e.get("attempt") for e in given.record.events("mirror_fetch")}
     text = "; ".join(
-        f"attempt {e['attempt']} from step {e['step']} ({e.get('seconds', 0):.2f}s"
+        f"attempt {e['attempt']} from step {e['step']}"
+        + (f" (an estimate: {e['step_estimate']})" if e.get("step_estimate") else "")
+        + f" ({e.get('seconds', 0):.2f}s"
         + (", fetched from the mirror)" if e["attempt"] in fetched else ")")
         for e in resumes
     )
