@@ -9,18 +9,16 @@ once the record shows what it waits for.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-from typing import Any
 
-from conftest import PYTHON, Project, wait_for
+from blackbox_harness import kill_when
+
+from conftest import Project
 
 # Shaped like a black box that prints a line every 10 iterations and saves its state
 # atomically every 20 (a numbered file, as Hugging Face's checkpoint-N/ are); it resumes
 # from its newest save by itself. Attempt 1 waits, after iteration 55, to be killed.
 EVERY_TEN = """
-import glob, json, os, time
+import glob, json, os, signal
 os.makedirs("out", exist_ok=True)
 saves = sorted(glob.glob("out/ckpt-*.json"), key=lambda p: int(p.split("-")[1][:-5]))
 start = json.load(open(saves[-1]))["step"] if saves else 0
@@ -34,22 +32,8 @@ for it in range(start + 1, 101):
             json.dump({"step": it}, f)
         os.replace("out/tmp.json", f"out/ckpt-{it}.json")
     if start == 0 and it == 55:
-        time.sleep(3600)  # killed here
+        signal.pause()  # killed here
 """
-
-
-def _events(project: Project) -> list[dict[str, Any]]:
-    ids = project.run_ids()
-    if not ids:
-        return []
-    out = []
-    path = project.runs_dir / ids[0] / "events.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def test_shows_restart_hint_counts_the_steps_the_verdict_counts(project: Project) -> None:
@@ -65,21 +49,11 @@ def test_shows_restart_hint_counts_the_steps_the_verdict_counts(project: Project
         restart_backoff = "1s"
         """,
     )
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
-        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    rc, out = kill_when(
+        project, spec, lambda e: e["kind"] == "checkpoint_captured" and e["step"] == 40,
+        "the save of iteration 40 captured",
     )  # fmt: skip
-    start = wait_for(
-        lambda: next((e for e in _events(project) if e["kind"] == "attempt_start"), None),
-        timeout=120, what="attempt 1",
-    )  # fmt: skip
-    wait_for(
-        lambda: any(e["kind"] == "checkpoint_captured" and e["step"] == 40 for e in _events(project)),
-        timeout=180, what="the save of iteration 40 captured",
-    )  # fmt: skip
-    os.kill(int(start["pid"]), signal.SIGKILL)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    assert rc == 0, out
     rec = project.only_record()
     log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
     assert "resuming from iteration 40" in log, log
@@ -131,7 +105,7 @@ def test_a_checkpoints_metrics_are_not_its_batch_size(project: Project) -> None:
 # A black box that reports no step at all and saves atomically; attempt 1 waits, after
 # its save, to be killed.
 NO_PROGRESS = """
-import json, os, time
+import json, os, signal
 os.makedirs("out", exist_ok=True)
 if os.path.exists("out/state.json"):
     print("resuming from", json.load(open("out/state.json"))["step"], flush=True)
@@ -139,7 +113,7 @@ else:
     with open("out/tmp.json", "w") as f:
         json.dump({"step": 7}, f)
     os.replace("out/tmp.json", "out/state.json")
-    time.sleep(3600)  # killed here
+    signal.pause()  # killed here
 """
 
 
@@ -148,19 +122,10 @@ def test_a_resume_from_a_step_that_is_an_estimate_says_so(project: Project) -> N
         NO_PROGRESS,
         extra='[checkpoint]\nwatch = ["out/state.json"]\n[limits]\nrestart_backoff = "0s"\n',
     )
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
-        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    start = wait_for(
-        lambda: next((e for e in _events(project) if e["kind"] == "attempt_start"), None),
-        timeout=120, what="attempt 1",
-    )  # fmt: skip
-    wait_for(lambda: any(e["kind"] == "checkpoint_commit" for e in _events(project)),
-             timeout=180, what="the save captured")  # fmt: skip
-    os.kill(int(start["pid"]), signal.SIGKILL)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    rc, out = kill_when(
+        project, spec, lambda e: e["kind"] == "checkpoint_commit", "the save captured"
+    )
+    assert rc == 0, out
     rec = project.only_record()
     assert "resuming from 7" in (rec.path / "attempts" / "2" / "stdout.log").read_text()
     verdict = json.loads(rec.file("verdict.json").read_text())

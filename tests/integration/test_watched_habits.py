@@ -13,11 +13,12 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from blackbox_harness import events as run_events
+from blackbox_harness import kill_when, start, workload_pid
 
 from acceptrun.checkpoint.store import CheckpointStore
 from conftest import PYTHON, Project, wait_for
@@ -43,39 +44,6 @@ for epoch in range(start, 40):
 """
 
 
-def _events(project: Project) -> list[dict[str, Any]]:
-    ids = project.run_ids()
-    if not ids:
-        return []
-    path = project.runs_dir / ids[0] / "events.jsonl"
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line still being written
-    return out
-
-
-def _start(project: Project, spec: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
-        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
-def _workload_pid(project: Project, attempt: int = 1) -> int:
-    start = wait_for(
-        lambda: next(
-            (e for e in _events(project) if e["kind"] == "attempt_start" and e["attempt"] == attempt),
-            None,
-        ),
-        timeout=120, what=f"attempt {attempt} to start",
-    )  # fmt: skip
-    return int(start["pid"])
-
-
 def test_a_snapshot_rewritten_far_more_often_than_settle_is_captured(project: Project) -> None:
     spec = project.spec(
         SNAPSHOT,
@@ -89,12 +57,12 @@ def test_a_snapshot_rewritten_far_more_often_than_settle_is_captured(project: Pr
         restart_backoff = "0s"
         """,
     )
-    proc = _start(project, spec)
+    proc = start(project, spec)
 
     def captured_19() -> dict[str, Any] | None:
         """The capture that holds epoch 19's snapshot (where the script then waits)."""
         runs = project.run_ids()
-        for e in _events(project):
+        for e in run_events(project):
             if e["kind"] != "checkpoint_captured" or not runs:
                 continue
             kept = project.runs_dir / runs[0] / "checkpoints" / f"step-{e['step']}"
@@ -108,7 +76,7 @@ def test_a_snapshot_rewritten_far_more_often_than_settle_is_captured(project: Pr
 
     first = wait_for(captured_19, timeout=180, what="the snapshot of epoch 19 captured")
     assert first["complete_by"] == "json: parses; no process held it open for writing"
-    os.kill(_workload_pid(project), signal.SIGKILL)
+    os.kill(workload_pid(project), signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     rec = project.only_record()
@@ -120,9 +88,9 @@ def test_a_snapshot_rewritten_far_more_often_than_settle_is_captured(project: Pr
     assert verdict["accepted"], verdict
     # Saves were captured in attempt 1 before the one it was killed at, never waiting
     # for a file that never held still for 2 s.
-    caps = [e for e in _events(project) if e["kind"] == "checkpoint_captured"]
+    caps = [e for e in run_events(project) if e["kind"] == "checkpoint_captured"]
     assert len([e for e in caps if e["attempt"] == 1]) >= 1
-    assert not [e for e in _events(project) if e["kind"] == "checkpoint_not_settling"]
+    assert not [e for e in run_events(project) if e["kind"] == "checkpoint_not_settling"]
 
 
 NPY_SAVE = """
@@ -162,15 +130,15 @@ def test_a_save_finished_just_before_a_kill_is_kept_and_a_torn_one_is_not(
         max_restarts = 0
         """,
     )
-    proc = _start(project, spec)
-    pid = _workload_pid(project)
+    proc = start(project, spec)
+    pid = workload_pid(project)
     wait_for(lambda: (project.root / "out" / "saved").exists(), timeout=120, what="the save")
     os.kill(pid, signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out  # killed, never restarted: a failed run
     rec = project.only_record()
     infos = CheckpointStore(rec.checkpoints_dir).list()
-    events = _events(project)
+    events = run_events(project)
     if state == "whole":
         (cap,) = [e for e in events if e["kind"] == "checkpoint_captured"]
         assert cap["complete_by"] == (
@@ -203,9 +171,9 @@ def test_a_file_that_never_settles_in_an_unknown_format_is_said(project: Project
         settle = "0.4s"
         """,
     )
-    proc = _start(project, spec)
+    proc = start(project, spec)
     said = wait_for(
-        lambda: next((e for e in _events(project) if e["kind"] == "checkpoint_not_settling"), None),
+        lambda: next((e for e in run_events(project) if e["kind"] == "checkpoint_not_settling"), None),
         timeout=180, what="checkpoint_not_settling",
     )  # fmt: skip
     (project.root / "stop").touch()
@@ -215,7 +183,7 @@ def test_a_file_that_never_settles_in_an_unknown_format_is_said(project: Project
     assert said["every_s"] < said["settle_s"] == 0.4
     assert "set checkpoint.settle below" in said["reason"]
     assert "save atomically" in said["reason"]
-    said_again = [e for e in _events(project) if e["kind"] == "checkpoint_not_settling"]
+    said_again = [e for e in run_events(project) if e["kind"] == "checkpoint_not_settling"]
     assert len(said_again) == 1  # once per path, not once per poll
 
 
@@ -258,18 +226,13 @@ def test_a_counter_that_restarts_after_a_resume_stays_on_one_step_axis(project: 
         restart_backoff = "0s"
         """,
     )
-    proc = _start(project, spec)
-    wait_for(
-        lambda: any(
-            e["kind"] == "checkpoint_captured" and e["step"] == 50 for e in _events(project)
-        ),
-        timeout=180, what="the save of iteration 50 captured",
+    rc, out = kill_when(
+        project, spec, lambda e: e["kind"] == "checkpoint_captured" and e["step"] == 50,
+        "the save of iteration 50 captured",
     )  # fmt: skip
-    os.kill(_workload_pid(project), signal.SIGKILL)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    assert rc == 0, out
     rec = project.only_record()
-    events = _events(project)
+    events = run_events(project)
     log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
     assert "resumed with 50 iterations trained" in log, log[-2000:]
     (restarted,) = [e for e in events if e["kind"] == "step_counter_restarted"]
@@ -334,7 +297,7 @@ def test_a_watched_file_left_by_an_earlier_run_is_named_before_the_first_attempt
     assert check.returncode == 0, check.stderr
     assert "already there: out/snapshot.json (" in check.stdout
     assert f"checkpoint.existing = {existing!r}" in check.stdout
-    proc = _start(project, spec)
+    proc = start(project, spec)
     out, _ = proc.communicate(timeout=300)
     rec = project.only_record()
     prov = json.loads(rec.file("provenance.json").read_text())
@@ -367,7 +330,7 @@ def test_a_watched_file_left_by_an_earlier_run_is_named_before_the_first_attempt
 # save to be stored as its step before it saves again (a file rewritten before it is seen
 # is not a save that can be kept); attempt 1 waits to be killed once step 30 is.
 TENSORBOARD_ONLY = """
-import json, os, time
+import json, os, signal, time
 from torch.utils.tensorboard import SummaryWriter
 os.makedirs("out", exist_ok=True)
 start = 0
@@ -388,7 +351,6 @@ def stored(step):
     return False
 
 for step in range(start + 1, 51):
-    time.sleep(0.01)
     if step % 5 == 0:
         writer.add_scalar("train/loss", 1.0 / step, step)
     if step % 10 == 0:
@@ -400,7 +362,7 @@ for step in range(start + 1, 51):
         while not stored(step - 5):
             time.sleep(0.05)
         if start == 0 and step == 35:
-            time.sleep(3600)  # killed here
+            signal.pause()  # killed here
 writer.close()
 """
 
@@ -420,18 +382,15 @@ def test_tensorboard_only_progress_dates_each_save_by_its_step(project: Project)
         restart_backoff = "0s"
         """,
     )
-    proc = _start(project, spec)
-    wait_for(
-        lambda: any(e["kind"] == "checkpoint_commit" and e["step"] == 30 for e in _events(project)),
-        timeout=180, what="the save of step 30 stored as step 30",
+    rc, out = kill_when(
+        project, spec, lambda e: e["kind"] == "checkpoint_commit" and e["step"] == 30,
+        "the save of step 30 stored as step 30",
     )  # fmt: skip
-    os.kill(_workload_pid(project), signal.SIGKILL)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    assert rc == 0, out
     rec = project.only_record()
     log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
     assert "resuming at step 30" in log, log[-2000:]
-    events = _events(project)
+    events = run_events(project)
     (start2,) = [e for e in events if e["kind"] == "attempt_start" and e["attempt"] == 2]
     assert start2["resume_step"] == 30
     # Every stored checkpoint holds the state of the step it is stored as; each saved one
