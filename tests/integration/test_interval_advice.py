@@ -119,3 +119,20 @@ def test_spec_check_warns_a_long_run_without_an_interval(project: Project) -> No
     check = project.cli("spec", "check", str(spec), check_rc=0)
     assert "warning: checkpoint interval: a run of up to 12h00m sets none" in check.stderr
     assert "`acceptrun plan SPEC --save 30s` prints the optimum" in check.stderr
+
+
+def test_m_comes_from_the_workspaces_history_of_the_spec(project: Project) -> None:
+    # No checkpoint.mtbf: a run with three interruptions measures M itself, and the next
+    # run of the same spec, interrupted less, takes M from that history.
+    spec = project.spec(
+        WORKLOAD, name="interval",
+        extra="[checkpoint]\nevery_steps = 5\n[limits]\nrestart_backoff = 0\nmax_restarts = 3\n",
+    )  # fmt: skip
+    kills = ["kill@step=12:attempt=1", "kill@step=22:attempt=2", "kill@step=32:attempt=3"]
+    first = launch(spec, workspace=project.workspace, echo=False, inject=kills).record
+    assert "M = " in _check(first)["evidence"]
+    assert "(measured: 3 interruptions in " in _check(first)["evidence"], _check(first)
+    second = launch(spec, workspace=project.workspace, echo=False).record
+    ev = _check(second)["evidence"]
+    assert "(this workspace's history: 3 interruptions in " in ev, ev
+    assert "over the newest 1 run(s) of 'interval')" in ev, ev

@@ -42,6 +42,7 @@ def _recorded(args: argparse.Namespace, spec: Any) -> Any:
     """The measured inputs of the newest finished run of ``spec``'s name, or None."""
     from acceptrun.record.cli import workspace_of
     from acceptrun.record.workspace import RunRecord
+    from acceptrun.telemetry.summary import load_summary
     from acceptrun.verdict.core import CheckInput
     from acceptrun.verdict.interval import measure
 
@@ -55,7 +56,9 @@ def _recorded(args: argparse.Namespace, spec: Any) -> Any:
         if not (record.path / "verdict.json").exists():
             continue
         try:
-            return record.run_id, measure(CheckInput.of(record))
+            # A closed run's stored summary: the step log is not read again.
+            stored = load_summary(record.path, with_timelines=False).summary
+            return record.run_id, measure(CheckInput.of(record), stored)
         except Exception:  # a damaged record: try an older one
             continue
     return None

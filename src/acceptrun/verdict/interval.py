@@ -16,8 +16,8 @@ record, each with where it came from:
 - the interruptions: attempts that ended in a failure a checkpoint protects against (not a
   success, a stop, a limit or the user's error);
 - M: measured when the run saw three interruptions or more; else ``checkpoint.mtbf``;
-  else this workspace's runs of the same spec name (three interruptions or more between
-  them); else the published fleet figure :data:`~acceptrun.cost.interval.FLEET` divided by
+  else this workspace's newest runs of the same spec name (three interruptions or more
+  between them; the index names them, the newest 20 are read); else the published fleet figure :data:`~acceptrun.cost.interval.FLEET` divided by
   the run's GPUs (at least one), named with its source.
 
 The line is information, never a failure, unless ``acceptance.min_ettr`` asks for a
@@ -29,14 +29,18 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from acceptrun._util.units import format_duration
 from acceptrun.cost.interval import FLEET, daly_interval, forecast, young_interval
 from acceptrun.record.status import FailureClass
 from acceptrun.record.view import read_attempts
-from acceptrun.record.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
+
+if TYPE_CHECKING:
+    from acceptrun.telemetry.summary import Summary
 
 __all__ = ["Measured", "interval_check", "measure"]
 
@@ -97,10 +101,14 @@ def _interruptions(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [a for a in attempts if a.get("class") not in _NOT_INTERRUPTIONS]
 
 
-def measure(given: CheckInput) -> Measured:
-    """The interval model's inputs for the run of ``given`` (see the module docstring)."""
+def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
+    """The interval model's inputs for the run of ``given`` (see the module docstring).
+
+    ``summary``: the run's telemetry summary when the caller has it (a closed run's
+    summary.json, :func:`~acceptrun.telemetry.summary.load_summary`); else the verdict's.
+    """
     spec, record, out = given.spec, given.record, Measured()
-    summary = given.summary
+    summary = summary if summary is not None else given.summary
     attempts = read_attempts(record)
     events = list(record.events("checkpoint_stage", "checkpoint_commit"))
     # Productive step time and wall time: the summary's breakdown.
@@ -193,18 +201,24 @@ def measure(given: CheckInput) -> Measured:
     return out
 
 
+HISTORY_RUNS = 20  # the newest runs of a spec name read for its history of interruptions
+
+
 def _history(record: RunRecord, name: str) -> tuple[float, str] | None:
-    """M from this workspace's earlier runs of the same spec name, when they saw enough."""
-    runs_dir = record.path.parent
+    """M from this workspace's newest runs of the same spec name, when they saw enough.
+
+    The workspace's index says which runs have that name; only their attempts' exit
+    records are read, the newest :data:`HISTORY_RUNS` at most.
+    """
+    try:
+        rows = Workspace(record.path.parent.parent).list_runs()
+    except Exception:  # a record outside a workspace (a copied path): no history
+        return None
+    mine = [r for r in rows if r.name == name and r.run_id != record.run_id][-HISTORY_RUNS:]
     total, hits, runs = 0.0, 0, 0
-    for path in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
-        if path == record.path or not path.is_dir():
-            continue
+    for row in mine:
         try:
-            other = RunRecord(path)
-            if other.state.get("name") != name:
-                continue
-            attempts = read_attempts(other)
+            attempts = read_attempts(RunRecord(Path(row.path)))
         except Exception:  # a damaged record is not history
             continue
         runs += 1
@@ -214,7 +228,7 @@ def _history(record: RunRecord, name: str) -> tuple[float, str] | None:
         return None
     return total / hits, (
         f"this workspace's history: {hits} interruptions in {format_duration(total)} over "
-        f"{runs} run(s) of {name!r}"
+        f"the newest {runs} run(s) of {name!r}"
     )
 
 
