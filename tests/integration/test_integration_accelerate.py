@@ -75,6 +75,8 @@ WORKLOAD = SETUP + textwrap.dedent(
             if str(step) == n and os.environ["ACCEPTRUN_ATTEMPT"] == "1":
                 f = Path(os.environ["ACCEPTRUN_CHECKPOINT_DIR"], f"step-{n}/files/step_{n}/model.safetensors")
                 b = bytearray(f.read_bytes()); b[-1] ^= 1; f.write_bytes(bytes(b))
+        if str(step) == os.environ.get("BREAK_AFTER"):
+            break  # the loop's own end, as the examples' `if completed_steps >= max: break`
     Path("weights.sha256").write_text(digest())
     """
 )
@@ -167,6 +169,18 @@ def test_uninterrupted_run_records_steps_and_captures_each_save(
     assert info is not None and store.verify(27).ok
     assert info.meta["framework"] == "accelerate" and info.meta["epoch"] == 2
     assert "files/step_27/custom_checkpoint_0.pkl" in info.files  # the loop's own state
+
+
+@pytest.mark.slow
+def test_a_break_out_of_steps_keeps_the_last_steps_event(tmp_path: Path) -> None:
+    """The loop's own `break` after step 21's work: its event is written (22 steps logged)."""
+    job = make_job(tmp_path / "break")
+    proc = acceptrun(job, "run", "-q", "spec.toml", env={"BREAK_AFTER": "21"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record_in(job / "ws")
+    assert [e["step"] for e in record.events("step")] == list(range(22))
+    work = record.read_json("attempts/1/exit.json")["work"]
+    assert (work["first_step"], work["last_step"], work["steps_done"]) == (0, 21, 22)
 
 
 @pytest.mark.slow
