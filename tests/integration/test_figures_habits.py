@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
-from blackbox_harness import kill_when
+from blackbox_harness import events, kill_when
 
+from acceptrun.record.workspace import RunRecord
 from conftest import Project
 
 # Shaped like a black box that prints a line every 10 iterations and saves its state
@@ -133,3 +134,82 @@ def test_a_resume_from_a_step_that_is_an_estimate_says_so(project: Project) -> N
     # No step was ever reported: the stored step is a number, not the script's 7, and
     # the verdict says it is an estimate.
     assert "(an estimate: no step was reported before the file was written)" in row["evidence"], row
+
+
+# Shaped like nanoGPT's train.py: one unnumbered checkpoint file written at each
+# evaluation (every 50 iterations here; its own iter_num inside), a line every 10
+# iterations, a resume from the file by itself. With SIDECAR=1 it also writes the step
+# beside it in a form acceptrun reads (out/ckpt.json). Attempt 1 waits, after iteration
+# 65, to be killed.
+NANOGPT_SHAPED = """
+import json, os, signal
+os.makedirs("out", exist_ok=True)
+iter_num = 0
+if os.path.exists("out/ckpt.pt"):
+    iter_num = json.load(open("out/ckpt.pt"))["iter_num"]
+    print(f"resuming from iteration {iter_num}", flush=True)
+resumed = iter_num > 0
+while iter_num <= 100:
+    if iter_num % 50 == 0 and iter_num > 0:
+        with open("out/ckpt.pt", "w") as f:
+            json.dump({"iter_num": iter_num}, f)
+        if os.environ.get("SIDECAR") == "1":
+            with open("out/ckpt.json", "w") as f:
+                json.dump({"iter_num": iter_num}, f)
+    if iter_num % 10 == 0:
+        print(f"iter {iter_num}: loss {1.0 / (iter_num + 1):.5f}", flush=True)
+    if not resumed and iter_num == 65:
+        signal.pause()  # killed here
+    iter_num += 1
+"""
+
+
+def _nanogpt_run(project: Project, sidecar: bool) -> tuple[RunRecord, str]:
+    spec = project.spec(
+        NANOGPT_SHAPED,
+        extra=f"""
+        [env]
+        SIDECAR = "{int(sidecar)}"
+        [checkpoint]
+        watch = ["out/ckpt.pt"]
+        [progress]
+        pattern = 'iter (?P<step>\\d+): loss (?P<loss>[0-9.]+)'
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    rc, out = kill_when(
+        project, spec, lambda e: e["kind"] == "checkpoint_captured", "the save of 50 captured"
+    )
+    assert rc == 0, out
+    rec = project.only_record()
+    log = (rec.path / "attempts" / "2" / "stdout.log").read_text()
+    assert "resuming from iteration 50" in log, log
+    return rec, project.cli("ckpt", "ls", rec.run_id, check_rc=0).stdout
+
+
+def test_a_checkpoint_that_says_its_step_beside_it_is_dated_by_it(project: Project) -> None:
+    rec, ls = _nanogpt_run(project, sidecar=True)
+    (captured,) = [
+        e for e in events(project) if e["kind"] == "checkpoint_captured" and e["step"] == 50
+    ]
+    assert captured["dated_by"] == "iter_num in ckpt.json", captured
+    assert "step_estimate" not in captured, captured
+    assert "~" not in ls, ls
+    exit1 = json.loads((rec.path / "attempts" / "1" / "exit.json").read_text())
+    assert exit1["work"]["steps_lost"] == 10, exit1  # 60 last reported, 50 saved
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    (row,) = [c for c in verdict["checks"] if c["name"] == "resumed"]
+    assert "step 50" in row["evidence"] and "estimate" not in row["evidence"], row
+
+
+def test_an_unnumbered_checkpoint_dated_by_sparse_lines_says_its_step_is_an_estimate(
+    project: Project,
+) -> None:
+    rec, ls = _nanogpt_run(project, sidecar=False)
+    first = next(e for e in events(project) if e["kind"] == "checkpoint_captured")
+    assert first.get("step_estimate"), first
+    assert "~ = its step is an estimate" in ls, ls
+    verdict = json.loads(rec.file("verdict.json").read_text())
+    (row,) = [c for c in verdict["checks"] if c["name"] == "resumed"]
+    assert "(an estimate: " in row["evidence"], row

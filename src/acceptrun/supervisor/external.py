@@ -56,13 +56,14 @@ from typing import Any
 
 import psutil
 
+from acceptrun._util.durable import loads_json, read_bytes_bounded
 from acceptrun._util.hashing import hash_file, split_hash
 from acceptrun._util.paths import confine, lexical_problem
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
 from acceptrun.checkpoint.formats import whole, whole_dir
 from acceptrun.checkpoint.leftovers import watched_matches
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
-from acceptrun.errors import AcceptrunError, SpecError, UserError
+from acceptrun.errors import AcceptrunError, RecordError, SpecError, UserError
 from acceptrun.supervisor.axis import StepAxis
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "check_resume_args",
     "restore_watched",
     "step_from_name",
+    "step_in_content",
     "with_resume_args",
 ]
 
@@ -85,6 +87,56 @@ def step_from_name(path: str | os.PathLike[str]) -> int | None:
     """The last integer in a file or directory name: ``checkpoint-500`` -> 500, else None."""
     match = _LAST_INT.search(Path(path).name)
     return int(match.group(1)) if match else None
+
+
+_STEP_KEYS = ("global_step", "step", "iter_num", "iteration")  # a sidecar's step, in order
+SIDECAR_SKEW_S = 5.0  # seconds a JSON sidecar may be apart from its checkpoint to date it
+
+
+def step_in_content(path: str | os.PathLike[str]) -> tuple[int, str] | None:
+    """The step a checkpoint says it holds, in a readable form: ``(step, how)`` or None.
+
+    A directory holding ``trainer_state.json`` (the Hugging Face Trainer's, written with
+    every checkpoint): its ``global_step``. A file or directory with a JSON sidecar
+    beside it (``ckpt.pt.json`` or ``ckpt.json`` for ``ckpt.pt``) written within
+    :data:`SIDECAR_SKEW_S` seconds of it: its ``global_step``, ``step``, ``iter_num`` or
+    ``iteration``, the first there, a whole number. Read within the record's JSON limits
+    (:func:`~acceptrun._util.durable.loads_json`); anything else is None, and the step is
+    then dated by the name or the reported steps.
+    """
+    target = Path(path)
+    candidates: list[tuple[Path, tuple[str, ...], bool]] = []
+    if target.is_dir():
+        candidates.append((target / "trainer_state.json", ("global_step",), False))
+    candidates.append((target.with_name(target.name + ".json"), _STEP_KEYS, True))
+    if target.suffix:
+        candidates.append((target.with_suffix(".json"), _STEP_KEYS, True))
+    for candidate, keys, sidecar in candidates:
+        if candidate == target:
+            continue  # ckpt.json is the checkpoint, not its sidecar
+        try:
+            if not candidate.is_file():
+                continue
+            if sidecar:
+                apart = abs(candidate.stat().st_mtime - _newest_mtime(target))
+                if apart > SIDECAR_SKEW_S:
+                    continue  # a sidecar of another save
+            data = loads_json(read_bytes_bounded(candidate))
+        except (OSError, ValueError, RecordError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for key in keys:
+            value = data.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value, f"{key} in {candidate.name}"
+    return None
+
+
+def _newest_mtime(path: Path) -> float:
+    if not path.is_dir():
+        return path.stat().st_mtime
+    return max((f.stat().st_mtime for f in path.rglob("*") if f.is_file()), default=0.0)
 
 
 def check_resume_args(spec: Any) -> None:
@@ -436,6 +488,7 @@ class CheckpointWatcher:
                 "other content)",
                 "estimate": dated.get("estimate") or "the step it holds is stored already",
             }
+        pending = bool(dated.pop("pending", True))  # a later report may prove its step
         meta = {**self.meta, "attempt": self.attempt, "source": "watched", "dated": dated}
         if relative:
             meta["watched_relative"] = {name: relative}
@@ -476,7 +529,7 @@ class CheckpointWatcher:
         if os.path.isdir(path):
             self._dir_names = {rel for rel, *_ in seen.sig}
         self.captured.append(info.step)
-        if "estimate" in dated:
+        if "estimate" in dated and pending:
             self._undated[info.step] = (seen.sig_mtime(), path)
         self.on_event(
             "checkpoint_captured",
@@ -592,12 +645,19 @@ class CheckpointWatcher:
     def _step_for(self, path: str, seen: _Seen) -> tuple[int, dict[str, Any]]:
         """The capture's step, and how it was known (``dated`` in its manifest's meta).
 
-        ``estimate`` is set where the step is not proven: the step the attempt resumed
-        from or the newest stored + 1 (no step reported before the file was written), or
-        the newest reported step while TensorBoard, which reaches the disk late, has not
-        yet reported a step logged after the file was written (the capture is then dated
-        again when it does: :meth:`_redate`).
+        In order: the step the checkpoint says it holds (:func:`step_in_content`), the
+        number in its name, the newest step reported before it was written. ``estimate``
+        is set where the step is not proven (:meth:`_estimate`): reported steps with a
+        gap around the file's time, a step read from the output, none reported after it
+        yet, or none before it (the step the attempt resumed from, or the newest stored
+        + 1). ``pending`` marks an estimate that a later report can prove: the capture is
+        dated again then (:meth:`_redate`).
         """
+        own = step_in_content(path)
+        if own is not None:
+            value, how = own
+            step = value if self.axis is None else self.axis.run_step(value, f"{how} of {path}")
+            return step, {"by": how}
         named = step_from_name(path)
         if named is not None:
             step = named if self.axis is None else self.axis.run_step(named, f"name of {path}")
@@ -606,11 +666,10 @@ class CheckpointWatcher:
         before = self._step_events_before(mtime)
         if before:
             dated: dict[str, Any] = {"by": "the newest step reported before it was written"}
-            if not self._covered(mtime):
-                dated["estimate"] = (
-                    "TensorBoard had not yet reported a step logged after the file was "
-                    "written, so a later step may be the one it holds"
-                )
+            estimate, pending = self._estimate(before[-1], mtime)
+            if estimate:
+                dated["estimate"] = estimate
+                dated["pending"] = pending
             return int(before[-1]["step"]), dated
         if self.resume_step is not None:
             return self.resume_step, {
@@ -622,6 +681,58 @@ class CheckpointWatcher:
             "by": "numbered after the newest stored checkpoint",
             "estimate": "no step was reported before the file was written",
         }
+
+    def _estimate(self, before: dict[str, Any], mtime: float) -> tuple[str | None, bool]:
+        """Why dating by ``before`` (the newest step reported before ``mtime``) may be wrong.
+
+        ``(None, False)`` when proven: the next step reported, logged after the file was
+        written, is ``before``'s successor, so the file holds ``before``'s state. Else
+        the reason, and whether a later report can still prove it (no step logged after
+        the file is known yet).
+        """
+        step = int(before["step"])
+        if before.get("source") == "log":
+            # A line's time is when it was read: a line printed before the save may be
+            # read after it, so the next line proves nothing.
+            return (
+                "dated by the output lines read before it was written; a line printed "
+                "before the save but read after it would make it a later step",
+                False,
+            )
+        after = self._next_step_after(mtime)
+        if after is None:
+            if not self._covered(mtime):
+                return (
+                    "TensorBoard had not yet reported a step logged after the file was "
+                    "written, so a later step may be the one it holds",
+                    True,
+                )
+            return (
+                "no step logged after the file was written was reported yet, so a later "
+                "step may be the one it holds",
+                True,
+            )
+        if after > step + 1:
+            return (
+                f"steps are reported every few steps: {step} before it was written and "
+                f"{after} after, so it holds one of steps {step} to {after - 1}",
+                False,
+            )
+        return None, False
+
+    def _next_step_after(self, mtime: float) -> int | None:
+        """The first step whose logging call came after ``mtime`` (client, TensorBoard)."""
+        _, recent = self._window()
+        steps = [
+            e["step"]
+            for e in recent
+            if e.get("kind") == "step"
+            and isinstance(e.get("step"), int)
+            and e.get("source") != "log"
+            and isinstance(e.get("t"), int | float)
+            and e["t"] > mtime
+        ]
+        return min(steps) if steps else None
 
     def _covered(self, mtime: float) -> bool:
         """Whether every step logged before ``mtime`` is known by now.
@@ -656,8 +767,8 @@ class CheckpointWatcher:
             if self.store.get(step) is None:  # retention removed it meanwhile
                 self._undated.pop(step)
                 continue
-            covered = self._covered(mtime)
-            if not (covered or final):
+            known = self._covered(mtime) and self._next_step_after(mtime) is not None
+            if not (known or final):
                 continue
             self._undated.pop(step)
             before = self._step_events_before(mtime)
@@ -668,11 +779,14 @@ class CheckpointWatcher:
             dated: dict[str, Any] = {"by": how}
             if proven != step:
                 dated["redated_from"] = step
-            if not covered:
-                dated["estimate"] = (
+            estimate, _ = self._estimate(before[-1], mtime)
+            if estimate and not known:
+                estimate = (
                     "no step logged after the file was written was ever reported, so a "
                     "later step may be the one it holds"
                 )
+            if estimate:
+                dated["estimate"] = estimate
             try:
                 info = self.store.redate(step, proven, meta={"dated": dated})
             except (AcceptrunError, OSError) as exc:
@@ -682,7 +796,7 @@ class CheckpointWatcher:
             self.on_event(
                 "checkpoint_redated",
                 {"step": proven, "redated_from": step, "source_path": path, "dated_by": how,
-                 "estimate": not covered},
+                 "estimate": bool(estimate)},
             )  # fmt: skip
             if self.mirror is not None and proven != step:
                 self.mirror.enqueue(info.step, info.path)
