@@ -248,8 +248,13 @@ def test_killed_mid_epoch_resumes_through_the_scripts_own_resume_bitwise(
     exit2 = record.read_json("attempts/2/exit.json")["work"]
     assert (exit2["first_step"], exit2["last_step"], exit2["steps_done"]) == (13, TOTAL, 13)
     assert exit2["resumed_from"] == 12
+    exit1 = record.read_json("attempts/1/exit.json")["work"]
+    # Step 13's event was written, then the kill: step 13 is the work lost after step_12.
+    assert (exit1["last_step"], exit1["checkpoint_after"], exit1["steps_lost"]) == (13, 12, 1)
     verdict = record.read_json("verdict.json")
     assert verdict["verdict"] == "accepted"
+    (resumed,) = [c for c in verdict["checks"] if c["name"] == "resumed"]
+    assert "step 12" in resumed["evidence"] and "estimate" not in resumed["evidence"], resumed
 
 
 @pytest.mark.slow
