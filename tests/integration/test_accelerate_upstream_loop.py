@@ -274,3 +274,39 @@ def test_a_stop_between_saves_is_saved_under_the_scripts_own_name(
     assert [r["step"] for r in record.events("restored")] == [14]
     assert (job / "weights.sha256").read_text() == reference["hash"]
     assert printed_losses(record, 2) == {s: reference["losses"][s] for s in range(15, TOTAL + 1)}
+
+
+SPEC_2RANKS = """\
+name = "acc-upstream-ddp"
+command = [{python}, "train.py", "--output_dir", "out", "--max_train_steps", "12"]
+[resources]
+processes = 2
+[checkpoint]
+keep_last = 2
+[limits]
+max_restarts = 1
+restart_backoff = 0
+grace_period = "300s"
+"""
+
+
+@pytest.mark.slow
+def test_two_ranks_killed_mid_epoch_resume_bitwise(tmp_path: Path) -> None:
+    """2 gloo ranks (5 batches an epoch each): killed at step 7, resumed from out/step_4
+    (epoch 0, 4 batches in) through the script's own resume code, bitwise."""
+    hashes = []
+    for name, inject in (("ref", []), ("killed", ["--inject", "kill@step=7"])):
+        job = tmp_path / name
+        job.mkdir()
+        (job / "train.py").write_text(TRACKED)
+        (job / "spec.toml").write_text(SPEC_2RANKS.format(python=json.dumps(sys.executable)))
+        proc = acceptrun(job, "run", "-q", *inject, "spec.toml")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        record = only_record_in(job / "ws")
+        assert [e["step"] for e in record.events("step") if e.get("attempt", 1) == 1][:1] == [1]
+        hashes.append((job / "weights.sha256").read_text())
+        if inject:
+            assert [r["step"] for r in record.events("restored")] == [4]
+            work = record.read_json("attempts/2/exit.json")["work"]
+            assert (work["first_step"], work["last_step"]) == (5, 12)
+    assert hashes[0] == hashes[1]
