@@ -16,6 +16,11 @@ State: a stack of square Linear layers plus AdamW's two moments, sized to about 
   number of bytes on the same disk. Target >= 0.8.
 - restore_ratio: verify + load + load_state_dict through acceptrun, divided by
   ``torch.load(weights_only=True)`` + load_state_dict of the same state. Target <= 1.0.
+- against PyTorch DCP on the same state in the same run (one process, a gloo group of
+  one; ``dcp`` in the output): ``stall_vs_dcp_async`` (acceptrun's stall / the time
+  ``dcp.async_save`` blocks), ``persist_vs_dcp_async`` (acceptrun's persist / DCP's, until
+  its future is done; DCP hashes and verifies nothing) and ``restore_vs_dcp`` (acceptrun's
+  verify + load / ``dcp.load``). Targets (issue 32): at most 0.1, 0.8 and 0.8.
 
 Each ratio is the median over ``--repeats`` rounds and comes with its spread
 (``spread``: min/median/max of every timing and of the per-round ratios) and the
@@ -23,7 +28,11 @@ conditions it was measured in (``conditions``: load average before and after, CP
 file system's free space). A figure that is not physically possible, such as a persist
 (which writes, hashes and fsyncs the same bytes) faster than a raw write and fsync of them
 by more than 10%, or a negative duration, is listed under ``suspect`` with the likely
-cause, and a warning goes to stderr: rerun on a quiet machine with more repeats.
+cause, and a warning goes to stderr: rerun on a quiet machine with more repeats. A
+timing whose max is over 3x its min across the rounds is listed under ``unstable``: its
+ratio says little. For a stable figure: more ``--repeats``, a state larger than the page
+cache can absorb (``--mb`` above the free memory's share the disk's write-back holds),
+and, where permitted (root), ``sync; echo 3 > /proc/sys/vm/drop_caches`` before a run.
 """
 
 from __future__ import annotations
@@ -83,6 +92,59 @@ def conditions(root: Path) -> dict[str, object]:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def against_dcp(
+    root: Path, model: nn.Module, opt: torch.optim.Optimizer, repeats: int, device: str
+) -> dict[str, list[float]]:
+    """DCP's async_save (stall, persist) and load of the same state, ``repeats`` rounds.
+
+    One process in a gloo group of one, as a single-GPU job using DCP runs. The first
+    round pays DCP's one-off costs (its executor, staging buffers) and is left out, as
+    acceptrun's first round is. Empty when torch.distributed is not available.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return {}
+    import shutil
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    dist.init_process_group("gloo", init_method=f"file://{root}/pg", rank=0, world_size=1)
+    rows: dict[str, list[float]] = {"async_stall_s": [], "async_persist_s": [], "load_s": []}
+    try:
+        for i in range(repeats + 1):
+            model_sd, optim_sd = get_state_dict(model, opt)
+            state = {"model": model_sd, "optimizer": optim_sd}
+            sync(device)
+            t0 = time.perf_counter()
+            future = dcp.async_save(state, checkpoint_id=str(root / f"dcp-{i}"))
+            stalled = time.perf_counter() - t0
+            future.result()
+            persisted = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            model_sd, optim_sd = get_state_dict(model, opt)
+            target = {"model": model_sd, "optimizer": optim_sd}
+            dcp.load(target, checkpoint_id=str(root / f"dcp-{i}"))
+            set_state_dict(
+                model, opt, model_state_dict=target["model"], optim_state_dict=target["optimizer"]
+            )
+            sync(device)
+            loaded = time.perf_counter() - t0
+            if i >= 1:
+                rows["async_stall_s"].append(stalled)
+                rows["async_persist_s"].append(persisted)
+                rows["load_s"].append(loaded)
+            if i >= 2:  # two kept on disk, as acceptrun's retention keeps two
+                shutil.rmtree(root / f"dcp-{i - 2}", ignore_errors=True)
+    finally:
+        dist.destroy_process_group()
+        for path in root.glob("dcp-*"):
+            shutil.rmtree(path, ignore_errors=True)
+        (root / "pg").unlink(missing_ok=True)
+    return rows
 
 
 def main() -> None:
@@ -170,6 +232,7 @@ def main() -> None:
         sync(args.device)
         theirs.append(time.perf_counter() - t0)
     restore, torch_load = statistics.median(ours), statistics.median(theirs)
+    dcp_rows = against_dcp(root, model, opt, args.repeats, args.device)
     # Per-round ratios (round 0 skipped, as above): their spread says how much one run of
     # this bench can be trusted.
     persist_ratios = [r / c for r, c in zip(raw_times[1:], commits[1:], strict=True)]
@@ -186,6 +249,34 @@ def main() -> None:
         suspect.append("a negative duration was measured: the clock or the events are wrong")
     for line in suspect:
         log(f"warning: {line}")
+    series = {
+        "torch_save_s": save_times, "stall_s": stalls[1:], "persist_s": commits[1:],
+        "raw_write_fsync_s": raw_times[1:], "restore_s": ours, "torch_load_s": theirs,
+        **{f"dcp_{k}": v for k, v in dcp_rows.items()},
+    }  # fmt: skip
+    unstable = sorted(
+        name for name, values in series.items() if values and min(values) > 0
+        and max(values) / min(values) > 3
+    )  # fmt: skip
+    if unstable:
+        log(
+            f"warning: unstable across rounds (max > 3x min): {', '.join(unstable)}; rerun "
+            "with more --repeats, a larger --mb, on a quiet machine (see the docstring)"
+        )
+    dcp_figures: dict[str, object] = {}
+    if dcp_rows:
+        med = {k: statistics.median(v) for k, v in dcp_rows.items()}
+        dcp_figures = {
+            "async_stall_s": round(med["async_stall_s"], 4),
+            "async_persist_s": round(med["async_persist_s"], 4),
+            "load_s": round(med["load_s"], 4),
+            "stall_vs_dcp_async": round(stall / med["async_stall_s"], 3),
+            "persist_vs_dcp_async": round(persist / med["async_persist_s"], 3),
+            "restore_vs_dcp": round(restore / med["load_s"], 3),
+            "targets": {"stall_vs_dcp_async": "<= 0.1", "persist_vs_dcp_async": "<= 0.8",
+                        "restore_vs_dcp": "<= 0.8"},
+            "spread": {k: spread(v) for k, v in dcp_rows.items()},
+        }  # fmt: skip
 
     result = {
         "bench": "checkpoint",
@@ -211,8 +302,10 @@ def main() -> None:
             "restore_s": spread(ours),
             "torch_load_s": spread(theirs),
         },
+        "dcp": dcp_figures or "not measured (torch.distributed unavailable)",
         "conditions": {"before": before, "after": conditions(root)},
         "suspect": suspect,
+        "unstable": unstable,
     }
     print(json.dumps(result), flush=True)
     if not args.dir:
