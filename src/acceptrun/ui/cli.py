@@ -30,18 +30,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     if args.all:
         from acceptrun.record import registry
-        from acceptrun.record.workspace import Workspace
+        from acceptrun.record.cli import listed_workspaces
 
-        found, notes = [], []
-        for entry in registry.listed():
-            if entry.exists:
-                found.append(Workspace(entry.path))
-            else:
-                notes.append(f"skipped {entry.path} ({entry.project}): it no longer exists")
+        listed, notes = listed_workspaces()
+        found = [ws for _, ws in listed]
         if not found:
             raise UserError(
-                f"no listed workspace exists ({registry.config_dir() / registry.FILE}); "
-                "`acceptrun run SPEC` lists the one it uses, or pass --workspace PATH"
+                f"no listed workspace of yours exists ({registry.config_dir() / registry.FILE}"
+                f"{'; ' + '; '.join(notes) if notes else ''}); `acceptrun run SPEC` lists the "
+                "one it uses, or pass --workspace PATH"
             )
         board = Board.for_workspaces(found, notes)
     else:
