@@ -37,6 +37,7 @@ __all__ = [
     "escape_problem",
     "inside",
     "lexical_problem",
+    "owned_by_another",
     "ownership_problem",
 ]
 
@@ -181,3 +182,11 @@ def ownership_problem(path: str | os.PathLike[str]) -> str | None:
     if st.st_mode & stat.S_IWOTH:
         return f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
+
+
+def owned_by_another(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` exists and its owner (``st_uid``) is not the effective user."""
+    try:
+        return os.stat(path).st_uid != os.geteuid()
+    except OSError:
+        return False

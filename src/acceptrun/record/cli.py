@@ -34,13 +34,22 @@ def add_run_argument(
     *,
     default: str | None = None,
     help: str = RUN_HELP,
+    here_only: bool = False,
 ) -> None:
     """Declare a positional argument that names a run: every command that takes a run does
-    it here, so the command finds it through :func:`open_run` and a unit test that walks
-    the parser finds the command (``run_refs`` lists the command's run arguments)."""
+    it here, so that a unit test walking the parser finds the command. ``run_refs`` lists
+    the arguments looked up through :func:`open_run` (any of the user's workspaces);
+    ``here_only=True`` declares one the command looks up in the current workspace alone
+    (``run_refs_here``), whose miss must say so (the phrase :data:`HERE_ONLY`)."""
     extra: dict[str, Any] = {} if default is None else {"nargs": "?", "default": default}
     parser.add_argument(dest, help=help, **extra)
-    parser.set_defaults(run_refs=(*(parser.get_default("run_refs") or ()), dest))
+    key = "run_refs_here" if here_only else "run_refs"
+    parser.set_defaults(**{key: (*(parser.get_default(key) or ()), dest)})
+
+
+# What the miss of a here-only run argument says, so that no one wonders why a run of
+# another workspace is not found.
+HERE_ONLY = "only this workspace is searched"
 
 
 def find(args: argparse.Namespace, ref: str) -> Any:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_json, write_json_atomic
-from acceptrun._util.paths import ownership_problem
+from acceptrun._util.paths import owned_by_another, ownership_problem
 from acceptrun.errors import RecordError, WorkspaceError
 
 __all__ = [
@@ -73,7 +73,7 @@ class Listed:
     @property
     def others(self) -> bool:
         """True when the workspace is there and belongs to another user (its ``st_uid``)."""
-        return self.path.exists() and ownership_problem(self.path) is not None
+        return owned_by_another(self.path)
 
 
 @dataclass(frozen=True, slots=True)
