@@ -78,13 +78,15 @@ def find_run(ref: str, *, workspace: str | Path | None = None) -> Found:
     if here is not None and (here.matching(ref) or (here.runs_dir / ref).is_dir()):
         # found here (or ambiguous, or a damaged record: get_run's own message says which)
         return Found(here.get_run(ref), here, "here")
-    if explicit:
+    if explicit and here is not None:
         source = "--workspace" if workspace else f"${ENV_WORKSPACE}"
-        raise WorkspaceError(
-            f"no run {ref!r} in {here.root if here else explicit}; {source} names the workspace, "
-            f"so only it was searched. Drop {source} to search all your workspaces, or give "
-            "the run's directory (<workspace>/runs/<id>)"
-        )
+        try:
+            here.get_run(ref)  # its miss, naming the workspace and its recent runs
+        except WorkspaceError as exc:
+            raise WorkspaceError(
+                f"{exc} ({source} names the workspace, so only it was searched: drop "
+                f"{source} to search all your workspaces, or give the run's directory)"
+            ) from None
     return _in_listed(ref, here)
 
 
@@ -146,6 +148,9 @@ def _miss(
         shown += f" and {len(searched) - SHOWN} more"
     where = f"in {len(searched)} workspace(s) ({shown})" if searched else "in no workspace"
     parts = [f"no run {ref!r} {where}"]
+    recent = here.run_ids()[-3:] if here is not None else []
+    if recent:
+        parts.append(f"recent runs here: {', '.join(recent)} (`acceptrun ls`)")
     if here is None:
         parts.append(f"there is no workspace in {Path.cwd()} or any parent")
     if refused is not None:
