@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.errors import AcceptrunError
+
+if TYPE_CHECKING:
+    from acceptrun.record.lookup import Found
 
 __all__ = ["register"]
 
@@ -52,7 +55,7 @@ def add_run_argument(
 HERE_ONLY = "only this workspace is searched"
 
 
-def find(args: argparse.Namespace, ref: str) -> Any:
+def find(args: argparse.Namespace, ref: str) -> Found:
     """The run a command names, with its workspace (:func:`acceptrun.record.lookup.find_run`)."""
     from acceptrun.record.lookup import find_run
 

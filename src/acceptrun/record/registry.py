@@ -71,7 +71,7 @@ class Listed:
         return (self.path / "runs").is_dir()
 
     @property
-    def others(self) -> bool:
+    def of_another_user(self) -> bool:
         """True when the workspace is there and belongs to another user (its ``st_uid``)."""
         return owned_by_another(self.path)
 
@@ -135,7 +135,7 @@ def owned() -> Owned:
     and the count of those that belong to other users, left out."""
     mine, others = [], 0
     for entry in listed():
-        if entry.others:
+        if entry.of_another_user:
             others += 1
         else:
             mine.append(entry)
