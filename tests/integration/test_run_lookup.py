@@ -198,6 +198,13 @@ def test_ls_all_leaves_out_workspaces_of_other_users(
     assert proc.returncode == 0, proc.stderr
     assert folders["id_a"] in proc.stdout
     assert "note: 1 workspace of other users left out" in proc.stdout
+    # ui --all reads the same list the same way: only another user's workspace is no board
+    (config / "workspaces.json").write_text(
+        json.dumps({"kind": "acceptrun.workspaces", "schema": 1, "workspaces": entries[1:]})
+    )
+    ui = _cli(folders["root"] / "elsewhere", config, "ui", "--all", "--port", "0", timeout=60)
+    assert ui.returncode == 2, (ui.stdout, ui.stderr)
+    assert "no listed workspace of yours exists (1 workspace of other users left out" in ui.stderr
     (config / "workspaces.json").chmod(0o666)
     refused = _cli(folders["root"] / "elsewhere", config, "ls", "--all")
     assert refused.returncode == 2
