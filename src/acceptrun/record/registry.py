@@ -3,14 +3,16 @@ and a command given a run id finds it in any of them (:mod:`acceptrun.record.loo
 
 One JSON file, ``workspaces.json``, in the user's configuration directory:
 ``$ACCEPTRUN_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/acceptrun``, else
-``~/.config/acceptrun``. The list is the user's own: the directory is created mode 0700,
-and a directory or file owned by another user or writable by anyone is refused
-(:class:`RegistryRefused`, naming the path and the fix), since whoever writes it could point
-``ls --all`` and the run lookup at any folder. A listed workspace whose ``.acceptrun``
-directory belongs to another user is left out of :func:`owned` and counted. A workspace is added when it is created and its ``last_used``
+``~/.config/acceptrun``. A workspace is added when it is created and its ``last_used``
 refreshed when a command opens it (:func:`~acceptrun.record.workspace.find_workspace`). The list
 is only an address book: a workspace removed from disk stays listed until
 :func:`forget` drops it, and readers skip it with a note.
+
+The list is the user's own: the directory is created mode 0700, and a directory or file
+owned by another user or writable by anyone is refused (:class:`RegistryRefused`, naming
+the path and the fix), since whoever writes it could point ``ls --all`` and the run lookup
+at any folder. A listed workspace whose ``.acceptrun`` belongs to another user is left out
+of :func:`owned` and counted.
 
 >>> remember(Path("/home/me/proj/.acceptrun"))
 >>> [e.path for e in listed()]
