@@ -69,6 +69,17 @@ def test_a_world_writable_directory_is_refused(config: Path, tmp_path: Path) -> 
     assert registry.ENV_CONFIG_DIR in message and "chmod 700" in message
 
 
+def test_a_shared_directory_like_tmp_is_refused_and_never_told_to_close(
+    config: Path, tmp_path: Path
+) -> None:
+    config.mkdir(parents=True)
+    config.chmod(0o1777)  # what /tmp is
+    with pytest.raises(registry.RegistryRefused) as info:
+        registry.listed()
+    assert "mode 1777" in str(info.value) and "chmod" not in str(info.value)
+    assert f"set ${registry.ENV_CONFIG_DIR} to a directory of your own" in str(info.value)
+
+
 def test_a_world_writable_list_is_refused(config: Path, tmp_path: Path) -> None:
     registry.remember(workspace(tmp_path, "a"))
     (config / registry.FILE).chmod(0o666)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -206,13 +207,21 @@ def _check_own(directory: Path) -> None:
     """Refuse a directory or list that is not the user's own (see the module docstring)."""
     for path, what in ((directory, "directory"), (directory / FILE, "list of workspaces")):
         problem = ownership_problem(path)
-        if problem is not None:
-            raise RegistryRefused(
-                f"the {what} {path} is {problem}, so it is not read: whoever can write it "
-                f"could point acceptrun at any folder. Set ${ENV_CONFIG_DIR} to a directory "
-                "of your own (e.g. ~/.config/acceptrun), or fix its owner and mode "
-                f"(chown $(id -u) {path}; chmod {'700' if path == directory else '600'} {path})"
-            )
+        if problem is None:
+            continue
+        fix = f"set ${ENV_CONFIG_DIR} to a directory of your own (e.g. ~/.config/acceptrun)"
+        try:
+            shared = owned_by_another(path) or bool(path.stat().st_mode & stat.S_ISVTX)
+        except OSError:
+            shared = True
+        if not shared:
+            # the user's own, only too open (a shared directory such as /tmp has the sticky
+            # bit: it must never be told to close itself)
+            fix += f", or make it yours alone: chmod {'700' if path == directory else '600'} {path}"
+        raise RegistryRefused(
+            f"the {what} {path} is {problem}, so it is not read: whoever can write it could "
+            f"point acceptrun at any folder. To fix it, {fix}"
+        )
 
 
 def _make_dir(directory: Path) -> None:
