@@ -325,3 +325,25 @@ def chromium_driver(
 @pytest.fixture
 def poll() -> Callable[..., Any]:
     return wait_for
+
+
+def run_taking_commands(key: str = "run_refs") -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Every command of the CLI that takes a run, as its words and its run arguments, read
+    from the parser's own declaration (``add_run_argument``; ``key="run_refs_here"``: those
+    looked up in the current workspace alone). A command added tomorrow is in the list."""
+    import argparse
+
+    from acceptrun.cli.main import build_parser
+
+    def walk(
+        parser: argparse.ArgumentParser, words: tuple[str, ...]
+    ) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from walk(child, (*words, name))
+        refs = parser.get_default(key)
+        if refs:
+            yield words, tuple(refs)
+
+    return list(walk(build_parser(), ()))

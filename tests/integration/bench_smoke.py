@@ -39,6 +39,7 @@ SMOKE: dict[str, list[str]] = {
     "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
     "recovery.py": ["--idle-seconds", "3", "--kills", "1", "--root", "{out}"],
+    "run_lookup.py": ["--workspaces", "3", "--runs", "4", "--repeats", "2"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
     "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],
     "stop_agreement.py": ["--calls", "10", "--ranks", "2"],  # after its 100 warm-up calls

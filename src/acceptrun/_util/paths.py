@@ -12,6 +12,10 @@ in the workdir never carries a read, a write or a removal out of it.
     confine(workdir, "../etc/passwd", field="cleanup.remove")  # UserError naming both
     check_removable(p, workdir=wd, protected=[workspace])      # None, or why it is refused
 
+A file that tells acceptrun where to look (the user's list of workspaces) is trusted only
+when it is the user's own: :func:`ownership_problem` says why it is not (another owner,
+writable by anyone).
+
 Lexical rules (:func:`lexical_problem`) are also what the spec's ``workdir-glob`` format
 checks at ``spec check``, so a value refused at run time was already refused there.
 """
@@ -19,6 +23,7 @@ checks at ``spec check``, so a value refused at run time was already refused the
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
@@ -32,6 +37,8 @@ __all__ = [
     "escape_problem",
     "inside",
     "lexical_problem",
+    "owned_by_another",
+    "ownership_problem",
 ]
 
 # The workspace's directory name (record/workspace.py WORKSPACE_DIR; _util sits below
@@ -150,3 +157,36 @@ def check_removable(
             if target.is_relative_to(p):
                 return f"refused: {lexical} is inside {p}, which acceptrun keeps (workspace, run record, checkpoints or data)"
     return None
+
+
+def ownership_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not the current user's own, or None when it is (or does not exist).
+
+    Refused: owned by another user (its ``st_uid`` is not the effective uid) or writable by
+    anyone (``o+w``): either could have been written by someone else, to point acceptrun at
+    any folder. Symlinks are followed (the target is what is read). Root is held to the
+    same rule: a file of uid 65534 is not root's own either.
+
+    >>> ownership_problem("/etc")                      # as a user other than root
+    'owned by uid 0, not by you (uid 1000)'
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    me = os.geteuid()
+    if st.st_uid != me:
+        return f"owned by uid {st.st_uid}, not by you (uid {me})"
+    if st.st_mode & stat.S_IWOTH:
+        return f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def owned_by_another(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` exists and its owner (``st_uid``) is not the effective user."""
+    try:
+        return os.stat(path).st_uid != os.geteuid()
+    except OSError:
+        return False

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acceptrun.record.cli import add_run_argument
+
 __all__ = ["register"]
 
 
@@ -110,9 +112,9 @@ def cmd_export_wheel(args: argparse.Namespace) -> int:
 
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
     from acceptrun.backends.mlflow import default_tracking_uri, export_run
-    from acceptrun.record.workspace import find_workspace
+    from acceptrun.record.cli import open_run
 
-    record = find_workspace(args.workspace).get_run(args.run)
+    record = open_run(args, args.run)
     mlflow_id = export_run(record.path, args.tracking_uri, args.experiment)
     where = args.tracking_uri or default_tracking_uri(record.path)
     experiment = args.experiment or str(record.state.get("name") or "acceptrun")
@@ -203,7 +205,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     mlflow = export_sub.add_parser(
         "mlflow", help="copy a run's parameters, metrics, verdict and files into MLflow"
     )
-    mlflow.add_argument("run", help="run id, unique prefix, or latest")
+    add_run_argument(mlflow)
     mlflow.add_argument(
         "--tracking-uri",
         metavar="URI",

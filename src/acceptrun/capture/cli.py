@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
-from acceptrun.record.cli import workspace_of
+from acceptrun.record.cli import add_run_argument, open_run
 
 __all__ = ["register"]
 
@@ -32,10 +32,9 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     from acceptrun.capture import provenance
     from acceptrun.errors import RecordError
 
-    ws = workspace_of(args)
     provs = []
     for ref in (args.run_a, args.run_b):
-        rec = ws.get_run(ref)
+        rec = open_run(args, ref)
         prov = rec.read_json("provenance.json")
         if prov is None:
             raise RecordError(
@@ -78,8 +77,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     env.set_defaults(func=cmd_env)
     env_sub = env.add_subparsers(dest="env_command", metavar="ACTION")
     ediff = env_sub.add_parser("diff", help="what changed between two runs' environments")
-    ediff.add_argument("run_a")
-    ediff.add_argument("run_b")
+    add_run_argument(ediff, "run_a")
+    add_run_argument(ediff, "run_b")
     ediff.set_defaults(func=cmd_env_diff)
     data = sub.add_parser("data", help="snapshot data into a manifest, or verify it")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")

@@ -8,7 +8,7 @@ from typing import Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.errors import AcceptrunError
-from acceptrun.record.cli import listed_workspaces, workspace_of
+from acceptrun.record.cli import add_run_argument, find, listed_workspaces, workspace_of
 
 __all__ = ["register"]
 
@@ -80,8 +80,8 @@ def cmd_cost_add(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
     from acceptrun.cost.ledger import add_costs, build_ledger
 
-    ws = workspace_of(args)
-    record = ws.get_run(args.run)
+    found = find(args, args.run)
+    ws, record = found.workspace, found.record
     add_costs(
         record, human_minutes=args.human_minutes, rate_per_hour=args.rate,
         switching_usd=args.switching_usd, note=args.note,
@@ -99,8 +99,8 @@ def cmd_cost_show(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
     from acceptrun.cost.report import format_ledger, ledger_for
 
-    ws = workspace_of(args)
-    ledger = ledger_for(ws.get_run(args.run), load_catalog(ws.root))
+    found = find(args, args.run)  # priced by its own workspace's catalog
+    ledger = ledger_for(found.record, load_catalog(found.workspace.root))
     print(json.dumps(ledger, indent=2) if args.json else format_ledger(ledger))
     return 0
 
@@ -110,8 +110,8 @@ def cmd_cost_whatif(args: argparse.Namespace) -> int:
     from acceptrun.cost.report import format_projection, ledger_for, project
     from acceptrun.errors import UserError
 
-    ws = workspace_of(args)
-    record = ws.get_run(args.run)
+    found = find(args, args.run)
+    ws, record = found.workspace, found.record
     provider, sep, instance = args.on.partition(":")
     if not sep or not provider or not instance:
         raise UserError(
@@ -142,20 +142,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cost.set_defaults(func=cmd_cost)
     cost_sub = cost.add_subparsers(dest="cost_command", metavar="ACTION")
     cadd = cost_sub.add_parser("add", help="add people's time or a switching cost to a run")
-    cadd.add_argument("run", help="run id, unique prefix, or latest")
+    add_run_argument(cadd)
     cadd.add_argument("--human-minutes", type=float, metavar="MIN", help="minutes people spent")
     cadd.add_argument("--rate", type=float, metavar="USD", help="their rate in USD per hour")
     cadd.add_argument("--switching-usd", type=float, metavar="USD", help="a one-off cost in USD")
     cadd.add_argument("--note", help="what it was for")
     cadd.set_defaults(func=cmd_cost_add)
     cshow = cost_sub.add_parser("show", help="one run's cost ledger")
-    cshow.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    add_run_argument(cshow, default="latest")
     cshow.add_argument("--json", action="store_true")
     cshow.set_defaults(func=cmd_cost_show)
     cwhat = cost_sub.add_parser(
         "whatif", help="project a run's cost on another instance (same wall time)"
     )
-    cwhat.add_argument("run", help="run id, unique prefix, or latest")
+    add_run_argument(cwhat)
     cwhat.add_argument("--on", required=True, metavar="PROVIDER:INSTANCE")
     cwhat.add_argument("--json", action="store_true")
     cwhat.set_defaults(func=cmd_cost_whatif)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
+from acceptrun.record.cli import HERE_ONLY, add_run_argument
 
 __all__ = ["register"]
 
@@ -246,8 +247,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         job = db.job(int(args.job)) if args.job.isdigit() else db.job_by_run(args.job)
         if job is None:
             raise UserError(
-                f"no queued job {args.job!r} in {ws.root}; `acceptrun queue --all` lists them "
-                "(a job id, or the id of its run)"
+                f"no queued job {args.job!r} in {ws.root} ({HERE_ONLY}: a job is cancelled in "
+                "the workspace whose queue holds it; run the command in that project's folder "
+                "or pass --workspace); `acceptrun queue --all` lists them (a job id, or the "
+                "id of its run)"
             )
         return _cancel_local(ws, db, job)
     finally:
@@ -332,6 +335,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cancel = sub.add_parser(
         "cancel", help="cancel a job: a queued one leaves the queue, a running one is stopped"
     )
-    cancel.add_argument("job", help="job id (or its run id; a Slurm job id with --backend slurm)")
+    add_run_argument(
+        cancel,
+        "job",
+        help="job id (or its run id; a Slurm job id with --backend slurm), in this "
+        "workspace's queue",
+        here_only=True,
+    )
     cancel.add_argument("--backend", choices=BACKENDS, default="local", help="default: local")
     cancel.set_defaults(func=cmd_cancel)

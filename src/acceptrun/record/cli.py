@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.errors import AcceptrunError
+
+if TYPE_CHECKING:
+    from acceptrun.record.lookup import Found
 
 __all__ = ["register"]
 
@@ -22,47 +25,65 @@ def workspace_of(args: argparse.Namespace, create: bool = False) -> Any:
     return find_workspace(args.workspace, create=create)
 
 
-def looks_like_path(ref: str) -> bool:
-    """A run reference written as a path (``runs/ID``, ``./x``, ``~/ws/runs/ID``), not an id."""
-    return "/" in ref or ref.startswith((".", "~"))
+RUN_HELP = (
+    "run id, unique prefix or latest (looked up here, then in your other workspaces), "
+    "or the run's directory"
+)
+
+
+def add_run_argument(
+    parser: argparse.ArgumentParser,
+    dest: str = "run",
+    *,
+    default: str | None = None,
+    help: str = RUN_HELP,
+    here_only: bool = False,
+) -> None:
+    """Declare a positional argument that names a run: every command that takes a run does
+    it here, so that a unit test walking the parser finds the command. ``run_refs`` lists
+    the arguments looked up through :func:`open_run` (any of the user's workspaces);
+    ``here_only=True`` declares one the command looks up in the current workspace alone
+    (``run_refs_here``), whose miss must say so (the phrase :data:`HERE_ONLY`)."""
+    extra: dict[str, Any] = {} if default is None else {"nargs": "?", "default": default}
+    parser.add_argument(dest, help=help, **extra)
+    key = "run_refs_here" if here_only else "run_refs"
+    parser.set_defaults(**{key: (*(parser.get_default(key) or ()), dest)})
+
+
+# What the miss of a here-only run argument says, so that no one wonders why a run of
+# another workspace is not found.
+HERE_ONLY = "only this workspace is searched"
+
+
+def find(args: argparse.Namespace, ref: str) -> Found:
+    """The run a command names, with its workspace (:func:`acceptrun.record.lookup.find_run`)."""
+    from acceptrun.record.lookup import find_run
+
+    return find_run(ref, workspace=args.workspace)
 
 
 def open_run(args: argparse.Namespace, ref: str) -> Any:
-    """The run a reading command names: its record's path, or an id in the workspace.
-
-    A path is taken as it is, whatever workspace holds it (a record copied off a cluster,
-    another project's): it must be a run record (its ``run.json``). Anything else is an
-    id, unique prefix or ``latest`` of the command's workspace (:meth:`Workspace.get_run`).
-    """
-    from pathlib import Path
-
-    from acceptrun.errors import WorkspaceError
-    from acceptrun.record.workspace import RunRecord
-
-    if looks_like_path(ref):
-        path = Path(ref).expanduser()
-        if (path / "run.json").is_file():
-            return RunRecord(path.resolve())
-        if path.is_dir():
-            raise WorkspaceError(
-                f"{ref} is a directory but not a run record (no run.json in it); give a run's "
-                "directory (<workspace>/runs/<id>) or its id"
-            )
-        raise WorkspaceError(f"{ref} does not exist; give a run's directory or its id")
-    return workspace_of(args).get_run(ref)
+    """The run record a command names: its directory, or an id looked up in the current
+    workspace and then in the user's other workspaces (:mod:`acceptrun.record.lookup`)."""
+    return find(args, ref).record
 
 
 def listed_workspaces() -> tuple[list[tuple[str, Any]], list[str]]:
-    """The user's listed workspaces that exist as (project, Workspace); notes on the others."""
+    """The user's own listed workspaces that exist as (project, Workspace); notes on the
+    others (gone, or of other users: counted, never read). What ``ls --all``, ``cost --all``
+    and ``ui --all`` read."""
     from acceptrun.record import registry
     from acceptrun.record.workspace import Workspace
 
     found, notes = [], []
-    for entry in registry.listed():
+    mine = registry.owned()
+    for entry in mine.workspaces:
         if entry.exists:
             found.append((entry.project, Workspace(entry.path)))
         else:
             notes.append(f"skipped {entry.path} ({entry.project}): it no longer exists")
+    if (left_out := mine.note()) is not None:
+        notes.append(left_out)
     if not found and not notes:
         notes.append(
             f"no workspace is listed in {registry.config_dir() / registry.FILE}; "

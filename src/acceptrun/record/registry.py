@@ -1,4 +1,5 @@
-"""The user's list of workspaces, so ``acceptrun ls --all`` and ``cost --all`` see every project.
+"""The user's list of workspaces, so ``acceptrun ls --all`` and ``cost --all`` see every project
+and a command given a run id finds it in any of them (:mod:`acceptrun.record.lookup`).
 
 One JSON file, ``workspaces.json``, in the user's configuration directory:
 ``$ACCEPTRUN_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/acceptrun``, else
@@ -6,6 +7,12 @@ One JSON file, ``workspaces.json``, in the user's configuration directory:
 refreshed when a command opens it (:func:`~acceptrun.record.workspace.find_workspace`). The list
 is only an address book: a workspace removed from disk stays listed until
 :func:`forget` drops it, and readers skip it with a note.
+
+The list is the user's own: the directory is created mode 0700, and a directory or file
+owned by another user or writable by anyone is refused (:class:`RegistryRefused`, naming
+the path and the fix), since whoever writes it could point ``ls --all`` and the run lookup
+at any folder. A listed workspace whose ``.acceptrun`` belongs to another user is left out
+of :func:`owned` and counted.
 
 >>> remember(Path("/home/me/proj/.acceptrun"))
 >>> [e.path for e in listed()]
@@ -17,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -25,9 +33,20 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_json, write_json_atomic
-from acceptrun.errors import RecordError
+from acceptrun._util.paths import owned_by_another, ownership_problem
+from acceptrun.errors import RecordError, WorkspaceError
 
-__all__ = ["ENV_CONFIG_DIR", "Listed", "config_dir", "forget", "listed", "remember"]
+__all__ = [
+    "ENV_CONFIG_DIR",
+    "Listed",
+    "Owned",
+    "RegistryRefused",
+    "config_dir",
+    "forget",
+    "listed",
+    "owned",
+    "remember",
+]
 
 ENV_CONFIG_DIR = "ACCEPTRUN_CONFIG_DIR"
 FILE = "workspaces.json"
@@ -35,6 +54,10 @@ KIND = "acceptrun.workspaces"
 # A workspace opened again within this many seconds keeps its last_used: `acceptrun logs -f`
 # in a loop must not rewrite the user's config file on every call.
 REFRESH_S = 60.0
+
+
+class RegistryRefused(WorkspaceError):
+    """The list of workspaces (or its directory) is not the user's own: it is not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +72,29 @@ class Listed:
     @property
     def exists(self) -> bool:
         return (self.path / "runs").is_dir()
+
+    @property
+    def of_another_user(self) -> bool:
+        """True when the workspace is there and belongs to another user (its ``st_uid``)."""
+        return owned_by_another(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """The listed workspaces of the user's own (:func:`owned`), and how many were left out."""
+
+    workspaces: list[Listed]
+    others: int
+
+    def note(self) -> str | None:
+        """``2 workspaces of other users left out``, or None."""
+        if not self.others:
+            return None
+        noun = "workspace" if self.others == 1 else "workspaces"
+        return (
+            f"{self.others} {noun} of other users left out (listed in "
+            f"{config_dir() / FILE}, owned by someone else)"
+        )
 
 
 def config_dir() -> Path:
@@ -68,8 +114,13 @@ def project_name(workspace_root: Path) -> str:
 
 
 def listed() -> list[Listed]:
-    """The listed workspaces, most recently used first; an unreadable list is empty."""
-    entries = _read(config_dir() / FILE)
+    """The listed workspaces, most recently used first; an unreadable list is empty.
+
+    Raises :class:`RegistryRefused` when the list or its directory is not the user's own.
+    """
+    directory = config_dir()
+    _check_own(directory)
+    entries = _read(directory / FILE)
     out = []
     for e in entries:
         with contextlib.suppress(KeyError, TypeError, ValueError):
@@ -80,6 +131,18 @@ def listed() -> list[Listed]:
                 )
             )  # fmt: skip
     return sorted(out, key=lambda x: -x.last_used)
+
+
+def owned() -> Owned:
+    """The listed workspaces the user owns (a missing one too: readers note it is gone),
+    and the count of those that belong to other users, left out."""
+    mine, others = [], 0
+    for entry in listed():
+        if entry.of_another_user:
+            others += 1
+        else:
+            mine.append(entry)
+    return Owned(mine, others)
 
 
 def remember(workspace_root: Path) -> None:
@@ -108,6 +171,8 @@ def remember(workspace_root: Path) -> None:
                     }
                 )
             _write(path, entries)
+    except RegistryRefused as exc:
+        _warn(f"{exc}; `acceptrun ls --all` will not show {root}")
     except OSError as exc:
         _warn(f"cannot update the list of workspaces in {config_dir()} ({exc}); "
               f"`acceptrun ls --all` will not show {root}. Set ${ENV_CONFIG_DIR} to a writable "
@@ -138,11 +203,45 @@ def _warn(message: str) -> None:
         print(f"acceptrun: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _check_own(directory: Path) -> None:
+    """Refuse a directory or list that is not the user's own (see the module docstring)."""
+    for path, what in ((directory, "directory"), (directory / FILE, "list of workspaces")):
+        problem = ownership_problem(path)
+        if problem is None:
+            continue
+        fix = f"set ${ENV_CONFIG_DIR} to a directory of your own (e.g. ~/.config/acceptrun)"
+        try:
+            shared = owned_by_another(path) or bool(path.stat().st_mode & stat.S_ISVTX)
+        except OSError:
+            shared = True
+        if not shared:
+            # the user's own, only too open (a shared directory such as /tmp has the sticky
+            # bit: it must never be told to close itself)
+            fix += f", or make it yours alone: chmod {'700' if path == directory else '600'} {path}"
+        raise RegistryRefused(
+            f"the {what} {path} is {problem}, so it is not read: whoever can write it could "
+            f"point acceptrun at any folder. To fix it, {fix}"
+        )
+
+
+def _make_dir(directory: Path) -> None:
+    """Create the configuration directory mode 0700 (the user's alone), whatever the umask."""
+    if directory.is_dir():
+        return
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        return  # made by a concurrent command, with the same mode
+    directory.chmod(0o700)
+
+
 @contextlib.contextmanager
 def _locked() -> Iterator[Path]:
     """The list's path, held under an exclusive lock: two runs starting at once add both."""
     directory = config_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    _make_dir(directory)
+    _check_own(directory)
     with open(directory / f".{FILE}.lock", "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:

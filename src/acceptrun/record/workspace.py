@@ -361,9 +361,23 @@ class Workspace:
 
         return [p.name for p in sorted(dirs, key=key)]
 
+    def matching(self, ref: str, ids: list[str] | None = None) -> list[str]:
+        """The ids ``ref`` names here: itself, else every id it begins or ends (one is a match,
+        several are ambiguous). ``latest`` is not an id: see :meth:`get_run`."""
+        ids = self.run_ids() if ids is None else ids
+        if ref in ids:
+            return [ref]
+        return [i for i in ids if ref and (i.startswith(ref) or i.endswith(ref))]
+
     def get_run(self, ref: str) -> RunRecord:
         """A run by id, unique prefix, unique name suffix, or ``latest``."""
         ids = self.run_ids()
+        named = bool(ref) and "/" not in ref and not ref.startswith(".")  # a name, not a path
+        if named and ref not in ids and (self.runs_dir / ref).is_dir():
+            raise RecordError(  # a run directory that lost its run.json: say so, not "no run"
+                f"{self.runs_dir / ref / 'run.json'} is missing; this run record is damaged. "
+                "Restore run.json from a copy, or remove the directory."
+            )
         if not ids:
             raise WorkspaceError(
                 f"workspace {self.root} has no runs yet; start one with `acceptrun run SPEC`"
@@ -372,12 +386,7 @@ class Workspace:
             return RunRecord(self.runs_dir / ids[-1])
         if ref in ids:
             return RunRecord(self.runs_dir / ref)
-        if "/" not in ref and not ref.startswith(".") and (self.runs_dir / ref).is_dir():
-            raise RecordError(  # a run directory that lost its run.json: say so, not "no run"
-                f"{self.runs_dir / ref / 'run.json'} is missing; this run record is damaged. "
-                "Restore run.json from a copy, or remove the directory."
-            )
-        matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
+        matches = self.matching(ref, ids)
         if len(matches) == 1:
             return RunRecord(self.runs_dir / matches[0])
         if len(matches) > 1:

@@ -11,15 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from acceptrun.record.cli import open_run
+from acceptrun.record.cli import add_run_argument, find, open_run
 
 __all__ = ["register"]
-
-
-def _workspace(args: argparse.Namespace) -> Any:
-    from acceptrun.record.workspace import find_workspace
-
-    return find_workspace(args.workspace)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -53,8 +47,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from acceptrun.run.reproduce import reproduce
     from acceptrun.verdict.core import format_verdict
 
-    ws = _workspace(args)
-    record = ws.get_run(args.run)
+    found = find(args, args.run)  # the repeat is recorded beside the original
+    ws, record = found.workspace, found.record
     result = reproduce(ws, record, worktree=args.worktree, echo=not args.quiet)
     print()
     print(format_verdict(result.verdict, name=result.spec.name))
@@ -93,12 +87,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     report = sub.add_parser(
         "report", help="a run's report: verdict, five tests, charts, cost, lineage (HTML)"
     )
-    report.add_argument(
-        "run",
-        nargs="?",
-        default="latest",
-        help="run id, unique prefix, latest, or the run's directory",
-    )
+    add_run_argument(report, default="latest")
     report.add_argument(
         "--format",
         choices=("html", "md", "json"),
@@ -112,7 +101,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     rep = sub.add_parser(
         "reproduce", help="run a recorded run again: its frozen spec, at its commit, with its diff"
     )
-    rep.add_argument("run", help="run id, unique prefix, or latest")
+    add_run_argument(rep)
     rep.add_argument(
         "--worktree",
         action="store_true",
@@ -124,27 +113,22 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     diff = sub.add_parser(
         "diff", help="did RUN_B reproduce RUN_A? data, metrics, loss curve, outputs, environment"
     )
-    diff.add_argument("run_a", help="the original run (id, prefix or directory)")
-    diff.add_argument("run_b", help="the repeat (id, prefix or directory)")
+    add_run_argument(diff, "run_a", help="the original run (id, prefix or directory)")
+    add_run_argument(diff, "run_b", help="the repeat (id, prefix or directory)")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=cmd_diff)
 
     port = sub.add_parser(
         "portability", help="what ties a spec or run to one provider or machine, and how to move it"
     )
-    port.add_argument("target", help="a spec file, or a run id / prefix / latest / directory")
+    add_run_argument(port, "target", help="a spec file, or a run id / prefix / latest / directory")
     port.add_argument("--json", action="store_true")
     port.set_defaults(func=cmd_portability)
 
     howto = sub.add_parser(
         "howto", help="the commands to repeat a run on another machine, from its record"
     )
-    howto.add_argument(
-        "run",
-        nargs="?",
-        default="latest",
-        help="run id, unique prefix, latest, or the run's directory",
-    )
+    add_run_argument(howto, default="latest")
     howto.set_defaults(func=cmd_howto)
 
 
@@ -162,11 +146,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _register_show(sub: argparse._SubParsersAction[Any]) -> None:
     show = sub.add_parser("show", help="a run at a glance: verdict, attempts, steps, metrics")
-    show.add_argument(
-        "run",
-        nargs="?",
-        default="latest",
-        help="run id, unique prefix, latest, or the run's directory",
-    )
+    add_run_argument(show, default="latest")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_show)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
-from acceptrun.record.cli import open_run, workspace_of
+from acceptrun.record.cli import add_run_argument, open_run, workspace_of
 
 __all__ = ["register"]
 
@@ -120,7 +120,7 @@ def cmd_ckpt_verify(args: argparse.Namespace) -> int:
 def cmd_ckpt_drill(args: argparse.Namespace) -> int:
     from acceptrun.run.drills.restore import restore_drill
 
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     _say(f"restore drill of {record.run_id}{' on CPU' if args.cpu else ''}")
     result = restore_drill(record, cpu=args.cpu, timeout=args.timeout, echo=args.verbose)
     print(f"restore drill {'PASSED' if result.ok else 'FAILED'}: {result.evidence}")
@@ -133,7 +133,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from acceptrun.spec.model import load_spec
     from acceptrun.verdict.core import format_verdict
 
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     pid = request_stop(record, args.action, reason=args.reason)
     what = stop_promise(record, args.action)
     _say(f"{args.action} sent to run {record.run_id} (supervisor pid {pid}): {what}")
@@ -171,7 +171,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from acceptrun.run.lifecycle import resume_run
     from acceptrun.verdict.core import format_verdict
 
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     result = resume_run(
         record, mirror=args.mirror, from_mirror=args.from_mirror, force=args.force,
         from_scratch=args.from_scratch, reason=args.reason, echo=not args.quiet, step=args.step,
@@ -308,7 +308,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     from acceptrun.run.lifecycle import show_logs
 
-    record = workspace_of(args).get_run(args.run)
+    record = open_run(args, args.run)
     show_logs(record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow)
     return 0
 
@@ -365,20 +365,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cls = ckpt_sub.add_parser(
         "ls", help="checkpoints of a run, with sizes, metrics and mirror state"
     )
-    cls.add_argument(
-        "run", nargs="?", default="latest", help="run id, prefix, latest, or directory"
-    )
+    add_run_argument(cls, default="latest")
     cls.set_defaults(func=cmd_ckpt_ls)
     cver = ckpt_sub.add_parser("verify", help="re-read and hash a checkpoint (default: LATEST)")
-    cver.add_argument(
-        "run", nargs="?", default="latest", help="run id, prefix, latest, or directory"
-    )
+    add_run_argument(cver, default="latest")
     cver.add_argument("--step", type=int, help="the step to verify")
     cver.set_defaults(func=cmd_ckpt_verify)
     cdrill = ckpt_sub.add_parser(
         "drill", help="restore the latest checkpoint in a fresh process and run one step"
     )
-    cdrill.add_argument("run", nargs="?", default="latest")
+    add_run_argument(cdrill, default="latest")
     cdrill.add_argument(
         "--cpu", action="store_true", help="hide the GPUs: prove it restores on CPU"
     )
@@ -396,7 +392,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         ("kill", cmd_kill, "kill a running run's workload now: no checkpoint, no restart"),
     ):
         lc = sub.add_parser(action, help=text)
-        lc.add_argument("run", help="run id, unique prefix, or latest")
+        add_run_argument(lc)
         lc.add_argument("--reason", help="why, for the audit trail")
         lc.add_argument("--wait", action="store_true", help="wait for the verdict")
         lc.add_argument(
@@ -408,7 +404,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     resume = sub.add_parser(
         "resume", help="continue a stopped or failed run from its last checkpoint"
     )
-    resume.add_argument("run", help="run id, unique prefix, or latest")
+    add_run_argument(resume)
     resume.add_argument(
         "--mirror",
         metavar="URL",
@@ -470,7 +466,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(func=cmd_init)
     logs = sub.add_parser("logs", help="print a run's stdout and stderr; -f follows it")
-    logs.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
+    add_run_argument(logs, default="latest")
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the run ends"
     )

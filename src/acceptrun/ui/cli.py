@@ -29,19 +29,14 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from acceptrun.ui.server import is_loopback, make_server
 
     if args.all:
-        from acceptrun.record import registry
-        from acceptrun.record.workspace import Workspace
+        from acceptrun.record.cli import listed_workspaces
 
-        found, notes = [], []
-        for entry in registry.listed():
-            if entry.exists:
-                found.append(Workspace(entry.path))
-            else:
-                notes.append(f"skipped {entry.path} ({entry.project}): it no longer exists")
+        listed, notes = listed_workspaces()  # the user's own (notes: gone, other users')
+        found = [ws for _, ws in listed]
         if not found:
             raise UserError(
-                f"no listed workspace exists ({registry.config_dir() / registry.FILE}); "
-                "`acceptrun run SPEC` lists the one it uses, or pass --workspace PATH"
+                f"no listed workspace of yours exists ({'; '.join(notes)}); pass "
+                "--workspace PATH to show one"
             )
         board = Board.for_workspaces(found, notes)
     else:
