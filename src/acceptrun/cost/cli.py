@@ -1,4 +1,4 @@
-"""``acceptrun prices`` and ``acceptrun cost`` (totals, show, add, whatif)."""
+"""``acceptrun prices`` and ``acceptrun cost`` (totals, show, add, claim, whatif)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,14 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
-    from acceptrun.cost.report import format_summary, parse_since, select_ledgers, summarize
+    from acceptrun.cost.report import (
+        format_summary,
+        format_waste,
+        parse_since,
+        select_ledgers,
+        summarize,
+        waste_by,
+    )
 
     since = parse_since(args.since) if args.since else None
     if args.all:
@@ -42,9 +49,30 @@ def cmd_cost(args: argparse.Namespace) -> int:
     )  # fmt: skip
     summary = summarize(ledgers)
     if args.json:
-        print(json.dumps({**summary, "live": live}, indent=2))
+        waste = {g: waste_by(ledgers, g) for g in ("week", "provider", "run")}
+        print(json.dumps({**summary, "waste_by": waste, "live": live}, indent=2))
     else:
         print(format_summary(summary, live=live))
+        if args.by_responsibility and ledgers:
+            print("\n" + format_waste(ledgers))
+    return 0
+
+
+def cmd_cost_claim(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import claim, format_claim, parse_since, select_ledgers
+
+    since = parse_since(args.since) if args.since else None
+    ws = workspace_of(args)
+    ledgers, live = select_ledgers(ws, load_catalog(ws.root), since=since, provider=args.provider)
+    found = claim(ledgers, drills=args.drills)
+    if args.json:
+        print(json.dumps({**found, "since": since.isoformat() if since else None, "live": live},
+                         indent=2))  # fmt: skip
+    else:
+        print(format_claim(found, since=since))
+        if live:
+            print(f"{len(live)} run(s) still running, not counted: {', '.join(live[:3])}")
     return 0
 
 
@@ -131,12 +159,19 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cost = sub.add_parser(
         "cost", help="what runs cost: totals, split, cost per accepted run; show, add, whatif"
     )
-    cost.add_argument("--since", metavar="DATE", help="runs created on or after DATE (2026-11-01)")
+    cost.add_argument(
+        "--since", metavar="WHEN", help="runs created on or after WHEN (2026-11-01, or 7d ago)"
+    )
     cost.add_argument("--spec", metavar="NAME", help="runs of the spec with this name")
     cost.add_argument("--provider", metavar="P", help="runs priced on this provider")
     cost.add_argument("--gpu", metavar="G", help="runs on this GPU model (e.g. H100)")
     cost.add_argument(
         "--all", action="store_true", help="every workspace in the user's list, by project"
+    )
+    cost.add_argument(
+        "--by-responsibility",
+        action="store_true",
+        help="wasted spend by whose failure (provider, workload, unknown) per week, provider, run",
     )
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(func=cmd_cost)
@@ -152,6 +187,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cshow.add_argument("run", nargs="?", default="latest", help="run id, unique prefix, or latest")
     cshow.add_argument("--json", action="store_true")
     cshow.set_defaults(func=cmd_cost_show)
+    cclaim = cost_sub.add_parser(
+        "claim", help="provider-caused incidents with times, evidence and cost (a credit request)"
+    )
+    cclaim.add_argument("--since", metavar="WHEN", help="runs created since WHEN (7d, 2026-11-01)")
+    cclaim.add_argument("--provider", metavar="P", help="runs priced on this provider")
+    cclaim.add_argument(
+        "--drills", action="store_true", help="also list injected faults (marked; not claimable)"
+    )
+    cclaim.add_argument("--json", action="store_true")
+    cclaim.set_defaults(func=cmd_cost_claim)
     cwhat = cost_sub.add_parser(
         "whatif", help="project a run's cost on another instance (same wall time)"
     )

@@ -56,6 +56,7 @@ from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.liveness import dead_periods
 from acceptrun.record.models import stamp
+from acceptrun.record.status import RESPONSIBILITY, FailureClass, Responsibility
 from acceptrun.record.steplog import StepLog, StepRanges
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
@@ -63,6 +64,7 @@ from acceptrun.spec.model import RunSpec, load_spec
 
 __all__ = [
     "LEDGER_FILE",
+    "RESPONSIBLE",
     "SCHEMA",
     "add_costs",
     "build_ledger",
@@ -70,7 +72,7 @@ __all__ = [
     "price_of_run",
 ]
 
-SCHEMA = 1
+SCHEMA = 2
 LEDGER_FILE = "ledger.json"
 COST_FILE = "cost.jsonl"
 GIB = float(1 << 30)
@@ -87,6 +89,8 @@ DETAIL_KEYS = (
     "idle.rounding",
 )
 PARTS = ("productive", "wasted", "idle", "checkpoint_stall")
+# Who a wasted span is owed to (record.status.RESPONSIBILITY), in the order shown.
+RESPONSIBLE = ("provider", "workload", "unknown")
 
 
 def price_of_run(
@@ -191,6 +195,7 @@ class _Attempt:
     end: float | None = None
     outcome: str = "running"
     klass: str | None = None
+    exit: dict[str, Any] = field(default_factory=dict)  # its attempt_exit event
     seconds_lost: float = 0.0
     idle_since: float | None = None  # start of the idle stretch that stopped the attempt
     client: bool = False  # a workload_start event: the client API ran in this attempt
@@ -239,6 +244,7 @@ def _segments(events: list[dict[str, Any]], steps: _StepIndex) -> list[_Segment]
                 a.end = float(t)
                 a.outcome = str(ev.get("outcome", "failed"))
                 a.klass = ev.get("class")
+                a.exit = ev
                 lost = (ev.get("work") or {}).get("seconds_lost")
                 a.seconds_lost = float(lost) if isinstance(lost, int | float) else 0.0
             current.end = float(t)
@@ -557,14 +563,20 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             a_end = a.end if a.end is not None else a.start + sum(part.values())
             cursor = max(cursor, a_end)
             a_s = sum(part.values())
+            split_a = _parts(part)
+            who, why = responsibility_of(a)
             attempts.append(
                 {
                     "attempt": a.attempt,
                     "outcome": a.outcome,
                     "class": a.klass,
+                    "start": a.start,
+                    "end": a_end,
                     "billed_s": round(a_s, 3),
                     "usd": round(compute_cost(a_s, price), 6) if price else 0.0,
-                    "split_s": {p: round(v, 3) for p, v in _parts(part).items()},
+                    "split_s": {p: round(v, 3) for p, v in split_a.items()},
+                    "responsibility": who,
+                    "evidence": why,
                 }
             )
         tail = max(0.0, seg_end - cursor)
@@ -601,6 +613,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "switching_usd": round(switching_usd, 6),
     }
     dead = dead_periods(events)  # record/liveness.py
+    waste = _waste_by_responsibility(attempts, split_s, detail, per_s, failed_preflight, events)
     ledger: dict[str, Any] = {
         **stamp(),
         "schema": SCHEMA,
@@ -630,6 +643,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             "split_usd": {k: round(v * per_s, 6) for k, v in split_s.items()},
             "detail_s": detail,
             "attempts": attempts,
+            "waste": waste,
             "note": "billed_s is rounded up to billing increments per segment; the "
             "rounding is counted as idle (detail idle.rounding)",
         },
@@ -642,6 +656,74 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     }
     record.write_json(LEDGER_FILE, ledger)
     return ledger
+
+
+def responsibility_of(a: _Attempt) -> tuple[str, dict[str, Any]]:
+    """Whose failure an attempt's waste was (record.status.RESPONSIBILITY), and why.
+
+    The evidence is the exit record's own: its class, the sentence and the lines that
+    decided it, and whether the fault was injected (a drill, not the platform).
+    """
+    ev = a.exit
+    lines = [str(x) for x in ev.get("evidence") or []][:5]
+    evidence: dict[str, Any] = {
+        "class": a.klass,
+        "outcome": a.outcome,
+        "reason": ev.get("class_reason") or ev.get("reason"),
+        "lines": lines,
+        "injected": any(x.startswith("injected fault:") for x in lines),
+        "started_at": ev.get("started_at"),
+        "ended_at": ev.get("ended_at"),
+    }
+    if a.outcome in ("success", "running") and a.klass in (None, "success"):
+        return Responsibility.NONE.value, evidence
+    try:
+        who = RESPONSIBILITY[FailureClass(str(a.klass))]
+    except ValueError:  # no class (an attempt its supervisor lost) or one unknown here
+        who = Responsibility.UNKNOWN
+        evidence["reason"] = evidence["reason"] or f"no failure class (outcome {a.outcome})"
+    return who.value, evidence
+
+
+def _waste_by_responsibility(
+    attempts: list[dict[str, Any]],
+    split_s: dict[str, float],
+    detail: dict[str, float],
+    per_s: float,
+    failed_preflight: bool,
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The wasted seconds and USD, split by whose failure they were.
+
+    Each failed attempt's wasted seconds go to its responsibility; a failed preflight
+    to ``unknown`` (a machine that does not match the spec may be the provider's or the
+    spec's). What is left of ``wasted`` (a redone step counted in a kept attempt) goes
+    to ``unknown`` too, so the three always sum to the split's ``wasted``.
+    """
+    seconds = dict.fromkeys(RESPONSIBLE, 0.0)
+    for row in attempts:
+        who = row["responsibility"]
+        row["wasted_usd"] = round(row["split_s"]["wasted"] * per_s, 6)
+        seconds[who if who in seconds else "unknown"] += row["split_s"]["wasted"]
+    rest = split_s["wasted"] - sum(seconds.values())
+    seconds["unknown"] += max(rest, 0.0)
+    preflight = None
+    if failed_preflight:
+        why = next((e for e in events if e.get("kind") == "preflight_failed"), {})
+        preflight = {
+            "responsibility": "unknown",
+            "seconds": round(detail.get("wasted.failed_preflight", 0.0), 3),
+            "reason": "the machine did not pass the spec's preflight checks; the "
+            "checks say which (acceptrun report)",
+            "failed": why.get("failed") or why.get("checks"),
+        }
+    return {
+        "seconds": {k: round(v, 6) for k, v in seconds.items()},
+        "usd": {k: round(v * per_s, 6) for k, v in seconds.items()},
+        "preflight": preflight,
+        "rule": "each failed attempt's wasted time goes to its failure class's "
+        "responsibility (record.status.RESPONSIBILITY); the rest to unknown",
+    }
 
 
 def _parts(detail: dict[str, float]) -> dict[str, float]:
