@@ -347,7 +347,12 @@ def format_waste(ledgers: list[dict[str, Any]]) -> str:
         ]  # fmt: skip
         headers = (group.upper(), "RUNS", *(f"{k.upper()} $" for k in RESPONSIBLE),
                    *(f"{k.upper()} TIME" for k in RESPONSIBLE))  # fmt: skip
-        lines += [f"wasted, by whose failure, per {group}:", format_table(headers, table), ""]
+        right = set(headers[1:])
+        lines += [
+            f"wasted, by whose failure, per {group}:",
+            format_table(headers, table, right=right),
+            "",
+        ]
     return "\n".join(lines).rstrip()
 
 
