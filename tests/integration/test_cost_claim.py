@@ -138,3 +138,23 @@ def test_cost_splits_waste_by_whose_failure(
     assert {r["run"] for r in summary["waste_by"]["run"]} == {
         runs[k].record.run_id for k in ("preempted", "user", "drill")
     }
+
+
+def test_a_machine_stop_recorded_after_the_run_is_booked_as_idle(
+    runs: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    from acceptrun.cost.ledger import build_ledger
+
+    record = runs["user"].record
+    before = build_ledger(record)
+    assert not before["after_run"]["counted"] and "not counted" in before["after_run"]["why"]
+    end = max(s["end"] for s in before["segments"])
+    when = datetime.fromtimestamp(end + 90, UTC).isoformat()
+    capsys.readouterr()
+    assert cli(runs["ws"], "cost", "add", record.run_id, "--machine-stopped-at", when) == 0
+    assert "machine after the run 90 s" in capsys.readouterr().out
+    ledger = build_ledger(record)
+    assert ledger["after_run"]["counted"] and ledger["after_run"]["seconds"] == pytest.approx(90)
+    assert ledger["billed_s"] == pytest.approx(before["billed_s"] + 90)

@@ -131,3 +131,50 @@ def test_the_spend_page_splits_waste_by_whose_failure(tmp_path: Path) -> None:
     row = page.split("<h3>per provider</h3>")[1].split("</table>")[0]
     assert "<td>custom</td><td class=num>2</td>" in row
     assert row.count("$10.00") == 2, row
+
+
+# ---- the machine after the run ----------------------------------------------------------------
+
+
+def test_the_machine_after_the_run_is_said_not_counted_without_its_stop_time(
+    tmp_path: Path,
+) -> None:
+    from acceptrun.cost.report import format_ledger
+
+    ledger = build_ledger(_failed_run(Workspace.create(tmp_path / "ws"), FailureClass.SUCCESS))
+    after = ledger["after_run"]
+    assert after["counted"] is False and after["seconds"] is None
+    assert "not counted" in after["why"] and "--machine-stopped-at" in after["why"]
+    # The SkyPilot export's default teardown bounds it: 5 minutes at 1 USD a second.
+    assert after["estimate_max_s"] == 300 and after["estimate_max_usd"] == pytest.approx(300)
+    assert ledger["compute"]["detail_s"]["idle.after_run"] == 0
+    text = format_ledger(ledger)
+    assert "after the run: not counted" in text and "$300.00 by the export's teardown" in text
+
+
+def test_a_recorded_stop_time_books_the_tail_as_idle(tmp_path: Path) -> None:
+    from acceptrun.cost.ledger import add_costs
+
+    rec = _failed_run(Workspace.create(tmp_path / "ws"), FailureClass.SUCCESS)
+    before = build_ledger(rec)
+    run_end = max(s["end"] for s in before["segments"])
+    add_costs(rec, machine_stopped_at=run_end + 120.0, note="sky status said STOPPED")
+    ledger = build_ledger(rec)
+    after = ledger["after_run"]
+    assert after["counted"] is True and after["seconds"] == pytest.approx(120.0)
+    assert ledger["compute"]["detail_s"]["idle.after_run"] == pytest.approx(120.0)
+    assert ledger["billed_s"] == pytest.approx(before["billed_s"] + 120.0)
+    split = ledger["compute"]["split_s"]
+    assert sum(split.values()) == pytest.approx(ledger["billed_s"], abs=1e-5)
+    assert ledger["compute"]["usd"] == pytest.approx(before["compute"]["usd"] + 120.0)
+
+
+def test_teardown_keep_says_the_cluster_bills_until_sky_down(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path / "ws")
+    rec = ws.create_run(
+        "kept", spec_text=SPEC + '[skypilot]\nteardown = "keep"\n', state={"status": "finished"}
+    )
+    rec.event("run_start", t=1_800_000_000.0)
+    after = build_ledger(rec)["after_run"]
+    assert not after["counted"] and after["estimate_max_s"] is None
+    assert "until `sky down`" in after["why"]

@@ -107,18 +107,23 @@ def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
 def cmd_cost_add(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
     from acceptrun.cost.ledger import add_costs, build_ledger
+    from acceptrun.cost.report import parse_since
 
     ws = workspace_of(args)
     record = ws.get_run(args.run)
+    stopped = args.machine_stopped_at
+    stopped_at = parse_since(stopped).timestamp() if stopped else None
     add_costs(
         record, human_minutes=args.human_minutes, rate_per_hour=args.rate,
-        switching_usd=args.switching_usd, note=args.note,
+        switching_usd=args.switching_usd, machine_stopped_at=stopped_at, note=args.note,
     )  # fmt: skip
     ledger = build_ledger(record, load_catalog(ws.root))
     t = ledger["totals"]
+    tail = ledger["after_run"]
+    booked = f", machine after the run {tail['seconds']:.0f} s" if tail["counted"] else ""
     print(
-        f"{record.run_id}: people ${t['human_usd']:,.2f}, switching ${t['switching_usd']:,.2f}, "
-        f"total ${ledger['total_usd']:,.2f}"
+        f"{record.run_id}: people ${t['human_usd']:,.2f}, switching ${t['switching_usd']:,.2f}"
+        f"{booked}, total ${ledger['total_usd']:,.2f}"
     )
     return 0
 
@@ -176,11 +181,19 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(func=cmd_cost)
     cost_sub = cost.add_subparsers(dest="cost_command", metavar="ACTION")
-    cadd = cost_sub.add_parser("add", help="add people's time or a switching cost to a run")
+    cadd = cost_sub.add_parser(
+        "add", help="add people's time, a switching cost or the machine's stop time to a run"
+    )
     cadd.add_argument("run", help="run id, unique prefix, or latest")
     cadd.add_argument("--human-minutes", type=float, metavar="MIN", help="minutes people spent")
     cadd.add_argument("--rate", type=float, metavar="USD", help="their rate in USD per hour")
     cadd.add_argument("--switching-usd", type=float, metavar="USD", help="a one-off cost in USD")
+    cadd.add_argument(
+        "--machine-stopped-at",
+        metavar="WHEN",
+        help="when the run's machine was known to stop (2026-12-04T23:10Z, or 30m ago): "
+        "the time after the run is booked as idle",
+    )
     cadd.add_argument("--note", help="what it was for")
     cadd.set_defaults(func=cmd_cost_add)
     cshow = cost_sub.add_parser("show", help="one run's cost ledger")

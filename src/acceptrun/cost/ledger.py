@@ -20,8 +20,9 @@ The billed seconds are split four ways, and the parts always sum to the billed t
   its preflight (its rounding included);
 - idle: launch and preflight, each attempt's start-up before its first step (restore
   included), the restart backoff between attempts, the tail after the last step, the
-  idle stretch that ended an attempt stopped for idleness (``limits.idle_window``), and
-  the rounding up to billing increments;
+  idle stretch that ended an attempt stopped for idleness (``limits.idle_window``), the
+  machine left up after the run when its stop time is recorded (``idle.after_run``,
+  see :func:`after_run`), and the rounding up to billing increments;
 - checkpoint_stall: the training loop blocked on checkpoint staging (``stall_s``).
 
 A black box without step events (the ``usage`` event says the command does not use the
@@ -86,6 +87,7 @@ DETAIL_KEYS = (
     "idle.backoff",
     "idle.after_last_step",
     "idle.idle_stop",
+    "idle.after_run",
     "idle.rounding",
 )
 PARTS = ("productive", "wasted", "idle", "checkpoint_stall")
@@ -151,15 +153,22 @@ def add_costs(
     human_minutes: float | None = None,
     rate_per_hour: float | None = None,
     switching_usd: float | None = None,
+    machine_stopped_at: float | None = None,
     note: str | None = None,
 ) -> list[dict[str, Any]]:
     """Append people's time and/or a switching cost to the run's ``cost.jsonl``.
 
     Everything is checked before anything is written, so a rejected call leaves the
-    file as it was. Example: ``add_costs(rec, human_minutes=30, rate_per_hour=120)``.
+    file as it was. ``machine_stopped_at`` (unix seconds) records when the run's machine
+    was known to stop (``sky status``, the provider's console): the ledger then books the
+    time from the run's end to it as idle (``idle.after_run``).
+    Example: ``add_costs(rec, human_minutes=30, rate_per_hour=120)``.
     """
-    if human_minutes is None and switching_usd is None:
-        raise UserError("nothing to add; give --human-minutes 30 --rate 120, or --switching-usd 40")
+    if human_minutes is None and switching_usd is None and machine_stopped_at is None:
+        raise UserError(
+            "nothing to add; give --human-minutes 30 --rate 120, --switching-usd 40, "
+            "or --machine-stopped-at 2026-12-04T23:10Z"
+        )
     if (human_minutes is None) != (rate_per_hour is None):
         raise UserError(
             "--human-minutes and --rate (USD per hour) go together, "
@@ -178,6 +187,12 @@ def add_costs(
         entries.append({
             "kind": "switching",
             "usd": _positive("--switching-usd", switching_usd, "--switching-usd 40"),
+            **stamp,
+        })  # fmt: skip
+    if machine_stopped_at is not None:
+        entries.append({
+            "kind": "machine_stop",
+            "at": _positive("--machine-stopped-at", machine_stopped_at, "--machine-stopped-at 2026-12-04T23:10Z"),
             **stamp,
         })  # fmt: skip
     for entry in entries:
@@ -581,6 +596,11 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             )
         tail = max(0.0, seg_end - cursor)
         detail["idle.startup" if first else "idle.after_last_step"] += tail
+    run_end = max((float(r["end"]) for r in seg_rows), default=0.0)
+    after = after_run(record, spec, price, run_end, failed_preflight)
+    if after["counted"]:  # the machine stayed up after the run, and its stop is recorded
+        detail["idle.after_run"] += after["seconds"]
+        billed += after["seconds"]
     # Whatever the attempts and gaps leave of the billed total (the rounding up to billing
     # increments, and clock jitter between events) is idle, so the parts sum exactly.
     accounted = sum(v for k, v in detail.items() if k != "idle.rounding")
@@ -630,6 +650,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "segments": seg_rows,
         # No supervisor from the last sign of life to `acceptrun resume`: not billed as
         # compute (a resume opens a new segment); shown apart (docs/architecture.md, "Cost").
+        "after_run": after,
         "interrupted": {"periods": dead, "seconds": round(sum(p["seconds"] or 0 for p in dead), 3)},
         "wall_s": round(wall, 6),
         "billed_s": round(billed, 6),
@@ -724,6 +745,57 @@ def _waste_by_responsibility(
         "rule": "each failed attempt's wasted time goes to its failure class's "
         "responsibility (record.status.RESPONSIBILITY); the rest to unknown",
     }
+
+
+def after_run(
+    record: RunRecord, spec: RunSpec, price: Price | None, run_end: float, failed_preflight: bool
+) -> dict[str, Any]:
+    """The machine after the run: booked when its stop time is recorded, else said to be
+    not counted (never silently left out).
+
+    acceptrun sees the run, not the machine: the supervisor's last event is the end of
+    what it can time. A stop time recorded with ``acceptrun cost add RUN
+    --machine-stopped-at WHEN`` books the tail from the run's end to it as idle. Without
+    one the ledger says the tail is not counted, and what bounds it: the SkyPilot export's
+    teardown (``skypilot.idle_minutes`` after the run, an estimate), or nothing.
+    """
+    stops = [
+        float(e["at"])
+        for e in read_jsonl(record.file(COST_FILE))
+        if e.get("kind") == "machine_stop" and isinstance(e.get("at"), int | float)
+    ]
+    sky = spec.skypilot
+    bound_s = sky.idle_minutes * 60.0 if sky.teardown in ("down", "managed") else None
+    out: dict[str, Any] = {
+        "counted": False,
+        "seconds": None,
+        "stopped_at": None,
+        "estimate_max_s": bound_s,
+        "estimate_max_usd": (
+            round(compute_cost(bound_s, price) * max(spec.resources.nodes, 1), 6)
+            if bound_s is not None and price
+            else None
+        ),
+    }
+    if stops and not failed_preflight and run_end > 0:
+        at = max(stops)  # the latest word on it
+        out.update(counted=True, seconds=round(max(0.0, at - run_end), 6), stopped_at=at)
+        out["why"] = "the machine's stop time is recorded (acceptrun cost add --machine-stopped-at)"
+        return out
+    if sky.teardown == "keep":
+        out["why"] = (
+            "not counted: acceptrun does not see the machine after the run; skypilot.teardown = "
+            "keep leaves a SkyPilot cluster up until `sky down`. Record when it stopped with "
+            "`acceptrun cost add RUN --machine-stopped-at WHEN` to book it"
+        )
+    else:
+        out["why"] = (
+            "not counted: acceptrun does not see the machine after the run (a SkyPilot cluster "
+            f"from `acceptrun export skypilot` goes down {sky.idle_minutes} min after it, "
+            "a Slurm allocation and a Kubernetes pod end with it). Record when it stopped with "
+            "`acceptrun cost add RUN --machine-stopped-at WHEN` to book it"
+        )
+    return out
 
 
 def _parts(detail: dict[str, float]) -> dict[str, float]:

@@ -66,6 +66,7 @@ PHRASES = {
     "idle.backoff": "idle in restart backoff between attempts",
     "idle.after_last_step": "idle after the last step",
     "idle.idle_stop": "idle until the idle limit stopped the run (limits.idle_window)",
+    "idle.after_run": "the machine left up after the run",
     "idle.rounding": "rounding up to billing increments",
     "checkpoint_stall": "the training loop blocked on checkpoint staging",
 }
@@ -473,6 +474,15 @@ def format_ledger(ledger: dict[str, Any]) -> str:
     lines.append(f"  {'compute':<18} {ledger['billed_s']:>10.1f} {comp['usd']:>12.2f}")
     rounding = comp["detail_s"].get("idle.rounding", 0.0)
     lines.append(f"  (idle includes {rounding:.1f} s of rounding up to billing increments)")
+    tail = ledger.get("after_run") or {}
+    if tail.get("counted"):
+        lines.append(
+            f"  (idle includes {tail['seconds']:.1f} s of the machine left up after the run)"
+        )
+    elif tail:
+        bound = tail.get("estimate_max_usd")
+        est = f"; at most {_usd(bound)} by the export's teardown (an estimate)" if bound else ""
+        lines.append(f"  after the run: {tail['why']}{est}")
     for a in comp["attempts"]:
         s = a["split_s"]
         lines.append(
