@@ -149,7 +149,10 @@ def test_the_machine_after_the_run_is_said_not_counted_without_its_stop_time(
     assert after["estimate_max_s"] == 300 and after["estimate_max_usd"] == pytest.approx(300)
     assert ledger["compute"]["detail_s"]["idle.after_run"] == 0
     text = format_ledger(ledger)
-    assert "after the run: not counted" in text and "$300.00 by the export's teardown" in text
+    assert (
+        "after the run: not counted" in text
+        and "SkyPilot export, at most $300.00 more (an estimate)" in text
+    )
 
 
 def test_a_recorded_stop_time_books_the_tail_as_idle(tmp_path: Path) -> None:

@@ -481,7 +481,11 @@ def format_ledger(ledger: dict[str, Any]) -> str:
         )
     elif tail:
         bound = tail.get("estimate_max_usd")
-        est = f"; at most {_usd(bound)} by the export's teardown (an estimate)" if bound else ""
+        est = (
+            f"; launched from the SkyPilot export, at most {_usd(bound)} more (an estimate)"
+            if bound
+            else ""
+        )
         lines.append(f"  after the run: {tail['why']}{est}")
     for a in comp["attempts"]:
         s = a["split_s"]
