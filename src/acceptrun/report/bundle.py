@@ -21,11 +21,11 @@ bundle cut short by a full disk never leaves a truncated archive under the name 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import tarfile
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +39,7 @@ from acceptrun.record.workspace import RunRecord, now_iso
 __all__ = ["BUNDLE_README", "Bundle", "build_bundle", "check_output"]
 
 TAIL_BYTES = 64 * 1024  # the last 64 KiB of each attempt's stderr: a traceback and its lead-up
+CHUNK = 1 << 20  # bytes read at a time from a log or a JSONL file: memory stays bounded
 # Record files copied (redacted) when present, in the order a reader wants them.
 RECORD_JSON = (
     "run.json",
@@ -136,33 +137,62 @@ def _json_text(obj: Any) -> str:
     return json.dumps(redact_obj(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
-def _jsonl_text(lines: Iterator[dict[str, Any]]) -> str:
-    return "".join(json.dumps(redact_obj(x), sort_keys=True, default=str) + "\n" for x in lines)
+def _blocks(path: Path) -> Iterator[str]:
+    """A text file in blocks of whole lines (about CHUNK bytes each): a secret never
+    spans lines (every form the redactor knows stops at a line break)."""
+    with path.open("rb") as f:
+        rest = b""
+        while block := f.read(CHUNK):
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:  # no line break yet: read on (a line longer than CHUNK)
+                rest = block
+                continue
+            rest = block[cut:]
+            yield block[:cut].decode("utf-8", "replace")
+        if rest:
+            yield rest.decode("utf-8", "replace")
 
 
 class _Writer:
-    """Collects the bundle's files (name -> redacted bytes) and what was left out."""
+    """Writes the bundle's files, redacted, into a scratch folder, hashing them on the way.
 
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
+    A file streams through in blocks, so a log of gigabytes never sits in memory; the
+    archive is packed from the scratch copies once every file is there.
+    """
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.files: list[dict[str, Any]] = []  # path, bytes, sha256, in the archive's order
         self.holds: list[str] = []
         self.left_out: list[str] = []
 
-    def add(self, name: str, text: str, what: str) -> None:
-        # One mechanism: every byte of the bundle passes redact_text (JSON went through
-        # redact_obj first, for secret-keyed values), whatever produced it.
-        self.files[name] = redact_text(text).encode()
+    def add(self, name: str, text: str | Iterable[str], what: str) -> None:
+        """Add ``name`` with ``text`` (or its blocks). One mechanism: every byte of the
+        bundle passes redact_text (JSON went through redact_obj first), whatever made it."""
+        target = self.scratch / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest, size = hashlib.sha256(), 0
+        with target.open("wb") as f:
+            for block in [text] if isinstance(text, str) else text:
+                data = redact_text(block).encode()
+                digest.update(data)
+                size += len(data)
+                f.write(data)
+        self.files.append({"path": name, "bytes": size, "sha256": digest.hexdigest()})
         self.holds.append(f"  {name}: {what}")
 
+    def add_file(self, name: str, source: Path, what: str) -> None:
+        """Add a copy of ``source`` (as written: a damaged line stays evidence), redacted."""
+        self.add(name, _blocks(source), what)
 
-def _gather(record: RunRecord, *, include_logs: bool) -> _Writer:
+
+def _gather(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
     from acceptrun._util.durable import read_json
     from acceptrun.spec.load import loads_toml
 
-    out = _Writer()
     spec_text = record.spec_path.read_text(encoding="utf-8")
-    spec_raw = loads_toml(spec_text)
-    learn_spec(spec_raw)  # its [env] secrets are hidden wherever the workload printed them
+    learn_spec(loads_toml(spec_text))  # its [env] secrets, wherever the workload printed them
     out.add("spec.toml", spec_text, _WHAT["spec.toml"])
     for name in RECORD_JSON:
         p = record.file(name)
@@ -171,22 +201,20 @@ def _gather(record: RunRecord, *, include_logs: bool) -> _Writer:
         else:
             out.left_out.append(f"{name}: not in the record (this run wrote none)")
     for name in RECORD_JSONL:
-        p = record.file(name)
-        if p.is_file():
-            out.add(name, _jsonl_text(read_jsonl(p)), _WHAT[name])
+        if record.file(name).is_file():
+            out.add_file(name, record.file(name), _WHAT[name])
     if record.telemetry_path.is_file():
-        gpu = (x for x in read_jsonl(record.telemetry_path) if x.get("kind") in GPU_KINDS)
-        out.add("gpu_timeline.jsonl", _jsonl_text(gpu), _WHAT["gpu_timeline.jsonl"])
+        gpu = (
+            json.dumps(x, sort_keys=True, default=str) + "\n"
+            for x in read_jsonl(record.telemetry_path)
+            if x.get("kind") in GPU_KINDS
+        )
+        out.add("gpu_timeline.jsonl", gpu, _WHAT["gpu_timeline.jsonl"])
     else:
         out.left_out.append("telemetry.jsonl, gpu_timeline.jsonl: the run recorded no telemetry")
     _ledger(record, out)
-    report = record.file("report.html")
-    if report.is_file():
-        out.add(
-            "report.html",
-            report.read_text(encoding="utf-8", errors="replace"),
-            _WHAT["report.html"],
-        )
+    if record.file("report.html").is_file():
+        out.add_file("report.html", record.file("report.html"), _WHAT["report.html"])
     _attempts(record, out, include_logs=include_logs)
     _manifests(record, out)
     out.left_out += [
@@ -195,7 +223,6 @@ def _gather(record: RunRecord, *, include_logs: bool) -> _Writer:
         "the step log (attempts/<n>/steps, binary): its curves are in report.html",
         "the workdir and the code: provenance.json names the git commit",
     ]
-    return out
 
 
 def _ledger(record: RunRecord, out: _Writer) -> None:
@@ -235,8 +262,8 @@ def _attempts(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
         if include_logs:
             for name in ("stdout.log", "stderr.log"):
                 if (d / name).is_file():
-                    text = (d / name).read_text(encoding="utf-8", errors="replace")
-                    out.add(f"attempts/{n}/{name}", text, f"the whole {name} (--include-logs)")
+                    what = f"the whole {name} (--include-logs)"
+                    out.add_file(f"attempts/{n}/{name}", d / name, what)
     if not include_logs and numbers:
         out.left_out.append(
             "the whole stdout.log and stderr.log of each attempt (only stderr's tail): "
@@ -256,9 +283,9 @@ def _manifests(record: RunRecord, out: _Writer) -> None:
         return
     found = sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
     for p in found:
-        out.add(
+        out.add_file(
             f"checkpoints/{p.parent.name}/{MANIFEST}",
-            p.read_text(encoding="utf-8", errors="replace"),
+            p,
             "a checkpoint's manifest: its files, sizes and digests (no tensors)",
         )
     if not found:
@@ -268,49 +295,51 @@ def _manifests(record: RunRecord, out: _Writer) -> None:
 def build_bundle(record: RunRecord, path: Path, *, include_logs: bool = False) -> Bundle:
     """Write the support bundle of ``record`` to ``path`` (a ``.tar.gz``), durably.
 
-    Example: ``build_bundle(ws.get_run("latest"), Path("run.tar.gz")).files``.
+    The redacted copies go to a scratch folder beside ``path`` (removed afterwards), so a
+    large log costs disk there, never memory. Example:
+    ``build_bundle(ws.get_run("latest"), Path("run.tar.gz")).files``.
     """
     from acceptrun import __version__
 
     state = record.state
-    out = _gather(record, include_logs=include_logs)
-    files = [
-        {"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        for name, data in out.files.items()
-    ]
-    manifest = {
-        **stamp(),
-        "run_id": record.run_id,
-        "name": state.get("name"),
-        "made_at": now_iso(),
-        "include_logs": include_logs,
-        "files": files,
-        "left_out": out.left_out,
-        "redaction": "every file passed acceptrun._util.redact (redact_text; JSON also redact_obj)",
-    }
-    readme = BUNDLE_README.format(
-        run_id=record.run_id,
-        name=state.get("name"),
-        made_at=manifest["made_at"],
-        version=__version__,
-        holds="\n".join(out.holds),
-        left_out="\n".join(f"  {x}" for x in out.left_out),
-    )
-    sums = "".join(f"{f['sha256']}  {f['path']}\n" for f in files)
-    extra = {
-        "README.txt": redact_text(readme).encode(),
-        "MANIFEST.json": _json_text(manifest).encode(),
-        "SHA256SUMS": sums.encode(),
-    }
-    top = record.run_id
-    mtime = time.time()
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.scratch-", dir=path.parent) as tmp:
+        out = _Writer(Path(tmp) / "files")
+        _gather(record, out, include_logs=include_logs)
+        manifest = {
+            **stamp(),
+            "run_id": record.run_id,
+            "name": state.get("name"),
+            "made_at": now_iso(),
+            "include_logs": include_logs,
+            "files": out.files,
+            "left_out": out.left_out,
+            "redaction": "every file passed acceptrun._util.redact (redact_text; JSON also redact_obj)",
+        }
+        readme = BUNDLE_README.format(
+            run_id=record.run_id,
+            name=state.get("name"),
+            made_at=manifest["made_at"],
+            version=__version__,
+            holds="\n".join(out.holds),
+            left_out="\n".join(f"  {x}" for x in out.left_out),
+        )
+        extra = Path(tmp) / "extra"
+        extra.mkdir()
+        (extra / "README.txt").write_bytes(redact_text(readme).encode())
+        (extra / "MANIFEST.json").write_bytes(_json_text(manifest).encode())
+        sums = "".join(f"{f['sha256']}  {f['path']}\n" for f in out.files)
+        (extra / "SHA256SUMS").write_bytes(sums.encode())
+        mtime = int(time.time())
+        members = [(extra / n, n) for n in ("README.txt", "MANIFEST.json", "SHA256SUMS")]
+        members += [(out.scratch / f["path"], f["path"]) for f in out.files]
 
-    def write(f: IO[bytes]) -> None:
-        with tarfile.open(fileobj=f, mode="w:gz") as tar:
-            for name, data in {**extra, **out.files}.items():
-                info = tarfile.TarInfo(f"{top}/{name}")
-                info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
-                tar.addfile(info, io.BytesIO(data))
+        def write(f: IO[bytes]) -> None:
+            with tarfile.open(fileobj=f, mode="w:gz") as tar:
+                for source, name in members:
+                    info = tarfile.TarInfo(f"{record.run_id}/{name}")
+                    info.size, info.mtime, info.mode = source.stat().st_size, mtime, 0o644
+                    with source.open("rb") as data:
+                        tar.addfile(info, data)
 
-    write_atomic(path, write)
-    return Bundle(path=path, files=files, left_out=out.left_out, bytes=path.stat().st_size)
+        write_atomic(path, write)
+    return Bundle(path=path, files=out.files, left_out=out.left_out, bytes=path.stat().st_size)
