@@ -156,3 +156,33 @@ def test_an_existing_file_is_kept_without_force(
     inside = failed.record.path / "b.tar.gz"
     assert main(["--workspace", ws, "bundle", rid, "-o", str(inside)]) != 0
     assert "inside the run's record" in capsys.readouterr().err and not inside.exists()
+
+
+def test_a_damaged_record_still_bundles_and_says_what_was_damaged(
+    failed: LaunchResult, tmp_path: Path
+) -> None:
+    import shutil
+
+    ws = tmp_path / ".acceptrun"
+    shutil.copytree(failed.record.path.parent.parent, ws)
+    run_dir = ws / "runs" / failed.record.run_id
+    (run_dir / "verdict.json").write_bytes(b"[" * 100_000)  # too deep to parse
+    with (run_dir / "events.jsonl").open("ab") as f:  # a line past the readers' 16 MiB limit
+        f.write(b'{"kind": "step", "pad": "' + b"x" * (17 << 20) + b'"}\n')
+    out = tmp_path / "damaged.tar.gz"
+    forget_learned()
+    assert main(["--workspace", str(ws), "bundle", failed.record.run_id, "-o", str(out)]) == 0
+    with tarfile.open(out, "r:gz") as tar:
+        files = {
+            m.name.partition("/")[2]: f.read()
+            for m in tar.getmembers()
+            if (f := tar.extractfile(m)) is not None
+        }
+    _verified(files)
+    assert files["verdict.json"] == b"[" * 100_000  # copied as it is
+    assert "verdict.json: the verdict" in files["README.txt"].decode()
+    assert "DAMAGED, copied as it is" in files["README.txt"].decode()
+    events = files["events.jsonl"].decode()
+    long_line = len(b'{"kind": "step", "pad": "') + (17 << 20) + len(b'"}')
+    assert f"[acceptrun bundle: a line of {long_line} bytes left out]" in events
+    assert '"kind":"attempt_exit"' in events  # the lines around it are kept

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from acceptrun._util.durable import read_jsonl, write_atomic
+from acceptrun._util.durable import MAX_JSONL_LINE_BYTES, read_json, read_jsonl, write_atomic
 from acceptrun._util.redact import learn_spec, redact_obj, redact_text
-from acceptrun.errors import UserError
+from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, now_iso
 
@@ -40,6 +40,8 @@ __all__ = ["BUNDLE_README", "Bundle", "build_bundle", "check_output"]
 
 TAIL_BYTES = 64 * 1024  # the last 64 KiB of each attempt's stderr: a traceback and its lead-up
 CHUNK = 1 << 20  # bytes read at a time from a log or a JSONL file: memory stays bounded
+# A damaged JSON file is copied as it is (redacted) up to this size, else left out, said.
+MAX_RAW_COPY = 16 << 20
 # Record files copied (redacted) when present, in the order a reader wants them.
 RECORD_JSON = (
     "run.json",
@@ -137,20 +139,32 @@ def _json_text(obj: Any) -> str:
     return json.dumps(redact_obj(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
-def _blocks(path: Path) -> Iterator[str]:
+def _blocks(path: Path, line_limit: int = MAX_JSONL_LINE_BYTES) -> Iterator[str]:
     """A text file in blocks of whole lines (about CHUNK bytes each): a secret never
-    spans lines (every form the redactor knows stops at a line break)."""
+    spans lines (every form the redactor knows stops at a line break). A line longer
+    than ``line_limit`` (the record readers' own limit) is replaced by a line saying so."""
     with path.open("rb") as f:
-        rest = b""
+        rest, skipping = b"", 0
         while block := f.read(CHUNK):
+            if skipping:  # inside an over-long line: drop up to its end
+                end = block.find(b"\n")
+                if end < 0:
+                    skipping += len(block)
+                    continue
+                yield f"[acceptrun bundle: a line of {skipping + end} bytes left out]\n"
+                block, skipping = block[end + 1 :], 0
             block = rest + block
             cut = block.rfind(b"\n") + 1
-            if cut == 0:  # no line break yet: read on (a line longer than CHUNK)
+            if cut == 0:  # no line break yet: read on, up to the limit
                 rest = block
+                if len(rest) > line_limit:
+                    rest, skipping = b"", len(rest)
                 continue
             rest = block[cut:]
             yield block[:cut].decode("utf-8", "replace")
-        if rest:
+        if skipping:
+            yield f"[acceptrun bundle: a line of {skipping} bytes left out]\n"
+        elif rest:
             yield rest.decode("utf-8", "replace")
 
 
@@ -186,18 +200,39 @@ class _Writer:
         """Add a copy of ``source`` (as written: a damaged line stays evidence), redacted."""
         self.add(name, _blocks(source), what)
 
+    def add_json(self, name: str, source: Path, what: str) -> None:
+        """Add a record's JSON file, re-written redacted; a damaged one as it is, said so:
+        a damaged record is when support needs the bundle most."""
+        try:
+            self.add(name, _json_text(read_json(source)), what)
+        except (AcceptrunError, OSError) as exc:
+            self.damaged(name, source, what, exc)
+
+    def damaged(self, name: str, source: Path, what: str, exc: Exception) -> None:
+        why = str(exc).splitlines()[0][:300]
+        try:
+            size = source.stat().st_size
+        except OSError:
+            size = None
+        if size is not None and size <= MAX_RAW_COPY:
+            self.add_file(name, source, f"{what} (DAMAGED, copied as it is: {why})")
+        else:
+            self.left_out.append(f"{name}: damaged and not copied ({why})")
+
 
 def _gather(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
-    from acceptrun._util.durable import read_json
     from acceptrun.spec.load import loads_toml
 
-    spec_text = record.spec_path.read_text(encoding="utf-8")
-    learn_spec(loads_toml(spec_text))  # its [env] secrets, wherever the workload printed them
-    out.add("spec.toml", spec_text, _WHAT["spec.toml"])
+    try:
+        # its [env] secrets are hidden wherever the workload printed them
+        learn_spec(loads_toml(record.spec_path.read_text(encoding="utf-8")))
+        out.add_file("spec.toml", record.spec_path, _WHAT["spec.toml"])
+    except (AcceptrunError, OSError, UnicodeDecodeError) as exc:
+        out.damaged("spec.toml", record.spec_path, _WHAT["spec.toml"], exc)
     for name in RECORD_JSON:
         p = record.file(name)
         if p.is_file():
-            out.add(name, _json_text(read_json(p)), _WHAT[name])
+            out.add_json(name, p, _WHAT[name])
         else:
             out.left_out.append(f"{name}: not in the record (this run wrote none)")
     for name in RECORD_JSONL:
@@ -231,14 +266,13 @@ def _ledger(record: RunRecord, out: _Writer) -> None:
 
     try:
         ledger = ledger_for(record, load_catalog(record.path.parent.parent))
-    except (UserError, OSError, ValueError) as exc:  # the bundle still goes out; it says why
+    except (AcceptrunError, OSError, ValueError) as exc:  # the bundle still goes out, says why
         out.left_out.append(f"ledger.json: could not be built ({exc})")
         return
     out.add("ledger.json", _json_text(ledger), _WHAT["ledger.json"])
 
 
 def _attempts(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
-    from acceptrun._util.durable import read_json
 
     root = record.path / "attempts"
     numbers = (
@@ -253,7 +287,7 @@ def _attempts(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
                     if name == "exit.json"
                     else "its processes"
                 )
-                out.add(f"attempts/{n}/{name}", _json_text(read_json(d / name)), what)
+                out.add_json(f"attempts/{n}/{name}", d / name, what)
         err = d / "stderr.log"
         if err.is_file():
             text, cut = _tail(err)
@@ -278,7 +312,7 @@ def _manifests(record: RunRecord, out: _Writer) -> None:
 
     try:
         root = store_root(record, load_spec(record.spec_path))
-    except (UserError, OSError, ValueError) as exc:
+    except (AcceptrunError, OSError, ValueError) as exc:
         out.left_out.append(f"checkpoint manifests: the store was not found ({exc})")
         return
     found = sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
@@ -301,7 +335,10 @@ def build_bundle(record: RunRecord, path: Path, *, include_logs: bool = False) -
     """
     from acceptrun import __version__
 
-    state = record.state
+    try:
+        state = record.state
+    except (AcceptrunError, OSError):  # run.json damaged: the bundle copies it, says so
+        state = {}
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.scratch-", dir=path.parent) as tmp:
         out = _Writer(Path(tmp) / "files")
         _gather(record, out, include_logs=include_logs)
