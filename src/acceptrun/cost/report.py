@@ -33,7 +33,7 @@ from acceptrun.cost.ledger import (
     price_of_run,
 )
 from acceptrun.errors import RecordError, UserError
-from acceptrun.record.status import RUN_LIVE
+from acceptrun.record.status import RESPONSIBILITY, RUN_LIVE, Responsibility
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import format_duration
 
@@ -387,8 +387,9 @@ def claim(ledgers: Iterable[dict[str, Any]], *, drills: bool = False) -> dict[st
         "incidents": incidents,
         "wasted_usd": round(sum(i["wasted_usd"] for i in incidents if not i["injected"]), 6),
         "wasted_s": round(sum(i["wasted_s"] for i in incidents if not i["injected"]), 3),
-        "rule": "failed attempts whose failure class is the provider's (preempted, "
-        "node_lost, gpu_fault); cost is each attempt's wasted time at the run's price",
+        "rule": "failed attempts whose failure class is the provider's ("
+        + ", ".join(c.value for c, r in RESPONSIBILITY.items() if r is Responsibility.PROVIDER)
+        + "); cost is each attempt's wasted time at the run's price",
     }
 
 
