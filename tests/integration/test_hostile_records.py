@@ -192,7 +192,7 @@ RECORD_FILES = ("events.jsonl", "verdict.json", "ledger.json", "run.json", "atte
 READERS = (
     ("show",), ("show", "--json"), ("report", "--format", "md"),
     ("report", "--format", "html", "-o", "report-copy.html"), ("ls",), ("cost", "show"),
-    ("ckpt", "ls"),
+    ("ckpt", "ls"), ("bundle", "--force", "-o", "bundle-copy.tar.gz"),
 )  # fmt: skip
 
 

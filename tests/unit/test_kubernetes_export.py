@@ -15,6 +15,7 @@ from acceptrun.backends.kubernetes import (
     DEADLINE_MARGIN_S,
     GRACE_MARGIN_S,
     SPEC_MOUNT,
+    TTL_AFTER_FINISHED_S,
     WORKSPACE_MOUNT,
     KubernetesOptions,
     Manifests,
@@ -140,6 +141,7 @@ def test_resources_grace_restarts_and_deadline(two_nodes: tuple[Manifests, Path]
     assert job.spec.active_deadline_seconds == 12 * 3600 + 90 + GRACE_MARGIN_S + DEADLINE_MARGIN_S
     assert pod.restart_policy == "Never"  # podFailurePolicy requires it
     assert job.spec.pod_replacement_policy == "Failed"  # never two pods of one index
+    assert job.spec.ttl_seconds_after_finished == TTL_AFTER_FINISHED_S == 24 * 3600
     first, second = job.spec.pod_failure_policy.rules
     # A disruption (preemption, drain) is ignored: the replacement pod resumes, uncounted.
     assert first.action == "Ignore"

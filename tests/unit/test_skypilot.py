@@ -11,7 +11,7 @@ import pytest
 from acceptrun.backends.skypilot import MIRROR_MOUNT, task_yaml
 from acceptrun.cli.main import main
 from acceptrun.errors import UserError
-from acceptrun.spec.model import load_spec
+from acceptrun.spec.model import SKYPILOT_TEARDOWNS, load_spec
 
 LAMBDA_H100 = """
 name = "bert-h100"
@@ -149,3 +149,46 @@ def test_a_named_release_is_installed_from_the_index_and_nothing_is_uploaded(
     for bad in ("0.1.0; rm -rf ~", "latest", ""):
         with pytest.raises(UserError, match="is not a release number"):
             task_yaml(load_spec(spec_path), acceptrun_version=bad)
+
+
+@pytest.mark.parametrize("mode", SKYPILOT_TEARDOWNS)
+def test_the_cluster_ends_with_the_run_as_skypilots_parser_reads_it(
+    tmp_path: Path, sky: Any, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_path = write_spec(
+        tmp_path / "job",
+        LAMBDA_H100 + f'teardown = "{mode}"\nidle_minutes = 7\n',
+    )
+    out = tmp_path / "task.yaml"
+    assert main(["export", "skypilot", str(spec_path), "-o", str(out), "--run-id", "r-1"]) == 0
+    said = capsys.readouterr().out
+    (res,) = list(sky.Task.from_yaml(str(out)).resources)
+    text = out.read_text()
+    if mode == "keep":
+        assert res.autostop_config is None or not res.autostop_config.enabled
+        assert "NO autostop" in text and "bills until `sky down`" in text
+        assert "bills until you run `sky down`" in said
+        return
+    auto = res.autostop_config
+    assert auto is not None and auto.enabled and auto.down is True and auto.idle_minutes == 7
+    if mode == "managed":
+        assert "`sky jobs launch`" in text and "ends with the job" in said
+    else:
+        assert "No idle machine after the run" in text
+        assert "torn down 7 min after the run ends" in said
+
+
+def test_the_default_tears_the_cluster_down(tmp_path: Path, sky: Any) -> None:
+    spec = load_spec(write_spec(tmp_path / "job", LAMBDA_H100))
+    assert (spec.skypilot.teardown, spec.skypilot.idle_minutes) == ("down", 5)
+    out = tmp_path / "task.yaml"
+    out.write_text(task_yaml(spec, run_id="r-1"))
+    (res,) = list(sky.Task.from_yaml(str(out)).resources)
+    assert res.autostop_config.down is True and res.autostop_config.idle_minutes == 5
+
+
+def test_an_unknown_teardown_names_the_field_and_the_choices(tmp_path: Path) -> None:
+    from acceptrun.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"skypilot\.teardown: 'never'.*down, managed, keep"):
+        load_spec(write_spec(tmp_path / "job", LAMBDA_H100 + 'teardown = "never"\n'))

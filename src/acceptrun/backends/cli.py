@@ -29,9 +29,16 @@ def cmd_export_skypilot(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     write_atomic(Path(args.output), text)
+    sky = spec.skypilot
+    ends = {
+        "down": f"the cluster is torn down {sky.idle_minutes} min after the run ends",
+        "managed": "launch it with `sky jobs launch`: the cluster ends with the job",
+        "keep": "skypilot.teardown = keep: the cluster bills until you run `sky down`",
+    }[sky.teardown]
     print(
         f"wrote {args.output}; launch it with `sky launch -c {spec.name} {args.output}`, "
-        f"or as a managed job (recovered after preemption) with `sky jobs launch {args.output}`"
+        f"or as a managed job (recovered after preemption) with `sky jobs launch {args.output}`; "
+        f"{ends}"
     )
     return 0
 

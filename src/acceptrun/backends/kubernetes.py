@@ -77,6 +77,7 @@ __all__ = [
     "GRACE_MARGIN_S",
     "RDZV_PORT",
     "SPEC_MOUNT",
+    "TTL_AFTER_FINISHED_S",
     "WORKSPACE_MOUNT",
     "KubernetesOptions",
     "Manifests",
@@ -97,6 +98,11 @@ GRACE_MARGIN_S = 60
 # stop (checkpoint first) must fire before the Job's deadline kills the pods; the Job
 # counts from its creation, so image pulls and scheduling come out of it (seconds).
 DEADLINE_MARGIN_S = 900
+# ttlSecondsAfterFinished: a finished Job's pods hold no GPU (a pod that has ended frees
+# its requests at once, so the cluster autoscaler can remove an idle node), but the Job
+# and its pods stay as objects until deleted; a day after the Job ends Kubernetes deletes
+# them, pod logs with them (the record stays on the checkpoint claim) (seconds).
+TTL_AFTER_FINISHED_S = 24 * 3600
 # How long a torchrun agent waits for every node to join a rendezvous: a pod that replaces
 # a preempted one may wait for an autoscaler to bring up a GPU node (seconds).
 RDZV_JOIN_TIMEOUT_S = 1800
@@ -330,6 +336,7 @@ def _job(
         # A replacement pod only once the old one has ended: two pods of one index would be
         # two supervisors of one record, or two ranks of one node.
         "podReplacementPolicy": "Failed",
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
         "podFailurePolicy": {
             "rules": [
                 {

@@ -116,6 +116,7 @@ def task_yaml(
         ("memory", f"{spec.resources.memory_gb:g}+" if spec.resources.memory_gb else None),
     ]
     lines += [f"  {k}: {_q(v)}" for k, v in resources if v is not None]
+    lines += _teardown(sky.teardown, sky.idle_minutes)
     lines += ["", f"num_nodes: {spec.resources.nodes}", "", f"workdir: {_q(str(base))}"]
 
     mounts: list[str] = []
@@ -179,6 +180,33 @@ def task_yaml(
         # notes quote the spec's paths and URLs: through the same redactor as the task
         shown += "\n" + redact_text("".join(f"# note: {n}\n" for n in notes))
     return shown
+
+
+def _teardown(mode: str, idle_minutes: int) -> list[str]:
+    """``resources.autostop`` and the comment that says what ends the cluster (``skypilot.teardown``).
+
+    ``sky launch`` keeps a cluster until ``sky down``: an idle GPU bills all night. With
+    ``down: true`` SkyPilot's autostop tears it down (not only stops it: a stopped
+    cluster still bills its disks) ``idle_minutes`` after its last job, the run, ended.
+    """
+    autostop = f"  autostop: {{idle_minutes: {idle_minutes}, down: true}}"
+    if mode == "keep":
+        return [
+            '  # skypilot.teardown = "keep": NO autostop. The cluster stays up after the run',
+            "  # and bills until `sky down`; acceptrun's ledger does not count that time.",
+        ]
+    if mode == "managed":
+        return [
+            '  # skypilot.teardown = "managed": launch with `sky jobs launch`; the jobs',
+            "  # controller tears the cluster down when the job ends. Under `sky launch` the",
+            f"  # autostop below still tears it down {idle_minutes} min after the run ends.",
+            autostop,
+        ]
+    return [
+        f"  # No idle machine after the run: autostop tears the cluster down {idle_minutes} min",
+        "  # after the run ends (skypilot.teardown, skypilot.idle_minutes in the spec).",
+        autostop,
+    ]
 
 
 def _setup(spec: RunSpec, shipped: Shipped | None, index_version: str | None) -> list[str]:

@@ -40,7 +40,8 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("env", "data"), "acceptrun.capture.cli"),
     **dict.fromkeys(("ls", "index"), "acceptrun.record.cli"),
     **dict.fromkeys(
-        ("show", "report", "diff", "reproduce", "portability", "howto"), "acceptrun.report.cli"
+        ("show", "report", "bundle", "diff", "reproduce", "portability", "howto"),
+        "acceptrun.report.cli",
     ),
     **dict.fromkeys(("prices", "cost"), "acceptrun.cost.cli"),
     "plan": "acceptrun.run.plan",

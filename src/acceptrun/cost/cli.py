@@ -1,4 +1,4 @@
-"""``acceptrun prices`` and ``acceptrun cost`` (totals, show, add, whatif)."""
+"""``acceptrun prices`` and ``acceptrun cost`` (totals, show, add, claim, whatif)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,14 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
-    from acceptrun.cost.report import format_summary, parse_since, select_ledgers, summarize
+    from acceptrun.cost.report import (
+        format_summary,
+        format_waste,
+        parse_since,
+        select_ledgers,
+        summarize,
+        waste_by,
+    )
 
     since = parse_since(args.since) if args.since else None
     if args.all:
@@ -42,9 +49,30 @@ def cmd_cost(args: argparse.Namespace) -> int:
     )  # fmt: skip
     summary = summarize(ledgers)
     if args.json:
-        print(json.dumps({**summary, "live": live}, indent=2))
+        waste = {g: waste_by(ledgers, g) for g in ("week", "provider", "run")}
+        print(json.dumps({**summary, "waste_by": waste, "live": live}, indent=2))
     else:
         print(format_summary(summary, live=live))
+        if args.by_responsibility and ledgers:
+            print("\n" + format_waste(ledgers))
+    return 0
+
+
+def cmd_cost_claim(args: argparse.Namespace) -> int:
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import claim, format_claim, parse_since, select_ledgers
+
+    since = parse_since(args.since) if args.since else None
+    ws = workspace_of(args)
+    ledgers, live = select_ledgers(ws, load_catalog(ws.root), since=since, provider=args.provider)
+    found = claim(ledgers, drills=args.drills)
+    if args.json:
+        print(json.dumps({**found, "since": since.isoformat() if since else None, "live": live},
+                         indent=2))  # fmt: skip
+    else:
+        print(format_claim(found, since=since))
+        if live:
+            print(f"{len(live)} run(s) still running, not counted: {', '.join(live[:3])}")
     return 0
 
 
@@ -79,18 +107,23 @@ def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
 def cmd_cost_add(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
     from acceptrun.cost.ledger import add_costs, build_ledger
+    from acceptrun.cost.report import parse_since
 
     found = find(args, args.run)
     ws, record = found.workspace, found.record
+    stopped = args.machine_stopped_at
+    stopped_at = parse_since(stopped).timestamp() if stopped else None
     add_costs(
         record, human_minutes=args.human_minutes, rate_per_hour=args.rate,
-        switching_usd=args.switching_usd, note=args.note,
+        switching_usd=args.switching_usd, machine_stopped_at=stopped_at, note=args.note,
     )  # fmt: skip
     ledger = build_ledger(record, load_catalog(ws.root))
     t = ledger["totals"]
+    tail = ledger["after_run"]
+    booked = f", machine after the run {tail['seconds']:.0f} s" if tail["counted"] else ""
     print(
-        f"{record.run_id}: people ${t['human_usd']:,.2f}, switching ${t['switching_usd']:,.2f}, "
-        f"total ${ledger['total_usd']:,.2f}"
+        f"{record.run_id}: people ${t['human_usd']:,.2f}, switching ${t['switching_usd']:,.2f}"
+        f"{booked}, total ${ledger['total_usd']:,.2f}"
     )
     return 0
 
@@ -131,27 +164,52 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cost = sub.add_parser(
         "cost", help="what runs cost: totals, split, cost per accepted run; show, add, whatif"
     )
-    cost.add_argument("--since", metavar="DATE", help="runs created on or after DATE (2026-11-01)")
+    cost.add_argument(
+        "--since", metavar="WHEN", help="runs created on or after WHEN (2026-11-01, or 7d ago)"
+    )
     cost.add_argument("--spec", metavar="NAME", help="runs of the spec with this name")
     cost.add_argument("--provider", metavar="P", help="runs priced on this provider")
     cost.add_argument("--gpu", metavar="G", help="runs on this GPU model (e.g. H100)")
     cost.add_argument(
         "--all", action="store_true", help="every workspace in the user's list, by project"
     )
+    cost.add_argument(
+        "--by-responsibility",
+        action="store_true",
+        help="wasted spend by whose failure (provider, workload, unknown) per week, provider, run",
+    )
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(func=cmd_cost)
     cost_sub = cost.add_subparsers(dest="cost_command", metavar="ACTION")
-    cadd = cost_sub.add_parser("add", help="add people's time or a switching cost to a run")
+    cadd = cost_sub.add_parser(
+        "add", help="add people's time, a switching cost or the machine's stop time to a run"
+    )
     add_run_argument(cadd)
     cadd.add_argument("--human-minutes", type=float, metavar="MIN", help="minutes people spent")
     cadd.add_argument("--rate", type=float, metavar="USD", help="their rate in USD per hour")
     cadd.add_argument("--switching-usd", type=float, metavar="USD", help="a one-off cost in USD")
+    cadd.add_argument(
+        "--machine-stopped-at",
+        metavar="WHEN",
+        help="when the run's machine was known to stop (2026-12-04T23:10Z, or 30m ago): "
+        "the time after the run is booked as idle",
+    )
     cadd.add_argument("--note", help="what it was for")
     cadd.set_defaults(func=cmd_cost_add)
     cshow = cost_sub.add_parser("show", help="one run's cost ledger")
     add_run_argument(cshow, default="latest")
     cshow.add_argument("--json", action="store_true")
     cshow.set_defaults(func=cmd_cost_show)
+    cclaim = cost_sub.add_parser(
+        "claim", help="provider-caused incidents with times, evidence and cost (a credit request)"
+    )
+    cclaim.add_argument("--since", metavar="WHEN", help="runs created since WHEN (7d, 2026-11-01)")
+    cclaim.add_argument("--provider", metavar="P", help="runs priced on this provider")
+    cclaim.add_argument(
+        "--drills", action="store_true", help="also list injected faults (marked; not claimable)"
+    )
+    cclaim.add_argument("--json", action="store_true")
+    cclaim.set_defaults(func=cmd_cost_claim)
     cwhat = cost_sub.add_parser(
         "whatif", help="project a run's cost on another instance (same wall time)"
     )

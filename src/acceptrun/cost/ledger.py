@@ -20,8 +20,9 @@ The billed seconds are split four ways, and the parts always sum to the billed t
   its preflight (its rounding included);
 - idle: launch and preflight, each attempt's start-up before its first step (restore
   included), the restart backoff between attempts, the tail after the last step, the
-  idle stretch that ended an attempt stopped for idleness (``limits.idle_window``), and
-  the rounding up to billing increments;
+  idle stretch that ended an attempt stopped for idleness (``limits.idle_window``), the
+  machine left up after the run when its stop time is recorded (``idle.after_run``,
+  see :func:`after_run`), and the rounding up to billing increments;
 - checkpoint_stall: the training loop blocked on checkpoint staging (``stall_s``).
 
 A black box without step events (the ``usage`` event says the command does not use the
@@ -56,6 +57,7 @@ from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.liveness import dead_periods
 from acceptrun.record.models import stamp
+from acceptrun.record.status import RESPONSIBILITY, FailureClass, Responsibility
 from acceptrun.record.steplog import StepLog, StepRanges
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
@@ -63,6 +65,7 @@ from acceptrun.spec.model import RunSpec, load_spec
 
 __all__ = [
     "LEDGER_FILE",
+    "RESPONSIBLE",
     "SCHEMA",
     "add_costs",
     "build_ledger",
@@ -70,7 +73,7 @@ __all__ = [
     "price_of_run",
 ]
 
-SCHEMA = 1
+SCHEMA = 2
 LEDGER_FILE = "ledger.json"
 COST_FILE = "cost.jsonl"
 GIB = float(1 << 30)
@@ -84,9 +87,12 @@ DETAIL_KEYS = (
     "idle.backoff",
     "idle.after_last_step",
     "idle.idle_stop",
+    "idle.after_run",
     "idle.rounding",
 )
 PARTS = ("productive", "wasted", "idle", "checkpoint_stall")
+# Who a wasted span is owed to (record.status.RESPONSIBILITY), in the order shown.
+RESPONSIBLE = ("provider", "workload", "unknown")
 
 
 def price_of_run(
@@ -147,15 +153,22 @@ def add_costs(
     human_minutes: float | None = None,
     rate_per_hour: float | None = None,
     switching_usd: float | None = None,
+    machine_stopped_at: float | None = None,
     note: str | None = None,
 ) -> list[dict[str, Any]]:
     """Append people's time and/or a switching cost to the run's ``cost.jsonl``.
 
     Everything is checked before anything is written, so a rejected call leaves the
-    file as it was. Example: ``add_costs(rec, human_minutes=30, rate_per_hour=120)``.
+    file as it was. ``machine_stopped_at`` (unix seconds) records when the run's machine
+    was known to stop (``sky status``, the provider's console): the ledger then books the
+    time from the run's end to it as idle (``idle.after_run``).
+    Example: ``add_costs(rec, human_minutes=30, rate_per_hour=120)``.
     """
-    if human_minutes is None and switching_usd is None:
-        raise UserError("nothing to add; give --human-minutes 30 --rate 120, or --switching-usd 40")
+    if human_minutes is None and switching_usd is None and machine_stopped_at is None:
+        raise UserError(
+            "nothing to add; give --human-minutes 30 --rate 120, --switching-usd 40, "
+            "or --machine-stopped-at 2026-12-04T23:10Z"
+        )
     if (human_minutes is None) != (rate_per_hour is None):
         raise UserError(
             "--human-minutes and --rate (USD per hour) go together, "
@@ -176,6 +189,12 @@ def add_costs(
             "usd": _positive("--switching-usd", switching_usd, "--switching-usd 40"),
             **stamp,
         })  # fmt: skip
+    if machine_stopped_at is not None:
+        entries.append({
+            "kind": "machine_stop",
+            "at": _positive("--machine-stopped-at", machine_stopped_at, "--machine-stopped-at 2026-12-04T23:10Z"),
+            **stamp,
+        })  # fmt: skip
     for entry in entries:
         append_jsonl(record.file(COST_FILE), entry, sync=True)
     return entries
@@ -191,6 +210,7 @@ class _Attempt:
     end: float | None = None
     outcome: str = "running"
     klass: str | None = None
+    exit: dict[str, Any] = field(default_factory=dict)  # its attempt_exit event
     seconds_lost: float = 0.0
     idle_since: float | None = None  # start of the idle stretch that stopped the attempt
     client: bool = False  # a workload_start event: the client API ran in this attempt
@@ -239,6 +259,7 @@ def _segments(events: list[dict[str, Any]], steps: _StepIndex) -> list[_Segment]
                 a.end = float(t)
                 a.outcome = str(ev.get("outcome", "failed"))
                 a.klass = ev.get("class")
+                a.exit = ev
                 lost = (ev.get("work") or {}).get("seconds_lost")
                 a.seconds_lost = float(lost) if isinstance(lost, int | float) else 0.0
             current.end = float(t)
@@ -557,18 +578,29 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             a_end = a.end if a.end is not None else a.start + sum(part.values())
             cursor = max(cursor, a_end)
             a_s = sum(part.values())
+            split_a = _parts(part)
+            who, why = responsibility_of(a)
             attempts.append(
                 {
                     "attempt": a.attempt,
                     "outcome": a.outcome,
                     "class": a.klass,
+                    "start": a.start,
+                    "end": a_end,
                     "billed_s": round(a_s, 3),
                     "usd": round(compute_cost(a_s, price), 6) if price else 0.0,
-                    "split_s": {p: round(v, 3) for p, v in _parts(part).items()},
+                    "split_s": {p: round(v, 3) for p, v in split_a.items()},
+                    "responsibility": who,
+                    "evidence": why,
                 }
             )
         tail = max(0.0, seg_end - cursor)
         detail["idle.startup" if first else "idle.after_last_step"] += tail
+    run_end = max((float(r["end"]) for r in seg_rows), default=0.0)
+    after = after_run(record, spec, price, run_end, failed_preflight)
+    if after["counted"]:  # the machine stayed up after the run, and its stop is recorded
+        detail["idle.after_run"] += after["seconds"]
+        billed += after["seconds"]
     # Whatever the attempts and gaps leave of the billed total (the rounding up to billing
     # increments, and clock jitter between events) is idle, so the parts sum exactly.
     accounted = sum(v for k, v in detail.items() if k != "idle.rounding")
@@ -601,6 +633,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "switching_usd": round(switching_usd, 6),
     }
     dead = dead_periods(events)  # record/liveness.py
+    waste = _waste_by_responsibility(attempts, split_s, detail, per_s, failed_preflight, events)
     ledger: dict[str, Any] = {
         **stamp(),
         "schema": SCHEMA,
@@ -617,6 +650,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "segments": seg_rows,
         # No supervisor from the last sign of life to `acceptrun resume`: not billed as
         # compute (a resume opens a new segment); shown apart (docs/architecture.md, "Cost").
+        "after_run": after,
         "interrupted": {"periods": dead, "seconds": round(sum(p["seconds"] or 0 for p in dead), 3)},
         "wall_s": round(wall, 6),
         "billed_s": round(billed, 6),
@@ -630,6 +664,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
             "split_usd": {k: round(v * per_s, 6) for k, v in split_s.items()},
             "detail_s": detail,
             "attempts": attempts,
+            "waste": waste,
             "note": "billed_s is rounded up to billing increments per segment; the "
             "rounding is counted as idle (detail idle.rounding)",
         },
@@ -642,6 +677,125 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     }
     record.write_json(LEDGER_FILE, ledger)
     return ledger
+
+
+def responsibility_of(a: _Attempt) -> tuple[str, dict[str, Any]]:
+    """Whose failure an attempt's waste was (record.status.RESPONSIBILITY), and why.
+
+    The evidence is the exit record's own: its class, the sentence and the lines that
+    decided it, and whether the fault was injected (a drill, not the platform).
+    """
+    ev = a.exit
+    lines = [str(x) for x in ev.get("evidence") or []][:5]
+    evidence: dict[str, Any] = {
+        "class": a.klass,
+        "outcome": a.outcome,
+        "reason": ev.get("class_reason") or ev.get("reason"),
+        "lines": lines,
+        "injected": any(x.startswith("injected fault:") for x in lines),
+        "started_at": ev.get("started_at"),
+        "ended_at": ev.get("ended_at"),
+    }
+    if a.outcome in ("success", "running") and a.klass in (None, "success"):
+        return Responsibility.NONE.value, evidence
+    try:
+        who = RESPONSIBILITY[FailureClass(str(a.klass))]
+    except ValueError:  # no class (an attempt its supervisor lost) or one unknown here
+        who = Responsibility.UNKNOWN
+        evidence["reason"] = evidence["reason"] or f"no failure class (outcome {a.outcome})"
+    return who.value, evidence
+
+
+def _waste_by_responsibility(
+    attempts: list[dict[str, Any]],
+    split_s: dict[str, float],
+    detail: dict[str, float],
+    per_s: float,
+    failed_preflight: bool,
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The wasted seconds and USD, split by whose failure they were.
+
+    Each failed attempt's wasted seconds go to its responsibility; a failed preflight
+    to ``unknown`` (a machine that does not match the spec may be the provider's or the
+    spec's). What is left of ``wasted`` (a redone step counted in a kept attempt) goes
+    to ``unknown`` too, so the three always sum to the split's ``wasted``.
+    """
+    seconds = dict.fromkeys(RESPONSIBLE, 0.0)
+    for row in attempts:
+        who = row["responsibility"]
+        row["wasted_usd"] = round(row["split_s"]["wasted"] * per_s, 6)
+        seconds[who if who in seconds else "unknown"] += row["split_s"]["wasted"]
+    rest = split_s["wasted"] - sum(seconds.values())
+    seconds["unknown"] += max(rest, 0.0)
+    preflight = None
+    if failed_preflight:
+        why = next((e for e in events if e.get("kind") == "preflight_failed"), {})
+        preflight = {
+            "responsibility": "unknown",
+            "seconds": round(detail.get("wasted.failed_preflight", 0.0), 3),
+            "reason": "the machine did not pass the spec's preflight checks; the "
+            "checks say which (acceptrun report)",
+            "failed": why.get("failed") or why.get("checks"),
+        }
+    return {
+        "seconds": {k: round(v, 6) for k, v in seconds.items()},
+        "usd": {k: round(v * per_s, 6) for k, v in seconds.items()},
+        "preflight": preflight,
+        "rule": "each failed attempt's wasted time goes to its failure class's "
+        "responsibility (record.status.RESPONSIBILITY); the rest to unknown",
+    }
+
+
+def after_run(
+    record: RunRecord, spec: RunSpec, price: Price | None, run_end: float, failed_preflight: bool
+) -> dict[str, Any]:
+    """The machine after the run: booked when its stop time is recorded, else said to be
+    not counted (never silently left out).
+
+    acceptrun sees the run, not the machine: the supervisor's last event is the end of
+    what it can time. A stop time recorded with ``acceptrun cost add RUN
+    --machine-stopped-at WHEN`` books the tail from the run's end to it as idle. Without
+    one the ledger says the tail is not counted, and what bounds it: the SkyPilot export's
+    teardown (``skypilot.idle_minutes`` after the run, an estimate), or nothing.
+    """
+    stops = [
+        float(e["at"])
+        for e in read_jsonl(record.file(COST_FILE))
+        if e.get("kind") == "machine_stop" and isinstance(e.get("at"), int | float)
+    ]
+    sky = spec.skypilot
+    bound_s = sky.idle_minutes * 60.0 if sky.teardown in ("down", "managed") else None
+    out: dict[str, Any] = {
+        "counted": False,
+        "seconds": None,
+        "stopped_at": None,
+        "estimate_max_s": bound_s,
+        "estimate_max_usd": (
+            round(compute_cost(bound_s, price) * max(spec.resources.nodes, 1), 6)
+            if bound_s is not None and price
+            else None
+        ),
+    }
+    if stops and not failed_preflight and run_end > 0:
+        at = max(stops)  # the latest word on it
+        out.update(counted=True, seconds=round(max(0.0, at - run_end), 6), stopped_at=at)
+        out["why"] = "the machine's stop time is recorded (acceptrun cost add --machine-stopped-at)"
+        return out
+    if sky.teardown == "keep":
+        out["why"] = (
+            "not counted: acceptrun does not see the machine after the run; skypilot.teardown = "
+            "keep leaves a SkyPilot cluster up until `sky down`. Record when it stopped with "
+            "`acceptrun cost add RUN --machine-stopped-at WHEN` to book it"
+        )
+    else:
+        out["why"] = (
+            "not counted: acceptrun does not see the machine after the run (a SkyPilot cluster "
+            f"from `acceptrun export skypilot` goes down {sky.idle_minutes} min after it, "
+            "a Slurm allocation and a Kubernetes pod end with it). Record when it stopped with "
+            "`acceptrun cost add RUN --machine-stopped-at WHEN` to book it"
+        )
+    return out
 
 
 def _parts(detail: dict[str, float]) -> dict[str, float]:

@@ -9,8 +9,9 @@ file changed, or the catalog now prices the run differently).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
-from datetime import UTC, datetime
+import re
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from acceptrun._util.console import format_table
@@ -25,26 +26,31 @@ from acceptrun.cost.catalog import Catalog, Price
 from acceptrun.cost.ledger import (
     LEDGER_FILE,
     PARTS,
+    RESPONSIBLE,
     SCHEMA,
     build_ledger,
     ledger_inputs,
     price_of_run,
 )
 from acceptrun.errors import RecordError, UserError
-from acceptrun.record.status import RUN_LIVE
+from acceptrun.record.status import RESPONSIBILITY, RUN_LIVE, Responsibility
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import format_duration
 
 __all__ = [
+    "claim",
     "format_by_workspace",
+    "format_claim",
     "format_ledger",
     "format_projection",
     "format_summary",
+    "format_waste",
     "ledger_for",
     "parse_since",
     "project",
     "select_ledgers",
     "summarize",
+    "waste_by",
     "where_the_money_went",
 ]
 
@@ -60,6 +66,7 @@ PHRASES = {
     "idle.backoff": "idle in restart backoff between attempts",
     "idle.after_last_step": "idle after the last step",
     "idle.idle_stop": "idle until the idle limit stopped the run (limits.idle_window)",
+    "idle.after_run": "the machine left up after the run",
     "idle.rounding": "rounding up to billing increments",
     "checkpoint_stall": "the training loop blocked on checkpoint staging",
 }
@@ -101,14 +108,18 @@ def _price_key(price: dict[str, Any] | None) -> tuple[Any, ...] | None:
     return tuple(price.get(k) for k in names)
 
 
-def parse_since(text: str) -> datetime:
-    """``--since 2026-11-01`` (or a full ISO time) as an aware UTC datetime."""
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """``--since 2026-11-01`` (or a full ISO time, or ``7d`` / ``12h`` ago) as aware UTC."""
+    if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*[wdhm]\s*", text):
+        n, unit = float(text.strip()[:-1]), text.strip()[-1]
+        ago = n * {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0}[unit]
+        return (now or datetime.now(UTC)) - timedelta(seconds=ago)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UserError(
-            f"--since: {text!r} is not a date; give one like --since 2026-11-01 "
-            "or --since 2026-11-01T09:30"
+            f"--since: {text!r} is not a date; give one like --since 2026-11-01, "
+            "--since 2026-11-01T09:30 or --since 7d"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
@@ -160,6 +171,8 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
     split_s = dict.fromkeys(PARTS, 0.0)
     detail_usd: dict[str, float] = {}
     detail_s: dict[str, float] = {}
+    waste_usd = dict.fromkeys(RESPONSIBLE, 0.0)
+    waste_s = dict.fromkeys(RESPONSIBLE, 0.0)
     runs = accepted = unpriced = 0
     billed = device = left_bytes = left_monthly = mirror_bytes = mirror_monthly = 0.0
     for ledger in ledgers:
@@ -176,6 +189,9 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
         for k, v in comp["detail_s"].items():
             detail_s[k] = detail_s.get(k, 0.0) + v
             detail_usd[k] = detail_usd.get(k, 0.0) + v * per_s
+        for k in RESPONSIBLE:
+            waste_usd[k] += comp["waste"]["usd"][k]
+            waste_s[k] += comp["waste"]["seconds"][k]
         billed += ledger["billed_s"]
         device += ledger["device_seconds"]
         left = ledger["storage"]["left_behind"]
@@ -197,6 +213,8 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "split_s": split_s,
         "detail_usd": detail_usd,
         "detail_s": detail_s,
+        "waste_usd": waste_usd,
+        "waste_s": waste_s,
         "left_behind_bytes": left_bytes,
         "left_behind_monthly_usd": left_monthly,
         "mirror_left_bytes": mirror_bytes,
@@ -259,6 +277,8 @@ def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
         parts = ", ".join(f"{k.replace('_', ' ')} {v / whole:.0%}" for k, v in split.items())
         lines.append(f"  compute split: {parts}")
     lines.append(f"  where the money went: {where_the_money_went(summary)}")
+    if sum(summary["waste_s"].values()) > 0:
+        lines.append("  wasted, by whose failure: " + _waste_line(summary))
     if summary["unpriced"]:
         lines.append(
             f"  {summary['unpriced']} run(s) have no price (no [cost] in their spec): "
@@ -267,6 +287,136 @@ def format_summary(summary: dict[str, Any], *, live: Iterable[str] = ()) -> str:
     live = list(live)
     if live:
         lines.append(f"  {len(live)} run(s) still running, not counted: {', '.join(live[:3])}")
+    return "\n".join(lines)
+
+
+def _waste_line(summary: dict[str, Any]) -> str:
+    use_usd = summary["totals"]["compute_usd"] > 0
+    return ", ".join(
+        f"{k} {_usd(summary['waste_usd'][k]) if use_usd else format_duration(summary['waste_s'][k])}"
+        for k in RESPONSIBLE
+    )
+
+
+def _week(ledger: dict[str, Any]) -> str:
+    """The ISO week a run was created in (``2026-W49``)."""
+    try:
+        d = datetime.fromisoformat(str(ledger.get("created_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return "unknown"
+    year, week, _ = d.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _provider(ledger: dict[str, Any]) -> str:
+    return str((ledger.get("price") or {}).get("provider") or "no provider")
+
+
+GROUPS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "run": lambda led: str(led.get("run_id")),
+    "week": _week,
+    "provider": _provider,
+}
+
+
+def waste_by(ledgers: Iterable[dict[str, Any]], group: str) -> list[dict[str, Any]]:
+    """Wasted USD and seconds by responsibility, per run, week or provider (``GROUPS``)."""
+    key = GROUPS[group]
+    rows: dict[str, dict[str, Any]] = {}
+    for led in ledgers:
+        name = key(led)
+        row = rows.setdefault(name, {
+            group: name, "runs": 0,
+            "usd": dict.fromkeys(RESPONSIBLE, 0.0), "seconds": dict.fromkeys(RESPONSIBLE, 0.0),
+        })  # fmt: skip
+        row["runs"] += 1
+        waste = led["compute"]["waste"]
+        for k in RESPONSIBLE:
+            row["usd"][k] += waste["usd"][k]
+            row["seconds"][k] += waste["seconds"][k]
+    return [rows[k] for k in sorted(rows, reverse=group == "week")]
+
+
+def format_waste(ledgers: list[dict[str, Any]]) -> str:
+    """``acceptrun cost --by-responsibility``: the waste split per week, provider and run."""
+    lines = []
+    for group in ("week", "provider", "run"):
+        table = [
+            (r[group], r["runs"], *(_usd(r["usd"][k]) for k in RESPONSIBLE),
+             *(format_duration(r["seconds"][k]) for k in RESPONSIBLE))
+            for r in waste_by(ledgers, group)
+        ]  # fmt: skip
+        headers = (group.upper(), "RUNS", *(f"{k.upper()} $" for k in RESPONSIBLE),
+                   *(f"{k.upper()} TIME" for k in RESPONSIBLE))  # fmt: skip
+        right = set(headers[1:])
+        lines += [
+            f"wasted, by whose failure, per {group}:",
+            format_table(headers, table, right=right),
+            "",
+        ]
+    return "\n".join(lines).rstrip()
+
+
+def claim(ledgers: Iterable[dict[str, Any]], *, drills: bool = False) -> dict[str, Any]:
+    """The provider-caused incidents of these ledgers: what a credit request needs.
+
+    One row per failed attempt whose class is the provider's (record.status.RESPONSIBILITY):
+    the run, when it started and ended, the class and the lines that decided it, the
+    wasted time and its cost at the run's price. An injected fault (a drill) is the run's
+    own doing, not the platform's: left out unless ``drills``, and marked when shown.
+    """
+    incidents = []
+    for led in ledgers:
+        price = led.get("price") or {}
+        for a in led["compute"]["attempts"]:
+            ev = a.get("evidence") or {}
+            if a.get("responsibility") != "provider" or (ev.get("injected") and not drills):
+                continue
+            incidents.append({
+                "run_id": led["run_id"], "name": led.get("name"), "attempt": a["attempt"],
+                "class": a["class"], "started_at": ev.get("started_at"),
+                "ended_at": ev.get("ended_at"), "reason": ev.get("reason"),
+                "evidence": ev.get("lines") or [], "injected": bool(ev.get("injected")),
+                "wasted_s": a["split_s"]["wasted"], "wasted_usd": a.get("wasted_usd", 0.0),
+                "attempt_usd": a["usd"], "provider": price.get("provider"),
+                "instance": price.get("instance"), "price": price.get("label"),
+                "priced": bool(led.get("priced")), "nodes": led.get("nodes", 1),
+            })  # fmt: skip
+    incidents.sort(key=lambda i: str(i["started_at"]))
+    return {
+        "incidents": incidents,
+        "wasted_usd": round(sum(i["wasted_usd"] for i in incidents if not i["injected"]), 6),
+        "wasted_s": round(sum(i["wasted_s"] for i in incidents if not i["injected"]), 3),
+        "rule": "failed attempts whose failure class is the provider's ("
+        + ", ".join(c.value for c, r in RESPONSIBILITY.items() if r is Responsibility.PROVIDER)
+        + "); cost is each attempt's wasted time at the run's price",
+    }
+
+
+def format_claim(c: dict[str, Any], *, since: datetime | None = None) -> str:
+    """``acceptrun cost claim``: the provider's incidents, with times, evidence and cost."""
+    when = f" since {since.isoformat(timespec='minutes')}" if since else ""
+    found = c["incidents"]
+    if not found:
+        return f"no provider-caused incidents{when}"
+    n = sum(not i["injected"] for i in found)
+    lines = [
+        f"{n} provider-caused incident{'s' if n != 1 else ''}{when}: "
+        f"{_usd(c['wasted_usd'])} wasted ({format_duration(c['wasted_s'])})",
+    ]
+    for i in found:
+        where = " ".join(x for x in (i["provider"], i["instance"]) if x) or "no provider in [cost]"
+        cost = _usd(i["wasted_usd"]) if i["priced"] else "not priced"
+        drill = "  [injected by a drill: not the provider's]" if i["injected"] else ""
+        lines += [
+            "",
+            f"{i['run_id']} ({i['name']}) attempt {i['attempt']}: {i['class']}{drill}",
+            f"  from {i['started_at']} to {i['ended_at']} on {where}",
+            f"  wasted {format_duration(i['wasted_s'])}, {cost}"
+            + (f" ({i['nodes']} nodes)" if (i["nodes"] or 1) > 1 else ""),
+            f"  why: {i['reason']}",
+            *(f"  evidence: {line}" for line in i["evidence"]),
+        ]
     return "\n".join(lines)
 
 
@@ -325,6 +475,19 @@ def format_ledger(ledger: dict[str, Any]) -> str:
     lines.append(f"  {'compute':<18} {ledger['billed_s']:>10.1f} {comp['usd']:>12.2f}")
     rounding = comp["detail_s"].get("idle.rounding", 0.0)
     lines.append(f"  (idle includes {rounding:.1f} s of rounding up to billing increments)")
+    tail = ledger.get("after_run") or {}
+    if tail.get("counted"):
+        lines.append(
+            f"  (idle includes {tail['seconds']:.1f} s of the machine left up after the run)"
+        )
+    elif tail:
+        bound = tail.get("estimate_max_usd")
+        est = (
+            f"; launched from the SkyPilot export, at most {_usd(bound)} more (an estimate)"
+            if bound
+            else ""
+        )
+        lines.append(f"  after the run: {tail['why']}{est}")
     for a in comp["attempts"]:
         s = a["split_s"]
         lines.append(
@@ -332,6 +495,13 @@ def format_ledger(ledger: dict[str, Any]) -> str:
             f"{_usd(a['usd']):>10}  productive {s['productive']:.1f}, wasted {s['wasted']:.1f}, "
             f"idle {s['idle']:.1f}, stall {s['checkpoint_stall']:.2f}"
         )
+        if a.get("responsibility") not in (None, "none") and s["wasted"] > 0:
+            ev = a.get("evidence") or {}
+            drill = ", injected" if ev.get("injected") else ""
+            lines.append(
+                f"      wasted {s['wasted']:.1f} s is the {a['responsibility']}'s "
+                f"({a['class']}{drill}): {ev.get('reason')}"
+            )
     st = ledger["storage"]
     left = st["left_behind"]
     local_usd = st.get("local_usd", st["usd"])

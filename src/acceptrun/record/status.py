@@ -17,6 +17,7 @@ __all__ = [
     "ATTEMPT_STOPPED_ON_PURPOSE",
     "JOB_ACTIVE",
     "JOB_ENDED",
+    "RESPONSIBILITY",
     "RETRYABLE_CLASSES",
     "RUN_CLOSED",
     "RUN_ENDED",
@@ -27,6 +28,7 @@ __all__ = [
     "CheckStatus",
     "FailureClass",
     "JobState",
+    "Responsibility",
     "RunStatus",
 ]
 
@@ -132,6 +134,44 @@ RETRYABLE_CLASSES: frozenset[FailureClass] = frozenset(
         FailureClass.FAILED,
     }
 )
+
+
+class Responsibility(enum.StrEnum):
+    """Whose failure a failed or lost span was (the ledger's ``responsibility``)."""
+
+    PROVIDER = "provider"  # the platform: preemption, a lost node, a GPU fault
+    WORKLOAD = "workload"  # the run itself: its code, data, model or its own limits
+    UNKNOWN = "unknown"  # the evidence does not tell the two apart
+    NONE = "none"  # not a failure (an attempt that succeeded)
+
+
+# Whose failure each class is: one entry per FailureClass (a unit test fails on a class
+# without one). Provider: what the platform did to the run. Workload: what the run did
+# to itself, or asked for (its limits, a stop). Unknown: the class covers both (a
+# SIGKILL without OOM evidence may be the provider's OOM killer or the user's kill; an
+# NCCL error may be a flaky fabric or a rank that crashed; a data stall may be a storage
+# outage or a slow loader).
+RESPONSIBILITY: dict[FailureClass, Responsibility] = {
+    FailureClass.SUCCESS: Responsibility.NONE,
+    FailureClass.PREEMPTED: Responsibility.PROVIDER,
+    FailureClass.NODE_LOST: Responsibility.PROVIDER,
+    FailureClass.GPU_FAULT: Responsibility.PROVIDER,
+    FailureClass.KILLED: Responsibility.UNKNOWN,
+    FailureClass.DISTRIBUTED: Responsibility.UNKNOWN,
+    FailureClass.DATA_STALL: Responsibility.UNKNOWN,
+    FailureClass.FAILED: Responsibility.UNKNOWN,
+    FailureClass.CUDA_OOM: Responsibility.WORKLOAD,
+    FailureClass.HOST_OOM: Responsibility.WORKLOAD,
+    FailureClass.HANG: Responsibility.WORKLOAD,
+    FailureClass.DIVERGED: Responsibility.WORKLOAD,
+    FailureClass.DISK_FULL: Responsibility.WORKLOAD,
+    FailureClass.USER_ERROR: Responsibility.WORKLOAD,
+    FailureClass.WALL_TIME: Responsibility.WORKLOAD,
+    FailureClass.BUDGET: Responsibility.WORKLOAD,
+    FailureClass.IDLE: Responsibility.WORKLOAD,
+    FailureClass.STOPPED: Responsibility.WORKLOAD,
+}
+
 # Attempt outcomes that were asked for (a stop, a limit), not failures.
 ATTEMPT_STOPPED_ON_PURPOSE: frozenset[AttemptOutcome] = frozenset(
     {AttemptOutcome.STOPPED, AttemptOutcome.WALL_TIME, AttemptOutcome.BUDGET}

@@ -1,4 +1,4 @@
-"""Commands of the verdict's last mile: report, reproduce, diff, portability, howto.
+"""Commands of the verdict's last mile: report, bundle, reproduce, diff, portability, howto.
 
 Registered through ``acceptrun.cli.main.COMMANDS``; imports stay inside the command
 functions so ``acceptrun --help`` loads none of them.
@@ -82,8 +82,40 @@ def cmd_howto(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from acceptrun.cost.billing import format_bytes
+    from acceptrun.report.bundle import build_bundle, check_output
+
+    record = open_run(args, args.run)
+    path = check_output(Path(args.output), record, force=args.force)
+    bundle = build_bundle(record, path, include_logs=args.include_logs)
+    print(
+        f"wrote {path} ({format_bytes(bundle.bytes)}, {len(bundle.files)} files, redacted; "
+        f"README.txt inside says what it holds and what it left out ({len(bundle.left_out)} items))"
+    )
+    return 0
+
+
+def _register_bundle(sub: argparse._SubParsersAction[Any]) -> None:
+    bundle = sub.add_parser(
+        "bundle", help="one redacted archive of a run for support or a colleague (.tar.gz)"
+    )
+    add_run_argument(bundle, default="latest")
+    bundle.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the archive to write (*.tar.gz)"
+    )
+    bundle.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    bundle.add_argument(
+        "--include-logs",
+        action="store_true",
+        help="add each attempt's whole stdout and stderr, redacted",
+    )
+    bundle.set_defaults(func=cmd_bundle)
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     _register_show(sub)
+    _register_bundle(sub)
     report = sub.add_parser(
         "report", help="a run's report: verdict, five tests, charts, cost, lineage (HTML)"
     )

@@ -42,6 +42,7 @@ __all__ = [
     "KNOWN_DRILLS",
     "SERVING_ARRIVALS",
     "SERVING_METHODS",
+    "SKYPILOT_TEARDOWNS",
     "THROUGHPUT_UNITS",
     "AcceptanceSpec",
     "CheckpointSpec",
@@ -105,6 +106,7 @@ def doc(
 KNOWN_DRILLS = ("restore", "kill", "preempt")
 THROUGHPUT_UNITS = ("samples/s", "tokens/s", "steps/s")
 IDLE_ACTIONS = ("stop", "event")
+SKYPILOT_TEARDOWNS = ("down", "managed", "keep")  # skypilot.teardown
 INFERENCE_FORMATS = ("auto", "jsonl", "text")
 SERVING_ARRIVALS = ("poisson", "uniform")
 SERVING_METHODS = ("GET", "POST", "PUT")
@@ -489,6 +491,22 @@ class SkypilotSpec:
         "Machine or Docker image, e.g. docker:nvcr.io/nvidia/pytorch:24.05-py3.", None
     )
     disk_size: int | None = doc("Disk size in GB.", None, unit="GB")
+    teardown: str = doc(
+        'What ends the cluster after the run: "down" (autostop with down: the cluster is '
+        'torn down idle_minutes after the run ends, under `sky launch`), "managed" (launch it '
+        "with `sky jobs launch`: the jobs controller tears the cluster down when the job "
+        'ends; autostop with down stays as a safety net) or "keep" (no teardown: the '
+        "cluster bills until `sky down`).",
+        "down",
+        choices=SKYPILOT_TEARDOWNS,
+    )
+    idle_minutes: int = doc(
+        "Minutes the cluster may sit idle after the run before autostop tears it down.",
+        5,
+        ge=0,
+        le=7 * 24 * 60,  # a week: more is a unit mistake (hours or seconds given as minutes)
+        unit="minutes",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)

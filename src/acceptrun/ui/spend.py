@@ -7,7 +7,6 @@ same as ``acceptrun cost``); live runs are counted apart.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from acceptrun.cost.billing import format_bytes, format_usd
@@ -54,17 +53,41 @@ def spend_page(board: Board) -> str:
     body.append(stacked_bar(parts, title="The split (USD)", unit=lambda v: f"${format_usd(v)}"))
     body.append(_grouped("By week", ledgers, _week))
     body.append(_grouped("By spec", ledgers, lambda led: str(led.get("name"))))
+    body += _waste(ledgers)
     body += _left_behind(ledgers, s)
     return layout("spend", "spend", body)
 
 
 def _week(ledger: dict[str, Any]) -> str:
-    try:
-        d = datetime.fromisoformat(str(ledger.get("created_at")).replace("Z", "+00:00"))
-    except ValueError:
-        return "unknown"
-    year, week, _ = d.isocalendar()
-    return f"{year}-W{week:02d}"
+    from acceptrun.cost.report import GROUPS
+
+    return GROUPS["week"](ledger)
+
+
+def _waste(ledgers: Sequence[dict[str, Any]]) -> list[str]:
+    """Wasted spend by whose failure it was, per week, provider and run (cost.report.waste_by)."""
+    from acceptrun.cost.ledger import RESPONSIBLE
+    from acceptrun.cost.report import waste_by
+
+    out = [
+        "<h2>Wasted, by whose failure</h2>",
+        "<p>Provider: preemption, a lost node, a GPU fault. Workload: the run's code, data "
+        "or limits. Unknown: the evidence does not tell. <code>acceptrun cost claim --since "
+        "7d</code> lists the provider's incidents with their evidence.</p>",
+    ]
+    head = "".join(f"<th>{esc(k)}</th>" for k in RESPONSIBLE)
+    for group in ("week", "provider", "run"):
+        rows = waste_by(ledgers, group)[:50]
+        cells = "".join(
+            f"<tr><td>{esc(r[group])}</td><td class=num>{r['runs']}</td>"
+            + "".join(f"<td class=num>${esc(format_usd(r['usd'][k]))}</td>" for k in RESPONSIBLE)
+            + "</tr>"
+            for r in rows
+        )
+        out.append(
+            f"<h3>per {esc(group)}</h3><table><tr><th></th><th>runs</th>{head}</tr>{cells}</table>"
+        )
+    return out
 
 
 def _grouped(title: str, ledgers: Sequence[dict[str, Any]], key: Any) -> str:
