@@ -179,7 +179,9 @@ def test_a_resumed_progress_bar_counts_the_steps_the_attempt_ran(project: Projec
         """,
     )
     rc, out = kill_when(
-        project, spec, lambda e: e["kind"] == "checkpoint_commit" and e.get("step") == 40,
+        project,
+        spec,
+        lambda e: e["kind"] == "checkpoint_commit" and e.get("step") == 40,
         "the save of step 40 captured",
     )
     assert rc == 0, out
