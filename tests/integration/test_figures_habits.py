@@ -213,3 +213,68 @@ def test_an_unnumbered_checkpoint_dated_by_sparse_lines_says_its_step_is_an_esti
     verdict = json.loads(rec.file("verdict.json").read_text())
     (row,) = [c for c in verdict["checks"] if c["name"] == "resumed"]
     assert "(an estimate: " in row["evidence"], row
+
+
+# Shaped like the Trainer under run_clm.py as a black box: a progress bar on stderr (tqdm:
+# carriage returns, "N/total [") that draws 0/60 first and, resumed, jumps to the first
+# step after the checkpoint; it saves checkpoint-N/ every 20 steps (the step in the
+# directory's name and its trainer_state.json) and resumes from the newest one by
+# itself. Attempt 1 waits, after step 50, to be killed.
+TRAINER_BAR = """
+import glob, json, os, signal, sys
+os.makedirs("out", exist_ok=True)
+saves = sorted(glob.glob("out/checkpoint-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
+start = json.load(open(saves[-1] + "/trainer_state.json"))["global_step"] if saves else 0
+def bar(n):
+    # tqdm's redraw: a carriage return, then the bar (ended here too, so the step's line is
+    # complete when it is drawn and not only at the next redraw)
+    sys.stderr.write(f"\\r{100 * n // 60:3d}%|          | {n}/60 [00:00<00:00, 9.9it/s]\\r")
+    sys.stderr.flush()
+bar(0)  # the Trainer's bar starts at 0, resumed or not
+for step in range(start + 1, 61):
+    bar(step)
+    if step % 20 == 0:
+        os.makedirs(f"out/tmp-{step}", exist_ok=True)
+        with open(f"out/tmp-{step}/trainer_state.json", "w") as f:
+            json.dump({"global_step": step}, f)
+        os.replace(f"out/tmp-{step}", f"out/checkpoint-{step}")
+    if start == 0 and step == 50:
+        signal.pause()  # killed here
+sys.stderr.write("\\n")
+"""
+
+
+def test_a_resumed_progress_bar_counts_the_steps_the_attempt_ran(project: Project) -> None:
+    spec = project.spec(
+        TRAINER_BAR,
+        extra="""
+        [checkpoint]
+        watch = ["out/checkpoint-*"]
+        keep_last = 5
+        [progress]
+        pattern = '(?P<step>\\d+)/(?P<total_steps>\\d+) \\['
+        stream = "stderr"
+        [limits]
+        restart_backoff = "0s"
+        """,
+    )
+    rc, out = kill_when(
+        project,
+        spec,
+        lambda e: e["kind"] == "checkpoint_commit" and e.get("step") == 40,
+        "the save of step 40 captured",
+    )
+    assert rc == 0, out
+    rec = project.only_record()
+    exits = [
+        json.loads((rec.path / "attempts" / str(n) / "exit.json").read_text())["work"]
+        for n in (1, 2)
+    ]
+    # Attempt 1 ran steps 1..last (its bar's 0/60 is no step). Attempt 2 ran 41..60 after
+    # the checkpoint of step 40: its bar's 0/60 is no step, its 41/60 is one step.
+    assert exits[0]["first_step"] == 1, exits[0]
+    assert exits[0]["steps_done"] == exits[0]["last_step"], exits[0]
+    assert exits[1]["resumed_from"] == 40, exits[1]
+    assert (exits[1]["first_step"], exits[1]["steps_done"]) == (41, 20), exits[1]
+    steps2 = [e for e in rec.events("step") if e["attempt"] == 2]
+    assert steps2[0]["step"] == 41 and "span" not in steps2[0], steps2[0]

@@ -77,13 +77,24 @@ TRAIN = textwrap.dedent(
     workers = int(os.environ.get("WORKERS", "0"))
     train_loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=workers)
     every = int(os.environ.get("EVERY", "6"))
-    callbacks = [ModelCheckpoint(dirpath="ckpt", every_n_train_steps=every, save_top_k=-1)]
+    # LOGGER: Lightning's own logger (its version folders); checkpoints then go under it.
+    LOGGER = os.environ.get("LOGGER")
+    dirpath = None if LOGGER else "ckpt"
+    callbacks = [ModelCheckpoint(dirpath=dirpath, every_n_train_steps=every, save_top_k=-1)]
     if not PLAIN:
         from acceptrun.integrations.lightning import AcceptrunCallback
         acb = AcceptrunCallback()
         callbacks.append(acb)
+    if LOGGER == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+        logger = TensorBoardLogger(".")
+    elif LOGGER == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+        logger = CSVLogger(".")
+    else:
+        logger = False
     trainer = pl.Trainer(
-        max_steps=TOTAL, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        max_steps=TOTAL, accelerator="cpu", devices=1, logger=logger, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=6,
         limit_val_batches=0 if os.environ.get("NOVAL") else 1.0, callbacks=callbacks,
     )
@@ -326,3 +337,39 @@ def test_importing_acceptrun_never_imports_lightning() -> None:
     code = "import sys, acceptrun, acceptrun.integrations; print('lightning' in sys.modules)"
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("logger", ["tensorboard", "csv"])
+def test_a_resumed_fit_writes_into_the_version_of_the_checkpoint_it_restored(
+    tmp_path: Path, reference: dict[str, Any], logger: str
+) -> None:
+    """Killed mid-epoch with Lightning's logger on: attempt 2 would open version_1 while
+    the checkpoint it restores is in version_0/checkpoints. A TensorBoardLogger is moved
+    back to version_0 (one folder for the whole run); a CSVLogger cannot be (reopening
+    version_0 deletes its metrics.csv), and the run says so, naming both folders."""
+    if logger == "tensorboard":
+        pytest.importorskip("tensorboard")
+    job = make_job(tmp_path / "job")
+    proc = acceptrun(
+        job, tmp_path / "ws", "run", "-q", "--inject", f"kill@step={KILL_AT}", "spec.toml",
+        LOGGER=logger,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record_in(tmp_path / "ws")
+    assert (job / "weights.sha256").read_text() == reference["sha"]  # still bitwise
+    (restored,) = record.events("restored")
+    assert restored["step"] == 18, restored
+    versions = sorted(p.name for p in (job / "lightning_logs").iterdir())
+    (resumed,) = [c for c in record.read_json("verdict.json")["checks"] if c["name"] == "resumed"]
+    notes = [e["note"] for e in record.events("resume_note")]
+    if logger == "tensorboard":
+        assert versions == ["version_0"], versions
+        saved = sorted(p.name for p in (job / "lightning_logs/version_0/checkpoints").iterdir())
+        assert "epoch=2-step=30.ckpt" in saved and "epoch=1-step=18.ckpt" in saved, saved
+        assert len(list((job / "lightning_logs/version_0").glob("events.out.tfevents.*"))) == 2
+        assert any("continues in" in n and "version_0" in n for n in notes), notes
+    else:
+        assert versions == ["version_0", "version_1"], versions
+        (split,) = [n for n in notes if "split across two folders" in n]
+        assert "version_0" in split and "version_1" in split, split
+        assert "split across two folders" in resumed["evidence"], resumed

@@ -247,3 +247,50 @@ def test_killed_run_past_a_corrupted_checkpoint_resumes_bitwise(
     again = step_losses(record, attempt=2)
     assert sorted(again) == list(range(6, 21))
     assert again == {s: reference["losses"][s] for s in again}  # the loss curve, exactly
+
+
+def test_the_trainers_attempt_averages_are_marked_and_refused(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    """Killed at step 12 and resumed from step 10: the same weights, another train_loss.
+
+    The Trainer's train_loss divides the losses of the steps the attempt ran (11..20) by
+    the global step count (20): the resumed run reports about half the uninterrupted
+    run's. It is recorded as a figure of attempt 2 only, ``show`` says so, and a spec
+    that makes it an acceptance metric is refused before the run, with what to use.
+    """
+    job = make_job(tmp_path / "averages")
+    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record_in(job / "ws")
+    assert (job / "weights.sha256").read_text() == reference["hash"]  # the same model
+    exit2 = json.loads((record.path / "attempts" / "2" / "exit.json").read_text())["work"]
+    assert (exit2["resumed_from"], exit2["first_step"], exit2["steps_done"]) == (10, 11, 10)
+
+    def final(rec: RunRecord) -> dict[str, dict[str, Any]]:
+        return {str(e["name"]): e for e in rec.events("metric") if e["step"] == 20}
+
+    ours, theirs = final(record), final(reference["rec"])
+    names = ("train_loss", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+    for name in names:
+        assert ours[name]["attempt"] == 2 and "this attempt" in ours[name]["per_attempt"], ours
+        assert ours[name]["instead"], ours[name]
+    # The truth behind the mark: the weights are equal, the Trainer's averages are not.
+    assert ours["train_loss"]["value"] < 0.75 * theirs["train_loss"]["value"], (ours, theirs)
+    assert ours["eval_loss"]["value"] == theirs["eval_loss"]["value"]
+    assert "per_attempt" not in ours["eval_loss"]
+    show = acceptrun(job, "show", record.run_id).stdout
+    assert "train_loss = " in show and "(attempt 2 only)" in show, show
+
+    # An acceptance threshold on it is refused at spec check and run, with the fix.
+    spec = job / "spec.toml"
+    spec.write_text(spec.read_text() + '[acceptance.metrics]\ntrain_loss = "<= 100"\n')
+    check = acceptrun(job, "spec", "check", "spec.toml")
+    assert check.returncode != 0, check.stdout + check.stderr
+    said = check.stdout + check.stderr
+    assert "acceptance.metrics.train_loss" in said and "one attempt" in said, said
+    assert "eval_loss" in said, said  # what to use instead
+    refused = acceptrun(job, "run", "-q", "spec.toml")
+    assert refused.returncode != 0 and "acceptance.metrics.train_loss" in refused.stderr, (
+        refused.stdout + refused.stderr
+    )

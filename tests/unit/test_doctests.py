@@ -18,6 +18,7 @@ import pytest
 import acceptrun
 
 UNIT = [
+    "acceptrun.workload.aggregates",
     "acceptrun.workload.contract",
     "acceptrun.workload.inject",
     "acceptrun.supervisor.stops",

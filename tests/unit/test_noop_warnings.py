@@ -58,6 +58,26 @@ def test_detect_usage(tmp_path: Path, files: dict[str, str], command: object, ki
     assert usage.kind == kind, usage.reason
 
 
+def test_an_acceptance_metric_of_one_attempt_is_refused_for_its_framework(
+    tmp_path: Path,
+) -> None:
+    from acceptrun.spec.model import parse_spec
+    from acceptrun.workload.usage import spec_findings
+
+    text = 'name = "u"\ncommand = ["python", "t.py"]\n[acceptance.metrics]\n'
+    text += 'train_loss = "<= 3"\neval_loss = "<= 3"\n'
+    spec = parse_spec(text, base_dir=tmp_path)
+    (tmp_path / "t.py").write_text("from acceptrun.integrations.transformers import X\n")
+    usage = detect_usage(spec)
+    assert usage.integrations == {"transformers"}
+    (refused,) = [f for f in spec_findings(spec, usage) if f.level == "error"]
+    assert refused.key == "acceptance.metrics.train_loss", refused
+    assert "one attempt" in refused.message and "eval_loss" in refused.fix, refused
+    # A script of its own computes its own train_loss: nothing to refuse.
+    (tmp_path / "t.py").write_text("import acceptrun\n")
+    assert not [f for f in spec_findings(spec, detect_usage(spec)) if f.level == "error"]
+
+
 def test_statically_registered_outputs_are_found(tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text(
         'import acceptrun\nrun.output("model", p)\nrun.output(name="x", path=q)\n'

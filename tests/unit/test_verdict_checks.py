@@ -725,6 +725,18 @@ def test_metric_never_reported_is_not_recorded(tmp_path: Path) -> None:
     assert (c.status, c.evidence) == ("not_recorded", "never reported (metrics seen: acc)")
 
 
+def test_a_metric_of_one_attempt_is_refused_with_the_reason(tmp_path: Path) -> None:
+    from acceptrun.workload.aggregates import marks
+
+    rb = VerdictRecord(tmp_path, '[acceptance.metrics]\n"train_loss" = "<= 100"\n')
+    rb.event("metric", name="train_loss", value=2.89, attempt=2,
+             **marks("transformers", "train_loss"))  # fmt: skip
+    c = rb.check("metric train_loss")
+    assert (c.status, c.required) == ("fail", True), c
+    assert "refused as an acceptance metric: 2.89 (attempt 2)" in c.evidence, c.evidence
+    assert "eval_loss" in (c.fix or ""), c.fix
+
+
 def _output(rb: VerdictRecord, tmp_path: Path, name: str = "model") -> Path:
     path = tmp_path / f"{name}.pt"
     path.write_bytes(b"trained weights")

@@ -140,7 +140,9 @@ class AcceptrunCallback(Callback):
             strategy.checkpoint_io = _AcceptrunIO(io, self)
         _wrap_process_dataloader(strategy, self)
         self._own_stops()
-        self._resume_into(trainer)
+        restored = self._resume_into(trainer)
+        if restored is not None:
+            self._continue_log_version(trainer, restored)
 
     def _own_stops(self) -> None:
         """SIGTERM marks a stop for the next batch boundary; Lightning's own reaction is off.
@@ -164,7 +166,7 @@ class AcceptrunCallback(Callback):
 
             signal.signal(signal.SIGTERM, on_sigterm)
 
-    def _resume_into(self, trainer: pl.Trainer) -> None:
+    def _resume_into(self, trainer: pl.Trainer) -> Path | None:
         """On a restart, make this ``fit`` load the newest verified checkpoint.
 
         The mechanism: ``Trainer.fit`` picks its checkpoint path before any callback
@@ -180,7 +182,7 @@ class AcceptrunCallback(Callback):
         """
         info = self.fr.resume_point()
         if info is None:
-            return
+            return None
         meta = info.meta.get("lightning")
         if not isinstance(meta, dict) or meta.get("load") not in (info.meta.get("files") or {}):
             raise UserError(
@@ -217,6 +219,66 @@ class AcceptrunCallback(Callback):
             original(checkpoint_path, weights_only=weights_only)
 
         setattr(conn, "resume_start", resume_start)  # noqa: B010 - an instance attribute, on purpose
+        return None if self.run.drill else path
+
+    def _continue_log_version(self, trainer: pl.Trainer, restored: Path) -> None:
+        """A resumed fit writes into the version folder of the checkpoint it restored.
+
+        Lightning's logger picks a new ``lightning_logs/version_N`` for every ``fit`` that
+        does not name one, and ``ModelCheckpoint`` saves under the logger's folder: a
+        resumed attempt would write its logs and checkpoints into ``version_1`` while the
+        checkpoint it restored stays in ``version_0``. The logger's folder is created
+        before any callback's ``setup`` (Lightning opens the logger's experiment first),
+        so here, before ``ModelCheckpoint`` resolves its folder: a ``TensorBoardLogger``
+        whose new folder holds nothing but the event file it just opened is moved back
+        to the restored checkpoint's version (that file and folder removed, the writer
+        reopened there; TensorBoard reads every event file of a folder). Where that
+        cannot be done (a ``CSVLogger`` would delete the folder's ``metrics.csv`` when
+        reopened there; another logger; a folder already written to), the run says so: a
+        ``resume_note`` naming both folders, which the verdict's resumed line shows.
+        """
+        logger = trainer.logger
+        root = getattr(logger, "root_dir", None)
+        new_dir = getattr(logger, "log_dir", None)
+        if logger is None or root is None or new_dir is None:
+            return
+        root_path, new_path = Path(root).resolve(), Path(new_dir).resolve()
+        try:
+            part = restored.resolve().relative_to(root_path).parts[0]
+        except (ValueError, IndexError):
+            return  # the checkpoint is not in a version folder of this logger: nothing splits
+        old_path = root_path / part
+        if new_path == old_path or new_path.parent != root_path or not old_path.is_dir():
+            return
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        fresh = new_path.is_dir() and all(
+            f.is_file() and f.name.startswith("events.out.tfevents.") for f in new_path.iterdir()
+        )
+        if isinstance(logger, TensorBoardLogger) and fresh:
+            writer = getattr(logger, "_experiment", None)
+            if writer is not None:
+                writer.close()
+            logger._experiment = None
+            tail = part[len("version_") :]
+            logger._version = int(tail) if part.startswith("version_") and tail.isdigit() else part
+            for f in new_path.iterdir():
+                f.unlink()
+            new_path.rmdir()
+            _ = logger.experiment  # reopened in the restored checkpoint's folder
+            self._note(
+                f"the logger continues in {old_path}, the folder of the restored checkpoint "
+                f"(it had opened {new_path.name} for this attempt; removed, still empty)"
+            )
+            return
+        kind = type(logger).__name__
+        self._note(
+            f"this attempt writes its logs and new checkpoints into {new_path}, the "
+            f"checkpoint it restored is in {old_path}: the run's files are split across two "
+            f"folders ({kind} cannot be moved back without losing what the folder holds); "
+            f"give the logger a fixed version (e.g. {kind}(..., version=0)) so every "
+            "attempt writes into one folder"
+        )
 
     # ---- the loop ----------------------------------------------------------------------------
 

@@ -24,7 +24,11 @@ What the callback does (docs/frameworks/transformers.md has the measured figures
   ``resume_from_checkpoint``: see :func:`_install_train_default`;
 * turns a graceful stop (SIGTERM from the supervisor) into a save at the next step
   boundary, then exits 143 once that save is captured (a ``stopped`` event);
-* registers the files ``trainer.save_model()`` writes as outputs ``model/<file>``.
+* registers the files ``trainer.save_model()`` writes as outputs ``model/<file>``;
+* records the Trainer's end-of-train figures (``train_loss``, ``train_runtime``,
+  ``train_samples_per_second``, ``train_steps_per_second``) as metrics of one attempt:
+  they are computed over the attempt's own steps and time, not the run's, so they are
+  marked ``per_attempt`` and refused as acceptance metrics (workload/aggregates.py).
 
 Importing ``acceptrun`` never imports this module or transformers.
 """
@@ -42,6 +46,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from acceptrun.errors import UserError
 from acceptrun.integrations._base import FrameworkRun
+from acceptrun.workload.aggregates import PER_ATTEMPT, marks
 
 __all__ = ["AcceptrunCallback"]
 
@@ -158,7 +163,15 @@ class AcceptrunCallback(TrainerCallback):
                 self._values["loss"] = float(self._pending["loss"])
             self._flush()
         elif "train_loss" in logs and not self.run.drill:  # the Trainer's summary at the end
-            self.run.metric("train_loss", float(logs["train_loss"]), step=state.global_step)
+            # Averages over this attempt's train() call: recorded as such (per_attempt),
+            # and refused as acceptance metrics (workload/aggregates.py).
+            for name in PER_ATTEMPT["transformers"]:
+                value = logs.get(name)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self.run.metric(
+                        name, float(value), step=state.global_step,
+                        **marks("transformers", name),
+                    )  # fmt: skip
         self._honour_stop(control, self.fr.stop_requested)
 
     def on_evaluate(

@@ -314,6 +314,8 @@ class MetricEvent(Event, total=False):
     value: Required[Any]
     attempt: int
     step: int
+    per_attempt: str  # why it is a figure of this attempt only (workload/aggregates.py)
+    instead: str  # what to judge the run by
 
 
 class OutputEvent(Event, total=False):

@@ -194,6 +194,24 @@ class RecordView:
             if ev.get("kind") == "metric"
         }
 
+    def per_attempt_metrics(self) -> dict[str, int | None]:
+        """Metric name -> its attempt, for the last values that are one attempt's figure.
+
+        A framework's average over the attempt that ran (``per_attempt`` in the event,
+        workload/aggregates.py): shown as "attempt N only", never as the run's.
+        """
+        out: dict[str, int | None] = {}
+        for ev in self.log_events:
+            if ev.get("kind") != "metric":
+                continue
+            name = str(ev.get("name"))
+            if ev.get("per_attempt"):
+                attempt = ev.get("attempt")
+                out[name] = attempt if isinstance(attempt, int) else None
+            else:
+                out.pop(name, None)
+        return out
+
     def last_outcome(self) -> str | None:
         """The outcome of the last attempt_exit event, None before any attempt ended."""
         exits = [ev for ev in self.log_events if ev.get("kind") == "attempt_exit"]

@@ -150,6 +150,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
     events = view.events("run_start", "attempt_start", "workload_start")
     origin = float(events[0]["t"]) if events else None
     metrics = view.metrics()
+    per_attempt = view.per_attempt_metrics()
     try:
         portability: dict[str, Any] = check_run(record).to_dict()
     except Exception as exc:
@@ -170,6 +171,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "origin_t": origin,
         "gpu_absent": gpu_absent[-1] if gpu_absent else None,
         "metrics": metrics,
+        "per_attempt_metrics": per_attempt,
         "ledger": record.read_json("ledger.json"),
         "provenance": prov,
         "provenance_text": provmod.format_provenance(prov) if prov else None,
@@ -697,11 +699,14 @@ def _checkpoints_html(data: dict[str, Any]) -> list[str]:
 def _outputs(data: dict[str, Any]) -> list[str]:
     out = ['<h2 id="outputs">Outputs and their lineage</h2>']
     metrics = data.get("metrics") or {}
+    scoped = data.get("per_attempt_metrics") or {}  # one attempt's averages: said so
     if metrics:
         out.append(
             "<table><tr><th>metric</th><th>final value</th></tr>"
             + "".join(
-                f'<tr><td>{_e(k)}</td><td class="num">{_num(v)}</td></tr>'
+                f'<tr><td>{_e(k)}</td><td class="num">{_num(v)}'
+                + (f" (attempt {_e(str(scoped[k]))} only)" if k in scoped else "")
+                + "</td></tr>"
                 for k, v in metrics.items()
             )
             + "</table>"

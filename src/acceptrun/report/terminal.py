@@ -69,10 +69,12 @@ def format_show(record: RunRecord) -> str:
             parts.append(f"loss {facts['loss_first']:.4g} -> {facts['loss_last']:.4g}")
         lines.append(f"steps    {', '.join(parts)}")
     if metrics:
+        scoped = view.per_attempt_metrics()  # one attempt's averages: said so
         lines.append(
             "metrics  "
             + ", ".join(
-                f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}"
+                (f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}")
+                + (f" (attempt {scoped[k]} only)" if k in scoped else "")
                 for k, v in metrics.items()
             )
         )

@@ -14,7 +14,9 @@ Step time is the time between two step lines divided by the steps between them; 
 every 10 steps gives an event with ``span = 10`` (the steps it stands for) and the step
 time of one step. Lines read in one poll share the time since the previous step evenly,
 so a step time is never finer than the poll (0.25 s) over the lines read together. The
-first step of an attempt has no step time (nothing before it to measure from). For
+first step of an attempt has no step time (nothing before it to measure from). A step 0
+line with no value but a total (a progress bar's ``0/300``, drawn before the first step
+of every attempt) is no step: see :func:`_counter_at_zero`. For
 TensorBoard the event's own ``wall_time`` is used.
 
 A loss that is NaN/inf or above ``limits.max_loss`` writes a ``diverged`` event, as the
@@ -157,7 +159,7 @@ class ProgressReader:
             for line in tail.lines(final):
                 assert self._pattern is not None
                 values = match_line(self._pattern, line)
-                if values is not None:
+                if values is not None and not _counter_at_zero(values):
                     values["step"] = self._run_step(values["step"], "log")
                     found.setdefault(values["step"], {}).update(values)
         new = [v for s, v in sorted(found.items()) if self.last_step is None or s > self.last_step]
@@ -227,6 +229,19 @@ class ProgressReader:
             "diverged", sync=True, attempt=self.attempt, step=step, loss=str(loss),
             reason=reason, source=source,
         )  # fmt: skip
+
+
+def _counter_at_zero(values: dict[str, Any]) -> bool:
+    """A reading of step 0 with nothing but a total: a progress bar's start, no step done.
+
+    tqdm (the Trainer's bar, Lightning's, most others) draws ``0/300`` before the first
+    step, and a resumed attempt's bar draws it again before it jumps to the first step
+    after the checkpoint (``101/300``). Read as a step, it counted a step nobody ran,
+    gave the next reading a span back to 0 (101 steps for one), and in a resumed attempt
+    made the step axis take the bar for a counter that started again. A step 0 line
+    that carries a value (nanoGPT's ``iter 0: loss 4.2``) is a step.
+    """
+    return values["step"] == 0 and set(values) <= {"step", "total_steps"}
 
 
 def _size(path: Path) -> int:

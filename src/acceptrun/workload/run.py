@@ -105,8 +105,21 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
 
     # ---- results ------------------------------------------------------------------------------
 
-    def metric(self, name: str, value: float, *, step: int | None = None) -> None:
-        """Record a final (or evaluation) metric; acceptance thresholds read the last value."""
+    def metric(
+        self,
+        name: str,
+        value: float,
+        *,
+        step: int | None = None,
+        per_attempt: str | None = None,
+        instead: str | None = None,
+    ) -> None:
+        """Record a final (or evaluation) metric; acceptance thresholds read the last value.
+
+        ``per_attempt`` says why the value is a figure of this attempt only (a framework's
+        average that a resume does not carry over, workload/aggregates.py), ``instead``
+        what to judge the run by: the verdict refuses such a metric as an acceptance one.
+        """
         if not name:
             raise AcceptrunValueError("metric name is empty; use a name such as 'eval/accuracy'")
         if self.drill or self.rank != 0:
@@ -114,6 +127,10 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
         fields: dict[str, Any] = {"attempt": self.attempt, "name": name, "value": _number(value)}
         if step is not None:
             fields["step"] = step
+        if per_attempt:
+            fields["per_attempt"] = per_attempt
+            if instead:
+                fields["instead"] = instead
         self.record.event("metric", **fields)
 
     def output(

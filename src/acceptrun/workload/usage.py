@@ -17,7 +17,8 @@ run; importing ``acceptrun`` in the script itself settles it).
 command is a warning; a key that would make the verdict say what it cannot know is an
 error (a required restore drill on a black box without watched checkpoints and resume
 arguments, or without a progress source to prove the resume; a required output that
-nothing declares or registers). ``acceptrun spec check`` prints them and
+nothing declares or registers; an acceptance metric that the framework integration the
+script imports computes over one attempt, workload/aggregates.py). ``acceptrun spec check`` prints them and
 ``acceptrun run`` refuses the errors before any record exists. For a black box whose spec
 sets ``checkpoint.every_steps = 100``::
 
@@ -36,6 +37,7 @@ from typing import Any
 
 from acceptrun.errors import SpecError
 from acceptrun.spec.model import RunSpec
+from acceptrun.workload.aggregates import refusal
 
 __all__ = [
     "BLACK_BOX",
@@ -54,6 +56,8 @@ _IMPORT = re.compile(
     r"|from\s+acceptrun(?:\.[\w.]+)?\s+import\b)",
     re.M,
 )
+# The framework integrations a script imports (acceptrun.integrations.transformers).
+_INTEGRATION = re.compile(r"\bacceptrun\.integrations\.(\w+)")
 _OUTPUT = re.compile(r"""\.output\(\s*(?:name\s*=\s*)?["']([^"']+)["']""")
 # Interpreter options that take a value (python -W ignore train.py).
 _PY_OPTS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
@@ -70,6 +74,8 @@ class Usage:
     script: Path | None = None
     registers: frozenset[str] = field(default_factory=frozenset)
     """Output names the script registers itself (``run.output("name", ...)``)."""
+    integrations: frozenset[str] = field(default_factory=frozenset)
+    """The framework integrations it imports (``transformers`` for ``acceptrun.integrations.transformers``)."""
 
     @property
     def client(self) -> bool:
@@ -81,6 +87,7 @@ class Usage:
             "reason": self.reason,
             "script": None if self.script is None else str(self.script),
             "registers": sorted(self.registers),
+            "integrations": sorted(self.integrations),
         }
 
 
@@ -121,7 +128,8 @@ def detect_usage(spec: RunSpec) -> Usage:
         return Usage(UNKNOWN, f"{what} cannot be read ({exc.strerror})", path)
     registers = frozenset(_OUTPUT.findall(text))
     if _IMPORT.search(text):
-        return Usage(CLIENT, f"{what} imports acceptrun", path, registers)
+        integrations = frozenset(_INTEGRATION.findall(text))
+        return Usage(CLIENT, f"{what} imports acceptrun", path, registers, integrations)
     return Usage(BLACK_BOX, f"{what} does not import acceptrun", path, registers)
 
 
@@ -298,6 +306,11 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
                            f"{what}, and only run.metric(name, value) records a metric",
                            "use the client API for the final metrics, or remove them (the "
                            "verdict would reject every run)"))  # fmt: skip
+    for framework in sorted(usage.integrations):
+        for name in acc.metrics:
+            refused = refusal(framework, name)
+            if refused is not None:
+                out.append(Finding("error", f"acceptance.metrics.{name}", *refused))
     for name in acc.outputs:
         if name in spec.outputs or name in usage.registers:
             continue

@@ -104,6 +104,8 @@ def resumed(given: CheckInput) -> list[Check]:
         + (", fetched from the mirror)" if e["attempt"] in fetched else ")")
         for e in resumes
     )
+    for note in given.record.events("resume_note"):  # what a framework's resume said
+        text += f"; attempt {note.get('attempt')}: {note.get('note')}"
     bad = list(given.record.events("mirror_quarantine"))  # passed over by a resume
     if bad:
         text += "; mirror: " + ", ".join(

@@ -21,12 +21,25 @@ __all__ = ["black_box_outputs", "inference", "metrics", "outputs", "serving"]
 def metrics(given: CheckInput) -> list[Check]:
     """The last value of each metric in acceptance.metrics meets its condition."""
     last: dict[str, Any] = {}
+    events: dict[str, dict[str, Any]] = {}
     for ev in given.record.events("metric"):
         last[str(ev.get("name"))] = ev.get("value")
+        events[str(ev.get("name"))] = ev
     out = []
     for name, text in given.spec.acceptance.metrics.items():
         cond = parse_condition(text)
         value = last.get(name)
+        why = events.get(name, {}).get("per_attempt")
+        if why:  # a framework's figure of one attempt (workload/aggregates.py): refused
+            ev = events[name]
+            shown = f"{value:.6g}" if isinstance(value, int | float) else str(value)
+            instead = ev.get("instead") or "judge the run by a metric computed over the whole run"
+            out.append(Check("results", f"metric {name}", FAIL, True,
+                             f"refused as an acceptance metric: {shown} (attempt "
+                             f"{ev.get('attempt')}) is {why}; a resumed run and an "
+                             "uninterrupted one with the same weights report different values",
+                             f"remove it from [acceptance.metrics] and {instead}"))  # fmt: skip
+            continue
         if value is None:
             known = ", ".join(sorted(last)) or "none"
             out.append(Check("results", f"metric {name}", NOT_RECORDED, True,
