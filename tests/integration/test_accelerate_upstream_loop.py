@@ -310,3 +310,25 @@ def test_two_ranks_killed_mid_epoch_resume_bitwise(tmp_path: Path) -> None:
             work = record.read_json("attempts/2/exit.json")["work"]
             assert (work["first_step"], work["last_step"]) == (5, 12)
     assert hashes[0] == hashes[1]
+
+
+@pytest.mark.slow
+def test_a_training_loader_not_prepared_is_said_to_have_no_stop_boundary(tmp_path: Path) -> None:
+    """Batches from a DataLoader that accelerator.prepare did not return: steps still
+    count, and the run says that a stop cannot be honoured at a step boundary."""
+    job = make_job(tmp_path / "unprepared")
+    script = TRACKED.replace(
+        "model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(\n"
+        "    model, optimizer, train_dataloader, eval_dataloader, lr_scheduler\n)",
+        "model, optimizer, eval_dataloader, lr_scheduler = accelerator.prepare(\n"
+        "    model, optimizer, eval_dataloader, lr_scheduler\n)",
+    )
+    assert script != TRACKED
+    (job / "train.py").write_text(script)
+    proc = acceptrun(job, "run", "-q", "spec.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = only_record_in(job / "ws")
+    assert [e["step"] for e in record.events("step")] == list(range(1, TOTAL + 1))
+    (note,) = record.events("resume_note")
+    assert "no step boundary to honour a stop request at" in note["note"], note
+    assert "accelerator.prepare" in record.file("attempts/1/stderr.log").read_text()

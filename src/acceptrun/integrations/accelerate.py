@@ -66,6 +66,7 @@ import contextlib
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,14 @@ class Tracker:
             return
         if self._train is None:
             self._train = self._fetched_from
+            if self._train is None and self.completed == self._boundary:  # the first step
+                self._note(
+                    "the first optimizer step's batch came from no DataLoader that "
+                    "accelerator.prepare returned, so there is no step boundary to honour a "
+                    "stop request at: a stop or preemption ends the attempt at the end of "
+                    "its grace period, without a save. Pass the training DataLoader "
+                    "through accelerator.prepare (or loop over tracker.steps())"
+                )
         self.completed += 1
         step = self.completed
         self._loop.step = step  # a save_state from here on is the checkpoint of `step`
@@ -467,6 +476,12 @@ class Tracker:
         return base / f"stopped-step-{step}"
 
     # ---- events ---------------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        """Say what the tracker cannot do for this loop: a warning and a resume_note event."""
+        warnings.warn(f"acceptrun: {text}", stacklevel=3)
+        if self.run.rank == 0:
+            self.run.record.event("resume_note", attempt=self.run.attempt, note=text)
 
     def log(self, step: int, **values: float) -> None:
         """Values for ``step`` (loss, samples, tokens, lr); inside :meth:`steps` they join its event."""
