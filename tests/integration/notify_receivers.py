@@ -47,7 +47,7 @@ class WebhookReceiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 with lock:
@@ -109,7 +109,7 @@ class SmtpReceiver:
         outer = self
 
         class Handler:
-            async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+            async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
                 import email
 
                 outer.messages.append((time.time(), email.message_from_bytes(envelope.content)))
