@@ -111,8 +111,10 @@ class SmtpReceiver:
         class Handler:
             async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
                 import email
+                import email.policy
 
-                outer.messages.append((time.time(), email.message_from_bytes(envelope.content)))
+                parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+                outer.messages.append((time.time(), parsed))
                 return "250 OK"
 
         def authenticate(server: Any, session: Any, envelope: Any, mechanism: str,
