@@ -8,6 +8,7 @@ login, a self-signed certificate made with openssl, and one user.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -20,7 +21,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SmtpReceiver", "WebhookReceiver", "wait_until"]
+__all__ = ["SmtpReceiver", "WebhookReceiver", "wait_until", "watchdog_of"]
+
+
+def watchdog_of(pid: int) -> bool:
+    """Whether the supervisor ``pid`` has started its attempt's watchdog (which ends the
+    workload when the supervisor dies): the moment a SIGKILL leaves no orphan."""
+    import psutil
+
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "_watchdog.py" in " ".join(child.cmdline()):
+                return True
+    return False
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

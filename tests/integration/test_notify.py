@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from budget_job import make
-from notify_receivers import SmtpReceiver, WebhookReceiver, wait_until
+from notify_receivers import SmtpReceiver, WebhookReceiver, wait_until, watchdog_of
 
 from acceptrun.record.workspace import RunRecord
 
@@ -297,6 +297,8 @@ def test_a_gone_supervisor_is_told_by_watch_once(tmp_path: Path) -> None:
                 and _record(ws), DEADLINE_S, "the run record",
             )  # fmt: skip
             wait_until(lambda: _events(record, "attempt_start"), DEADLINE_S, "attempt 1")
+            # Once its watchdog runs, which ends the workload after the death (no orphan).
+            wait_until(lambda: watchdog_of(sup.pid), DEADLINE_S, "the watchdog")
             sup.send_signal(signal.SIGKILL)
             sup.wait(timeout=60)
             (body,) = wait_until(lambda: hook.bodies("supervisor_gone"), DEADLINE_S, "the message")
@@ -323,3 +325,37 @@ def test_a_gone_supervisor_is_told_by_watch_once(tmp_path: Path) -> None:
         assert len(hook.bodies("supervisor_gone")) == 1
         outputs = (watch_out, watch_err, sup_out, sup_err, again.stdout, again.stderr)
         assert not _leaks(ws, [hook.secret_path], *outputs)
+
+
+IDLES = """
+import time, acceptrun
+run = acceptrun.init()
+for step in run.steps(0, 100):
+    run.log(step, loss=1.0)
+    if step >= 3:
+        while not run.stop_requested:
+            time.sleep(0.05)
+"""
+
+
+def test_an_idle_stop_is_told(tmp_path: Path) -> None:
+    started = time.time()
+    with WebhookReceiver() as hook:
+        spec, ws = _job(tmp_path, IDLES, f"""
+            [limits]
+            idle_window = "3s"
+            [telemetry]
+            interval = "0.5s"
+            [notify]
+            webhook = "{hook.url}"
+            events = ["idle_stop"]
+            """)  # fmt: skip
+        done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
+        record = _record(ws)
+        (stop,) = _events(record, "idle_stop")
+        (body,) = hook.bodies()
+        assert body["event"] == "idle_stop" and "sat idle" in body["title"]
+        assert "data loader" in body["fix"]
+        (ev,) = _events(record, "notify")
+        _check_delivered(ev, stop, started)
+        assert not _leaks(ws, [hook.secret_path], done.stdout, done.stderr)

@@ -215,7 +215,15 @@ def _budget(ev: dict[str, Any], attempt: int | None, run_dir: Path) -> _Made:
                 _CLASS_FIX["budget"])  # fmt: skip
     fraction = ev.get("fraction")
     share = f"{100 * fraction:.0f}%" if isinstance(fraction, int | float) else "its warning share"
-    return ("budget", f"{fraction}", f"spend passed {share} of the budget",
+    title = f"spend passed {share} of the budget"
+    if isinstance(spent, int | float) and isinstance(budget, int | float) and budget > 0:
+        now = spent / budget
+        title = f"spend at {100 * now:.0f}% of the budget, past {share}"
+        if isinstance(fraction, int | float) and now < fraction:  # a long grace period
+            title = (
+                f"the budget stop is due before the spend reaches {share} (now {100 * now:.0f}%)"
+            )
+    return ("budget", f"{fraction}", title,
             f"{_num(spent)} USD spent of limits.budget_usd = {_num(budget)}",
             "raise limits.budget_usd before it stops the run, or let it stop with a checkpoint")  # fmt: skip
 
