@@ -359,3 +359,54 @@ def test_an_idle_stop_is_told(tmp_path: Path) -> None:
         (ev,) = _events(record, "notify")
         _check_delivered(ev, stop, started)
         assert not _leaks(ws, [hook.secret_path], done.stdout, done.stderr)
+
+
+CORRUPTS = """
+import os, signal, acceptrun
+
+class Counter:
+    def __init__(self): self.n = 0
+    def state_dict(self): return {"n": self.n}
+    def load_state_dict(self, state): self.n = state["n"]
+
+counter = Counter()
+run = acceptrun.init()
+start = run.restore(counter=counter)
+for step in run.steps(start, 8):
+    counter.n += 1
+    run.log(step, loss=1.0)
+    if step in (2, 4):
+        run.checkpoint(step, block=True)
+    if step == 5 and run.attempt == 1:  # flip a byte of every file of step 4, then die
+        where = os.path.join(os.environ["ACCEPTRUN_CHECKPOINT_DIR"], "step-4")
+        for name in os.listdir(where):
+            if name != "MANIFEST.json":
+                path = os.path.join(where, name)
+                data = bytearray(open(path, "rb").read()); data[-1] ^= 1
+                open(path, "wb").write(bytes(data))
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_quarantined_checkpoint_is_told(tmp_path: Path) -> None:
+    started = time.time()
+    with WebhookReceiver() as hook:
+        spec, ws = _job(tmp_path, CORRUPTS, f"""
+            [limits]
+            restart_backoff = 0
+            [notify]
+            webhook = "{hook.url}"
+            events = ["checkpoint_quarantined", "attempt_failed", "accepted"]
+            """)  # fmt: skip
+        done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
+        assert done.returncode == 0, done.stderr
+        record = _record(ws)
+        (quarantine,) = _events(record, "checkpoint_quarantine")
+        bodies = {b["event"]: b for b in hook.bodies()}
+        assert set(bodies) == {"checkpoint_quarantined", "attempt_failed", "accepted"}, bodies
+        told = bodies["checkpoint_quarantined"]
+        assert "checkpoint at step 4 failed verification" in told["title"]
+        assert "attempt 1 failed: killed" in bodies["attempt_failed"]["title"]
+        (ev,) = [e for e in _events(record, "notify") if e["event"] == "checkpoint_quarantined"]
+        _check_delivered(ev, quarantine, started)
+        assert not _leaks(ws, [hook.secret_path], done.stdout, done.stderr)

@@ -9,8 +9,8 @@ condition for the run's own ``[notify]`` targets, delivered and recorded like an
 (a ``notify`` event in the dead run's record, ``by: "watch"``), once per supervisor.
 
 Why a command of its own, not the queue worker or the board: both run only when someone
-uses them (a run started by hand has neither), while a watcher is cheap (it reads the
-lease and run.json of the runs not closed) and can run anywhere that sees the workspace,
+uses them (a run started by hand has neither), while a watcher is cheap (it reads each
+run's run.json, and the lease of those not closed) and can run anywhere that sees the workspace,
 under systemd, cron (``--once``) or tmux, beside runs started in any way.
 """
 
