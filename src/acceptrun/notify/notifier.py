@@ -290,8 +290,15 @@ def start_notifier(record: RunRecord, spec: RunSpec, *, from_end: bool = False) 
 
     ``from_end``: a resume, whose earlier events were told by the run before it.
     """
-    notify = notify_spec_of(record, spec)
-    if not notify.enabled:
+    try:
+        notify = notify_spec_of(record, spec)
+        if not notify.enabled:
+            return None
+        dispatcher = Dispatcher(record, notify, name=spec.name)
+        return Notifier(record, dispatcher, from_end=from_end).start()
+    except Exception as exc:  # never the run's failure: recorded and said, then it runs on
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("notify: run %s sends no messages: %s", record.run_id, error)
+        with contextlib.suppress(OSError):
+            record.event("best_effort_failed", sync=True, component="notify", error=error)
         return None
-    dispatcher = Dispatcher(record, notify, name=spec.name)
-    return Notifier(record, dispatcher, from_end=from_end).start()

@@ -101,7 +101,7 @@ class LogRepairedEvent(Event, total=False):
 
 
 class BestEffortFailedEvent(Event, total=False):
-    component: Required[str]  # ledger, report, telemetry summary, portability, ...
+    component: Required[str]  # ledger, report, telemetry summary, portability, notify, ...
     error: Required[str]  # "Type: message"
     traceback: str
 
@@ -634,7 +634,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("mirror_fetch", MirrorFetchEvent, "a resume fetched a checkpoint back from the mirror", "run/lifecycle"),
     _E("mirror_quarantine", MirrorQuarantineEvent, "a mirrored step did not verify: a resume passed over it", "run/lifecycle"),
     _E("cleanup", CleanupEvent, "one cleanup command or remove pattern at the close", "run/close"),
-    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary) failed; recorded, not fatal", "run/close, verdict/core"),
+    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary, notify) failed; recorded, not fatal", "run/close, verdict/core, notify/notifier"),
     _E("ledger_failed", ErrorEvent, "ledger.json could not be built (older records; now best_effort_failed)", "run/close"),
     _E("report_failed", ErrorEvent, "report.html could not be written (older records; now best_effort_failed)", "run/close"),
     _E("inference_summary_failed", ErrorEvent, "the batch inference summary failed (older records; now best_effort_failed)", "run/close"),
