@@ -67,7 +67,9 @@ class Dispatcher:
         by: str = "supervisor",
         targets: list[Target] | None = None,
     ) -> None:
-        self.record = record
+        # Its own handle on the record: its appends never flush another thread's step log
+        # (AppendLog's lock and O_APPEND keep the lines whole and in order).
+        self.record = RunRecord(record.path)
         self.notify = notify
         self.name = name
         self.by = by  # who delivers: supervisor | watch
@@ -136,19 +138,16 @@ class Dispatcher:
                 error = str(exc)
             else:
                 delivered = time.time()
-                with self._lock:
-                    self._pending.pop(id(job), None)
-                # Also after the close gave up on it: it did arrive, and the record says so.
+                # Recorded while still pending (the close waits for it: the report has it);
+                # also after the close gave up on it: it did arrive, and the record says so.
                 self._record(target, job.condition, "delivered", n, delivered_at=delivered)
                 return
             if n < tries and self._abandon.wait(min(wait, MAX_BACKOFF_S)):
                 return
             wait *= 2
-        with self._lock:
-            if id(job) not in self._pending:
-                return
-            self._pending.pop(id(job), None)
-        self._record(target, job.condition, "failed", tries, error=error)
+        with self._lock:  # unless the close already recorded it as not delivered
+            if id(job) in self._pending:
+                self._record(target, job.condition, "failed", tries, error=error)
 
     def _record(
         self,
