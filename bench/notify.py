@@ -115,9 +115,11 @@ def one_run(root: Path, kind: str) -> list[dict[str, Any]]:
             _acceptrun("--workspace", str(ws), "run", str(spec), cwd=root, timeout=600)
         else:
             watch = subprocess.Popen([PY, "-m", "acceptrun", "--workspace", str(ws), "watch",
-                                      "--every", "0.5s"], stderr=subprocess.DEVNULL)  # fmt: skip
+                                      "--every", "0.5s"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)  # fmt: skip
             sup = subprocess.Popen([PY, "-m", "acceptrun", "--workspace", str(ws), "run",
-                                    str(spec)], cwd=root, stderr=subprocess.DEVNULL)  # fmt: skip
+                                    str(spec)], cwd=root, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)  # fmt: skip
             try:
                 wait_until(lambda: _events(ws, "attempt_start"), 300, "attempt 1")
                 wait_until(lambda: watchdog_of(sup.pid), 300, "the watchdog")  # no orphan after
