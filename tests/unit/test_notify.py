@@ -152,7 +152,9 @@ class _Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/s3cr3tpath"
 
 
@@ -215,3 +217,16 @@ def test_a_target_that_never_answers_is_recorded_as_failed(
     )
     assert "was not delivered" in caplog.text
     assert "NOT DELIVERED: failed" in delivery_lines(delivery_rows([ev]))[0]
+
+
+def test_watch_once_on_a_workspace_and_a_bad_period(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acceptrun.cli.main import main
+
+    ws = tmp_path / ".acceptrun"
+    (ws / "runs").mkdir(parents=True)
+    assert main(["--workspace", str(ws), "watch", "--once"]) == 0
+    assert "0 gone supervisor(s) found" in capsys.readouterr().err
+    assert main(["--workspace", str(ws), "watch", "--every", "0s"]) == 2
+    assert "--every '0s' is not a positive duration" in capsys.readouterr().err
