@@ -273,10 +273,19 @@ def test_each_budget_share_crossed_is_told_once(tmp_path: Path) -> None:
         assert not _leaks(ws, [hook.secret_path], done.stdout, done.stderr)
 
 
-def test_a_gone_supervisor_is_told_by_watch_once(tmp_path: Path) -> None:
+# Waits on attempt 1 (its supervisor is killed), ends at once on attempt 2 (the resume).
+PAUSES_ONCE = (
+    "import os, signal\nprint('started', flush=True)\n"
+    "if os.environ['ACCEPTRUN_ATTEMPT'] == '1':\n    signal.pause()\n"
+)
+
+
+def test_a_gone_supervisor_is_told_by_watch_once_and_the_resume_tells_its_own(
+    tmp_path: Path,
+) -> None:
     started = time.time()
     with WebhookReceiver() as hook:
-        spec, ws = _job(tmp_path, HANGS, f"""
+        spec, ws = _job(tmp_path, PAUSES_ONCE, f"""
             [limits]
             grace_period = "1s"
             [notify]
@@ -323,7 +332,21 @@ def test_a_gone_supervisor_is_told_by_watch_once(tmp_path: Path) -> None:
         again = _cli("--workspace", str(ws), "watch", "--once", cwd=tmp_path)
         assert again.returncode == 0, again.stderr
         assert len(hook.bodies("supervisor_gone")) == 1
-        outputs = (watch_out, watch_err, sup_out, sup_err, again.stdout, again.stderr)
+        # The resume reads the URL back from the secrets file and tells its own conditions
+        # (its verdict), none of the run's before it again.
+        resumed = _cli("--workspace", str(ws), "resume", record.run_id, "--from-scratch",
+                       cwd=tmp_path)  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+        (accepted,) = hook.bodies("accepted")
+        assert accepted["run"] == record.run_id
+        assert len(hook.bodies("supervisor_gone")) == 1
+        assert {b["event"] for b in hook.bodies()} <= {
+            "supervisor_gone",
+            "attempt_failed",
+            "accepted",
+        }
+        outputs = (watch_out, watch_err, sup_out, sup_err, again.stdout, again.stderr,
+                   resumed.stdout, resumed.stderr)  # fmt: skip
         assert not _leaks(ws, [hook.secret_path], *outputs)
 
 
