@@ -37,6 +37,7 @@ SMOKE: dict[str, list[str]] = {
     "interval.py": ["--work", "3", "--mtbf", "2", "--mb", "1", "--scale"],
     "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
     "long_run.py": ["--steps", "1000", "--dir", "{out}"],
+    "notify.py": ["--reps", "1", "--kinds", "divergence,accepted,supervisor_gone", "--root", "{out}"],
     "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
     "recovery.py": ["--idle-seconds", "3", "--kills", "1", "--root", "{out}"],

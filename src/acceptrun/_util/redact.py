@@ -49,6 +49,7 @@ __all__ = [
     "MIN_SECRET_LEN",
     "REDACTED",
     "SECRET_NAME",
+    "declare_secret_fields",
     "forget_learned",
     "is_secret_name",
     "learn",
@@ -167,14 +168,31 @@ def forget_learned() -> None:
     _learned.clear()
 
 
+# Spec fields whose whole value is a secret (a webhook URL): (section, field) pairs that the
+# spec declaration (spec/model.py, ``secret=True``) declares when it is imported.
+_secret_fields: set[tuple[str, str]] = set()
+
+
+def declare_secret_fields(fields: Iterable[tuple[str, str]]) -> None:
+    """Spec fields (section, name) whose values :func:`learn_spec` learns whole."""
+    _secret_fields.update(fields)
+
+
 def learn_spec(spec: Any) -> None:
     """Learn the secrets of a spec (a dict or a spec object): its ``[env]`` values with a
-    secret-looking name and every value found in a secret form in any of its strings."""
+    secret-looking name, the values of the fields declared secret, and every value found
+    in a secret form in any of its strings."""
     env = spec.get("env") if isinstance(spec, Mapping) else getattr(spec, "env", None)
     if isinstance(env, Mapping):
         learn(_values_of(env))
     spec = _plain(spec)
     found: list[str] = []
+    if isinstance(spec, Mapping):
+        for section, name in _secret_fields:
+            table = spec.get(section)
+            value = table.get(name) if isinstance(table, Mapping) else None
+            if isinstance(value, str):
+                found.append(value)
     _walk_strings(spec, found)
     command = spec.get("command") if isinstance(spec, Mapping) else None
     if isinstance(command, list | tuple):

@@ -51,6 +51,7 @@ COMMANDS: dict[str, str] = {
     "scaling": "acceptrun.tune.scaling",
     "export": "acceptrun.backends.cli",
     "ui": "acceptrun.ui.cli",
+    "watch": "acceptrun.notify.cli",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 

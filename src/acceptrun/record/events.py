@@ -101,7 +101,7 @@ class LogRepairedEvent(Event, total=False):
 
 
 class BestEffortFailedEvent(Event, total=False):
-    component: Required[str]  # ledger, report, telemetry summary, portability, ...
+    component: Required[str]  # ledger, report, telemetry summary, portability, notify, ...
     error: Required[str]  # "Type: message"
     traceback: str
 
@@ -213,6 +213,7 @@ class BudgetEvent(Event, total=False):
     attempt: Required[int]
     budget_usd: Required[float]
     spent_usd: Required[float]
+    fraction: float  # budget_warning: the share of the budget crossed (notify.budget_fractions)
 
 
 class FaultInjectedEvent(Event, total=False):
@@ -512,6 +513,26 @@ class MirrorBehindEvent(Event, total=False):
     attempt: int
 
 
+# ---- notifications (notify/*.py) -------------------------------------------------------------
+
+
+class NotifyEvent(Event, total=False):
+    target: Required[str]  # webhook|slack <scheme://host/…>, email <host:port>, command <name>
+    event: Required[str]  # the notification: rejected, divergence, supervisor_gone, ...
+    outcome: Required[str]  # delivered | failed | dropped | not_delivered
+    condition_t: Required[
+        float
+    ]  # the condition's own time (unix s): time to detect counts from here
+    attempts: Required[int]  # tries made
+    key: str  # the condition's dedupe key (divergence:1)
+    condition: str  # the events.jsonl kind that recorded it ("lease": a gone supervisor)
+    delivered_at: float  # unix s
+    time_to_detect_s: float  # delivered_at - condition_t
+    error: str  # the last try's failure
+    by: str  # supervisor | watch
+    attempt: int
+
+
 # ---- telemetry, tune, inference, serving ---------------------------------------------------
 
 
@@ -615,7 +636,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("mirror_fetch", MirrorFetchEvent, "a resume fetched a checkpoint back from the mirror", "run/lifecycle"),
     _E("mirror_quarantine", MirrorQuarantineEvent, "a mirrored step did not verify: a resume passed over it", "run/lifecycle"),
     _E("cleanup", CleanupEvent, "one cleanup command or remove pattern at the close", "run/close"),
-    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary) failed; recorded, not fatal", "run/close, verdict/core"),
+    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary, notify) failed; recorded, not fatal", "run/close, verdict/core, notify/notifier"),
     _E("ledger_failed", ErrorEvent, "ledger.json could not be built (older records; now best_effort_failed)", "run/close"),
     _E("report_failed", ErrorEvent, "report.html could not be written (older records; now best_effort_failed)", "run/close"),
     _E("inference_summary_failed", ErrorEvent, "the batch inference summary failed (older records; now best_effort_failed)", "run/close"),
@@ -677,6 +698,8 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("mirror_failed", MirrorFailedEvent, "a mirror upload failed", "checkpoint/mirror"),
     _E("mirror_delete", MirrorDeleteEvent, "a checkpoint was deleted from the mirror", "checkpoint/mirror"),
     _E("mirror_behind", MirrorBehindEvent, "the mirror is behind at the end", "checkpoint/saver, supervisor/external"),
+    # notifications
+    _E("notify", NotifyEvent, "a message to a [notify] target: delivered, failed, dropped or not delivered; time to detect", "notify/notifier"),
     # telemetry, tune, inference, serving
     _E("prometheus", PrometheusEvent, "the Prometheus endpoint is serving", "telemetry/sampler"),
     _E("prometheus_failed", PrometheusFailedEvent, "the Prometheus endpoint could not start", "telemetry/sampler"),

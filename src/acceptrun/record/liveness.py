@@ -243,7 +243,10 @@ def _last_time(path: Path) -> float | None:
     best: float | None = None
     for line in tail.splitlines()[-50:]:
         try:
-            t = loads_json(line).get("t")
+            line_obj = loads_json(line)
+            if line_obj.get("kind") == "notify":
+                continue  # a delivery (`acceptrun watch` writes them after a death): no sign of life
+            t = line_obj.get("t")
         except (ValueError, AttributeError):
             continue  # the first, cut line, or a torn last one
         if isinstance(t, int | float) and (best is None or t > best):

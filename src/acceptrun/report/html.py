@@ -23,6 +23,7 @@ from acceptrun._util.units import format_bytes
 from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
 from acceptrun.inference.report import batch_html
+from acceptrun.notify.summary import delivery_rows
 from acceptrun.record.liveness import status_text, supervisor_state
 from acceptrun.record.status import CheckStatus
 from acceptrun.record.view import RecordView
@@ -182,6 +183,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "preflight": record.read_json("preflight.json"),
         "inference": record.read_json("inference.json"),  # batch inference runs only
         "serving_html": serving_html(record),  # serving runs only: figures and charts
+        "notify": delivery_rows(view.events("notify")),  # notify/: deliveries, time to detect
     }
 
 
@@ -278,7 +280,8 @@ def render_html(data: dict[str, Any]) -> str:
         f'<h1>{_e(name)} <span class="muted">{_e(data["run_id"])}</span></h1>',
         '<nav><a href="#tests">tests</a><a href="#charts">charts</a><a href="#time">time</a>'
         '<a href="#serving">serving</a>'
-        '<a href="#cost">cost</a><a href="#attempts">attempts</a><a href="#checkpoints">checkpoints</a>'
+        '<a href="#cost">cost</a><a href="#attempts">attempts</a><a href="#notify">notifications</a>'
+        '<a href="#checkpoints">checkpoints</a>'
         '<a href="#outputs">outputs</a><a href="#portability">portability</a>'
         '<a href="#provenance">provenance</a></nav>',
     ]
@@ -290,6 +293,7 @@ def render_html(data: dict[str, Any]) -> str:
     out += batch_html(data.get("inference"))
     out += data.get("serving_html") or []  # serving runs only
     out += _attempts(data)
+    out += _notify(data)
     out += _checkpoints_html(data)
     out += _outputs(data)
     out += _portability(data)
@@ -665,6 +669,32 @@ def _attempts(data: dict[str, Any]) -> list[str]:
             f'<td>{_e(a.get("class"))}<div class="muted">{_e(reason)}</div></td>'
             f"<td>{_e(format_duration(float(a.get('duration_s') or 0.0)))}</td><td>{_e(done)}</td>"
             f"<td>{'<br>'.join(f'<code>{_e(x)}</code>' for x in evidence)}</td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
+def _notify(data: dict[str, Any]) -> list[str]:
+    """Who was told what, and how long after the condition was recorded (time to detect)."""
+    rows = data.get("notify") or []
+    if not rows:
+        return []  # no [notify] targets, or nothing to tell
+    out = [
+        '<h2 id="notify">Notifications</h2>',
+        '<p class="muted">Time to detect: from the condition\'s own recorded time to the '
+        "delivery, measured.</p>",
+        "<table><tr><th>event</th><th>target</th><th>outcome</th><th>tries</th>"
+        "<th>time to detect</th></tr>",
+    ]
+    for r in rows:
+        ok = r["outcome"] == "delivered"
+        ttd = r.get("time_to_detect_s")
+        shown = f"{ttd:.3f} s" if ok and isinstance(ttd, int | float) else "-"
+        outcome = r["outcome"] if ok else f"{r['outcome']}: {r.get('error') or 'no reason'}"
+        out.append(
+            f"<tr><td>{_e(r['event'])}</td><td><code>{_e(r['target'])}</code></td>"
+            f'<td class="{"pass" if ok else "fail"}">{_e(outcome)}</td>'
+            f"<td>{_e(r.get('attempts'))}</td><td>{_e(shown)}</td></tr>"
         )
     out.append("</table>")
     return out

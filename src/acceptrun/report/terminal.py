@@ -14,6 +14,7 @@ from typing import Any
 from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
 from acceptrun.inference.report import batch_lines
+from acceptrun.notify.summary import delivery_lines, delivery_rows
 from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
@@ -88,6 +89,7 @@ def format_show(record: RunRecord) -> str:
             f"{ev.get('first_step')} after resuming from step {ev.get('resumed_from')}: its "
             f"steps are shown as the script's + {ev.get('offset')}"
         )
+    lines += delivery_lines(delivery_rows(view.events("notify")))  # notify/: time to detect
     if problems := view.event_problems():  # known events lacking a field: shown, not fatal
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         lines.append(f"events   {'; '.join(problems[:3])}{more}")

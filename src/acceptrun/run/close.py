@@ -123,13 +123,18 @@ def close_run(
     spec: RunSpec | None = None,
     *,
     status: str = "finished",
+    after_verdict: Callable[[], object] | None = None,
 ) -> Verdict:
-    """Clean up, decide, and write verdict.json and the final run.json."""
+    """Clean up, decide, and write verdict.json and the final run.json.
+
+    ``after_verdict`` runs once the verdict is recorded and before the report is written
+    (the run's notifier: its last deliveries, verdict included, reach the report).
+    """
     spec = spec or load_spec(record.spec_path)
     record.update_state(status="closing")
     if status == "finished":
         run_cleanup(record, spec)
-    verdict = _finalize(record, workspace, spec, status)
+    verdict = _finalize(record, workspace, spec, status, after_verdict)
     end_lease(record)  # closed: its supervisor lets go of the run (record/lease.py)
     return verdict
 
@@ -168,7 +173,13 @@ def _ledger(record: RunRecord) -> None:
     _best_effort(record, "ledger", lambda: build_ledger(record))
 
 
-def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: str) -> Verdict:
+def _finalize(
+    record: RunRecord,
+    workspace: Workspace,
+    spec: RunSpec,
+    status: str,
+    after_verdict: Callable[[], object] | None = None,
+) -> Verdict:
     _ledger(record)  # the verdict's cost lines read it
     _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
     verdict = compute_verdict(record, spec)
@@ -186,6 +197,8 @@ def _finalize(record: RunRecord, workspace: Workspace, spec: RunSpec, status: st
         steps=tl["steps"],
     )
     record.event("verdict", sync=True, verdict="accepted" if verdict.accepted else "rejected")
+    if after_verdict is not None:
+        _best_effort(record, "notify", after_verdict)
     _ledger(record)  # again, now that it can say whether the run was accepted
     _summary(record)  # last of the run's events is written: show and report read it
     _report(record)

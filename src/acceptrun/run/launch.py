@@ -23,6 +23,8 @@ from acceptrun.capture.preflight import check_static, run_preflight
 from acceptrun.checkpoint.owner import LAYOUT_KEY, PER_RUN, check_fresh, create_run_store
 from acceptrun.cost.catalog import check_budget, load_catalog, price_for
 from acceptrun.errors import UserError
+from acceptrun.notify.notifier import start_notifier
+from acceptrun.notify.secrets import keep_secrets
 from acceptrun.record.lease import start_lease
 from acceptrun.record.workspace import RunRecord, find_workspace, now_iso, user_at_host
 from acceptrun.run.close import close_run
@@ -146,7 +148,7 @@ def launch(
     billing_start = time.time()  # the launch: what an on-demand bill counts from
     record = ws.create_run(
         spec.name,
-        spec_text=spec.to_toml(),
+        spec_text=spec.to_toml(secrets=False),
         state={
             "mode": "supervised",
             "status": "preflight",
@@ -164,38 +166,46 @@ def launch(
     if "://" not in (spec.checkpoint.dir or ""):
         create_run_store(record, spec)  # its OWNER.json: this run's, empty
     start_lease(record)  # supervisor.json, renewed until the close (record/lease.py)
-    _log.info(f"run {record.run_id}")
-    _log.info(f"record {record.path}")
-    if on_record is not None:
-        on_record(record)
-    record.event("run_start", sync=True, spec_hash=spec.hash)
-    record.audit("run", spec=str(Path(spec_path).resolve()))
-    record.event("usage", sync=True, **usage.to_dict())
-    for finding in findings:  # warnings only: errors were refused above
-        _log.info(str(finding))
-        record.event("spec_warning", sync=True, **finding.to_dict())
+    keep_secrets(record, spec)  # [notify] URLs: beside the record, never in it (notify/secrets.py)
+    # Follows events.jsonl from here on and tells the [notify] targets (notify/notifier.py).
+    notifier = start_notifier(record, spec)
+    told = None if notifier is None else notifier.close
     try:
-        with _stop_signals_raise():
-            preflight = run_preflight(record, spec, existing=existing)
-    except _StoppedBeforeLaunch as exc:
-        _log.info(f"{exc} during preflight: the run was not launched")
-        record.event("stopped_before_launch", sync=True, signal=str(exc))
-        verdict = close_run(record, ws, spec, status="stopped")
-        return LaunchResult(record, spec, verdict, False, None, interrupted=True)
-    if not preflight.ok:
-        record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
-        verdict = close_run(record, ws, spec, status="failed_preflight")
-        return LaunchResult(record, spec, verdict, False, None)
-    record.update_state(started_at=now_iso())
-    result = Supervisor(
-        record,
-        spec,
-        echo=echo,
-        say=_log.info,
-        base_env=base_env,
-        price=price,
-        billing_start=billing_start,
-        prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
-    ).run()
-    verdict = close_run(record, ws, spec)
-    return LaunchResult(record, spec, verdict, True, result)
+        _log.info(f"run {record.run_id}")
+        _log.info(f"record {record.path}")
+        if on_record is not None:
+            on_record(record)
+        record.event("run_start", sync=True, spec_hash=spec.hash)
+        record.audit("run", spec=str(Path(spec_path).resolve()))
+        record.event("usage", sync=True, **usage.to_dict())
+        for finding in findings:  # warnings only: errors were refused above
+            _log.info(str(finding))
+            record.event("spec_warning", sync=True, **finding.to_dict())
+        try:
+            with _stop_signals_raise():
+                preflight = run_preflight(record, spec, existing=existing)
+        except _StoppedBeforeLaunch as exc:
+            _log.info(f"{exc} during preflight: the run was not launched")
+            record.event("stopped_before_launch", sync=True, signal=str(exc))
+            verdict = close_run(record, ws, spec, status="stopped", after_verdict=told)
+            return LaunchResult(record, spec, verdict, False, None, interrupted=True)
+        if not preflight.ok:
+            record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
+            verdict = close_run(record, ws, spec, status="failed_preflight", after_verdict=told)
+            return LaunchResult(record, spec, verdict, False, None)
+        record.update_state(started_at=now_iso())
+        result = Supervisor(
+            record,
+            spec,
+            echo=echo,
+            say=_log.info,
+            base_env=base_env,
+            price=price,
+            billing_start=billing_start,
+            prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
+        ).run()
+        verdict = close_run(record, ws, spec, after_verdict=told)
+        return LaunchResult(record, spec, verdict, True, result)
+    finally:
+        if notifier is not None:
+            notifier.close()  # nothing left when the close did it; else what is left, recorded

@@ -39,6 +39,7 @@ from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of
 from acceptrun.errors import AcceptrunError, RecordError, UserError
+from acceptrun.notify.notifier import start_notifier
 from acceptrun.record.lease import start_lease
 from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.status import RUN_CLOSED, RUN_SUPERVISED
@@ -318,8 +319,14 @@ def resume_run(
             )
         url = _run_root(record, url)
         _require_step(url, step)  # before the lock, the take-over or any verification
-    with _resume_lock(record):
+    with _resume_lock(record), contextlib.ExitStack() as stack:
         _check_resumable(record, force=force)
+        # This resume's conditions only: what came before was told by the run before it
+        # (or, for its supervisor's death, by `acceptrun watch`).
+        notifier = start_notifier(record, spec, from_end=True)
+        told = None if notifier is None else notifier.close
+        if notifier is not None:
+            stack.callback(notifier.close)  # once the close has run it: nothing left to do
         check_static(spec)  # this machine must have the workdir, the command and the data
         # A dead supervisor's run: its attempt's leftovers given the grace period, then
         # killed; its exit.json written.
@@ -382,10 +389,10 @@ def resume_run(
         start_lease(record)  # this process supervises it now; close_run ends the lease
         if never_launched and not _preflight_again(record, spec):
             verdict = close_run(record, Workspace(record.path.parent.parent), spec,
-                                status="failed_preflight")  # fmt: skip
+                                status="failed_preflight", after_verdict=told)  # fmt: skip
             return ResumeResult(record, spec, verdict, from_step)
         supervisor.run()
-        verdict = close_run(record, Workspace(record.path.parent.parent), spec)
+        verdict = close_run(record, Workspace(record.path.parent.parent), spec, after_verdict=told)
         return ResumeResult(record, spec, verdict, from_step)
 
 

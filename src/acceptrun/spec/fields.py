@@ -209,6 +209,9 @@ class Rules:
     # Why a path field of a format that may reach outside the workdir needs to (what is
     # done there: read, or written to a store acceptrun owns); shown in the docs.
     reach: str | None = None
+    # The whole value is a secret (a webhook URL): learned by the redactor whenever a spec
+    # is parsed (spec/load.py), so it is hidden in every record, report, log and output.
+    secret: bool = False
 
     def __post_init__(self) -> None:
         # Declaration bugs, caught at import: an unknown format; a path field that may
@@ -219,7 +222,7 @@ class Rules:
 
     @property
     def empty(self) -> bool:
-        return self == Rules(unit=self.unit)
+        return self == Rules(unit=self.unit, secret=self.secret)
 
     @property
     def has_bounds(self) -> bool:
@@ -482,6 +485,8 @@ def schema_rules(rules: Rules, kind: str) -> dict[str, Any]:
             if bound is not None:
                 out[name] = bound
         return out
+    if rules.secret:
+        out["writeOnly"] = True  # a secret: read by acceptrun, never shown back
     if rules.format is not None:
         out.update(FORMATS[rules.format].schema)
     if rules.choices and not rules.any_case:
@@ -520,4 +525,6 @@ def rules_text(rules: Rules) -> str:
         parts.append(_items_text(rules).replace("a list of", "items:"))
     if rules.unit:
         parts.append(rules.unit)
+    if rules.secret:
+        parts.append("a secret: never shown or recorded")
     return "; ".join(parts)

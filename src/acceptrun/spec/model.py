@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import tomli_w
 
 from acceptrun._util.hashing import hash_bytes
+from acceptrun._util.redact import declare_secret_fields
 from acceptrun.spec.conditions import (
     Condition,
     match_pattern,
@@ -40,6 +41,8 @@ __all__ = [
     "IDLE_ACTIONS",
     "INFERENCE_FORMATS",
     "KNOWN_DRILLS",
+    "NOTIFY_EVENTS",
+    "SECRET_FIELDS",
     "SERVING_ARRIVALS",
     "SERVING_METHODS",
     "SKYPILOT_TEARDOWNS",
@@ -54,6 +57,7 @@ __all__ = [
     "ExpectSpec",
     "InferenceSpec",
     "LimitsSpec",
+    "NotifySpec",
     "ProgressSpec",
     "ResourcesSpec",
     "Rules",
@@ -944,6 +948,156 @@ class CleanupSpec:
         check_fields(self, self.SECTION)
 
 
+# What [notify] can tell, by the name a user writes in its events lists (notify/conditions.py
+# maps each to the events.jsonl kinds that record it).
+NOTIFY_EVENTS = (
+    "rejected", "accepted", "attempt_failed", "hang", "divergence", "idle_stop", "budget",
+    "mirror_behind", "checkpoint_quarantined", "supervisor_gone",
+)  # fmt: skip
+_NOTIFY_EVENTS_TEXT = ", ".join(NOTIFY_EVENTS)
+_ENV_VAR = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_EMAIL = r"^[^@\s<>]+@[^@\s<>]+$"
+_EVENTS_FOR = "Events sent {to}; empty: those of notify.events."
+
+
+@dataclass(kw_only=True)
+class NotifySpec:
+    """Who is told when a run needs someone: webhooks, Slack, e-mail, a local command."""
+
+    SECTION: ClassVar[str] = "notify"
+
+    webhook: str | None = doc(
+        "Generic JSON webhook: each message is POSTed as JSON (its text field also suits "
+        'Slack-compatible receivers), e.g. "https://hooks.example.com/T0/B0/xyz". A secret: '
+        "never shown or recorded.",
+        None,
+        pattern=_HTTP_URL,
+        accepts=_HTTP_ACCEPTS,
+        secret=True,
+    )
+    webhook_events: list[str] = doc(
+        _EVENTS_FOR.format(to="to notify.webhook"), factory=list, choices=NOTIFY_EVENTS
+    )
+    slack: str | None = doc(
+        'Slack (or Mattermost) incoming webhook: messages are {"text": ...}, e.g. '
+        '"https://hooks.slack.com/services/T0/B0/xyz". A secret: never shown or recorded.',
+        None,
+        pattern=_HTTP_URL,
+        accepts=_HTTP_ACCEPTS,
+        secret=True,
+    )
+    slack_events: list[str] = doc(
+        _EVENTS_FOR.format(to="to notify.slack"), factory=list, choices=NOTIFY_EVENTS
+    )
+    email_to: list[str] = doc(
+        'E-mail recipients, e.g. ["oncall@example.com"]; needs smtp_host and email_from.',
+        factory=list,
+        pattern=_EMAIL,
+        accepts='an e-mail address such as "oncall@example.com"',
+    )
+    email_from: str | None = doc(
+        'Sender of the e-mails, e.g. "acceptrun@example.com".',
+        None,
+        pattern=_EMAIL,
+        accepts='an e-mail address such as "acceptrun@example.com"',
+    )
+    smtp_host: str | None = doc(
+        'SMTP server for e-mail, e.g. "smtp.example.com".', None, format="line"
+    )
+    smtp_port: int = doc(
+        "SMTP port: 587 (submission with STARTTLS) by default.", 587, ge=1, le=65535,
+        accepts="a TCP port from 1 to 65535",
+    )  # fmt: skip
+    smtp_starttls: bool = doc(
+        "Upgrade the SMTP connection with STARTTLS before logging in (refused if the server "
+        "cannot); false only for a relay on a trusted network.",
+        True,
+    )
+    smtp_user_env: str | None = doc(
+        "Name of the environment variable that holds the SMTP user name (never the value "
+        'itself), e.g. "SMTP_USER"; unset: no login.',
+        None,
+        pattern=_ENV_VAR,
+        accepts='an environment variable name such as "SMTP_USER"',
+    )
+    smtp_password_env: str | None = doc(
+        "Name of the environment variable that holds the SMTP password (never the value "
+        'itself), e.g. "SMTP_PASSWORD".',
+        None,
+        pattern=_ENV_VAR,
+        accepts='an environment variable name such as "SMTP_PASSWORD"',
+    )
+    email_events: list[str] = doc(
+        _EVENTS_FOR.format(to="by e-mail"), factory=list, choices=NOTIFY_EVENTS
+    )
+    command: list[str] = doc(
+        "A local command (argv list, no shell) run once per message: the message as JSON "
+        'on stdin, its fields in ACCEPTRUN_NOTIFY_* variables, e.g. ["notify-send", "acceptrun"].',
+        factory=list,
+        format="arg",
+    )
+    command_events: list[str] = doc(
+        _EVENTS_FOR.format(to="to notify.command"), factory=list, choices=NOTIFY_EVENTS
+    )
+    events: list[str] = doc(
+        f"Events every target is sent unless it names its own: {_NOTIFY_EVENTS_TEXT}.",
+        factory=lambda: list(NOTIFY_EVENTS),
+        choices=NOTIFY_EVENTS,
+    )
+    budget_fractions: list[float] = doc(
+        "Shares of limits.budget_usd whose crossing is recorded (budget_warning) and sent "
+        "as a budget event, e.g. [0.5, 0.8].",
+        factory=lambda: [0.8],
+        gt=0,
+        lt=1,
+        accepts="shares between 0 and 1, e.g. [0.5, 0.8]",
+    )
+    retries: int = doc(
+        "Tries per message and target before the delivery is recorded as failed.", 5, ge=1,
+        accepts="1 or more tries",
+    )  # fmt: skip
+    retry_backoff: Duration = doc(
+        "Wait after the first failed try; doubles after each (at most 5 min).",
+        Duration(2.0),
+        gt=0,
+        accepts=_POSITIVE_DURATION,
+    )
+    timeout: Duration = doc(
+        "Longest wait for one try (connect and answer).", Duration(10.0), gt=0,
+        accepts=_POSITIVE_DURATION,
+    )  # fmt: skip
+    close_wait: Duration = doc(
+        "At the close, wait at most this long for messages still being delivered; what is "
+        "left is recorded as not delivered.",
+        Duration(30.0),
+        ge=0,
+        accepts="0 or more seconds",
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.SECTION)
+        email = bool(self.email_to)
+        require(
+            not email or (self.smtp_host is not None and self.email_from is not None),
+            "notify.email_to", self.email_to,
+            'email_to with smtp_host and email_from, e.g. smtp_host = "smtp.example.com"',
+        )  # fmt: skip
+        require(
+            email or self.smtp_host is None,
+            "notify.smtp_host", self.smtp_host, 'smtp_host with email_to = ["you@example.com"]',
+        )  # fmt: skip
+        require(
+            self.smtp_password_env is None or self.smtp_user_env is not None,
+            "notify.smtp_password_env", self.smtp_password_env,
+            'smtp_password_env with smtp_user_env (the login\'s user name), e.g. "SMTP_USER"',
+        )  # fmt: skip
+
+    @property
+    def enabled(self) -> bool:
+        """True when at least one target is set."""
+        return bool(self.webhook or self.slack or self.email_to or self.command)
+
+
 def _command_from_string(value: str, path: str) -> list[str]:
     """``command = "python train.py && echo done"`` runs through /bin/sh."""
     require(bool(value.strip()), path, value, 'a command such as "python train.py"')
@@ -1018,6 +1172,10 @@ class RunSpec:
     )
     slurm: SlurmSpec = doc("Options of the Slurm backend.", factory=SlurmSpec)
     skypilot: SkypilotSpec = doc("Options of the SkyPilot export.", factory=SkypilotSpec)
+    notify: NotifySpec = doc(
+        "Notifications: webhooks, Slack, e-mail, a command (docs/notify.md).",
+        factory=NotifySpec,
+    )
 
     # Set by load_spec, not by the user: where the spec came from.
     source: str = field(default="<memory>", metadata={"internal": True}, compare=False)
@@ -1070,14 +1228,33 @@ class RunSpec:
         """True when the command was written as a string and runs through /bin/sh."""
         return len(self.command) == 3 and self.command[:2] == ["/bin/sh", "-c"]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The resolved spec as plain data (durations in seconds), ready for TOML."""
+    def to_dict(self, *, secrets: bool = True) -> dict[str, Any]:
+        """The resolved spec as plain data (durations in seconds), ready for TOML.
+
+        ``secrets=False`` leaves out the fields declared secret (a webhook URL): what a run
+        record keeps (notify/secrets.py keeps their values apart, mode 0600).
+        """
         plain: dict[str, Any] = to_plain(self)
+        if not secrets:
+            for section, name in SECRET_FIELDS:
+                plain.get(section, {}).pop(name, None)
         return plain
 
-    def to_toml(self) -> str:
-        """The frozen, resolved spec: loadable again by :func:`load_spec`."""
-        data = self.to_dict()
+    def secret_values(self) -> dict[str, str]:
+        """The values of the fields declared secret that are set, by "section.name"."""
+        out: dict[str, str] = {}
+        for section, name in SECRET_FIELDS:
+            value = getattr(getattr(self, section), name)
+            if isinstance(value, str) and value:
+                out[f"{section}.{name}"] = value
+        return out
+
+    def to_toml(self, *, secrets: bool = True) -> str:
+        """The frozen, resolved spec: loadable again by :func:`load_spec`.
+
+        ``secrets=False``: without the fields declared secret (the run record's copy).
+        """
+        data = self.to_dict(secrets=secrets)
         data["workdir"] = str(self.workdir_path)
         if self.data.path:
             data["data"]["path"] = self.resolve_path(self.data.path)
@@ -1100,4 +1277,24 @@ class RunSpec:
     @property
     def hash(self) -> str:
         """Content hash of the resolved spec (same spec, same hash)."""
-        return hash_bytes(tomli_w.dumps(self.to_dict()).encode())
+        # Without the secret fields: a frozen copy (which leaves them out) hashes the same.
+        return hash_bytes(tomli_w.dumps(self.to_dict(secrets=False)).encode())
+
+
+def _secret_fields() -> tuple[tuple[str, str], ...]:
+    """(section, field) of every field declared ``secret=True``: read off the declaration."""
+    out = []
+    for section in dataclasses.fields(RunSpec):
+        cls = section.type if isinstance(section.type, type) else globals().get(str(section.type))
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            continue
+        for f in dataclasses.fields(cls):
+            rules = f.metadata.get("rules")
+            if isinstance(rules, Rules) and rules.secret:
+                out.append((section.name, f.name))
+    return tuple(out)
+
+
+# The fields declared secret; the redactor learns their values whenever a spec is parsed.
+SECRET_FIELDS: tuple[tuple[str, str], ...] = _secret_fields()
+declare_secret_fields(SECRET_FIELDS)

@@ -145,6 +145,7 @@ class Supervisor:
         self.price = price
         self.billing_start = time.time() if billing_start is None else billing_start
         self._budget_warned = False
+        self._budget_crossed: set[float] = set()  # the shares of the budget warned of
         self._stop_reason: str | None = None
         self._kill_now = False
         self._wake = threading.Event()
@@ -825,7 +826,8 @@ class Supervisor:
         return compute_cost(billed_seconds(self.billing_start, end, self.price), self.price)
 
     def _budget_exhausted(self, attempt: int) -> bool:
-        """Warn at 80% of limits.budget_usd; True when the stop must start now.
+        """Warn at each of notify.budget_fractions of limits.budget_usd; True when the stop
+        must start now.
 
         The stop starts when the bill at the end of the grace period (plus one poll)
         would pass the budget, so the checkpoint-then-exit still fits inside it.
@@ -837,8 +839,13 @@ class Supervisor:
         assert spent is not None
         ahead = self.spend(time.time() + self.spec.limits.grace_period + POLL_S)
         stopping = ahead is not None and ahead > budget
-        # The warning also comes first when a stop starts below 80% (a long grace period).
-        if not self._budget_warned and (spent >= 0.8 * budget or stopping):
+        # One warning per share crossed (notify.budget_fractions, 0.8 by default); one also
+        # comes first when a stop starts below them all (a long grace period).
+        for fraction in sorted(set(self.spec.notify.budget_fractions)):
+            crossed = spent >= fraction * budget or (stopping and not self._budget_warned)
+            if fraction in self._budget_crossed or not crossed:
+                continue
+            self._budget_crossed.add(fraction)
             self._budget_warned = True
             self.record.event(
                 "budget_warning",
@@ -846,8 +853,12 @@ class Supervisor:
                 attempt=attempt,
                 spent_usd=round(spent, 4),
                 budget_usd=budget,
+                fraction=fraction,
             )
-            self.say(f"budget: {spent:.2f} of {budget:.2f} USD spent ({100 * spent / budget:.0f}%)")
+            self.say(
+                f"budget: {spent:.2f} of {budget:.2f} USD spent ({100 * spent / budget:.0f}%, "
+                f"past {100 * fraction:.0f}%)"
+            )
         if stopping:
             self._stop_reason = (
                 f"budget {budget:g} USD would be passed ({spent:.2f} USD spent, {self.price.label})"

@@ -266,7 +266,7 @@ def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | Non
     ws = find_workspace(None if workspace is None else Path(workspace), create=True)
     record = ws.create_run(
         spec.name,
-        spec_text=spec.to_toml(),
+        spec_text=spec.to_toml(secrets=False),
         state={"mode": "standalone", "status": "running", "started_at": now_iso(), "attempts": 1},
     )
     # This process keeps the record: if it dies without closing it (kill -9, the OOM

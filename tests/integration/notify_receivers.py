@@ -1,0 +1,155 @@
+"""Real receivers on loopback for the notification tests and bench/notify.py.
+
+:class:`WebhookReceiver` is an HTTP server that records every body POSTed to it (and can
+answer 500 to the first ``fail_first`` requests, so retries are exercised);
+:class:`SmtpReceiver` is a real SMTP server (aiosmtpd) with STARTTLS required before a
+login, a self-signed certificate made with openssl, and one user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SmtpReceiver", "WebhookReceiver", "wait_until", "watchdog_of"]
+
+
+def watchdog_of(pid: int) -> bool:
+    """Whether the supervisor ``pid`` has started its attempt's watchdog (which ends the
+    workload when the supervisor dies): the moment a SIGKILL leaves no orphan."""
+    import psutil
+
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "_watchdog.py" in " ".join(child.cmdline()):
+                return True
+    return False
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``predicate`` until truthy; AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class WebhookReceiver:
+    """A loopback HTTP server that keeps each POST: (arrival time, path, parsed JSON body)."""
+
+    def __init__(self, *, fail_first: int = 0) -> None:
+        self.received: list[tuple[float, str, Any]] = []
+        self.failed = 0
+        self.fail_first = fail_first
+        self.secret_path = f"/hooks/{secrets.token_hex(12)}"  # the URL's secret part
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                with lock:
+                    if outer.failed < outer.fail_first:
+                        outer.failed += 1
+                        self.send_response(500)
+                        self.end_headers()
+                        return
+                    outer.received.append((time.time(), self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{self.secret_path}"
+
+    def bodies(self, event: str | None = None) -> list[Any]:
+        return [
+            b for _, _, b in self.received
+            if event is None or b.get("event") == event or event in str(b.get("text"))
+        ]  # fmt: skip
+
+    def __enter__(self) -> WebhookReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class SmtpReceiver:
+    """aiosmtpd on loopback: STARTTLS required, then a login as ``user`` / ``password``."""
+
+    def __init__(self, cert_dir: Path, *, user: str = "runner", password: str = "") -> None:
+        from aiosmtpd.controller import Controller
+        from aiosmtpd.smtp import AuthResult, LoginPassword
+
+        self.user = user
+        self.password = password or secrets.token_hex(10)
+        self.cert = cert_dir / "cert.pem"
+        key = cert_dir / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+             "-keyout", str(key), "-out", str(self.cert)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert, key)
+        self.messages: list[tuple[float, Any]] = []
+        outer = self
+
+        class Handler:
+            async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+                import email
+                import email.policy
+
+                parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+                outer.messages.append((time.time(), parsed))
+                return "250 OK"
+
+        def authenticate(server: Any, session: Any, envelope: Any, mechanism: str,
+                         auth_data: Any) -> AuthResult:  # fmt: skip
+            ok = (
+                isinstance(auth_data, LoginPassword)
+                and auth_data.login.decode() == outer.user
+                and auth_data.password.decode() == outer.password
+            )
+            return AuthResult(success=ok)
+
+        with socket.socket() as probe:  # a free port: the Controller checks it by connecting
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self.controller = Controller(
+            Handler(), hostname="127.0.0.1", port=self.port, tls_context=context, require_starttls=True,
+            authenticator=authenticate, auth_required=True, auth_require_tls=True,
+        )  # fmt: skip
+
+    def __enter__(self) -> SmtpReceiver:
+        self.controller.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.controller.stop()
