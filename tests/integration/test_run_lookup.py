@@ -29,6 +29,7 @@ EXTRA: dict[tuple[str, ...], list[str]] = {
     ("cost", "add"): ["--human-minutes", "1", "--rate", "60"],
     ("cost", "whatif"): ["--on", "lambda:gpu_1x_h100_sxm5"],
     ("reproduce",): ["-q"],
+    ("bundle",): ["-o", "bundle.tar.gz", "--force"],
 }
 
 

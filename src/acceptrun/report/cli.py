@@ -90,7 +90,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     path = check_output(Path(args.output), record, force=args.force)
     bundle = build_bundle(record, path, include_logs=args.include_logs)
     print(
-        f"wrote {path} ({format_bytes(bundle.bytes)}, {len(bundle.files)} files, redacted; "
+        f"wrote {path}: run {record.run_id} ({format_bytes(bundle.bytes)}, "
+        f"{len(bundle.files)} files, redacted; "
         f"README.txt inside says what it holds and what it left out ({len(bundle.left_out)} items))"
     )
     return 0
