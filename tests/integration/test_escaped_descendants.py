@@ -166,11 +166,12 @@ def test_escaped_processes_end_after_the_supervisor_dies(tmp_path: Path, mechani
         rdir = run_dir(ws)
         assert rdir is not None
         assert _mechanism(rdir) == mechanism
-        wait_for(lambda: events(rdir, "kill_sent"), timeout=60, what="the watchdog's kill_sent")
-        wait_for(lambda: not any(_alive(p) for p in pids), timeout=30, what="the escaped end")
-        (killed,) = events(rdir, "kill_sent")
-        assert killed["by"] == "watchdog" and killed["after_s"] >= 2.0
-        assert set(pids) <= set(killed["pids"]), killed
+        # The watchdog asks every process of the attempt left after its leader to stop
+        # (stop_sent), and kills what is still there when the grace period ends.
+        wait_for(lambda: not any(_alive(p) for p in pids), timeout=90, what="the escaped end")
+        told = [e for e in events(rdir, "stop_sent") + events(rdir, "kill_sent")
+                if e.get("by") == "watchdog"]  # fmt: skip
+        assert set(pids) <= {pid for e in told for pid in e["pids"]}, told
     finally:
         if sup.poll() is None:
             sup.kill()

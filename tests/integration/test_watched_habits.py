@@ -350,12 +350,23 @@ def stored(step):
             return True
     return False
 
+def apart():
+    # A real save takes milliseconds at least; this one takes none. A scalar and a file
+    # written within the same millisecond cannot be ordered by their times (a file's
+    # mtime and a scalar's wall time come from clocks of different resolution), so each
+    # is written once the clock has moved on by 10 ms: a wait on the clock, not on speed.
+    t = time.time()
+    while time.time() < t + 0.01:
+        pass
+
 for step in range(start + 1, 51):
     if step % 5 == 0:
         writer.add_scalar("train/loss", 1.0 / step, step)
+        apart()
     if step % 10 == 0:
         with open("out/ckpt.json", "w") as f:
             json.dump({"step": step}, f)
+        apart()
     if step % 10 == 5 and step > 10:
         # Five steps after a save (logged: its step is proven), it is stored as its step
         # before the next save rewrites the file.

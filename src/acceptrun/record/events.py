@@ -652,7 +652,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("rollback", RollbackEvent, "the newest checkpoint was quarantined before a restart", "supervisor/core"),
     _E("hang_detected", HangDetectedEvent, "no progress (or only data waits) for the hang window", "supervisor/core"),
     _E("stacks", StacksEvent, "the stacks of a hung attempt were written", "supervisor/core"),
-    _E("stop_sent", SignalSentEvent, "the supervisor asked the workload to stop (SIGTERM)", "supervisor/core"),
+    _E("stop_sent", SignalSentEvent, "the supervisor (or its watchdog) asked the workload to stop (SIGTERM)", "supervisor/core, supervisor/_watchdog"),
     _E("kill_sent", SignalSentEvent, "the supervisor (or its watchdog) killed the workload (SIGKILL)", "supervisor/core, supervisor/_watchdog"),
     _E("strays_killed", SignalSentEvent, "processes of the attempt outside its group were killed at its end", "supervisor/core"),
     _E("containment_unavailable", ContainmentUnavailableEvent, "neither a cgroup nor the child subreaper holds the attempt's processes", "supervisor/core"),

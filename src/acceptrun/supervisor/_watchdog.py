@@ -221,9 +221,24 @@ def main(argv: list[str]) -> int:
     while time.time() - lost_at < grace and _exists(leader, started):
         time.sleep(POLL_S)
     # The leader may end first while the rest still checkpoints: torchrun's agent dies of
-    # repeated SIGTERMs and its ranks (each in a session of its own) stop on the death
-    # signal it leaves them. They get what is left of the grace period too.
-    while time.time() - lost_at < grace and _strays(run_id, attempt, cgroup, listed):
+    # repeated SIGTERMs, or of SIGPIPE when it writes to the dead supervisor's pipe (then
+    # before it passed the stop on), and its ranks live on, each in a session of its own.
+    # Each process of the attempt still running is told the stop itself, once, and they
+    # get what is left of the grace period too.
+    told: set[int] = set()
+    while time.time() - lost_at < grace and (left := _strays(run_id, attempt, cgroup, listed)):
+        new = sorted(set(left) - told)
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        if new:
+            told.update(new)
+            _event(
+                events, "stop_sent", attempt=int(attempt), by="watchdog", signal="SIGTERM",
+                after_s=round(time.time() - lost_at, 3), pids=new,
+                reason="the supervisor was gone and the attempt's leader had ended: each "
+                "process of the attempt still running is asked to stop itself",
+            )  # fmt: skip
         time.sleep(STRAY_POLL_S)
     # The leader has exited (checkpointed) or overstayed its grace: nothing of the attempt
     # may stay behind. A second sweep catches a process forked during the first.
