@@ -35,13 +35,14 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import types
 import zlib
 from pathlib import Path
+
+from acceptrun._util.net import free_port
 
 __all__ = ["LocalSlurm", "SlurmStartError"]
 
@@ -56,10 +57,9 @@ class SlurmStartError(RuntimeError):
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    # Outside the kernel's ephemeral range: a daemon binds it seconds later, and a port
+    # the kernel hands out itself could meanwhile go to any other socket (srun's).
+    return free_port("127.0.0.1")
 
 
 def _memory_mb() -> int:

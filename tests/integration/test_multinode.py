@@ -78,7 +78,9 @@ def submit_run(cluster: LocalSlurm, root: Path, *, hold: bool) -> tuple[str, Run
     return job.job_id, RunRecord(ws.runs_dir / job.run_id), out
 
 
-def wait_closed(record: RunRecord, attempts: int) -> dict[str, Any]:
+def wait_closed(
+    record: RunRecord, attempts: int, cluster: LocalSlurm | None = None
+) -> dict[str, Any]:
     def closed() -> dict[str, Any] | None:
         if not record.exists("run.json"):
             return None
@@ -86,7 +88,9 @@ def wait_closed(record: RunRecord, attempts: int) -> dict[str, Any]:
         done = state.get("status") == "finished" and state.get("attempts") == attempts
         return state if done else None
 
-    return wait_for(closed, WAIT_S, 0.5, what=f"{record.path} closed after {attempts} attempts")
+    explain = explainer(cluster, record) if cluster is not None else None
+    what = f"{record.path} closed after {attempts} attempts"
+    return wait_for(closed, WAIT_S, 0.5, what=what, explain=explain)
 
 
 def tensors(out: Path) -> dict[str, Any]:
@@ -118,6 +122,26 @@ def rank_nodes(out: Path) -> list[str]:
 
 def held(out: Path) -> bool:
     return all((out / f"held-{r}").exists() for r in (0, 1))
+
+
+def explainer(cluster: LocalSlurm, record: RunRecord) -> Any:
+    """What a failed wait shows: the queue, the record's last events, the attempt's stderr."""
+
+    def explain() -> str:
+        queue = subprocess.run(
+            ["squeue", "-o", "%i %T %R"], env=cluster.env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        lines = [f"squeue:\n{queue.stdout}{queue.stderr}"]
+        events = record.path / "events.jsonl"
+        if events.exists():
+            tail = [e for e in events.read_text().splitlines() if '"kind":"step"' not in e]
+            lines.append("events (steps left out):\n" + "\n".join(t[:400] for t in tail[-15:]))
+        for err in sorted(record.path.glob("attempts/*/stderr.log")):
+            lines.append(f"{err}:\n" + "\n".join(err.read_text().splitlines()[-20:]))
+        return "\n".join(lines)
+
+    return explain
 
 
 # ---- the cluster --------------------------------------------------------------------------
@@ -153,7 +177,7 @@ def reference(
 ) -> tuple[str, RunRecord, Path]:
     """A 2-node FSDP2 run that nothing interrupts; read by several tests."""
     job, record, out = submit_run(cluster, tmp_path_factory.mktemp("ref") / "job", hold=False)
-    wait_closed(record, attempts=1)
+    wait_closed(record, attempts=1, cluster=cluster)
     return job, record, out
 
 
@@ -204,7 +228,10 @@ def test_node_lost_mid_run_is_classified_and_resumes_bitwise(
     cluster: LocalSlurm, tmp_path: Path, reference: tuple[str, RunRecord, Path]
 ) -> None:
     _, record, out = submit_run(cluster, tmp_path / "job", hold=True)
-    wait_for(lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9")
+    wait_for(
+        lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9",
+        explain=explainer(cluster, record),
+    )  # fmt: skip
     # Rank 0 (on either node) writes the step events; its held ones are written within
     # AppendLog.FLUSH_S even while it waits at the gate. Kill only once they are on disk.
     wait_for(
@@ -218,7 +245,7 @@ def test_node_lost_mid_run_is_classified_and_resumes_bitwise(
     for pid in victims:  # node n2 dies: its task wrapper, torchrun agent and rank at once
         with contextlib.suppress(ProcessLookupError):  # it ended with its parent
             os.kill(pid, signal.SIGKILL)
-    state = wait_closed(record, attempts=2)
+    state = wait_closed(record, attempts=2, cluster=cluster)
     assert state["verdict"] == "accepted", state
     first = record.read_json("attempts/1/exit.json")
     assert first["class"] == "node_lost", first
@@ -251,12 +278,15 @@ def test_time_limit_signal_checkpoints_on_both_nodes_requeues_and_resumes(
 ) -> None:
     """--signal=B:USR1@grace, delivered now: what Slurm sends before the time limit."""
     job, record, out = submit_run(cluster, tmp_path / "job", hold=True)
-    wait_for(lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9")
+    wait_for(
+        lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9",
+        explain=explainer(cluster, record),
+    )  # fmt: skip
     sent = subprocess.run(
         ["scancel", "--batch", "--signal=USR1", job], env=cluster.env, timeout=300
     )
     assert sent.returncode == 0
-    state = wait_closed(record, attempts=2)
+    state = wait_closed(record, attempts=2, cluster=cluster)
     assert state["verdict"] == "accepted", state
     first = record.read_json("attempts/1/exit.json")
     assert first["outcome"] == "stopped", first
@@ -358,9 +388,12 @@ def test_cancel_of_a_running_two_node_job_checkpoints_on_both_nodes(
     """`acceptrun cancel` signals the batch shell only: srun never sees a SIGTERM."""
     job, record, out = submit_run(cluster, tmp_path / "job", hold=True)
     ws = Workspace(record.path.parents[1])
-    wait_for(lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9")
+    wait_for(
+        lambda: held(out), WAIT_S, 0.2, what="both ranks at the gate after step 9",
+        explain=explainer(cluster, record),
+    )  # fmt: skip
     cancel(ws, job)
-    state = wait_closed(record, attempts=1)
+    state = wait_closed(record, attempts=1, cluster=cluster)
     assert state["verdict"] == "rejected", state
     first = record.read_json("attempts/1/exit.json")
     assert first["outcome"] == "stopped", first

@@ -161,8 +161,8 @@ def _multinode_command(
     single = _wrap(spec, words, max(processes, 2))  # python -m torch.distributed.run ...
     i = single.index("--standalone")
     host = env.get(ENV_RDZV_HOST) or socket.gethostname()
-    port = env.get(ENV_RDZV_PORT) or str(free_port())
     rdzv_id = f"{env.get('ACCEPTRUN_RUN_ID', 'run')}-a{env.get('ACCEPTRUN_ATTEMPT', '0')}"
+    port = env.get(ENV_RDZV_PORT) or str(free_port(seed=rdzv_id))
     torchrun = [
         *single[:i], "--nnodes", str(nodes), "--nproc-per-node", str(processes),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", rdzv_id,
