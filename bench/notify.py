@@ -5,7 +5,8 @@
 
 For each kind a small run is made to produce the condition (a NaN loss, a user error, a
 hang past a 3 s hang window, an idle loop past a 3 s idle window, a budget share crossed,
-an accepted run, a supervisor killed with SIGKILL while `acceptrun watch --every 0.5s`
+an accepted run, a rejected one, a checkpoint damaged before a restart, a mirror whose
+folder is taken away before a save, a supervisor killed with SIGKILL while `acceptrun watch --every 0.5s`
 follows the workspace), with ``[notify] webhook`` pointing at an HTTP server on
 127.0.0.1. Time to detect is read from the record's ``notify`` events: the delivery's
 time minus the condition's own recorded time. Prints the median and the largest per
@@ -75,6 +76,67 @@ storage_per_gib_month = 0.0
 source = "a bench price list"
 date = "2026-12-01"
 """
+# A checkpoint whose files are damaged before the attempt dies: the restart sets it aside.
+CORRUPTS = """
+import os, signal, acceptrun
+
+class Counter:
+    def __init__(self): self.n = 0
+    def state_dict(self): return {"n": self.n}
+    def load_state_dict(self, state): self.n = state["n"]
+
+counter = Counter()
+run = acceptrun.init()
+start = run.restore(counter=counter)
+for step in run.steps(start, 8):
+    counter.n += 1
+    run.log(step, loss=1.0)
+    if step in (2, 4):
+        run.checkpoint(step, block=True)
+    if step == 5 and run.attempt == 1:
+        where = os.path.join(os.environ["ACCEPTRUN_CHECKPOINT_DIR"], "step-4")
+        for name in os.listdir(where):
+            if name != "MANIFEST.json":
+                path = os.path.join(where, name)
+                data = bytearray(open(path, "rb").read()); data[-1] ^= 1
+                open(path, "wb").write(bytes(data))
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+# The mirror's folder becomes a file before a save; the script goes on until the record
+# holds the delivery (its own events.jsonl), then gives the mirror back to catch up.
+MIRROR_LAGS = """
+import os, pathlib, shutil, time
+import acceptrun
+
+class Counter:
+    def state_dict(self): return {"n": 1}
+    def load_state_dict(self, state): pass
+
+run = acceptrun.init()
+run.restore(counter=Counter())
+root = pathlib.Path(os.environ["MIRROR"])
+events = pathlib.Path(os.environ["ACCEPTRUN_RUN_DIR"]) / "events.jsonl"
+shutil.rmtree(root, ignore_errors=True)
+root.write_text("not a folder")
+for step in run.steps(0, 6):
+    run.log(step, loss=1.0)
+    if step == 2:
+        run.checkpoint(step, block=True)
+        while '"kind":"notify"' not in events.read_text():
+            time.sleep(0.05)
+        root.unlink()
+        root.mkdir()
+"""
+
+KINDS["rejected"] = KINDS["divergence"]
+KINDS["checkpoint_quarantined"] = (CORRUPTS, "[limits]\nrestart_backoff = 0\n")
+KINDS["mirror_behind"] = (
+    MIRROR_LAGS,
+    'env = {{ MIRROR = "{root}/mirror" }}\n[limits]\nmax_restarts = 0\n'
+    '[checkpoint]\nmirror = "{root}/mirror"\n',
+)
+
 KINDS["budget"] = (
     LOOP.format(steps=100000, loss="1.0", extra="time.sleep(0.02)"),
     '[cost]\nprovider = "benchcloud"\ninstance = "fast"\n'
@@ -107,7 +169,8 @@ def one_run(root: Path, kind: str) -> list[dict[str, Any]]:
     with WebhookReceiver() as hook:
         spec = root / "spec.toml"
         spec.write_text(
-            f'name = "notify-bench"\ncommand = ["{PY}", "train.py"]\n{sections}'
+            f'name = "notify-bench"\ncommand = ["{PY}", "train.py"]\n'
+            f"{sections.format(root=root)}"
             f'[notify]\nwebhook = "{hook.url}"\nevents = ["{kind}"]\n'
             + ("budget_fractions = [0.5]\n" if kind == "budget" else "")
         )
@@ -163,11 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"bench": "notify", "kinds": results}, sort_keys=True))
     else:
-        print(f"{'kind':<16} {'runs':>4} {'messages':>9} {'median s':>9} {'max s':>8} {'tries':>5}")
+        print(f"{'kind':<22} {'runs':>4} {'messages':>9} {'median s':>9} {'max s':>8} {'tries':>5}")
         for kind, r in results.items():
             med = "-" if r["median_s"] is None else f"{r['median_s']:.3f}"
             top = "-" if r["max_s"] is None else f"{r['max_s']:.3f}"
-            print(f"{kind:<16} {r['runs']:>4} {r['messages']:>9} {med:>9} {top:>8} "
+            print(f"{kind:<22} {r['runs']:>4} {r['messages']:>9} {med:>9} {top:>8} "
                   f"{r['max_tries'] or '-':>5}")  # fmt: skip
         print("time to detect: the delivery's time minus the condition's own recorded time "
               "(measured, per message)")  # fmt: skip

@@ -51,10 +51,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 class WebhookReceiver:
     """A loopback HTTP server that keeps each POST: (arrival time, path, parsed JSON body)."""
 
-    def __init__(self, *, fail_first: int = 0) -> None:
+    def __init__(self, *, fail_first: int = 0, hold: bool = False) -> None:
         self.received: list[tuple[float, str, Any]] = []
         self.failed = 0
         self.fail_first = fail_first
+        # hold: keep each body, then answer nothing until the receiver is closed (a
+        # receiver that hangs); each request is served in its own thread.
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
         self.secret_path = f"/hooks/{secrets.token_hex(12)}"  # the URL's secret part
         lock = threading.Lock()
         outer = self
@@ -70,6 +75,7 @@ class WebhookReceiver:
                         self.end_headers()
                         return
                     outer.received.append((time.time(), self.path, json.loads(body)))
+                outer.release.wait()
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(b"ok")
@@ -95,6 +101,7 @@ class WebhookReceiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

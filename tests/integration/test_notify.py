@@ -433,3 +433,136 @@ def test_a_quarantined_checkpoint_is_told(tmp_path: Path) -> None:
         (ev,) = [e for e in _events(record, "notify") if e["event"] == "checkpoint_quarantined"]
         _check_delivered(ev, quarantine, started)
         assert not _leaks(ws, [hook.secret_path], done.stdout, done.stderr)
+
+
+MIRROR_LAGS = """
+import os, pathlib, shutil, time
+import torch
+import acceptrun
+
+model = torch.nn.Linear(4, 1)
+run = acceptrun.init()
+run.restore(model=model)
+root = pathlib.Path(os.environ["MIRROR"])
+told = pathlib.Path(os.environ["TOLD"])
+shutil.rmtree(root, ignore_errors=True)
+root.write_text("a file where the mirror's folder should be")  # the mirror goes away
+for step in run.steps(0, 8):
+    run.log(step, loss=1.0 / (1 + step))
+    if step == 3:
+        run.checkpoint(step, block=True)  # its upload fails: the mirror falls behind
+        while not told.exists():  # training waits for the message, not for a guess
+            time.sleep(0.05)
+        root.unlink()
+        root.mkdir()  # the mirror is back: the retry catches up
+"""
+
+
+def test_a_mirror_falling_behind_is_told_while_the_run_goes_on(tmp_path: Path) -> None:
+    started = time.time()
+    mirror, told = tmp_path / "mirror", tmp_path / "told.jsonl"
+    (tmp_path / "sink.py").write_text(textwrap.dedent(SINK))
+    spec, ws = _job(tmp_path, MIRROR_LAGS, f"""
+        env = {{ MIRROR = "{mirror}", TOLD = "{told}" }}
+        [limits]
+        max_restarts = 0
+        [checkpoint]
+        mirror = "{mirror}"
+        [notify]
+        command = ["{PYTHON}", "{tmp_path / 'sink.py'}", "{told}"]
+        command_events = ["mirror_behind"]
+        """)  # fmt: skip
+    done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
+    record = _record(ws)
+    failed = [e for e in _events(record, "mirror_failed") if e.get("state") == "pending"]
+    assert failed and failed[0]["step"] == 3, done.stdout + done.stderr
+    (line,) = told.read_text().splitlines()  # once, though the upload failed each retry
+    body = json.loads(line)["body"]
+    assert body["event"] == "mirror_behind" and body["run"] == record.run_id
+    assert "mirror is falling behind: step 3 not uploaded, retrying in" in body["title"]
+    assert body["evidence"] == failed[0]["reason"][:300] and "reachable" in body["fix"]
+    assert body["condition_t"] == pytest.approx(failed[0]["t"])
+    (ev,) = [e for e in _events(record, "notify") if e["event"] == "mirror_behind"]
+    _check_delivered(ev, failed[0], started)
+    # The mirror came back: the step was uploaded after all, and nothing is behind at the end.
+    assert any(e["step"] == 3 for e in _events(record, "mirror_ok")), done.stdout + done.stderr
+    assert not _events(record, "mirror_behind")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+LEAKS_A_TOKEN = """
+import acceptrun
+run = acceptrun.init()
+for step in run.steps(0, 3):
+    run.log(step, loss=1.0)
+raise SystemExit("login refused for token=" + "hf_" + "Zq8xT2mPqv7RkL3nW9yB4cD1eF6gH0jKs")
+"""
+
+
+def test_a_secret_in_the_evidence_is_redacted_in_the_message(tmp_path: Path) -> None:
+    token = "hf_" + "Zq8xT2mPqv7RkL3nW9yB4cD1eF6gH0jKs"
+    with WebhookReceiver() as hook:
+        spec, ws = _job(tmp_path, LEAKS_A_TOKEN, f"""
+            [limits]
+            max_restarts = 0
+            [notify]
+            webhook = "{hook.url}"
+            events = ["attempt_failed", "rejected"]
+            """)  # fmt: skip
+        done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
+        assert done.returncode == 1, done.stdout + done.stderr
+        record = _record(ws)
+        bodies = {b["event"]: b for b in hook.bodies()}
+        assert set(bodies) == {"attempt_failed", "rejected"}, bodies
+        raw = json.dumps(list(hook.bodies()))
+        assert token not in raw and token[:12] not in raw  # nor a prefix of it
+        evidence = bodies["attempt_failed"]["evidence"]
+        assert "login refused" in evidence, evidence  # the evidence is there, the token not
+        assert "token=<redacted>" in evidence, evidence
+        # The workload's own stderr.log is kept as it wrote it, and its stream is passed
+        # through to the terminal (docs/reliability.md, Secrets); every file acceptrun
+        # wrote from it, its own output (the verdict) and the message are redacted.
+        assert token in record.file("attempts/1/stderr.log").read_text()
+        kept = [f"runs/{record.run_id}/attempts/1/{n}.log" for n in ("stderr", "stdout")]
+        leaks = _leaks(ws, [hook.secret_path, token], done.stdout)
+        assert [x for x in leaks if x not in kept] == []
+
+
+STEPS = """
+import acceptrun
+run = acceptrun.init()
+for step in run.steps(0, 12):
+    run.log(step, loss=1.0 / (1 + step))
+"""
+
+
+def test_a_receiver_that_never_answers_blocks_neither_supervision_nor_training(
+    tmp_path: Path,
+) -> None:
+    with WebhookReceiver(hold=True) as hook:
+        spec, ws = _job(tmp_path, STEPS, f"""
+            [limits]
+            restart_backoff = 0
+            [notify]
+            webhook = "{hook.url}"
+            events = ["attempt_failed", "accepted"]
+            timeout = "10m"
+            close_wait = "1s"
+            """)  # fmt: skip
+        done = _cli("--workspace", str(ws), "run", "--inject", "kill@step=4", str(spec),
+                    cwd=spec.parent)  # fmt: skip
+        record = _record(ws)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert record.state["verdict"] == "accepted"
+        # The first message reached the receiver, which never answered it before the run
+        # had ended: the supervisor restarted the run and attempt 2 ran every step after
+        # the kill while it waited; the verdict's message queued behind it on that target.
+        assert [b["event"] for b in hook.bodies()] == ["attempt_failed"]
+        assert not hook.release.is_set()
+        steps = sorted({e["step"] for e in _events(record, "step") if e.get("attempt") == 2})
+        assert steps and steps[-1] == 11
+        told = {e["event"]: e for e in _events(record, "notify")}
+        assert told["attempt_failed"]["outcome"] == "not_delivered", told
+        assert "notify.close_wait = 1 s" in told["attempt_failed"]["error"]
+        assert told["accepted"]["outcome"] == "not_delivered", told
+        assert "was not delivered" in done.stderr  # said loudly, not only recorded

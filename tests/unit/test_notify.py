@@ -43,6 +43,9 @@ EVENTS: list[tuple[dict[str, Any], str, str, str]] = [
      "budget", "stopping at the budget", "budget_usd"),
     ({"kind": "mirror_behind", "attempt": 1, "status": {"10": "ok", "20": "failed"}},
      "mirror_behind", "mirror is behind", "checkpoint.mirror"),
+    ({"kind": "mirror_failed", "attempt": 1, "step": 20, "state": "pending",
+      "reason": "ConnectionRefusedError: [Errno 111]", "retry_in_s": 2.0},
+     "mirror_behind", "falling behind: step 20 not uploaded, retrying in 2 s", "reachable"),
     ({"kind": "checkpoint_quarantine", "step": 20, "reason": "hash mismatch", "path": "/c"},
      "checkpoint_quarantined", "checkpoint at step 20 failed verification", "verifies"),
     ({"kind": "mirror_quarantine", "step": 20, "reason": "missing file", "url": "s3://b"},
@@ -68,6 +71,18 @@ def test_every_source_kind_and_notify_event_is_covered() -> None:
     assert told == set(NOTIFY_EVENTS)
 
 
+def test_a_mirror_falling_behind_and_behind_at_the_end_are_two_conditions(tmp_path: Path) -> None:
+    live = condition_of({"t": 1.0, "kind": "mirror_failed", "attempt": 1, "step": 20,
+                         "state": "pending", "reason": "timeout", "retry_in_s": 4}, "r1", tmp_path)  # fmt: skip
+    again = condition_of({"t": 9.0, "kind": "mirror_failed", "attempt": 1, "step": 30,
+                          "state": "pending", "reason": "timeout", "retry_in_s": 8}, "r1", tmp_path)  # fmt: skip
+    end = condition_of({"t": 20.0, "kind": "mirror_behind", "attempt": 1,
+                        "status": {"20": "pending", "30": "pending"}}, "r1", tmp_path)  # fmt: skip
+    assert live is not None and again is not None and end is not None
+    assert live.key == again.key != end.key  # told once while it lags, once at the end
+    assert {live.kind, end.kind} == {"mirror_behind"}
+
+
 def test_the_verdict_message_carries_the_failed_check_and_its_fix(tmp_path: Path) -> None:
     (tmp_path / "verdict.json").write_text(json.dumps({"checks": [
         {"name": "exit", "status": "fail", "evidence": "attempt 1 diverged", "fix": "lower the lr"},
@@ -85,6 +100,8 @@ def test_events_that_tell_nothing_make_no_condition(tmp_path: Path) -> None:
         {"t": 1.0, "kind": "attempt_exit", "attempt": 1, "outcome": "stopped", "class": "stopped"},
         {"t": 1.0, "kind": "heartbeat", "attempt": 1},
         {"kind": "diverged", "step": 1},  # no time: no time to detect
+        # a retired step whose remote copy is not deleted yet: nothing a restore needs
+        {"t": 1.0, "kind": "mirror_failed", "attempt": 1, "step": 5, "state": "delete_pending"},
     ):
         assert condition_of(event, "r1", tmp_path) is None
 

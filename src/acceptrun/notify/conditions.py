@@ -19,6 +19,8 @@ counts from.
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ SOURCE_KINDS: dict[str, str] = {
     "idle_stop": "idle_stop",
     "budget_warning": "budget",
     "budget_stop": "budget",
+    "mirror_failed": "mirror_behind",
     "mirror_behind": "mirror_behind",
     "checkpoint_quarantine": "checkpoint_quarantined",
     "mirror_quarantine": "checkpoint_quarantined",
@@ -179,8 +182,33 @@ def _attempt_exit(ev: dict[str, Any], attempt: int | None, run_dir: Path) -> _Ma
     )  # fmt: skip
     decision = ev.get("decision")
     title = f"attempt {attempt} failed: {cls}" + (f"; {decision}" if decision else "")
-    return ("attempt_failed", str(attempt), title, line.splitlines()[0] if line else "",
+    first = line.splitlines()[0] if line else ""
+    if _BARE_EXIT.fullmatch(first) and attempt is not None:
+        last = _last_line(run_dir / "attempts" / str(attempt) / "stderr.log")
+        first = f"{first}; the last line of its stderr: {last}" if last else first
+    return ("attempt_failed", str(attempt), title, first,
             _CLASS_FIX.get(cls, _CLASS_FIX["failed"]))  # fmt: skip
+
+
+_BARE_EXIT = re.compile(r"exit status -?\d+")  # evidence that says nothing of the cause
+_TAIL_BYTES = 4096
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a log (read from its end only), cut to 300 characters.
+
+    The message passes through the redactor on its way out (targets.outgoing), as every
+    message does: the raw log's secrets never leave in it.
+    """
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [x.strip() for x in tail.splitlines() if x.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _hang(ev: dict[str, Any], attempt: int | None, run_dir: Path) -> _Made:
@@ -239,6 +267,29 @@ def _mirror_behind(ev: dict[str, Any], attempt: int | None, run_dir: Path) -> _M
             "the local copies hold those steps")  # fmt: skip
 
 
+def _mirror_failed(ev: dict[str, Any], attempt: int | None, run_dir: Path) -> _Made:
+    """An upload that failed while the run goes on: the mirror is falling behind now.
+
+    Told once per attempt (the mirror retries with backoff, and each retry is recorded);
+    ``mirror_behind`` at the attempt's end is told apart, under its own key. A failed
+    deletion of a retired step leaves every checkpoint a restore needs on the mirror, and
+    a step ``skipped`` was removed by retention before its upload: neither tells anybody.
+    """
+    state, step = ev.get("state"), ev.get("step")
+    if state not in ("pending", "failed") or not isinstance(step, int):
+        return None
+    retry = ev.get("retry_in_s")
+    then = (
+        f"retrying in {_num(retry)} s" if state == "pending" and isinstance(retry, int | float)
+        else f"not retried ({state})"
+    )  # fmt: skip
+    return ("mirror_behind", f"live:{attempt}",
+            f"the checkpoint mirror is falling behind: step {step} not uploaded, {then}",
+            str(ev.get("reason") or "")[:300],
+            "check that checkpoint.mirror is reachable and has space (its credentials, the "
+            "network); until it catches up only the local copies hold the newest steps")  # fmt: skip
+
+
 def _quarantine(ev: dict[str, Any], attempt: int | None, run_dir: Path) -> _Made:
     step = ev.get("step")
     where = "mirrored checkpoint" if ev.get("kind") == "mirror_quarantine" else "checkpoint"
@@ -257,6 +308,7 @@ _BUILDERS = {
     "idle_stop": _idle,
     "budget_warning": _budget,
     "budget_stop": _budget,
+    "mirror_failed": _mirror_failed,
     "mirror_behind": _mirror_behind,
     "checkpoint_quarantine": _quarantine,
     "mirror_quarantine": _quarantine,
