@@ -122,6 +122,34 @@ def test_a_task_that_exited_with_its_own_status_is_not_a_lost_node() -> None:
     assert got.name != "node_lost"
 
 
+def test_srun_ending_the_step_after_a_tasks_own_failure_is_no_preemption() -> None:
+    """srun exits 143 once --kill-on-bad-exit ends the step: a SIGTERM nobody outside sent."""
+    tail = (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection "
+        "to the C10d store has failed. See inner exception for details.\n"
+        "acceptrun-node: node=n1 task=0 torchrun exited 1\n"
+        "srun: error: n1: task 0: Exited with exit code 1\n"
+        "srun: error: n2: task 1: Terminated\n"
+        "srun: Force Terminated StepId=3.1\n"
+    )
+    got = classify(AttemptFacts(143, None, None, tail, []))
+    assert got.name == "distributed" and got.retry, got
+    assert any("RendezvousConnectionError" in line for line in got.evidence), got.evidence
+    # Without an error it knows, the task's own failure decides: no kill, no preemption.
+    plain = (
+        "srun: error: n2: task 1: Exited with exit code 3\nsrun: error: n1: task 0: Terminated\n"
+    )
+    got = classify(AttemptFacts(143, None, None, plain, []))
+    assert (
+        got.name == "failed"
+        and got.evidence[0] == "srun: error: n2: task 1: Exited with exit code 3"
+    )
+    assert got.reason.startswith("n2: task 1: Exited with exit code 3, and srun ended the step")
+    # A step whose tasks were all told to stop by someone else is still a preemption.
+    stopped = "srun: error: n1: task 0: Terminated\nsrun: error: n2: task 1: Terminated\n"
+    assert classify(AttemptFacts(143, None, None, stopped, [])).name == "preempted"
+
+
 def test_scaling_layouts_across_nodes() -> None:
     assert parse_layouts("1x2, 2X1,1x2") == [(1, 2), (2, 1)]
     with pytest.raises(UserError, match="'2' is not NODESxPROCESSES"):

@@ -13,7 +13,8 @@ that decided it. The first rule that matches wins:
 5b. the supervisor sent an injected time fault (``kill@time=3s``, ``term@time=3s``) and
    the attempt ended by it: ``killed`` or ``preempted``, said to be injected, retry
 6. a ``stopped`` event, exit status 143 or SIGTERM that the supervisor did not send:
-   ``preempted``, retry
+   ``preempted``, retry; but not a multi-node step whose first failed task exited with a
+   status of its own (srun then ends the step and exits 143 itself): the stderr decides
 7. an import, syntax, path or name error, an argparse usage error (exit 2), ``can't open
    file``, or exit 126/127 from a shell: ``user_error`` (no retry) when no step happened
    yet; after a step the same errors are ``failed`` (retry: a file that vanishes mid-run
@@ -133,7 +134,7 @@ _GPU_FAULT = re.compile(
 _DISTRIBUTED = re.compile(
     r"NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote)Error|ProcessGroupNCCL"
     r"|Watchdog caught collective operation timeout|DistBackendError|DistNetworkError"
-    r"|Rendezvous(?:Timeout|Closed)Error|ChildFailedError"
+    r"|Rendezvous(?:Timeout|Closed|Connection)Error|ChildFailedError"
     r"|\bgloo\b.*(?:Connection (?:closed|reset) by peer|Timed out)"
 )
 _WRAPPER = re.compile(r"^(?:[\w.]+\.)?ChildFailedError\b")
@@ -207,7 +208,9 @@ def classify(facts: AttemptFacts) -> Classification:
     stopped = [e for e in facts.events if e.get("kind") == "stopped"]
     if (found := _injected(facts, bool(stopped))) is not None:
         return found
-    if stopped or rc == 143 or sig == "SIGTERM":
+    if (stopped or rc == 143 or sig == "SIGTERM") and not (
+        not stopped and sig is None and _srun_task_failed_first(facts.stderr_tail) is not None
+    ):
         evidence = [_event_line(stopped[-1])] if stopped else []
         reason = f"{ended} on a SIGTERM the supervisor did not send (a preemption or scheduler)"
         return _result("preempted", [*evidence, ended], reason)
@@ -260,6 +263,10 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
     if hits := _matching(window, _DISTRIBUTED):
         reason = "a collective, a peer rank or the rendezvous failed (NCCL, gloo, torchrun)"
         return _result("distributed", [*hits, ended], reason)
+    exc = [_trim(final[0][0].raw)] if final is not None and final[0] else []
+    if sig is None and (first := _srun_task_failed_first(facts.stderr_tail)) is not None:
+        reason = f"{first.removeprefix('srun: error: ')}, and srun ended the step on every node"
+        return _result("failed", [first, *exc, ended], reason)
     # 128+N is how a shell (bash -c, a launcher script) reports a child killed by signal N.
     shell_sig = _signal_name(rc - 128) if rc is not None and rc > 128 else None
     if sig is not None or shell_sig is not None:
@@ -267,8 +274,21 @@ def _from_stderr(facts: AttemptFacts, steps: list[Mapping[str, Any]], ended: str
         oom = "unknown" if facts.oom_kills is None else "none"
         note = f" (OOM kills counted in this cgroup: {oom})" if sig == "SIGKILL" else ""
         return _result("killed", [ended], f"killed by {what}, not by the supervisor{note}")
-    exc = [_trim(final[0][0].raw)] if final is not None and final[0] else []
     return _result("failed", [*exc, ended], f"{ended}" + (f": {exc[0][:200]}" if exc else ""))
+
+
+def _srun_task_failed_first(tail: str) -> str | None:
+    """srun's line for a task that ended with an exit status of its own before any other.
+
+    srun then ends the rest of the step (``--kill-on-bad-exit``) and itself exits 143: a
+    SIGTERM nobody outside sent, so neither a preemption (rule 6) nor a kill (rule 12).
+    The stderr decides instead.
+    """
+    for text in tail.splitlines():
+        if m := _SRUN_TASK.match(_RANK_PREFIX.sub("", text).strip()):
+            own = bool(_SRUN_EXIT.match(m["how"])) and not m["how"].endswith(" 0")
+            return text.strip() if own else None
+    return None
 
 
 def _node_lost(lines: list[_Line], ended: str) -> Classification | None:
