@@ -1,9 +1,10 @@
-"""Accelerate's own example loop, with ``track`` in three added lines, under `acceptrun run`.
+"""An example's Accelerate loop with ``track`` in three added lines, under `acceptrun run`.
 
-The script is shaped as Accelerate's ``run_clm_no_trainer.py`` writes its loop: arguments
-``--output_dir``, ``--checkpointing_steps``, ``--max_train_steps`` and
-``--resume_from_checkpoint``; an epoch loop around the prepared DataLoader,
-``skip_first_batches`` on resume, ``completed_steps`` counted by the script,
+The script is shaped as the Hugging Face transformers repository's
+``examples/pytorch/language-modeling/run_clm_no_trainer.py`` (an example that uses
+Accelerate) writes its loop: arguments ``--output_dir``, ``--checkpointing_steps``,
+``--max_train_steps`` and ``--resume_from_checkpoint``; an epoch loop around the prepared
+DataLoader, ``skip_first_batches`` on resume, ``completed_steps`` counted by the script,
 ``save_state(f"step_{completed_steps}")``, an evaluation loader after each epoch, and the
 script's own ``break`` at ``max_train_steps``. The script's own resume code reads the step
 from the directory's name. The truth each test checks against is what the script prints
@@ -16,6 +17,7 @@ import difflib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -234,27 +236,55 @@ def test_killed_mid_epoch_resumes_through_the_scripts_own_resume_bitwise(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
     """kill@step=13: the newest save is step_12 (epoch 1, 2 batches in); attempt 2 hands
-    out/step_12 to the script, whose skip_first_batches draws the epoch as it first was."""
+    out/step_12 to the script, whose skip_first_batches draws the epoch as it first was.
+
+    The steps lost are those attempt 1 ran past the save that attempt 2 says it resumed
+    from; exit.json, the verdict and show's restart hint count the same."""
     job = make_job(tmp_path / "killed")
+    # A backoff of 1 s: the restart costs enough for show's restart hint, on any machine.
+    spec = (job / "spec.toml").read_text().replace("restart_backoff = 0", 'restart_backoff = "1s"')
+    (job / "spec.toml").write_text(spec)
     proc = acceptrun(job, "run", "-q", "--inject", "kill@step=13", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
-    assert [r["step"] for r in record.events("restored")] == [12]
-    assert "Resumed from checkpoint: " in record.file("attempts/2/stdout.log").read_text()
+    # The truth, from the script's own lines: the save attempt 2's own resume code loaded
+    # (the step in its name), and the last step attempt 1 printed as completed. The kill
+    # fires as step 13's optimizer step returns (its step event), before the script counts
+    # the step and prints it: attempt 1 ran one step past its last line, and lost it too.
+    out2 = record.file("attempts/2/stdout.log").read_text()
+    (resumed_from,) = map(int, re.findall(r"^Resumed from checkpoint: \S*step_(\d+)$", out2, re.M))
+    printed_last = max(printed_losses(record, 1))
+    (fault,) = record.events("fault_injected")
+    assert fault["step"] == printed_last + 1, (fault, printed_last)
+    ran_to = printed_last + 1
+    lost = ran_to - resumed_from
+    assert (ran_to, resumed_from) == (13, 12), (ran_to, resumed_from)
+    assert [r["step"] for r in record.events("restored")] == [resumed_from]
     assert (job / "weights.sha256").read_text() == reference["hash"]
-    truth = {s: reference["losses"][s] for s in range(13, TOTAL + 1)}
+    truth = {s: reference["losses"][s] for s in range(resumed_from + 1, TOTAL + 1)}
     assert printed_losses(record, 2) == truth
     assert step_losses(record, attempt=2) == pytest.approx(truth, rel=1e-6)
     exit2 = record.read_json("attempts/2/exit.json")["work"]
-    assert (exit2["first_step"], exit2["last_step"], exit2["steps_done"]) == (13, TOTAL, 13)
-    assert exit2["resumed_from"] == 12
+    want = (resumed_from + 1, TOTAL, TOTAL - resumed_from)
+    assert (exit2["first_step"], exit2["last_step"], exit2["steps_done"]) == want, exit2
+    assert exit2["resumed_from"] == resumed_from
     exit1 = record.read_json("attempts/1/exit.json")["work"]
-    # Step 13's event was written, then the kill: step 13 is the work lost after step_12.
-    assert (exit1["last_step"], exit1["checkpoint_after"], exit1["steps_lost"]) == (13, 12, 1)
+    assert (exit1["last_step"], exit1["checkpoint_after"]) == (ran_to, resumed_from), exit1
+    assert exit1["steps_lost"] == lost, exit1
+    assert "lost_at_most" not in exit1, exit1  # counted from a step known exactly
     verdict = record.read_json("verdict.json")
     assert verdict["verdict"] == "accepted"
     (resumed,) = [c for c in verdict["checks"] if c["name"] == "resumed"]
-    assert "step 12" in resumed["evidence"] and "estimate" not in resumed["evidence"], resumed
+    assert (
+        f"step {resumed_from} " in resumed["evidence"] and "estimate" not in resumed["evidence"]
+    ), resumed
+    (failures,) = [c for c in verdict["checks"] if c["name"] == "failures"]
+    assert f"; lost {lost} step," in failures["evidence"], failures
+    show = acceptrun(job, "show", record.run_id)
+    assert show.returncode == 0, show.stdout + show.stderr
+    hint = next((line for line in show.stdout.splitlines() if "restarts cost" in line), "")
+    redone = f"{lost} step{'' if lost == 1 else 's'} redone"
+    assert f"(1 restart, {redone})" in hint, show.stdout
 
 
 @pytest.mark.slow

@@ -782,6 +782,23 @@ class StepRanges:
         i = np.searchsorted(self.lo, values, side="right") - 1
         return (i >= 0) & (values <= self.hi[np.maximum(i, 0)])
 
+    def count_within(self, lo: Any, hi: Any) -> Any:
+        """How many of the set's steps each closed interval ``[lo[i], hi[i]]`` holds."""
+        import numpy as np
+
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        if not self.lo.size:
+            return np.zeros(lo.shape, np.int64)
+        before = np.r_[0, np.cumsum(self.hi - self.lo + 1)[:-1]]  # steps in earlier intervals
+
+        def upto(x: Any) -> Any:  # the set's steps <= x
+            i = np.searchsorted(self.lo, x, side="right") - 1
+            j = np.maximum(i, 0)
+            n = before[j] + np.minimum(x, self.hi[j]) - self.lo[j] + 1
+            return np.where(i >= 0, n, 0)
+
+        return np.maximum(upto(hi) - upto(lo - 1), 0)
+
     def size(self) -> int:
         return int((self.hi - self.lo + 1).sum()) if self.lo.size else 0
 

@@ -658,8 +658,10 @@ def _attempts(data: dict[str, Any]) -> list[str]:
         work = a.get("work") or {}
         done = f"{work.get('steps_done', '-')} steps"
         if work.get("steps_lost"):
-            # An attempt whose end went unrecorded: counted from its events, a lower bound.
+            # An attempt whose end went unrecorded: counted from its events, a lower bound;
+            # counted from a checkpoint whose step is an estimate: an upper bound.
             least = "at least " if work.get("lost_at_least") else ""
+            least = least or ("at most " if work.get("lost_at_most") else "")
             done += f", {least}{work['steps_lost']} lost ({format_duration(float(work.get('seconds_lost') or 0.0))})"
         evidence = a.get("evidence") or [a.get("reason")]
         reason = a.get("class_reason") or a.get("reason")

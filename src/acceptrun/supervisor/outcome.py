@@ -130,7 +130,9 @@ def attempt_work(
     Lost = the steps after the newest checkpoint at the time it ended (a restart redoes
     them) and the wall time since that checkpoint's step; device-seconds are that
     time the run's GPUs (or one CPU device per node) sat on work thrown away, and
-    node-seconds that time times the run's nodes.
+    node-seconds that time times the run's nodes. Counted from a watched checkpoint whose
+    step is an estimate (never later than the state it holds: supervisor/external.py),
+    the lost steps are at most that many (``lost_at_most``).
     """
     store = CheckpointStore(checkpoint_dir)
     latest = store.latest()
@@ -155,6 +157,9 @@ def attempt_work(
             lost_s = ended - child.started_at
         else:
             lost_steps = max(0, last - kept)
+            dated = latest.meta.get("dated") if latest is not None else None
+            if lost_steps and isinstance(dated, dict) and dated.get("estimate"):
+                work["lost_at_most"] = True
             t_kept = watch.step_t(kept)  # read back from the step log: no step is kept
             lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
     elif res.outcome != "success":

@@ -58,6 +58,7 @@ class Evidence:
 
     restarts: int = 0
     steps_redone: int = 0
+    redone_at_most: bool = False  # a resume from a step that is an estimate: an upper bound
     first_attempt_wait: float | None = None  # seconds, launch to the first step of attempt 1
     step_seconds: float = 0.0  # step time summed over all steps
     idle_threshold: float = 5.0
@@ -114,6 +115,7 @@ def make_hints(summary: Summary, ev: Evidence) -> list[str]:
         )
         hints.append(
             f"restarts cost {format_duration(cost)} ({ev.restarts} restart{plural}, "
+            f"{'at most ' if ev.redone_at_most else ''}"
             f"{ev.steps_redone} step{'' if ev.steps_redone == 1 else 's'} redone): {fix}"
         )
     idle = summary.idle_share

@@ -211,6 +211,7 @@ class _Attempt:
     first_start: float | None = None  # the first step's start (t - step_time), unix s
     last_t: float | None = None  # the last step's t, unix s
     last_step: int | None = None
+    resume_step: int | None = None  # the checkpoint's step it resumed from (attempt_start)
     loss_first: float | None = None
     loss_last: float | None = None
 
@@ -229,6 +230,9 @@ def _spans(events: list[dict[str, Any]]) -> dict[int, _Attempt]:
             a = by_number[number] = _Attempt(number, t)
         if a is None:
             continue
+        resume = ev.get("resume_step")
+        if kind == "attempt_start" and isinstance(resume, int) and not isinstance(resume, bool):
+            a.resume_step = resume
         if kind == "attempt_exit":
             a.end, a.outcome = t, str(ev.get("outcome"))
         elif kind == "workload_start":
@@ -354,7 +358,10 @@ def _read_steps(
     else:
         out.steady = np.empty(cap, dtype=np.float64)
     totals = {k: _Total() for k in ("restarts", "data_wait", "compute", "timed", "timed_wait", "all", "all_wait")}  # fmt: skip
-    later = StepRanges()  # steps that the attempts read so far (the later ones) ran
+    # Steps that the attempts read so far (the later ones) ran again: those a later attempt
+    # that resumed from a checkpoint ran, every step from the checkpoint's on to its last
+    # (``rerun``); for one whose resume step is not known, the steps it reported (``later``).
+    later, rerun = StepRanges(), StepRanges()
     for number, chunks in _groups(log):
         mine, redone, timed_seen, steady_rank = StepRanges(), 0, 0, 0
         a = attempts.get(number)
@@ -392,17 +399,21 @@ def _read_steps(
             lo_t, hi_t = float(c.t.min()), float(c.t.max())
             out.t_min = lo_t if out.t_min is None else min(out.t_min, lo_t)
             out.t_max = hi_t if out.t_max is None else max(out.t_max, hi_t)
-            # work thrown away: the steps that a later attempt ran again
-            again = later.contains(c.step)
+            # work thrown away: the steps that a later attempt ran again. Steps, not
+            # records: a log line every 10 steps stands for 10 (its span), and counts as
+            # many of them as a later attempt ran again (the line of step 50 when the next
+            # attempt resumed from step 50: none), as the verdict's lost steps count them.
+            n_of = np.ones(len(c), np.int64) if span is None else span.astype(np.int64)
+            again = np.where(later.contains(c.step), n_of, 0)
+            if rerun.lo.size:
+                again = np.maximum(again, rerun.count_within(c.step - n_of + 1, c.step))
             if again.any():
-                # Steps, not records: a log line every 10 steps stands for 10 (its span),
-                # as the verdict's lost steps count them.
-                redone += int(again.sum()) if span is None else int(span[again].sum())
-                totals["restarts"].add(weighted[again], None if w_us is None else w_us[again])
-                keep = ~again
-                w_keep, d_keep = weighted[keep], dw[keep]
-                wk_us: Any = None if w_us is None else w_us[keep]
-                dk_us: Any = None if sum_dw is None else sum_dw[keep]
+                redone += int(again.sum())
+                totals["restarts"].add(st * again, None if w_us is None else st_us * again)
+                kept = n_of - again
+                w_keep, d_keep = st * kept, np.where(kept > 0, dw, 0.0)
+                wk_us: Any = None if w_us is None else st_us * kept
+                dk_us: Any = None if sum_dw is None else np.where(kept > 0, sum_dw, 0)
             else:
                 w_keep, d_keep, wk_us, dk_us = weighted, dw, w_us, sum_dw
             d_keep = np.minimum(d_keep, w_keep)
@@ -436,7 +447,11 @@ def _read_steps(
         if a is not None and a.steps:
             out.redone_by[number] = redone
             out.steps_redone += out.redone_by[number]
-            later = later.union(mine)
+            if a.resume_step is not None and mine.lo.size and mine.hi[-1] > a.resume_step:
+                ran = StepRanges(np.array([a.resume_step + 1]), mine.hi[-1:].copy())
+                rerun = rerun.union(ran)
+            else:
+                later = later.union(mine)
     if out.steady is not None:
         out.steady = out.steady[: out.filled]
     for part in ("restarts", "data_wait", "compute"):
@@ -1127,6 +1142,12 @@ def _summarize(rec: _Record, *, whole: bool = True) -> tuple[Summary, dict[str, 
         Evidence(
             restarts=bd.restarts,
             steps_redone=bd.steps_redone,
+            # A resume from a watched checkpoint whose step is an estimate (never later
+            # than the state it holds): the steps after it that were run again are at most
+            # that many.
+            redone_at_most=any(
+                e.get("kind") == "restored" and e.get("step_estimate") for e in rec.events
+            ),
             first_attempt_wait=bd.first_attempt_wait,
             step_seconds=total_step,
             idle_threshold=threshold,

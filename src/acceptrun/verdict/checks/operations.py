@@ -129,7 +129,11 @@ def failures(given: CheckInput) -> list[Check]:
     # An attempt whose end its supervisor could not record (killed, a full disk) is counted
     # from its events by `acceptrun resume`: steps it ran unrecorded are not in the figure.
     least = any((a.get("work") or {}).get("lost_at_least") for a in failed)
-    text += f"; lost {'at least ' if least else ''}{n} step{'' if n == 1 else 's'}, {format_duration(lost['seconds_lost'])} ({lost['device_seconds_lost']:.1f} device-s)"
+    # Counted from a checkpoint whose step is an estimate (an earlier step than the one it
+    # holds, never a later one): at most that many.
+    most = any((a.get("work") or {}).get("lost_at_most") for a in failed)
+    bound = "about " if least and most else "at least " if least else "at most " if most else ""
+    text += f"; lost {bound}{n} step{'' if n == 1 else 's'}, {format_duration(lost['seconds_lost'])} ({lost['device_seconds_lost']:.1f} device-s)"
     return [Check("operations", "failures", PASS, False, text)]
 
 
