@@ -57,7 +57,7 @@ so the epoch would be drawn anew. The tracker keeps the torch RNG state of each 
 start in the checkpoint (``register_for_checkpointing``) and, on resume, draws the resumed
 epoch's order from it (the first ``skip_first_batches`` of a resumed script, or
 ``steps()``), then puts the RNG back to the saved one: on CPU the resumed run is bitwise
-the uninterrupted one (tests/test_integration_accelerate.py).
+the uninterrupted one (tests/integration/test_integration_accelerate.py).
 """
 
 from __future__ import annotations
