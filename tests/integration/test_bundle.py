@@ -23,7 +23,12 @@ from conftest import PYTHON, toml_str
 TOKEN = "hf_PlantedBundleToken4242"
 PASSWORD = "planted-pw-9311"
 URL = f"https://alice:{PASSWORD}@data.example.com/shards"
-SECRETS = (TOKEN, PASSWORD)
+# A [notify] webhook (a secret field: its frozen spec leaves it out) that the workload
+# also prints, as a script that echoes its configuration does. Port 9 on loopback refuses
+# the delivery at once; it is recorded as failed and the run goes on.
+HOOK_SECRET = "PlantedHookPath5150"
+HOOK = f"http://127.0.0.1:9/hooks/{HOOK_SECRET}"
+SECRETS = (TOKEN, PASSWORD, HOOK_SECRET)
 
 # Three steps with a checkpoint each, then a crash whose message and stderr carry the
 # token and the URL with credentials (as a careless loader prints them).
@@ -38,6 +43,7 @@ start = run.restore(weights=weights)
 for step in run.steps(start, 3):
     run.log(step, loss=1.0 / (step + 1))
     run.checkpoint(step, block=True)
+print("alerts go to", os.environ["ALERTS"], file=sys.stderr)
 print("token", os.environ["HF_TOKEN"], "from", os.environ["DATA_URL"], file=sys.stderr)
 print("stdout also says", os.environ["HF_TOKEN"])
 raise RuntimeError(f"the mirror refused {os.environ['DATA_URL']} with token {os.environ['HF_TOKEN']}")
@@ -54,7 +60,9 @@ def failed(tmp_path_factory: pytest.TempPathFactory) -> LaunchResult:
         f'name = "leaky"\ncommand = [{toml_str(PYTHON)}, "work.py"]\n'
         '[limits]\nmax_restarts = 0\ngrace_period = "2s"\n'
         f"[env]\nHF_TOKEN = {toml_str(TOKEN)}\nDATA_URL = {toml_str(URL)}\n"
+        f"ALERTS = {toml_str(HOOK)}\n"
         "[cost]\nprice_per_hour = 3600\n"
+        f'[notify]\nwebhook = {toml_str(HOOK)}\nretries = 1\nclose_wait = "1s"\n'
     )
     saved = dict(os.environ)
     try:
@@ -102,6 +110,7 @@ def test_the_planted_secrets_are_really_in_the_record(failed: LaunchResult) -> N
     assert failed.exit_code != 0
     err = (failed.record.attempt_dir(1) / "stderr.log").read_text()
     assert TOKEN in err and PASSWORD in err  # the workload's own log is kept whole
+    assert HOOK_SECRET in err
 
 
 def test_a_bundle_holds_the_record_redacted_and_verified(

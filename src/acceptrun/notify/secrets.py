@@ -5,7 +5,9 @@ declared ``secret=True`` (:data:`acceptrun.spec.model.SECRET_FIELDS`). Their val
 kept in the workspace, outside every run directory, in ``secrets/<run_id>.json``: mode
 0600 in a 0700 directory, the only file acceptrun writes them to (the way the Kubernetes
 export writes ``[env]`` secrets apart). The notifier of the run, of a resume, and
-``acceptrun watch`` read them back through :func:`notify_spec_of`.
+``acceptrun watch`` read them back through :func:`notify_spec_of`; ``acceptrun bundle``
+learns them (:func:`kept_secret_values`), so a value the workload printed is redacted
+in the archive too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from acceptrun._util.redact import learn
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import NotifySpec, RunSpec
 
-__all__ = ["keep_secrets", "notify_spec_of", "secrets_path"]
+__all__ = ["keep_secrets", "kept_secret_values", "notify_spec_of", "secrets_path"]
 
 
 def secrets_path(record: RunRecord) -> Path:
@@ -47,6 +49,11 @@ def _kept(record: RunRecord) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
     return {str(k): v for k, v in data.items() if isinstance(v, str)}
+
+
+def kept_secret_values(record: RunRecord) -> list[str]:
+    """The values of ``record``'s secret spec fields, kept apart from it (none: [])."""
+    return [v for v in _kept(record).values() if v]
 
 
 def notify_spec_of(record: RunRecord, spec: RunSpec) -> NotifySpec:

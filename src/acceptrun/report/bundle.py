@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from acceptrun._util.durable import MAX_JSONL_LINE_BYTES, read_json, read_jsonl, write_atomic
-from acceptrun._util.redact import learn_spec, redact_obj, redact_text
+from acceptrun._util.redact import learn, learn_spec, redact_obj, redact_text
 from acceptrun.errors import AcceptrunError, UserError
+from acceptrun.notify.secrets import kept_secret_values
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, now_iso
 
@@ -223,6 +224,9 @@ class _Writer:
 def _gather(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
     from acceptrun.spec.load import loads_toml
 
+    # The values of its secret fields (a webhook URL), which its frozen spec leaves out,
+    # are hidden wherever the workload printed them too.
+    learn(kept_secret_values(record))
     try:
         # its [env] secrets are hidden wherever the workload printed them
         learn_spec(loads_toml(record.spec_path.read_text(encoding="utf-8")))
