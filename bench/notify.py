@@ -33,6 +33,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
 from notify_receivers import (  # lives with the tests that use it
+    CORRUPTS,
+    MIRROR_LAGS,
     WebhookReceiver,
     wait_until,
     watchdog_of,
@@ -76,59 +78,6 @@ storage_per_gib_month = 0.0
 source = "a bench price list"
 date = "2026-12-01"
 """
-# A checkpoint whose files are damaged before the attempt dies: the restart sets it aside.
-CORRUPTS = """
-import os, signal, acceptrun
-
-class Counter:
-    def __init__(self): self.n = 0
-    def state_dict(self): return {"n": self.n}
-    def load_state_dict(self, state): self.n = state["n"]
-
-counter = Counter()
-run = acceptrun.init()
-start = run.restore(counter=counter)
-for step in run.steps(start, 8):
-    counter.n += 1
-    run.log(step, loss=1.0)
-    if step in (2, 4):
-        run.checkpoint(step, block=True)
-    if step == 5 and run.attempt == 1:
-        where = os.path.join(os.environ["ACCEPTRUN_CHECKPOINT_DIR"], "step-4")
-        for name in os.listdir(where):
-            if name != "MANIFEST.json":
-                path = os.path.join(where, name)
-                data = bytearray(open(path, "rb").read()); data[-1] ^= 1
-                open(path, "wb").write(bytes(data))
-        os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-# The mirror's folder becomes a file before a save; the script goes on until the record
-# holds the delivery (its own events.jsonl), then gives the mirror back to catch up.
-MIRROR_LAGS = """
-import os, pathlib, shutil, time
-import acceptrun
-
-class Counter:
-    def state_dict(self): return {"n": 1}
-    def load_state_dict(self, state): pass
-
-run = acceptrun.init()
-run.restore(counter=Counter())
-root = pathlib.Path(os.environ["MIRROR"])
-events = pathlib.Path(os.environ["ACCEPTRUN_RUN_DIR"]) / "events.jsonl"
-shutil.rmtree(root, ignore_errors=True)
-root.write_text("not a folder")
-for step in run.steps(0, 6):
-    run.log(step, loss=1.0)
-    if step == 2:
-        run.checkpoint(step, block=True)
-        while '"kind":"notify"' not in events.read_text():
-            time.sleep(0.05)
-        root.unlink()
-        root.mkdir()
-"""
-
 KINDS["rejected"] = KINDS["divergence"]
 KINDS["checkpoint_quarantined"] = (CORRUPTS, "[limits]\nrestart_backoff = 0\n")
 KINDS["mirror_behind"] = (

@@ -1,4 +1,5 @@
-"""Real receivers on loopback for the notification tests and bench/notify.py.
+"""Real receivers on loopback, and scripts that make conditions, for the notification tests
+and bench/notify.py.
 
 :class:`WebhookReceiver` is an HTTP server that records every body POSTed to it (and can
 answer 500 to the first ``fail_first`` requests, so retries are exercised);
@@ -21,7 +22,70 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SmtpReceiver", "WebhookReceiver", "wait_until", "watchdog_of"]
+__all__ = [
+    "CORRUPTS",
+    "MIRROR_LAGS",
+    "SmtpReceiver",
+    "WebhookReceiver",
+    "wait_until",
+    "watchdog_of",
+]
+
+# Scripts that make a condition, for the tests and the bench alike.
+
+# A checkpoint whose files are damaged before the attempt dies: the restart sets it aside.
+CORRUPTS = """
+import os, signal, acceptrun
+
+class Counter:
+    def __init__(self): self.n = 0
+    def state_dict(self): return {"n": self.n}
+    def load_state_dict(self, state): self.n = state["n"]
+
+counter = Counter()
+run = acceptrun.init()
+start = run.restore(counter=counter)
+for step in run.steps(start, 8):
+    counter.n += 1
+    run.log(step, loss=1.0)
+    if step in (2, 4):
+        run.checkpoint(step, block=True)
+    if step == 5 and run.attempt == 1:  # flip a byte of every file of step 4, then die
+        where = os.path.join(os.environ["ACCEPTRUN_CHECKPOINT_DIR"], "step-4")
+        for name in os.listdir(where):
+            if name != "MANIFEST.json":
+                path = os.path.join(where, name)
+                data = bytearray(open(path, "rb").read()); data[-1] ^= 1
+                open(path, "wb").write(bytes(data))
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+# The mirror's folder becomes a file before the save of step 2, so its upload fails and
+# is retried; the script goes on once its own record holds the delivery of that condition
+# (a notify event), then gives the mirror back: the retry catches up.
+MIRROR_LAGS = """
+import os, pathlib, shutil, time
+import acceptrun
+
+class Counter:
+    def state_dict(self): return {"n": 1}
+    def load_state_dict(self, state): pass
+
+run = acceptrun.init()
+run.restore(counter=Counter())
+root = pathlib.Path(os.environ["MIRROR"])
+events = pathlib.Path(os.environ["ACCEPTRUN_RUN_DIR"]) / "events.jsonl"
+shutil.rmtree(root, ignore_errors=True)
+root.write_text("a file where the mirror's folder should be")
+for step in run.steps(0, 6):
+    run.log(step, loss=1.0)
+    if step == 2:
+        run.checkpoint(step, block=True)
+        while '"kind":"notify"' not in events.read_text():
+            time.sleep(0.05)
+        root.unlink()
+        root.mkdir()
+"""
 
 
 def watchdog_of(pid: int) -> bool:
