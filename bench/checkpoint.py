@@ -17,7 +17,8 @@ State: a stack of square Linear layers plus AdamW's two moments, sized to about 
 - restore_ratio: verify + load + load_state_dict through acceptrun, divided by
   ``torch.load(weights_only=True)`` + load_state_dict of the same state. Target <= 1.0.
 - against PyTorch DCP on the same state in the same run (one process, a gloo group of
-  one; ``dcp`` in the output): ``stall_vs_dcp_async`` (acceptrun's stall / the time
+  one; ``dcp`` in the output; each DCP save and load right after acceptrun's, so both
+  meet the same page cache): ``stall_vs_dcp_async`` (acceptrun's stall / the time
   ``dcp.async_save`` blocks), ``persist_vs_dcp_async`` (acceptrun's persist / DCP's, until
   its future is done; DCP hashes and verifies nothing) and ``restore_vs_dcp`` (acceptrun's
   verify + load / ``dcp.load``). Targets (issue 32): at most 0.1, 0.8 and 0.8.
@@ -94,57 +95,82 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def against_dcp(
-    root: Path, model: nn.Module, opt: torch.optim.Optimizer, repeats: int, device: str
-) -> dict[str, list[float]]:
-    """DCP's async_save (stall, persist) and load of the same state, ``repeats`` rounds.
+class AgainstDcp:
+    """DCP's async_save (stall, persist) and load of the same state, a round at a time.
 
-    One process in a gloo group of one, as a single-GPU job using DCP runs. The first
-    round pays DCP's one-off costs (its executor, staging buffers) and is left out, as
-    acceptrun's first round is. Empty when torch.distributed is not available.
+    One process in a gloo group of one, as a single-GPU job using DCP runs. Its rounds
+    are interleaved with acceptrun's (a DCP save right after each acceptrun save, a DCP
+    load right after each acceptrun restore), so both meet the same page cache and the
+    same memory: in a VM the first touch of fresh pages can cost more than the disk
+    write, and a side measured after the other had warmed them up looked twice as fast.
+    The first round pays DCP's one-off costs (its executor, staging buffers) and is left
+    out, as acceptrun's first round is. ``available`` is False without torch.distributed.
     """
-    import torch.distributed as dist
 
-    if not dist.is_available():
-        return {}
-    import shutil
+    def __init__(self, root: Path, model: nn.Module, opt: torch.optim.Optimizer, device: str):
+        import torch.distributed as dist
 
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        self.root, self.model, self.opt, self.device = root, model, opt, device
+        self.rows: dict[str, list[float]] = {
+            "async_stall_s": [], "async_persist_s": [], "load_s": []
+        }  # fmt: skip
+        self.available = dist.is_available()
+        self.last: int | None = None
+        if self.available:
+            dist.init_process_group("gloo", init_method=f"file://{root}/pg", rank=0, world_size=1)
 
-    dist.init_process_group("gloo", init_method=f"file://{root}/pg", rank=0, world_size=1)
-    rows: dict[str, list[float]] = {"async_stall_s": [], "async_persist_s": [], "load_s": []}
-    try:
-        for i in range(repeats + 1):
-            model_sd, optim_sd = get_state_dict(model, opt)
-            state = {"model": model_sd, "optimizer": optim_sd}
-            sync(device)
-            t0 = time.perf_counter()
-            future = dcp.async_save(state, checkpoint_id=str(root / f"dcp-{i}"))
-            stalled = time.perf_counter() - t0
-            future.result()
-            persisted = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            model_sd, optim_sd = get_state_dict(model, opt)
-            target = {"model": model_sd, "optimizer": optim_sd}
-            dcp.load(target, checkpoint_id=str(root / f"dcp-{i}"))
-            set_state_dict(
-                model, opt, model_state_dict=target["model"], optim_state_dict=target["optimizer"]
-            )
-            sync(device)
-            loaded = time.perf_counter() - t0
-            if i >= 1:
-                rows["async_stall_s"].append(stalled)
-                rows["async_persist_s"].append(persisted)
-                rows["load_s"].append(loaded)
-            if i >= 2:  # two kept on disk, as acceptrun's retention keeps two
-                shutil.rmtree(root / f"dcp-{i - 2}", ignore_errors=True)
-    finally:
+    def save(self, i: int) -> None:
+        if not self.available:
+            return
+        import shutil
+
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.opt)
+        state = {"model": model_sd, "optimizer": optim_sd}
+        sync(self.device)
+        t0 = time.perf_counter()
+        future = dcp.async_save(state, checkpoint_id=str(self.root / f"dcp-{i}"))
+        stalled = time.perf_counter() - t0
+        future.result()
+        persisted = time.perf_counter() - t0
+        if i >= 1:
+            self.rows["async_stall_s"].append(stalled)
+            self.rows["async_persist_s"].append(persisted)
+        if i >= 2:  # two kept on disk, as acceptrun's retention keeps two
+            shutil.rmtree(self.root / f"dcp-{i - 2}", ignore_errors=True)
+        self.last = i
+
+    def load(self) -> None:
+        if not self.available or self.last is None:
+            return
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        t0 = time.perf_counter()
+        model_sd, optim_sd = get_state_dict(self.model, self.opt)
+        target = {"model": model_sd, "optimizer": optim_sd}
+        dcp.load(target, checkpoint_id=str(self.root / f"dcp-{self.last}"))
+        set_state_dict(
+            self.model, self.opt, model_state_dict=target["model"],
+            optim_state_dict=target["optimizer"],
+        )  # fmt: skip
+        sync(self.device)
+        self.rows["load_s"].append(time.perf_counter() - t0)
+
+    def close(self) -> dict[str, list[float]]:
+        if not self.available:
+            return {}
+        import shutil
+
+        import torch.distributed as dist
+
         dist.destroy_process_group()
-        for path in root.glob("dcp-*"):
+        for path in self.root.glob("dcp-*"):
             shutil.rmtree(path, ignore_errors=True)
-        (root / "pg").unlink(missing_ok=True)
-    return rows
+        (self.root / "pg").unlink(missing_ok=True)
+        return self.rows
 
 
 def main() -> None:
@@ -194,6 +220,7 @@ def main() -> None:
     saver = Checkpointer(store, on_event=lambda k, f: events.append((k, f)))
     objects = {"model": model, "optimizer": opt}
     raw_times, stalls = [], []
+    dcp_side = AgainstDcp(root, model, opt, args.device)
     for i in range(args.repeats + 1):
         path = root / f"raw-{i}.bin"
         t0 = time.perf_counter()
@@ -207,6 +234,7 @@ def main() -> None:
         sync(args.device)
         stalls.append(saver.save(i, objects))
         saver.wait()
+        dcp_side.save(i)  # the same state, right after, in the same memory
     for path in root.glob("raw-*.bin"):
         path.unlink()
     commits = [f["seconds"] for k, f in events if k == "checkpoint_commit"]
@@ -231,8 +259,9 @@ def main() -> None:
         opt.load_state_dict(sd["optimizer"])
         sync(args.device)
         theirs.append(time.perf_counter() - t0)
+        dcp_side.load()
     restore, torch_load = statistics.median(ours), statistics.median(theirs)
-    dcp_rows = against_dcp(root, model, opt, args.repeats, args.device)
+    dcp_rows = dcp_side.close()
     # Per-round ratios (round 0 skipped, as above): their spread says how much one run of
     # this bench can be trusted.
     persist_ratios = [r / c for r, c in zip(raw_times[1:], commits[1:], strict=True)]
