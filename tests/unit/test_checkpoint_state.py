@@ -663,3 +663,43 @@ def test_a_checkpoint_restores_where_the_safetensors_package_is_not_installed(
     assert torch.equal(
         opt.state_dict()["state"][0]["exp_avg"], other_opt.state_dict()["state"][0]["exp_avg"]
     )
+
+
+def test_a_restore_hashes_the_tensors_as_it_reads_them(tmp_path: Path) -> None:
+    """One pass: the store leaves TENSORS' hash to the loader, which checks it before
+    any object changes; a flipped byte is caught there, and nothing is loaded."""
+    from acceptrun.checkpoint.state import TensorsHashMismatch
+    from acceptrun.checkpoint.store import CheckpointStore
+
+    seed_all(0)
+    objs = make(init_seed=1)
+    train_step(objs, 0)
+    before = {name: obj.state_dict() for name, obj in objs.items()}
+    store = CheckpointStore(tmp_path / "store")
+    writer = store.begin(5)
+    write_staged(stage(objs), writer)
+    store.commit(writer)
+    info = store.get(5)
+    assert info is not None
+    expect = str(info.files[TENSORS]["hash"])
+
+    result = store.verify(5, defer=[TENSORS])
+    assert result.ok and result.deferred == (TENSORS,)
+    assert result.checked_bytes == info.files[STATE]["size"]  # the tensors were not read
+    fresh = make(init_seed=2)
+    load_into(info.path, fresh, expect=expect)
+    for name, obj in fresh.items():
+        assert_same(before[name], obj.state_dict(), name)
+
+    data = bytearray((info.path / TENSORS).read_bytes())
+    data[-1] ^= 1  # a bit of the last tensor's last byte
+    (info.path / TENSORS).write_bytes(bytes(data))
+    assert store.verify(5, defer=[TENSORS]).ok  # left to the loader, which catches it:
+    untouched = make(init_seed=3)
+    kept = {name: obj.state_dict() for name, obj in untouched.items()}
+    with pytest.raises(TensorsHashMismatch, match=r"wrong hash .* nothing was loaded"):
+        load_into(info.path, untouched, expect=expect)
+    for name, obj in untouched.items():
+        assert_same(kept[name], obj.state_dict(), name)
+    full = store.verify(5)  # the full check names the file
+    assert not full.ok and any(TENSORS in p and "wrong hash" in p for p in full.problems)

@@ -65,6 +65,7 @@ __all__ = [
     "TENSORS",
     "Staged",
     "StagingBuffers",
+    "TensorsHashMismatch",
     "load_into",
     "load_ranked",
     "rank_dir",
@@ -603,8 +604,15 @@ def load_into(
     device: str | torch.device | None = None,
     rng: bool = True,
     strict: bool = True,
+    expect: str | None = None,
 ) -> dict[str, Any]:
     """Restore a checkpoint written by :func:`write_staged` into ``objects``.
+
+    ``expect``: the manifest's hash of TENSORS (``"xxh3_128:..."``). The file is then
+    hashed as it is read, in the same pass, and a mismatch raises
+    :class:`TensorsHashMismatch` before any object is changed: with
+    ``CheckpointStore.verify(step, defer=[TENSORS])`` first, a restore reads the bytes
+    once instead of twice.
 
     Calls ``load_state_dict`` on each object that has one; plain values saved under a
     name come back in ``result["values"]``. Tensors are loaded onto ``device`` (default
@@ -618,7 +626,13 @@ def load_into(
 
     >>> out = load_into(ckpt_dir, {"model": model, "optimizer": opt, "extra": None})
     """
-    return _load(Path(path), objects, device=device, rng=rng, strict=strict, world_size=1)
+    return _load(
+        Path(path), objects, device=device, rng=rng, strict=strict, world_size=1, expect=expect
+    )
+
+
+class TensorsHashMismatch(RecordError):
+    """TENSORS did not hash to its manifest's value while it was read; nothing was loaded."""
 
 
 def restore_values(registered: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, Any]:
@@ -750,6 +764,7 @@ def _load(
     rng: bool,
     strict: bool,
     world_size: int,
+    expect: str | None = None,
 ) -> dict[str, Any]:
     _check_names(objects)
     meta = _read_meta(root / STATE)
@@ -760,7 +775,7 @@ def _load(
             f"{world_size}; resume it with resources.processes = {saved_world} (a "
             "checkpoint cannot be resharded to another number of processes)"
         )
-    tensors = _load_tensors(root / TENSORS, meta, device)
+    tensors = _load_tensors(root / TENSORS, meta, device, expect)
 
     try:
         values, loads, rng_state, notes = _decode_all(root, meta, tensors, objects, rng, strict)
@@ -802,26 +817,36 @@ def _load(
 
 
 def _load_tensors(
-    path: Path, meta: Mapping[str, Any], device: str | torch.device | None
+    path: Path,
+    meta: Mapping[str, Any],
+    device: str | torch.device | None,
+    expect: str | None = None,
 ) -> Mapping[str, torch.Tensor]:
     """The tensors of TENSORS, read by this module's own reader (no safetensors package).
 
     The writer above is this module's own, and so is the reader: restoring a checkpoint
     needs nothing the save did not, so a workload that could save can always load. When
-    state.json counts no tensors the file is checked and torch is not imported.
+    state.json counts no tensors the file is checked and torch is not imported. With
+    ``expect`` the bytes are hashed as they are read (the header, then the tensors in
+    file order, which cover the rest exactly) and compared before anything is returned.
     """
     counted = meta.get("tensors")
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with open(path, "rb") as raw:
+            size = os.fstat(raw.fileno()).st_size
+            f: Any = raw if expect is None else _HashingReader(raw, expect)
             entries = _read_header(f, size)
             if isinstance(counted, dict) and counted.get("count") == 0:
                 if entries:
                     raise ValueError(
                         f"it holds {len(entries)} tensor(s), where {STATE} counts none"
                     )
-                return {}
-            return _read_tensors(f, entries, device)
+                out: Mapping[str, torch.Tensor] = {}
+            else:
+                out = _read_tensors(f, entries, device)
+            if isinstance(f, _HashingReader):
+                f.check(path, size)
+            return out
     except FileNotFoundError:
         raise RecordError(f"{path} is missing; the checkpoint is incomplete") from None
     except (OSError, ValueError) as exc:
@@ -829,6 +854,52 @@ def _load_tensors(
             f"{path} is not a readable safetensors file ({exc}); the checkpoint "
             "is damaged, resume from an earlier one"
         ) from exc
+
+
+class _HashingReader:
+    """A file read forward only, hashed on the way: the one pass of a verified restore."""
+
+    def __init__(self, f: io.BufferedReader, expect: str) -> None:
+        from acceptrun._util.hashing import new_hasher, split_hash
+
+        self._f = f
+        self._expect = expect
+        self._hasher = new_hasher(split_hash(expect)[0])
+        self._at = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._f.read(n)
+        self._hasher.update(data)
+        self._at += len(data)
+        return data
+
+    def readinto(self, view: Any) -> int:
+        k = self._f.readinto(view)
+        if k:
+            self._hasher.update(view[:k])
+            self._at += k
+        return k or 0
+
+    def seek(self, offset: int) -> int:
+        if offset != self._at:  # the reader goes forward, without a gap: never the case
+            raise ValueError(f"a hashed read seeks to byte {offset} from byte {self._at}")
+        return offset
+
+    def check(self, path: Path, size: int) -> None:
+        """Hash what is left (nothing, for a file this module wrote) and compare."""
+        while chunk := self._f.read(_CHUNK):
+            self._hasher.update(chunk)
+            self._at += len(chunk)
+        from acceptrun._util.hashing import split_hash
+
+        algorithm = split_hash(self._expect)[0]
+        got = f"{algorithm}:{self._hasher.hexdigest()}"
+        if got != self._expect or self._at != size:
+            raise TensorsHashMismatch(
+                f"{path}: wrong hash ({got}, manifest {self._expect}) while it was read; "
+                "nothing was loaded from it. The checkpoint is damaged: resume from an "
+                "earlier one (`acceptrun ckpt verify` names the file)"
+            )
 
 
 _HEADER_MAX = 100 << 20  # the safetensors format's own limit on its JSON header

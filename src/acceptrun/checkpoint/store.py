@@ -37,7 +37,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
@@ -100,6 +100,9 @@ class VerifyResult:
     problems: list[str]
     seconds: float
     checked_bytes: int
+    # Files checked for presence and size only, their hash left to the reader that reads
+    # them anyway (verify(defer=...)): "ok" holds for the rest.
+    deferred: tuple[str, ...] = ()
 
     def raise_for_problems(self) -> None:
         """Raise :class:`RecordError` when the checkpoint failed verification."""
@@ -526,12 +529,16 @@ class CheckpointStore:
         infos = [] if info else self.list()
         return info or (infos[-1] if infos else None)
 
-    def verify(self, step: int | None = None) -> VerifyResult:
+    def verify(self, step: int | None = None, *, defer: Iterable[str] = ()) -> VerifyResult:
         """Re-read and re-hash every file of ``step`` (None: the LATEST target, else newest).
 
         Missing, resized, changed and unexpected files are problems. An unexpected file
         (say a planted ``evil.pkl``) is never loaded by acceptrun, but it means the
         directory is not what was committed.
+
+        ``defer`` names files whose hash the caller checks itself while it reads them (a
+        restore hashes the tensors as it loads them, so the bytes are read once): they are
+        checked for presence and size here, and listed in the result's ``deferred``.
         """
         name = self._latest_name()
         if step is not None:
@@ -542,7 +549,7 @@ class CheckpointStore:
             path = infos[-1].path
         else:
             return VerifyResult(False, None, self.root, [f"{self.root}: no checkpoint"], 0, 0)
-        return self._verify_dir(path)[0]
+        return self._verify_dir(path, defer=frozenset(defer))[0]
 
     def latest_verified(self, *, quarantine: bool = True) -> CheckpointInfo | None:
         """The newest checkpoint that verifies: the one to resume from, or None.
@@ -736,7 +743,9 @@ class CheckpointStore:
         created, total = str(doc["created_at"]), doc["total_bytes"]
         return CheckpointInfo(doc["step"], path, created, files, total, metrics, meta), None
 
-    def _verify_dir(self, path: Path) -> tuple[VerifyResult, CheckpointInfo | None]:
+    def _verify_dir(
+        self, path: Path, *, defer: frozenset[str] = frozenset()
+    ) -> tuple[VerifyResult, CheckpointInfo | None]:
         started, step = time.monotonic(), _step_of(path.name)
         if not path.is_dir():
             gone = f"{path.name}: no such checkpoint directory in {self.root}"
@@ -760,6 +769,8 @@ class CheckpointStore:
                     f"{where}: wrong size ({st.st_size} bytes, manifest {entry['size']})"
                 )
                 continue
+            if rel in defer:
+                continue
             try:  # each hash names its algorithm, so older manifests stay checkable
                 digest, size = hash_file(path / rel, split_hash(str(entry.get("hash")))[0])
             except (OSError, ValueError) as exc:
@@ -772,7 +783,8 @@ class CheckpointStore:
             for rel in sorted(set(self._walk_files(path)) - set(listed)):
                 problems.append(f"{path.name}/{rel}: unexpected file, not in the manifest")
         seconds = time.monotonic() - started
-        return VerifyResult(not problems, step, path, problems, seconds, checked), info
+        deferred = tuple(sorted(defer & set(listed)))
+        return VerifyResult(not problems, step, path, problems, seconds, checked, deferred), info
 
 
 def _manifest_text(manifest: Mapping[str, Any]) -> str:

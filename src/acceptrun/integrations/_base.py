@@ -181,7 +181,7 @@ class FrameworkRun:
         """The step of the checkpoint to resume from, verified (see :meth:`resume_point`)."""
         run = self.run
         if run.resume_from:
-            path = Path(run._verified_resume_path(self.store, run.resume_from))
+            path = run._verified_resume_path(self.store, run.resume_from)[0]
             return int(path.name.split("-", 1)[1])
         info = self.store.latest_verified()
         return None if info is None else info.step

@@ -248,13 +248,21 @@ class Checkpointing(RunBase):
         resume = self.resume_from
         if not resume:
             return 0
-        from acceptrun.checkpoint.state import load_into, load_ranked, restore_values
+        from acceptrun.checkpoint.state import (
+            TENSORS,
+            TensorsHashMismatch,
+            load_into,
+            load_ranked,
+            restore_values,
+        )
 
         store = self._store()
+        expect = None
         if self.ranks.distributed:
             path = self._agreed_resume_path(store, resume)
         else:
-            path = self._verified_resume_path(store, resume)
+            # The tensors are hashed as they are loaded: the bytes are read once.
+            path, expect = self._verified_resume_path(store, resume, defer=TENSORS)
         t0 = time.perf_counter()
         if self.ranks.distributed:
             loaded = load_ranked(
@@ -262,7 +270,14 @@ class Checkpointing(RunBase):
                 world_size=self.world_size, device=map_location,
             )  # fmt: skip
         else:
-            loaded = load_into(path, {**self._objects, **self._per_rank}, device=map_location)
+            objects = {**self._objects, **self._per_rank}
+            try:
+                loaded = load_into(path, objects, device=map_location, expect=expect)
+            except TensorsHashMismatch:
+                # Damaged since it was written: nothing was loaded. The full check sets it
+                # aside (a checkpoint_quarantine event) and finds the newest one that verifies.
+                path, _ = self._verified_resume_path(store, str(path))
+                loaded = load_into(path, objects, device=map_location)
         values = restore_values({**self._objects, **self._per_rank}, loaded["values"])
         for name, value in values.items():  # the next checkpoint saves the restored value
             (self._per_rank if name in self._per_rank else self._objects)[name] = value
@@ -339,11 +354,11 @@ class Checkpointing(RunBase):
         """Rank 0 verifies the checkpoint (one re-read, not one per rank); all load it."""
         group = self._rank_group()
         if group is None:  # no torch.distributed: each rank verifies for itself
-            return self._verified_resume_path(store, resume)
+            return self._verified_resume_path(store, resume)[0]
         chosen: tuple[str | None, str | None] = (None, None)
         if self.rank == 0:
             try:
-                chosen = (str(self._verified_resume_path(store, resume)), None)
+                chosen = (str(self._verified_resume_path(store, resume)[0]), None)
             except Exception as exc:  # every rank raises it, not only rank 0
                 chosen = (None, str(exc))
         path, error = group.broadcast(chosen)
@@ -351,22 +366,30 @@ class Checkpointing(RunBase):
             raise AcceptrunRuntimeError(error or "rank 0 found no checkpoint to resume from")
         return Path(path)
 
-    def _verified_resume_path(self, store: Any, resume: str) -> Path:
-        """``resume`` if it verifies, else the newest checkpoint that does."""
+    def _verified_resume_path(
+        self, store: Any, resume: str, *, defer: str | None = None
+    ) -> tuple[Path, str | None]:
+        """``resume`` if it verifies, else the newest checkpoint that does; with ``defer``
+        (a file name) that file is left to the loader to hash as it reads it, and its
+        manifest hash comes back beside the path (None when everything was hashed here)."""
         path = Path(resume)
         step_dir = int(path.name.split("-", 1)[1]) if path.name.startswith("step-") else None
         result = (
-            store.verify(step_dir) if step_dir is not None and path.parent == store.root else None
+            store.verify(step_dir, defer=[defer] if defer else [])
+            if step_dir is not None and path.parent == store.root
+            else None
         )
-        if result is None or not result.ok:
-            info = store.latest_verified()
-            if info is None:
-                raise AcceptrunRuntimeError(
-                    f"cannot resume: {resume} failed verification and no older checkpoint in "
-                    f"{store.root} verifies; see the quarantine/ folder there"
-                )
-            path = info.path
-        return path
+        if result is not None and result.ok:
+            info = store.get(step_dir) if result.deferred else None
+            entry = info.files.get(defer) if info is not None and defer else None
+            return path, (str(entry["hash"]) if entry else None)
+        info = store.latest_verified()
+        if info is None:
+            raise AcceptrunRuntimeError(
+                f"cannot resume: {resume} failed verification and no older checkpoint in "
+                f"{store.root} verifies; see the quarantine/ folder there"
+            )
+        return info.path, None
 
     def checkpoint(
         self, step: int, *, block: bool = False, metrics: dict[str, float] | None = None
