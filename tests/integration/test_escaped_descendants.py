@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
+from notify_receivers import watchdog_of
 from supervisor_kill_harness import cli_env, events, run_dir
 from tests.campaign import tally
 
@@ -161,17 +162,30 @@ def test_escaped_processes_end_after_the_supervisor_dies(tmp_path: Path, mechani
             return False
 
         wait_for(listed, what="processes.json listing both escaped processes")
+        # The watchdog starts right after the attempt's first listing; on a loaded machine
+        # the escaped processes can be in that listing before it exists: wait for it.
+        wait_for(lambda: watchdog_of(sup.pid), what="the attempt's watchdog")
         sup.send_signal(signal.SIGKILL)
         sup.wait()
         rdir = run_dir(ws)
         assert rdir is not None
         assert _mechanism(rdir) == mechanism
+
         # The watchdog asks every process of the attempt left after its leader to stop
         # (stop_sent), and kills what is still there when the grace period ends.
-        wait_for(lambda: not any(_alive(p) for p in pids), timeout=90, what="the escaped end")
-        told = [e for e in events(rdir, "stop_sent") + events(rdir, "kill_sent")
-                if e.get("by") == "watchdog"]  # fmt: skip
-        assert set(pids) <= {pid for e in told for pid in e["pids"]}, told
+        def told() -> list[dict[str, Any]]:
+            return [e for e in events(rdir, "stop_sent") + events(rdir, "kill_sent")
+                    if e.get("by") == "watchdog"]  # fmt: skip
+
+        def explain() -> str:
+            return f"watchdog events: {told()}; supervisor.log: {(job / 'supervisor.log').read_text()[-2000:]}"
+
+        wait_for(
+            lambda: not any(_alive(p) for p in pids), timeout=90, what="the escaped end",
+            explain=explain,
+        )  # fmt: skip
+        # Each signal is recorded before it is sent: the processes' end implies the record.
+        assert set(pids) <= {pid for e in told() for pid in e["pids"]}, told()
     finally:
         if sup.poll() is None:
             sup.kill()

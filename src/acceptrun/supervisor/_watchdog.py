@@ -228,17 +228,17 @@ def main(argv: list[str]) -> int:
     told: set[int] = set()
     while time.time() - lost_at < grace and (left := _strays(run_id, attempt, cgroup, listed)):
         new = sorted(set(left) - told)
-        for pid in new:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-        if new:
-            told.update(new)
+        if new:  # recorded first, as the supervisor does: a reader that sees them gone
+            told.update(new)  # finds why
             _event(
                 events, "stop_sent", attempt=int(attempt), by="watchdog", signal="SIGTERM",
                 after_s=round(time.time() - lost_at, 3), pids=new,
                 reason="the supervisor was gone and the attempt's leader had ended: each "
                 "process of the attempt still running is asked to stop itself",
             )  # fmt: skip
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
         time.sleep(STRAY_POLL_S)
     # The leader has exited (checkpointed) or overstayed its grace: nothing of the attempt
     # may stay behind. A second sweep catches a process forked during the first.

@@ -506,8 +506,9 @@ class Supervisor:
                 child.containment.close()
             reason = f"could not start {self.spec.command[0]!r}: {exc.strerror or exc}"
             return self._not_started(attempt, adir, reason)
-        self._track(attempt, child, force=True)  # the watchdog reads it from the start
         # If this process dies, the watchdog stops the attempt's tree (supervisor/lease.py).
+        # It starts first, before anything that could take a while: until it runs, a death
+        # of this process leaves what the attempt started without a guard.
         held = child.containment
         watchdog = Watchdog(
             leader=child.pid, env=env, grace_s=self.spec.limits.grace_period,
@@ -517,6 +518,7 @@ class Supervisor:
         watchdog.start()
         if held is not None and watchdog.pid is not None:
             held.exclude.add(watchdog.pid)  # a child of the supervisor, not of the attempt
+        self._track(attempt, child, force=True)  # the watchdog reads it when it sweeps
         self._announce(attempt, child, resume_step, restored)
         watch = AttemptWatch(
             self.record.events_path,
