@@ -82,7 +82,7 @@ for step in run.steps(0, 6):
     if step == 2:
         run.checkpoint(step, block=True)
         while '"kind":"notify"' not in events.read_text():
-            time.sleep(0.05)
+            time.sleep(0.05)  # polls the record for the delivery, guesses no speed
         root.unlink()
         root.mkdir()
 """
