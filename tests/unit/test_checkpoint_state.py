@@ -24,6 +24,7 @@ from acceptrun.checkpoint.state import (
     TENSORS,
     Staged,
     StagingBuffers,
+    StateChangedDuringCopy,
     load_into,
     stage,
     write_staged,
@@ -703,3 +704,61 @@ def test_a_restore_hashes_the_tensors_as_it_reads_them(tmp_path: Path) -> None:
         assert_same(kept[name], obj.state_dict(), name)
     full = store.verify(5)  # the full check names the file
     assert not full.ok and any(TENSORS in p and "wrong hash" in p for p in full.problems)
+
+
+# ---- overlapped staging: what is left to the background copy, and its guard -----------------
+
+
+def _bn_model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    return model, opt
+
+
+def test_deferred_staging_leaves_only_what_an_optimizer_step_changes() -> None:
+    model, opt = _bn_model()
+    objects = {"model": model, "optimizer": opt, "extra": {"t": torch.ones(3)}}
+    staged = stage(objects, buffers=StagingBuffers(), defer=True)
+    params = {f"model/{n}" for n, _ in model.named_parameters()}
+    moments = {k for k in staged.tensors if k.startswith("optimizer/state/")}
+    assert moments and set(staged.pending) == params | moments
+    # running statistics (a forward changes them), other objects and RNG: copied now
+    copied = set(staged.tensors) - set(staged.pending)
+    assert {"model/1.running_mean", "model/1.running_var", "extra/t"} <= copied
+    with pytest.raises(RuntimeError, match="not copied yet"):
+        write_staged(staged, DirWriter(Path("/nonexistent")))
+    # without an optimizer nothing changes only in a step: everything is copied in the call
+    alone = stage({"model": model}, buffers=StagingBuffers(), defer=True)
+    assert alone.pending == {}
+    alone.release()
+
+
+def test_the_background_copy_is_the_state_of_the_call(tmp_path: Path) -> None:
+    model, opt = _bn_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    staged = stage({"model": model, "optimizer": opt}, buffers=StagingBuffers(), defer=True)
+    assert staged.copy_pending() >= 0 and staged.pending == {}
+    with torch.no_grad():  # after the copy: the snapshot keeps the state of the call
+        for p in model.parameters():
+            p.add_(1)
+    write_staged(staged, DirWriter(tmp_path))
+    fresh, fresh_opt = _bn_model()
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    load_into(tmp_path, {"model": fresh, "optimizer": fresh_opt})
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_a_tensor_changed_before_its_copy_fails_the_snapshot_naming_it() -> None:
+    model, opt = _bn_model()
+    staged = stage({"model": model, "optimizer": opt}, buffers=StagingBuffers(), defer=True)
+    with torch.no_grad():
+        model[2].bias.mul_(2)  # in place, outside the optimizer, before the copy
+    with pytest.raises(StateChangedDuringCopy, match=r"'model/2\.bias'.*staging = \"block\""):
+        staged.copy_pending()
+    staged.release()

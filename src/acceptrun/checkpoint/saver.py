@@ -1,8 +1,15 @@
 """Asynchronous checkpoint saves: stage on the training thread, persist in the background.
 
 The training loop is blocked only while :func:`~acceptrun.checkpoint.state.stage` copies
-the state into host memory (into reused buffers, pinned for CUDA tensors). A background
-thread then writes the safetensors and JSON files through the store (hashing as it
+the state into host memory (into reused buffers, pinned for CUDA tensors). With
+``overlap`` (the default; ``[checkpoint] staging = "overlap"``) even less: when the
+objects hold a torch.optim optimizer, the parameters and optimizer state in host memory
+(what only an optimizer's step changes) are copied by the background thread beside the
+next forward and backward, and the next ``step()`` of any torch.optim optimizer waits for
+that copy (a global step pre-hook); the loop is blocked only if it gets there first. A
+tensor changed in place some other way before it was copied fails the save loudly
+(:class:`~acceptrun.checkpoint.state.StateChangedDuringCopy`) rather than write a
+snapshot that is not its step's. A background thread then writes the safetensors and JSON files through the store (hashing as it
 writes), commits the manifest and LATEST, applies retention, and hands the checkpoint to
 the mirror. The next save, or the end of the run, waits for it; a failure is recorded as
 an event at once and raised on the next call, never swallowed.
@@ -75,8 +82,12 @@ class Checkpointer:
         on_event: EventSink | None = None,
         meta: Mapping[str, Any] | None = None,
         ranks: Any = None,
+        overlap: bool = True,
     ) -> None:
         self.store = store
+        self.overlap = overlap
+        self._copy: _Copy | None = None  # the deferred copy in flight, if any
+        self._step_hook: Any = None  # torch.optim's global step pre-hook, while registered
         self.ranks = ranks  # distributed.RankGroup: a gathered save over all ranks
         self.mirror = mirror
         self.on_event = on_event or (lambda _kind, _fields: None)
@@ -122,16 +133,17 @@ class Checkpointer:
         self.wait()
         if self.ranks is not None:
             return self._save_ranked(step, objects, per_rank or {}, dict(metrics or {}), block)
-        staged = stage(objects, buffers=self._buffers)
+        staged = stage(objects, buffers=self._buffers, defer=self.overlap and not block)
         nbytes = staged.nbytes
         stall = time.perf_counter() - t0
-        if not block:
+        copy = self._defer(step, stall, nbytes, [staged])
+        if not block and copy is None:
             self.on_event(
                 "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": nbytes}
             )
         self._thread = threading.Thread(
             target=self._persist,
-            args=(step, staged, dict(metrics or {})),
+            args=(step, staged, dict(metrics or {}), copy),
             name=f"acceptrun-save-{step}",
             daemon=True,
         )
@@ -144,10 +156,34 @@ class Checkpointer:
             )
         return stall
 
-    def _persist(self, step: int, staged: Staged, metrics: dict[str, float]) -> None:
+    def _defer(
+        self, step: int, stall: float, nbytes: int, snapshots: list[Staged | None]
+    ) -> _Copy | None:
+        """A :class:`_Copy` when a snapshot left tensors to copy, with the step hook set."""
+        pending = [s for s in snapshots if s is not None and s.pending]
+        if not pending:
+            return None
+        if self._step_hook is None:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            self._step_hook = register_optimizer_step_pre_hook(self._before_optimizer_step)
+        self._copy = _Copy(step, stall, nbytes, pending, self.on_event)
+        return self._copy
+
+    def _before_optimizer_step(self, *_args: Any) -> None:
+        """Any torch.optim optimizer's step(): it changes the state being copied; wait."""
+        copy = self._copy
+        if copy is not None:
+            copy.wait()
+
+    def _persist(
+        self, step: int, staged: Staged, metrics: dict[str, float], copy: _Copy | None = None
+    ) -> None:
         writer = None
         needed = staged.nbytes  # write_staged releases the buffers; the size is kept
         try:
+            if copy is not None:
+                copy.run()
             writer = self.store.begin(step)
             write_staged(staged, writer)
             info = self.store.commit(writer, metrics=metrics, meta=self.meta)
@@ -263,11 +299,12 @@ class Checkpointer:
         ranks = {"world_size": info.world_size, "rank": info.rank, "layout": "gathered"}
         t0 = time.perf_counter()
         shared = None
+        defer = self.overlap and not block
         if info.rank == 0:  # replicated state: one copy is enough, rank 0's
-            shared = stage(objects, rng=False, buffers=self._buffers)
+            shared = stage(objects, rng=False, buffers=self._buffers, defer=defer)
             shared.meta["ranks"] = {**ranks, "rank": None}
         try:
-            own = stage(per_rank, rng=True, buffers=self._own_buffers)
+            own = stage(per_rank, rng=True, buffers=self._own_buffers, defer=defer)
         except BaseException:
             if shared is not None:
                 shared.release()
@@ -275,12 +312,14 @@ class Checkpointer:
         own.meta["ranks"] = ranks
         stall = time.perf_counter() - t0
         nbytes = own.nbytes + (shared.nbytes if shared is not None else 0)
-        self.on_event(
-            "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": nbytes}
-        )
+        copy = self._defer(step, stall, nbytes, [shared, own])
+        if copy is None:
+            self.on_event(
+                "checkpoint_stage", {"step": step, "stall_s": round(stall, 6), "bytes": nbytes}
+            )
         self._thread = threading.Thread(
             target=self._persist_ranked,
-            args=(step, shared, own, metrics),
+            args=(step, shared, own, metrics, copy),
             name=f"acceptrun-save-{step}",
             daemon=True,
         )
@@ -290,7 +329,12 @@ class Checkpointer:
         return stall
 
     def _persist_ranked(
-        self, step: int, shared: Staged | None, own: Staged, metrics: dict[str, float]
+        self,
+        step: int,
+        shared: Staged | None,
+        own: Staged,
+        metrics: dict[str, float],
+        copy: _Copy | None = None,
     ) -> None:
         """Every rank runs this in its saver thread; the collectives keep them in step.
 
@@ -304,6 +348,8 @@ class Checkpointer:
         local: BaseException | None = None  # this rank's own failure, if any
         try:
             try:
+                if copy is not None:  # a failed copy fails the save on every rank
+                    copy.run()
                 if rank == 0:
                     writer = self.store.begin(step)
             except BaseException as exc:
@@ -344,6 +390,8 @@ class Checkpointer:
                 if staged is not None:
                     staged.release()  # no-op when written (write_staged released it)
         if ok:
+            if rank == 0:
+                self.store.apply_retention()  # a failed delete is reported, never raised
             self.last_committed = self.store.get(step)
             if self.mirror is not None and self.last_committed is not None:
                 self.mirror.enqueue(step, self.last_committed.path)
@@ -368,7 +416,8 @@ class Checkpointer:
             for files, dirs, _ in reports[1:]:
                 writer.adopt(files, dirs)
             meta = {**self.meta, "world_size": len(reports), "layout": "gathered"}
-            info = self.store.commit(writer, metrics=metrics, meta=meta)
+            # Pruned after every rank is told (below): the others need not wait for it.
+            info = self.store.commit(writer, metrics=metrics, meta=meta, retain=False)
         except BaseException as exc:
             if writer.state == "open":
                 self.store.abort(writer)
@@ -380,6 +429,7 @@ class Checkpointer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._copy = None
         if self._error is not None:
             exc, step = self._error, self._error_step
             self._error = self._error_step = None
@@ -398,6 +448,9 @@ class Checkpointer:
         try:
             self.wait()
         finally:
+            if self._step_hook is not None:
+                self._step_hook.remove()
+                self._step_hook = None
             if self.mirror is not None:
                 if not self.mirror.wait(mirror_timeout):
                     self.on_event(
@@ -405,6 +458,55 @@ class Checkpointer:
                         {"status": {str(k): v for k, v in self.mirror.status().items()}},
                     )
                 self.mirror.close(timeout=5)
+
+
+class _Copy:
+    """A save's deferred copy, run by its background thread before the write.
+
+    ``wait()`` (the optimizer's step pre-hook) blocks until it is done, failed or not.
+    Its ``checkpoint_stage`` event is sent when the copy is done: ``stall_s`` is all the
+    time the save blocked the loop (the call, plus any wait of a step that came before
+    the copy was done), ``copy_s`` the background copy, ``overlapped`` true.
+    """
+
+    def __init__(
+        self,
+        step: int,
+        call_s: float,
+        nbytes: int,
+        snapshots: list[Staged],
+        on_event: EventSink,
+    ) -> None:
+        self.step, self.call_s, self.nbytes = step, call_s, nbytes
+        self.snapshots = snapshots
+        self.on_event = on_event
+        self.done = threading.Event()
+        self.wait_from: float | None = None
+
+    def wait(self) -> None:
+        if not self.done.is_set():
+            self.wait_from = time.perf_counter()
+            self.done.wait()
+
+    def run(self) -> None:
+        """Copy every snapshot's pending tensors (background thread); raises on a change."""
+        copied = 0.0
+        try:
+            for staged in self.snapshots:
+                copied += staged.copy_pending()
+        finally:
+            finished = time.perf_counter()
+            self.done.set()
+        started = self.wait_from  # read after done: a step that waited set it before
+        waited = max(0.0, finished - started) if started is not None else 0.0
+        self.on_event(
+            "checkpoint_stage",
+            {
+                "step": self.step, "stall_s": round(self.call_s + waited, 6),
+                "bytes": self.nbytes, "overlapped": True, "copy_s": round(copied, 6),
+                "waited_s": round(waited, 6),
+            },
+        )  # fmt: skip
 
 
 class _Prefixed:

@@ -17,7 +17,11 @@ torch itself is optional: a process that never imported it saves and loads plain
 and numpy arrays without it (see :func:`_loaded_torch`).
 
 Saving is split so that an async save blocks the training loop only for :func:`stage`
-(copies to host memory); :func:`write_staged` can run on a background thread::
+(copies to host memory); :func:`write_staged` can run on a background thread. With
+``defer=True``, :func:`stage` copies only what may change before the next optimizer step
+and leaves the parameters and optimizer state to :meth:`Staged.copy_pending`, which a
+background thread runs beside the next forward and backward (see
+:class:`~acceptrun.checkpoint.saver.Checkpointer`, which makes the optimizer wait for it)::
 
     buffers = StagingBuffers()                     # reused across saves
     staged = stage({"model": model, "optimizer": opt, "scheduler": sched,
@@ -41,6 +45,7 @@ import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Mapping, MutableMapping
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +70,7 @@ __all__ = [
     "TENSORS",
     "Staged",
     "StagingBuffers",
+    "StateChangedDuringCopy",
     "TensorsHashMismatch",
     "load_into",
     "load_ranked",
@@ -387,12 +393,50 @@ class Staged:
     nbytes: int
     """Bytes of tensor data."""
     _buffers: StagingBuffers | None = field(default=None, repr=False, compare=False)
+    pending: dict[str, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+    """Live tensors not copied yet (``stage(defer=True)``): :meth:`copy_pending` copies them."""
+    _versions: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def release(self) -> None:
         """Give the staging buffers back without writing (write_staged does this itself)."""
+        self.pending = {}
         if self._buffers is not None:
             self._buffers._release()
             self._buffers = None
+
+    def copy_pending(self) -> float:
+        """Copy the deferred tensors into the snapshot; returns the seconds it took.
+
+        Runs on a background thread while the training loop goes on; whoever may change
+        these tensors in place (the optimizer's step) must wait for it to return. Each
+        tensor's version counter, read when it was staged, is read again after its copy:
+        a tensor changed in place before or while it was copied raises
+        :class:`StateChangedDuringCopy` naming it, so a snapshot that is not the state of
+        its step is never written.
+        """
+        if not self.pending:
+            return 0.0
+        import time
+
+        t0 = time.perf_counter()
+        for key, src in self.pending.items():
+            dst = self.tensors[key]
+            dst.copy_(src)
+            if src._version != self._versions[key]:
+                raise StateChangedDuringCopy(
+                    f"{key!r} was changed in place after the save was called and before it "
+                    "was copied, by something other than a torch.optim optimizer's step() "
+                    "(which waits for the copy): the checkpoint of this step would not hold "
+                    'its state, so it was not written. Set [checkpoint] staging = "block" '
+                    "(the copy then finishes inside the save call), or change parameters in "
+                    "place only in the optimizer's step()"
+                )
+        self.pending = {}
+        return time.perf_counter() - t0
+
+
+class StateChangedDuringCopy(AcceptrunRuntimeError):
+    """A tensor left to the background copy changed before it was copied (see staging)."""
 
 
 def _is_stateful(obj: Any) -> bool:
@@ -411,7 +455,11 @@ def _check_names(objects: Mapping[str, Any]) -> None:
 
 
 def stage(
-    objects: Mapping[str, Any], *, rng: bool = True, buffers: StagingBuffers | None = None
+    objects: Mapping[str, Any],
+    *,
+    rng: bool = True,
+    buffers: StagingBuffers | None = None,
+    defer: bool = False,
 ) -> Staged:
     """Snapshot ``objects`` (and the RNG states) into host memory.
 
@@ -420,11 +468,20 @@ def stage(
     Blocks the training loop for the copies (~memory bandwidth; see StagingBuffers); the
     returned tensors are copies, so optimizer steps after this cannot change them.
     Raises TypeError naming the key path of anything that cannot be saved without pickle.
+
+    ``defer=True`` (with ``buffers``) leaves out of the blocking copy the tensors that only
+    a torch.optim optimizer's ``step()`` changes, when ``objects`` hold such an optimizer:
+    the parameters of the modules and the optimizers' state, in host memory. They stay in
+    :attr:`Staged.pending` for :meth:`Staged.copy_pending`. Everything else (buffers,
+    which a forward may change; tensors of any other object; CUDA tensors) is copied now.
     """
     _check_names(objects)
     enc = _Encoder()
     entries: dict[str, Any] = {}
+    deferrable: set[str] = set()
+    defer = defer and buffers is not None and _has_optimizer(objects)
     for name, obj in objects.items():
+        before = set(enc.tensors) if defer else set()
         if _is_generator(obj):
             # A generator of the workload's own (batch sampling, augmentation): its state
             # is a byte tensor, restored with set_state.
@@ -440,6 +497,9 @@ def stage(
         else:
             entry = {"kind": "value", "state": enc.encode(obj, name)}
         entries[name] = entry
+        if defer:
+            added = {k: t for k, t in enc.tensors.items() if k not in before}
+            deferrable |= _changed_only_by_step(obj, added)
     np = _numpy()
     torch = _loaded_torch()
     meta: dict[str, Any] = {
@@ -452,20 +512,50 @@ def stage(
     }
     if buffers is not None:
         buffers._acquire()
+    pending = {k: t.detach() for k, t in enc.tensors.items() if k in deferrable}
     try:
-        tensors = _copy_to_host(enc.tensors, buffers)
+        tensors = _copy_to_host(enc.tensors, buffers, skip=set(pending))
     except BaseException:
         if buffers is not None:
             buffers._release()
         raise
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     meta["tensors"] = {"file": TENSORS, "count": len(tensors), "nbytes": nbytes}
-    return Staged(tensors=tensors, meta=meta, nbytes=nbytes, _buffers=buffers)
+    return Staged(
+        tensors=tensors, meta=meta, nbytes=nbytes, _buffers=buffers, pending=pending,
+        _versions={k: t._version for k, t in pending.items()},
+    )  # fmt: skip
+
+
+def _has_optimizer(objects: Mapping[str, Any]) -> bool:
+    torch = _loaded_torch()
+    return torch is not None and any(
+        isinstance(obj, torch.optim.Optimizer) for obj in objects.values()
+    )
+
+
+def _changed_only_by_step(obj: Any, added: Mapping[str, torch.Tensor]) -> set[str]:
+    """The keys of ``added`` (tensors ``obj``'s state_dict gave) that change only in an
+    optimizer's step(): an optimizer's own state, and a module's parameters (not its
+    buffers: a forward changes running statistics). Host tensors only: a CUDA tensor's
+    copy is queued on its stream at once and does not block for long."""
+    import torch
+
+    host = {k: t for k, t in added.items() if t.device.type == "cpu"}
+    if isinstance(obj, torch.optim.Optimizer):
+        return set(host)
+    if isinstance(obj, torch.nn.Module):
+        params = {p.data_ptr() for p in obj.parameters() if p.device.type == "cpu"}
+        return {k for k, t in host.items() if t.data_ptr() in params and t.numel()}
+    return set()
 
 
 def _copy_to_host(
-    live: dict[str, torch.Tensor], buffers: StagingBuffers | None
+    live: dict[str, torch.Tensor],
+    buffers: StagingBuffers | None,
+    skip: AbstractSet[str] = frozenset(),
 ) -> dict[str, torch.Tensor]:
+    """A host copy of each tensor; those in ``skip`` get their buffer only (copied later)."""
     out: dict[str, torch.Tensor] = {}
     if buffers is not None:
         buffers._keep_only(set(live))
@@ -476,6 +566,10 @@ def _copy_to_host(
     cuda_devices: set[torch.device] = set()
     for key, tensor in live.items():
         src = tensor.detach()
+        if key in skip:
+            assert buffers is not None
+            out[key] = buffers._take(key, src)
+            continue
         if src.is_cuda:
             cuda_devices.add(src.device)
         # Always a new contiguous host tensor per key: tied weights get one copy each,
@@ -526,6 +620,11 @@ def write_staged(staged: Staged, writer: StateWriter) -> None:
     Safe to run on a background thread; gives the staging buffers back when done.
     """
     try:
+        if staged.pending:
+            raise AcceptrunRuntimeError(
+                f"{len(staged.pending)} tensors of this snapshot were not copied yet: call "
+                "Staged.copy_pending() before write_staged()"
+            )
         with writer.open(TENSORS) as f:
             _write_safetensors(f, staged.tensors, {"format": "pt", FORMAT: str(FORMAT_VERSION)})
         with writer.open(STATE) as f:

@@ -385,6 +385,9 @@ class CheckpointStageEvent(Event, total=False):
     attempt: int
     captured: Any
     files: int
+    overlapped: bool  # the parameters and optimizer state were copied beside the next step
+    copy_s: float  # that background copy's seconds
+    waited_s: float  # of stall_s: an optimizer step's wait for the copy
 
 
 class CheckpointCommitEvent(Event, total=False):

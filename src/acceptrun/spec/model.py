@@ -289,6 +289,16 @@ class CheckpointSpec:
         "refuse",
         choices=("refuse", "move", "start"),
     )
+    staging: str = doc(
+        'How a save copies the state into host memory: "overlap" (the parameters and '
+        "optimizer state in host memory are copied beside the next forward and backward; "
+        "the next torch.optim optimizer step waits for the copy, so the checkpoint still "
+        'holds its step\'s state bit for bit) or "block" (all of it inside the save call). '
+        "A save whose state changed in place outside an optimizer step before it was "
+        'copied fails naming the tensor: use "block" for such a script.',
+        "overlap",
+        choices=("overlap", "block"),
+    )
     mtbf: Duration | None = doc(
         "Mean time between interruptions of the whole job (for a job of N GPUs, one GPU's "
         'mean time to failure / N), e.g. "6h": what the checkpoint-interval advice uses '

@@ -480,6 +480,7 @@ class Checkpointing(RunBase):
         return Checkpointer(
             store, mirror=mirror, meta=meta,
             on_event=self._event_sink, ranks=self._group,
+            overlap=self.spec.checkpoint.staging == "overlap",
         )  # fmt: skip
 
     def _finish_drill(self, step: int, seconds: float) -> None:
