@@ -11,6 +11,13 @@
 - ``kill``: step 1 saved; during the async save of step 2 rank 1's background write
   blocks after its first item; both ranks train step 3 and write OUT/rank<r>-ready; the
   test SIGKILLs rank 1. Rank 0 writes its error to OUT/rank0-error.txt and exits 3.
+- ``overlap``: step 1 trained, its full tensors to OUT/ref-1.safetensors, async-saved
+  with ``overlap=opt``; the background copy is held until an optimizer step begins (a
+  step pre-hook registered before acceptrun's), and step 2 is trained at once, so only
+  acceptrun's hook can keep that step from changing the tensors before they are copied.
+  Then step 2 is async-saved and a parameter changed in place outside the optimizer
+  before the copy is let go: that save must fail on every rank. OUT/overlap-rank<r>.json
+  says whether the copy was still held when the step began, and step 2's error.
 - ``exit`` (one process, no process group): an async save into ROOT and one into a
   directory that cannot exist (ROOT/blocker is a file), then exit without waiting.
 
@@ -134,6 +141,53 @@ def kill_mode(rank: int, store: CheckpointStore, world: int, out: Path) -> None:
     os._exit(4)  # the save cannot have committed with rank 1 gone
 
 
+def overlap_mode(rank: int, store: CheckpointStore, world: int, out: Path) -> None:
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    model, opt = build(0, world)
+    train_step(model, opt, 1)
+    ref = full_tensors(model, opt)  # collective: the state the save must hold
+    if rank == 0:
+        save_file(ref, str(out / "ref-1.safetensors"))
+    go, stepped, held_at_step = threading.Event(), threading.Event(), []
+    real_run = sharded._Deferred.run
+
+    def held_run(self: Any, handle: Any) -> None:
+        # Let go by the step's first pre-hook, the copy still waits until acceptrun's hook
+        # waits for it, or else until the step is over: without that wait the copy comes
+        # after the step's changes, every time.
+        if not go.wait(HOLD_S):
+            raise RuntimeError(f"the held copy was not let go in {HOLD_S} s")
+        while self.wait_from is None and not stepped.wait(0.001):
+            pass  # both are set by the training thread: poll the two
+        real_run(self, handle)
+
+    sharded._Deferred.run = held_run  # type: ignore[method-assign]
+
+    def let_go(*_args: Any) -> None:
+        held_at_step.append(not go.is_set())
+        go.set()
+
+    register_optimizer_step_pre_hook(let_go)  # before acceptrun's: it runs first
+    opt.register_step_post_hook(lambda *_args: stepped.set())
+    pending = sharded.async_save(store, 1, state(model, opt, 1), overlap=opt)
+    train_step(model, opt, 2)  # forward, backward and the step, right after the call
+    assert pending.wait().step == 1
+    go.clear()
+    stepped.set()  # no step comes: the copy runs as soon as it is let go
+    pending = sharded.async_save(store, 2, state(model, opt, 2), overlap=opt)
+    with torch.no_grad():
+        next(iter(model.parameters())).to_local().mul_(2.0)  # outside any optimizer
+    go.set()
+    try:
+        pending.wait()
+        message = "no error"
+    except RecordError as exc:
+        message = error_text(exc)
+    doc = {"held_at_step": held_at_step, "step2_error": message}
+    (out / f"overlap-rank{rank}.json").write_text(json.dumps(doc))
+
+
 def exit_mode(root: str, out: Path) -> None:
     good = CheckpointStore(root, on_event=events_to(out / "events-rank0.jsonl"))
     sharded.async_save(good, 7, {"w": torch.arange(1000, dtype=torch.float32), "step": 7})
@@ -155,6 +209,8 @@ def worker(rank: int, mode: str, root: str, world: int, out: str) -> None:
     )
     if mode == "save":
         save_mode(rank, store, world, out_dir)
+    elif mode == "overlap":
+        overlap_mode(rank, store, world, out_dir)
     else:
         kill_mode(rank, store, world, out_dir)
     dist.barrier()

@@ -191,3 +191,25 @@ def test_run_finish_waits_for_the_save_before_the_mirror_drains(tmp_path: Path) 
     info = sharded.load(CheckpointStore(record.checkpoints_dir), state)
     assert info is not None and info.step == 3 and state["train"]["step"] == 3
     assert torch.equal(state["w"], torch.full((10_000,), 4.0))
+
+
+@pytest.mark.slow
+def test_an_overlapped_copy_holds_its_step_while_the_next_step_runs(tmp_path: Path) -> None:
+    """async_save(overlap=opt) on 2 FSDP2 ranks: the next step right after the call waits
+    for the background copy, so the checkpoint is its step's, bit for bit; a parameter
+    changed in place outside the optimizer before its copy fails the save on every rank."""
+    root, out = tmp_path / "ckpt", tmp_path / "out"
+    codes, log = finish(start("overlap", root, 2, out))
+    if any(codes):
+        pytest.fail(f"the overlap ranks exited {codes}:\n{log[-6000:]}")
+    for rank in (0, 1):
+        doc = json.loads((out / f"overlap-rank{rank}.json").read_text())
+        # the copy was still held when step 2's optimizer step began: it had to wait
+        assert doc["held_at_step"][0] is True
+        assert "was changed in place after async_save()" in doc["step2_error"], doc
+        assert "overlap=None" in doc["step2_error"]
+    stages = [e for e in events(out, 0) if e["kind"] == "checkpoint_stage"]
+    assert [(e["step"], e.get("overlapped")) for e in stages] == [(1, True)]
+    assert [i.step for i in CheckpointStore(root).list()] == [1]
+    run_ranks("load", root, 2, tmp_path / "loaded")
+    same_bits(out / "ref-1.safetensors", tmp_path / "loaded" / "loaded.safetensors")

@@ -277,10 +277,13 @@ class DCPWriter(StorageWriter):
         *,
         metrics: Mapping[str, float] | None = None,
         meta: Mapping[str, Any] | None = None,
+        retain: bool = True,
     ) -> None:
         super().__init__()
         self.store = store
         self.writer = writer
+        self.retain = retain  # False: the caller prunes after telling the others
+        self.refuse: Exception | None = None  # this rank's write fails with it
         self.metrics = dict(metrics or {})
         self.meta = dict(meta or {})
         self.is_coordinator = False
@@ -312,6 +315,8 @@ class DCPWriter(StorageWriter):
                 "DCPWriter needs JsonSavePlanner (non-tensor values as JSON, no pickle)"
             )
         name = str(plan.storage_data)
+        if self.refuse is not None:
+            raise _portable(self.refuse, f"shard file {name}")
         try:
             results = self._write_file(name, plan, planner)
         except Exception as exc:
@@ -373,7 +378,9 @@ class DCPWriter(StorageWriter):
             METADATA, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         )
         meta = {**self.meta, "format": FORMAT, "shard_files": len(files)}
-        self.info = self.store.commit(self.writer, metrics=self.metrics, meta=meta)
+        self.info = self.store.commit(
+            self.writer, metrics=self.metrics, meta=meta, retain=self.retain
+        )
 
     def storage_meta(self) -> StorageMeta | None:
         return StorageMeta(checkpoint_id=str(self.writer.path))
@@ -390,11 +397,15 @@ class DCPReader(StorageReader):
     before reading it.
     """
 
-    def __init__(self, info: CheckpointInfo) -> None:
+    def __init__(
+        self, info: CheckpointInfo, *, preloaded: Mapping[str, torch.Tensor] | None = None
+    ) -> None:
         super().__init__()
         self.info = info
         self.path = info.path
         self.storage: dict[MetadataIndex, _Location] = {}
+        # Files already read (and hashed) whole, as uint8 tensors: served without a read.
+        self.preloaded = dict(preloaded or {})
 
     def reset(self, checkpoint_id: Any = None) -> None:
         pass
@@ -442,6 +453,9 @@ class DCPReader(StorageReader):
         for name, items in by_file.items():
             if name not in self.info.files:
                 raise RecordError(f"{self.path / name} is not in the manifest")
+            if name in self.preloaded:
+                self._serve(name, self.preloaded[name], items, planner)
+                continue
             with open(self.path / name, "rb") as f:
                 for item, loc in sorted(items, key=lambda x: x[1].offset):
                     f.seek(loc.offset)
@@ -458,15 +472,45 @@ class DCPReader(StorageReader):
         fut.set_result(None)
         return fut
 
+    def _serve(
+        self,
+        name: str,
+        data: torch.Tensor,
+        items: list[tuple[ReadItem, _Location]],
+        planner: LoadPlanner,
+    ) -> None:
+        """Items of a file read whole into ``data``: views of it, no second read."""
+        for item, loc in items:
+            end = loc.offset + loc.length
+            if loc.offset < 0 or end > data.numel():
+                raise RecordError(
+                    f"{self.path / name}: {item.storage_index.fqn!r} at {loc.offset}+"
+                    f"{loc.length} is past its end ({data.numel()} bytes)"
+                )
+            raw = data[loc.offset : end]
+            if item.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(item, io.BytesIO(raw.numpy().tobytes()))
+                continue
+            self._copy_tensor(item, loc, raw, planner)
+
     def _copy_tensor(
-        self, item: ReadItem, loc: _Location, raw: bytes, planner: LoadPlanner
+        self, item: ReadItem, loc: _Location, raw: bytes | torch.Tensor, planner: LoadPlanner
     ) -> None:
         if loc.dtype is None or loc.shape is None:
             raise RecordError(
                 f"{self.path / loc.file}: {item.storage_index.fqn!r} has no dtype/shape"
             )
         dtype = _dtype(loc.dtype)
-        if raw:
+        if isinstance(raw, torch.Tensor):  # a slice of a preloaded file: viewed, not copied
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            if raw.numel() % itemsize:
+                raise RecordError(
+                    f"{self.path / loc.file}: {item.storage_index.fqn!r} holds {raw.numel()} "
+                    f"bytes, not a whole number of {loc.dtype} elements"
+                )
+            aligned = raw if loc.offset % itemsize == 0 else raw.clone()
+            saved = aligned.view(dtype).reshape(loc.shape)
+        elif raw:
             saved = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(loc.shape)
         else:
             saved = torch.empty(loc.shape, dtype=dtype)

@@ -48,16 +48,20 @@ of their own (:func:`background_group`), never the training loop's.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import dataclasses
+import mmap
 import os
+import re
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -67,6 +71,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.tensor import DTensor
 
+from acceptrun._util.hashing import hash_bytes, hash_file, new_hasher, split_hash
 from acceptrun.checkpoint.dcp_storage import (
     FORMAT,
     METADATA,
@@ -162,10 +167,19 @@ def _write_and_commit(
     metrics: Mapping[str, float] | None,
     meta: Mapping[str, Any] | None,
     planner: JsonSavePlanner | None,
+    retain: bool = True,
+    refuse: Exception | None = None,
 ) -> CheckpointInfo:
-    """DCP writes this rank's shards into ``writer``; rank 0 commits once all have written."""
+    """DCP writes this rank's shards into ``writer``; rank 0 commits once all have written.
+
+    ``retain=False``: rank 0 leaves the pruning of older checkpoints to the caller.
+    ``refuse``: this rank's write fails with it, inside DCP's save, so that every rank
+    fails the save at the same collective (none waits for the others forever)."""
     step = writer.step
-    storage = DCPWriter(store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world})
+    storage = DCPWriter(
+        store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world}, retain=retain
+    )
+    storage.refuse = refuse
     try:
         dcp_save(
             state_dict,
@@ -240,9 +254,12 @@ def load(
 ) -> CheckpointInfo | None:
     """Fill ``state_dict`` in place from the newest verified checkpoint (or ``step``).
 
-    Every rank calls it with its own (sharded) state dict, in any number of ranks. Rank 0
-    verifies the checkpoint against its manifest first; one that fails is quarantined and
-    the previous one is used (``step`` given: it must verify). Returns the checkpoint
+    Every rank calls it with its own (sharded) state dict, in any number of ranks. The
+    checkpoint is verified against its manifest before any tensor of ``state_dict``
+    changes, in one read of its bytes: rank 0 checks the manifest, the metadata and every
+    file's size; each rank hashes its share of the shard files as it reads them, keeping
+    its own in memory for the load; all agree. One that fails is quarantined and the
+    previous one is used (``step`` given: it must verify). Returns the checkpoint
     loaded, or None when there is none (a fresh start). JSON values are replaced by what
     was saved (tuples come back as lists).
 
@@ -258,21 +275,82 @@ def load(
     source: CheckpointStore = getattr(store, "restore_source", None) or store
     if step is None:
         step = getattr(store, "restore_step", None)
+    skip: set[int] = set()  # steps found bad without quarantining them (a drill's source)
+    while True:
+        info = _choose(source, step, skip, rank, world, process_group, store)
+        if info is None:
+            return None
+        if info.meta.get("format") != FORMAT:
+            raise UserError(
+                f"{info.path} was not saved by sharded.save; load it with acceptrun.checkpoint.state"
+            )
+        t0 = time.perf_counter()
+        # One read of the tensor bytes: each rank hashes its share of the shard files as it
+        # reads them (its own file kept in memory for the load); all agree before any
+        # tensor of the state dict changes.
+        problem, preloaded = "", {}
+        try:
+            preloaded = _read_share(info, rank, world)
+        except (OSError, RecordError) as exc:
+            problem = str(exc)
+        verdict = _agree(problem, rank, world, process_group, info, source, store, step, skip)
+        if verdict == "retry":
+            continue
+        break
+    # no_dist: each rank plans its own reads from the JSON metadata, so no plans are
+    # exchanged (DCP pickles those between ranks); ranks may differ in number from the save.
+    with warnings.catch_warnings():  # DCP warns that no_dist means "a single process"
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp_load(
+            state_dict,
+            storage_reader=DCPReader(info, preloaded=preloaded),
+            planner=JsonLoadPlanner(),
+            no_dist=True,
+        )
+    report = getattr(store, "on_sharded_load", None)
+    if report is not None:
+        report(info, time.perf_counter() - t0, rank, world)
+    return info
+
+
+_SHARD = re.compile(r"shard-(\d+)\.bin")
+
+
+def _is_shard(name: str) -> bool:
+    """A rank's tensor bytes (``shard-<r>.bin``): hashed by the ranks as they read them."""
+    return _SHARD.fullmatch(name) is not None
+
+
+def _choose(
+    source: CheckpointStore,
+    step: int | None,
+    skip: set[int],
+    rank: int,
+    world: int,
+    group: Any,
+    store: CheckpointStore,
+) -> CheckpointInfo | None:
+    """Rank 0 picks the checkpoint (every file checked but the shards, which the ranks
+    hash as they read them) and tells the others; None: there is none."""
     chosen: str | None = None
     if rank == 0:
         try:
             if step is None:
-                info = source.latest_verified(quarantine=source is store)
+                info = source.latest_verified(
+                    quarantine=source is store, defer=_is_shard, skip=skip
+                )
             else:
-                result = source.verify(step)
+                result = source.verify(
+                    step, defer=[n for n in _listed(source, step) if _is_shard(n)]
+                )
                 result.raise_for_problems()
                 info = source.get(step)
             chosen = "" if info is None else str(info.step)
         finally:
             if world > 1:
-                _broadcast_text("error" if chosen is None else chosen, process_group)
+                _broadcast_text("error" if chosen is None else chosen, group)
     else:
-        chosen = _broadcast_text(None, process_group)
+        chosen = _broadcast_text(None, group)
         if chosen == "error":
             raise RecordError("rank 0 could not choose a sharded checkpoint to load; see its error")
     if not chosen:
@@ -282,22 +360,126 @@ def load(
         raise RecordError(
             f"checkpoint step-{chosen} of {source.root} disappeared before it was loaded"
         )
-    if info.meta.get("format") != FORMAT:
-        raise UserError(
-            f"{info.path} was not saved by sharded.save; load it with acceptrun.checkpoint.state"
-        )
-    # no_dist: each rank plans its own reads from the JSON metadata, so no plans are
-    # exchanged (DCP pickles those between ranks); ranks may differ in number from the save.
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():  # DCP warns that no_dist means "a single process"
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp_load(
-            state_dict, storage_reader=DCPReader(info), planner=JsonLoadPlanner(), no_dist=True
-        )
-    report = getattr(store, "on_sharded_load", None)
-    if report is not None:
-        report(info, time.perf_counter() - t0, rank, world)
     return info
+
+
+def _listed(source: CheckpointStore, step: int) -> list[str]:
+    info = source.get(step)
+    return list(info.files) if info is not None else []
+
+
+def _read_share(info: CheckpointInfo, rank: int, world: int) -> dict[str, torch.Tensor]:
+    """Hash this rank's share of the shard files (``shard-<k>.bin`` with k % world ==
+    rank) against the manifest; returns the one this rank loads itself, mapped into
+    memory and hashed in one pass (:func:`_read_hashed`), so the load reads no byte twice.
+    Raises RecordError naming a file whose bytes are not the ones committed."""
+    kept: dict[str, torch.Tensor] = {}
+    for name, entry in sorted(info.files.items()):
+        match = _SHARD.fullmatch(name)
+        if match is None or int(match.group(1)) % world != rank:
+            continue
+        path, expected = info.path / name, str(entry["hash"])
+        algorithm = split_hash(expected)[0]
+        if int(match.group(1)) == rank:
+            data, digest = _read_hashed(path, int(entry["size"]), algorithm)
+            kept[name] = data
+        else:
+            digest = hash_file(path, algorithm)[0]
+        if digest != expected:
+            raise RecordError(
+                f"{info.path.name}/{name}: wrong hash ({digest}, manifest {expected})"
+            )
+    return kept
+
+
+_HASH_STEP = 16 << 20  # bytes hashed per call
+
+
+def _read_hashed(path: Path, size: int, algorithm: str) -> tuple[torch.Tensor, str]:
+    """The file's bytes as a uint8 tensor over a private memory map, hashed in one pass.
+
+    The map shares the page cache's pages (no copy into a buffer of our own, no fresh
+    pages to fault in); the load then copies each tensor from it into the state dict,
+    so the bytes are read once, hashed once and copied once. Private and writable
+    (copy-on-write): nothing written through it reaches the file.
+    """
+    if size == 0:
+        return torch.empty(0, dtype=torch.uint8), hash_bytes(b"", algorithm)
+    with open(path, "rb") as f:
+        actual = os.fstat(f.fileno()).st_size
+        if actual != size:
+            raise RecordError(f"{path}: {actual} bytes, its manifest says {size}")
+        # No MAP_POPULATE: on a private writable map it faults every page in for writing,
+        # which copies them (measured: 7x slower than faulting them in as read).
+        mapped = mmap.mmap(
+            f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
+    with contextlib.suppress(AttributeError, OSError):  # not every platform has madvise
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+    view = memoryview(mapped)
+    hasher = new_hasher(algorithm)
+    for start in range(0, size, _HASH_STEP):
+        hasher.update(view[start : start + _HASH_STEP])
+    data = torch.frombuffer(mapped, dtype=torch.uint8)
+    view.release()
+    return data, f"{algorithm}:{hasher.hexdigest()}"
+
+
+def _agree(
+    problem: str,
+    rank: int,
+    world: int,
+    group: Any,
+    info: CheckpointInfo,
+    source: CheckpointStore,
+    store: CheckpointStore,
+    step: int | None,
+    skip: set[int],
+) -> str:
+    """Every rank's share checked: "ok" to load; "retry" after rank 0 set the bad checkpoint
+    aside (quarantined, or skipped in a drill); a RecordError on every rank for a named
+    ``step`` that failed."""
+    problems = [problem] if world == 1 else _gather_text(problem, group)
+    verdict = "ok"
+    if rank == 0:
+        bad = [f"rank {r}: {p}" if world > 1 else p for r, p in enumerate(problems) if p]
+        if bad and step is not None:
+            verdict = "fail:" + "; ".join(bad)
+        elif bad:
+            if source is store:
+                source.quarantine(info.path, "failed verification: " + "; ".join(bad))
+            else:
+                skip.add(info.step)
+            verdict = "retry"
+    if world > 1:
+        verdict = _broadcast_text(verdict if rank == 0 else None, group)
+        if verdict == "retry":
+            skip.add(info.step)
+    if verdict.startswith("fail:"):
+        raise RecordError(
+            f"checkpoint step-{info.step} of {source.root} does not verify: {verdict[5:]}"
+        )
+    return verdict
+
+
+def _gather_text(text: str, group: Any) -> list[str]:
+    """Every rank's ``text``, in rank order, on every rank (bytes in tensors, no pickle)."""
+    world = dist.get_world_size(group)
+    data = (
+        torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
+        if text
+        else torch.empty(0, dtype=torch.uint8)
+    )
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64), group=group)
+    longest = max(int(n.item()) for n in sizes)
+    if not longest:
+        return [""] * world
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: data.numel()] = data
+    out = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(out, padded, group=group)
+    return [o[: int(n.item())].numpy().tobytes().decode() for o, n in zip(out, sizes, strict=True)]
 
 
 # ---- the asynchronous save --------------------------------------------------------------------
@@ -317,6 +499,7 @@ class AsyncSave:
         self.nbytes = nbytes
         self.persist_s: float | None = None  # seconds from staged to committed (or failed)
         self._done = threading.Event()
+        self._settled = threading.Event()  # done, and the older checkpoints pruned
         self._info: CheckpointInfo | None = None
         self._error: RecordError | None = None
         self._reported = False  # the error was raised to the caller at least once
@@ -342,13 +525,24 @@ class AsyncSave:
         """The same as :meth:`wait` (the name ``concurrent.futures.Future`` uses)."""
         return self.wait()
 
-    def _run(self, staged: dict[str, Any], group: Any, **kwargs: Any) -> None:
-        """The background thread: begin or join, write this rank's shards, commit (rank 0)."""
+    def _run(
+        self, staged: dict[str, Any], group: Any, later: _Deferred | None, **kwargs: Any
+    ) -> None:
+        """The background thread: the deferred copies, then begin or join, write this
+        rank's shards, commit (rank 0)."""
         t0 = time.perf_counter()
         rank, world = kwargs["rank"], kwargs["world"]
+        refused: Exception | None = None
+        if later is not None:
+            try:
+                later.run(self)
+            except RecordError as exc:  # written into DCP's save: every rank fails it
+                refused = exc
         try:
             writer = _begin(self.store, self.step, rank, world, group)
-            self._info = _write_and_commit(self.store, writer, staged, group=group, **kwargs)
+            self._info = _write_and_commit(
+                self.store, writer, staged, group=group, retain=False, refuse=refused, **kwargs
+            )
         except BaseException as exc:  # kept for wait(), recorded now: never silent
             error = exc if isinstance(exc, RecordError) else None
             if error is None:
@@ -364,6 +558,19 @@ class AsyncSave:
             staged.clear()  # the staged tensors stay in the buffers for the next save
             self.persist_s = time.perf_counter() - t0
             self._done.set()
+        # After wait() returned: the retired checkpoints go while the loop trains on; the
+        # next save (and the process's exit) waits for this, so two never overlap.
+        try:
+            if rank == 0 and self._info is not None:
+                self.store.apply_retention()  # a failed delete is an event of its own
+        except Exception as exc:  # the save is committed; say the pruning failed
+            print(
+                f"acceptrun: pruning older checkpoints of {self.store.root} after step "
+                f"{self.step} failed: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+        finally:
+            self._settled.set()
 
 
 @dataclasses.dataclass
@@ -398,7 +605,7 @@ def _settle_previous(store: CheckpointStore, step: int) -> None:
     previous = _slot(store).handle
     if previous is None:
         return
-    previous._done.wait()
+    previous._settled.wait()
     if previous._error is not None and not previous._reported:
         previous._reported = True
         raise RecordError(
@@ -446,13 +653,19 @@ def _timeout_of(group: Any) -> timedelta | None:
 
 @torch.no_grad()
 def _stage(
-    value: Any, path: str, old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]
+    value: Any,
+    path: str,
+    old: dict[str, torch.Tensor],
+    new: dict[str, torch.Tensor],
+    later: _Deferred | None = None,
 ) -> Any:
     """A copy of ``value`` in host memory that no later step can change.
 
     Tensors are copied into the buffers of the previous save (``old``) when shape, dtype
     and pinning match, else into new ones (pinned for CUDA tensors); DTensors keep their
-    sharding with a host copy of the local shard. JSON values are deep-copied.
+    sharding with a host copy of the local shard. JSON values are deep-copied. A host
+    tensor that ``later`` holds (an overlapped optimizer's parameter or state) gets its
+    buffer now and its copy in the background (:class:`_Deferred`).
     """
     if isinstance(value, torch.Tensor):
         local = value.to_local() if isinstance(value, DTensor) else value.detach()
@@ -465,7 +678,10 @@ def _stage(
             or buf.is_pinned() != pin
         ):
             buf = torch.empty(local.shape, dtype=local.dtype, pin_memory=pin)
-        buf.copy_(local, non_blocking=pin)  # the copy the training loop waits for
+        if later is not None and later.takes(local):
+            later.add(path, local, buf)
+        else:
+            buf.copy_(local, non_blocking=pin)  # the copy the training loop waits for
         new[path] = buf
         if isinstance(value, DTensor):
             # The same spec (mesh, placements, global shape) over the host copy, as torch's
@@ -473,11 +689,11 @@ def _stage(
             return DTensor(buf, value._spec, requires_grad=False)  # type: ignore[no-untyped-call]
         return buf
     if isinstance(value, Mapping):
-        return {k: _stage(v, f"{path}.{k}", old, new) for k, v in value.items()}
+        return {k: _stage(v, f"{path}.{k}", old, new, later) for k, v in value.items()}
     if isinstance(value, list | tuple) and any(
         isinstance(v, torch.Tensor | Mapping | list | tuple) for v in value
     ):
-        items = [_stage(v, f"{path}.{i}", old, new) for i, v in enumerate(value)]
+        items = [_stage(v, f"{path}.{i}", old, new, later) for i, v in enumerate(value)]
         return tuple(items) if isinstance(value, tuple) else items
     if callable(getattr(value, "state_dict", None)):
         raise UserError(
@@ -486,6 +702,113 @@ def _stage(
             "top level or pass its state_dict()"
         )
     return copy.deepcopy(value)  # a JSON value (checked): a later change must not leak in
+
+
+class _Deferred:
+    """An async save's copies left to its background thread (``async_save(overlap=)``).
+
+    Holds the storage addresses of the overlapped optimizers' parameters and state: a
+    host tensor of the state dict at one of them changes only in their ``step()``. The
+    global optimizer step pre-hook waits for every armed copy before any step runs.
+    """
+
+    _hook: ClassVar[Any] = None  # torch.optim's global step pre-hook, registered once
+    _armed: ClassVar[set[_Deferred]] = set()
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, addresses: dict[int, torch.Tensor]) -> None:
+        # Storage address -> the optimizer's own (local) tensor there. Its version counter
+        # is the one an in-place change bumps: a state dict's DTensor may hold another
+        # tensor object over the same memory, with a counter of its own.
+        self.addresses = addresses
+        self.copies: list[tuple[str, torch.Tensor, torch.Tensor, tuple[int, int]]] = []
+        self.done = threading.Event()
+        self.wait_from: float | None = None
+        self.stall_s = 0.0
+
+    @classmethod
+    def of(cls, overlap: Any) -> _Deferred | None:
+        if overlap is None:
+            return None
+        optimizers = [overlap] if isinstance(overlap, torch.optim.Optimizer) else list(overlap)
+        addresses: dict[int, torch.Tensor] = {}
+        for opt in optimizers:
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise UserError(
+                    f"async_save(overlap=...) takes torch.optim optimizers, not a "
+                    f"{type(opt).__name__}: the copy may overlap only what their step() changes"
+                )
+            tensors = [p for group in opt.param_groups for p in group["params"]]
+            tensors += [v for state in opt.state.values() for v in state.values()]
+            for t in tensors:
+                if isinstance(t, torch.Tensor):
+                    local = t.to_local() if isinstance(t, DTensor) else t
+                    if local.device.type == "cpu" and local.numel():
+                        addresses[local.data_ptr()] = local
+        return cls(addresses)
+
+    def takes(self, local: torch.Tensor) -> bool:
+        return (
+            local.device.type == "cpu" and local.numel() > 0 and local.data_ptr() in self.addresses
+        )
+
+    def add(self, path: str, local: torch.Tensor, buf: torch.Tensor) -> None:
+        self.copies.append((path, local, buf, self._versions(local)))
+
+    def _versions(self, local: torch.Tensor) -> tuple[int, int]:
+        return local._version, self.addresses[local.data_ptr()]._version
+
+    def arm(self) -> None:
+        """From now until the copies are done, any optimizer step waits for them."""
+        with _Deferred._lock:
+            _Deferred._armed.add(self)
+            if _Deferred._hook is None:
+                from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+                _Deferred._hook = register_optimizer_step_pre_hook(_Deferred._before_step)
+
+    @staticmethod
+    def _before_step(*_args: Any) -> None:
+        with _Deferred._lock:
+            armed = list(_Deferred._armed)
+        for deferred in armed:
+            if not deferred.done.is_set():
+                deferred.wait_from = time.perf_counter()
+                deferred.done.wait()
+
+    def run(self, handle: AsyncSave) -> None:
+        """Copy (background thread); raises RecordError naming a tensor changed before it."""
+        t0 = time.perf_counter()
+        try:
+            for path, local, buf, versions in self.copies:
+                buf.copy_(local)
+                if self._versions(local) != versions:
+                    raise RecordError(
+                        f"the sharded save of step {handle.step}: {path!r} was changed in "
+                        "place after async_save() and before it was copied, by something "
+                        "other than a torch.optim optimizer's step() (which waits for the "
+                        "copy); the save was refused rather than commit a state that is not "
+                        "its step's. Pass overlap=None (the copy then finishes inside the "
+                        "call), or change these tensors in place only in the optimizer's step()"
+                    )
+        finally:
+            finished = time.perf_counter()
+            self.done.set()
+            with _Deferred._lock:
+                _Deferred._armed.discard(self)
+            self.copies = []
+        started = self.wait_from
+        waited = max(0.0, finished - started) if started is not None else 0.0
+        handle.stall_s += waited
+        _emit(
+            handle.store,
+            "checkpoint_stage",
+            {
+                "step": handle.step, "stall_s": round(handle.stall_s, 6),
+                "bytes": handle.nbytes, "overlapped": True,
+                "copy_s": round(finished - t0, 6), "waited_s": round(waited, 6),
+            },
+        )  # fmt: skip
 
 
 def async_save(
@@ -497,6 +820,7 @@ def async_save(
     meta: Mapping[str, Any] | None = None,
     process_group: Any = None,
     planner: JsonSavePlanner | None = None,
+    overlap: Any = None,
 ) -> AsyncSave:
     """:func:`save`, with only the host copy of this rank's shards on the caller's time.
 
@@ -515,6 +839,15 @@ def async_save(
         pending = sharded.async_save(store, step, {"model": msd, "optim": osd, "step": step})
         loss = train_step()                                # the save proceeds meanwhile
         pending.wait()                                     # before stopping
+
+    ``overlap`` (a torch.optim optimizer, or several) takes even the copy off the
+    caller's time for what only their ``step()`` changes: the host tensors of
+    ``state_dict`` that are their parameters or state are copied by the background
+    thread beside the next forward and backward, and the next ``step()`` of any torch.optim
+    optimizer waits for that copy (a global step pre-hook). A tensor changed in place some
+    other way before it was copied fails the save on every rank, naming it
+    (:meth:`AsyncSave.wait` raises), rather than commit a state that is not its step's.
+    Everything else (buffers, JSON values, CUDA tensors) is copied in the call.
     """
     global _exit_hook
     t0 = time.perf_counter()
@@ -528,20 +861,26 @@ def async_save(
         warnings.filterwarnings("ignore", message=_ONE_PROCESS)
     slot = _slot(store)
     fresh: dict[str, torch.Tensor] = {}
-    staged = {k: _stage(v, k, slot.buffers, fresh) for k, v in state.items()}
+    later = _Deferred.of(overlap)
+    staged = {k: _stage(v, k, slot.buffers, fresh, later) for k, v in state.items()}
+    if later is not None and not later.copies:
+        later = None
     if any(b.is_pinned() for b in fresh.values()):
         torch.cuda.synchronize()  # the device-to-host copies were queued; the loop waits
     slot.buffers = fresh
     nbytes = sum(b.nbytes for b in fresh.values())
     handle = AsyncSave(store, step, time.perf_counter() - t0, nbytes)
-    _emit(
-        store,
-        "checkpoint_stage",
-        {"step": step, "stall_s": round(handle.stall_s, 6), "bytes": nbytes},
-    )
+    if later is None:
+        _emit(
+            store,
+            "checkpoint_stage",
+            {"step": step, "stall_s": round(handle.stall_s, 6), "bytes": nbytes},
+        )
+    else:
+        later.arm()
     thread = threading.Thread(
         target=handle._run,
-        args=(staged, group),
+        args=(staged, group, later),
         kwargs={
             "rank": rank,
             "world": world,
@@ -565,10 +904,15 @@ def wait(store: CheckpointStore) -> CheckpointInfo | None:
     """Wait for the newest :func:`async_save` of ``store``'s directory (None: there was none).
 
     Returns its committed checkpoint or raises its :class:`RecordError`. Call it before a
-    graceful stop ends the process and before ``dist.destroy_process_group()``.
+    graceful stop ends the process and before ``dist.destroy_process_group()``. Unlike
+    :meth:`AsyncSave.wait`, which returns at the commit, it also waits for the pruning of
+    older checkpoints that follows it (rank 0), so nothing of the save is left running.
     """
     handle = _slot(store).handle
-    return None if handle is None else handle.wait()
+    if handle is None:
+        return None
+    handle._settled.wait()
+    return handle.wait()
 
 
 def _wait_at_exit() -> None:
@@ -585,7 +929,7 @@ def _wait_at_exit() -> None:
                 "before exiting",
                 file=sys.stderr,
             )
-        handle._done.wait()
+        handle._settled.wait()
         if handle._error is not None and not handle._reported:
             print(
                 f"acceptrun: the sharded save of step {handle.step} in {root} was NOT "

@@ -37,7 +37,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
@@ -333,16 +333,21 @@ class CheckpointStore:
         *,
         metrics: Mapping[str, float] | None = None,
         meta: Mapping[str, Any] | None = None,
+        retain: bool = True,
     ) -> CheckpointInfo:
         """Make the save durable and visible as ``step-<N>``, point LATEST at it, prune.
 
         Bad ``metrics``/``meta`` (not strict JSON: NaN, objects) or a file put in the
         staging directory around the writer raise :class:`UserError` and leave the writer
         open (fix and commit again, or abort); a failure while committing abandons it.
+        ``retain=False`` leaves the pruning to the caller (:meth:`apply_retention`), who
+        runs it once whoever waits for the commit has been told: deleting a retired
+        checkpoint is housekeeping, not part of making this one durable.
         """
         info = self._commit(writer, metrics=metrics, meta=meta)
         # Last: a crash before or during it leaves extra checkpoints, never too few.
-        self.apply_retention()
+        if retain:
+            self.apply_retention()
         return info
 
     def _commit(
@@ -549,22 +554,34 @@ class CheckpointStore:
             path = infos[-1].path
         else:
             return VerifyResult(False, None, self.root, [f"{self.root}: no checkpoint"], 0, 0)
-        return self._verify_dir(path, defer=frozenset(defer))[0]
+        return self._verify_dir(path, defer=frozenset(defer).__contains__)[0]
 
-    def latest_verified(self, *, quarantine: bool = True) -> CheckpointInfo | None:
+    def latest_verified(
+        self,
+        *,
+        quarantine: bool = True,
+        defer: Callable[[str], bool] | None = None,
+        skip: Collection[int] = (),
+    ) -> CheckpointInfo | None:
         """The newest checkpoint that verifies: the one to resume from, or None.
 
         Tries the LATEST target, then older ones. With ``quarantine`` each one that fails
         is moved to ``quarantine/`` (a checkpoint_quarantine event) and LATEST is repointed
         at the good one (removed if none); without it nothing on disk changes.
+
+        ``defer`` says which files (by manifest name) the caller hashes itself as it reads
+        them (checked here for presence and size only, as :meth:`verify`'s ``defer``);
+        ``skip`` the steps not to try (ones the caller found bad without quarantining).
         """
         name = self._latest_name()
         candidates = [self.root / name] if name and (self.root / name).is_dir() else []
         limit = _step_of(name) if candidates and name else None
         candidates += [i.path for i in reversed(self.list()) if limit is None or i.step < limit]
-        moved = False
+        candidates = [p for p in candidates if _step_of(p.name) not in skip]
+        # LATEST names one moved away (a caller's quarantine): repointed as if moved here
+        moved = quarantine and bool(name) and not (self.root / str(name)).is_dir()
         for path in candidates:
-            result, info = self._verify_dir(path)
+            result, info = self._verify_dir(path, defer=defer)
             if info is not None and result.ok:
                 if moved:
                     write_atomic(self.root / LATEST, f"{path.name}\n")
@@ -744,7 +761,7 @@ class CheckpointStore:
         return CheckpointInfo(doc["step"], path, created, files, total, metrics, meta), None
 
     def _verify_dir(
-        self, path: Path, *, defer: frozenset[str] = frozenset()
+        self, path: Path, *, defer: Callable[[str], bool] | None = None
     ) -> tuple[VerifyResult, CheckpointInfo | None]:
         started, step = time.monotonic(), _step_of(path.name)
         if not path.is_dir():
@@ -769,7 +786,7 @@ class CheckpointStore:
                     f"{where}: wrong size ({st.st_size} bytes, manifest {entry['size']})"
                 )
                 continue
-            if rel in defer:
+            if defer is not None and defer(rel):
                 continue
             try:  # each hash names its algorithm, so older manifests stay checkable
                 digest, size = hash_file(path / rel, split_hash(str(entry.get("hash")))[0])
@@ -783,7 +800,7 @@ class CheckpointStore:
             for rel in sorted(set(self._walk_files(path)) - set(listed)):
                 problems.append(f"{path.name}/{rel}: unexpected file, not in the manifest")
         seconds = time.monotonic() - started
-        deferred = tuple(sorted(defer & set(listed)))
+        deferred = tuple(sorted(r for r in listed if defer is not None and defer(r)))
         return VerifyResult(not problems, step, path, problems, seconds, checked, deferred), info
 
 
