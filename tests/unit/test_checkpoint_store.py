@@ -267,6 +267,39 @@ def test_latest_verified_quarantines_and_falls_back(tmp_path: Path) -> None:
     assert store.latest_verified() == info  # stable once clean
 
 
+def test_latest_verified_defers_and_skips_what_its_caller_checks(tmp_path: Path) -> None:
+    """A sharded load hashes the shard files itself (defer) and sets aside a step its
+    ranks found bad without quarantining it (skip); a LATEST whose target the caller
+    quarantined is repointed at the one that verifies."""
+    store = CheckpointStore(tmp_path, keep_last=3)
+    for step in (1, 2, 3):
+        save(store, step)
+    corrupt_flip(tmp_path / "step-3")  # model.bin: the deferred file
+    info = store.latest_verified(quarantine=False, defer=lambda name: name == "model.bin")
+    assert info is not None and info.step == 3  # its size holds: the caller hashes it
+    assert store.verify(3, defer=["model.bin"]).deferred == ("model.bin",)
+    info = store.latest_verified(quarantine=False, defer=lambda n: n == "model.bin", skip={3})
+    assert info is not None and info.step == 2
+    assert steps(store) == [1, 2, 3]  # nothing moved
+    store.quarantine(tmp_path / "step-3", "failed verification: model.bin: wrong hash")
+    assert (tmp_path / LATEST).read_text() == "step-3\n"  # dangling now
+    info = store.latest_verified(defer=lambda n: n == "model.bin")
+    assert info is not None and info.step == 2
+    assert (tmp_path / LATEST).read_text() == "step-2\n"
+
+
+def test_commit_without_retention_leaves_the_pruning_to_the_caller(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep_last=2)
+    for step in (1, 2):
+        save(store, step)
+    writer = store.begin(3)
+    writer.write_bytes("model.bin", b"weights 3")
+    store.commit(writer, retain=False)
+    assert steps(store) == [1, 2, 3]  # committed, nothing pruned yet
+    assert store.apply_retention() == [1]
+    assert steps(store) == [2, 3]
+
+
 def test_latest_verified_none_good(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     assert store.latest_verified() is None  # empty root
