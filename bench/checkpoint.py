@@ -374,6 +374,17 @@ def main() -> None:
             "targets": {"stall_vs_dcp_async": "<= 0.1", "persist_vs_dcp_async": "<= 0.8",
                         "restore_vs_dcp": "<= 0.8"},
             "spread": {k: spread(v) for k, v in dcp_rows.items()},
+            # the same ratios round by round (each pair met the same conditions)
+            "ratio_spread": {
+                name: spread([a / b for a, b in zip(ours_, theirs_, strict=False)])
+                for name, ours_, theirs_ in (
+                    ("stall_vs_dcp_async", stalls[1:], dcp_rows["async_stall_s"]),
+                    ("stall_next_step_at_once_vs_dcp_async", at_once, dcp_rows["async_stall_s"]),
+                    ("stall_overlapped_vs_dcp_async", overlapped, dcp_rows["async_stall_s"]),
+                    ("persist_vs_dcp_async", commits[1:], dcp_rows["async_persist_s"]),
+                    ("restore_vs_dcp", ours, dcp_rows["load_s"]),
+                )
+            },
         }  # fmt: skip
 
     result = {
@@ -405,6 +416,8 @@ def main() -> None:
             "persist_s": spread(commits[1:]),
             "raw_write_fsync_s": spread(raw_times[1:]),
             "persist_ratio": spread(persist_ratios),
+            "stall_ratio": spread([a / b for a, b in zip(stalls[1:], save_times, strict=False)]),
+            "restore_ratio": spread([a / b for a, b in zip(ours, theirs, strict=True)]),
             "restore_s": spread(ours),
             "torch_load_s": spread(theirs),
         },
