@@ -762,3 +762,31 @@ def test_a_tensor_changed_before_its_copy_fails_the_snapshot_naming_it() -> None
     with pytest.raises(StateChangedDuringCopy, match=r"'model/2\.bias'.*staging = \"block\""):
         staged.copy_pending()
     staged.release()
+
+
+def test_a_restore_keeps_nothing_of_the_file_mapped(tmp_path: Path) -> None:
+    """The module's tensors are copied out of a memory map of the file; whatever an object
+    keeps (the optimizer's state, a plain value) is its own memory: the file changed in
+    place after the load changes none of it."""
+    model, opt = _bn_model()
+    extra = {"t": torch.arange(6.0)}
+    staged = stage({"model": model, "optimizer": opt, "extra": extra}, buffers=StagingBuffers())
+    write_staged(staged, DirWriter(tmp_path))
+    saved_model = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_opt = {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state.items()}
+    fresh, fresh_opt = _bn_model()
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    out = load_into(tmp_path, {"model": fresh, "optimizer": fresh_opt, "extra": None})
+    path = tmp_path / TENSORS
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # every data byte changed, in place: the same inode
+        f.seek(size // 4)
+        f.write(b"\xff" * (size - size // 4))
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, saved_model[key]), key
+    for (_, state), (_, before) in zip(fresh_opt.state.items(), saved_opt.items(), strict=True):
+        for key, value in state.items():
+            assert torch.equal(value, before[key]), key
+    assert torch.equal(out["values"]["extra"]["t"], torch.arange(6.0))

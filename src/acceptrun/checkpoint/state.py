@@ -36,6 +36,7 @@ background thread runs beside the next forward and backward (see
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import math
@@ -44,7 +45,7 @@ import random
 import struct
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -874,7 +875,11 @@ def _load(
             f"{world_size}; resume it with resources.processes = {saved_world} (a "
             "checkpoint cannot be resharded to another number of processes)"
         )
-    tensors = _load_tensors(root / TENSORS, meta, device, expect)
+    modules = {name for name, obj in objects.items() if _is_module(obj)}
+    tensors = _load_tensors(
+        root / TENSORS, meta, device, expect,
+        views=lambda key: key.split("/", 1)[0] in modules,
+    )  # fmt: skip
 
     try:
         values, loads, rng_state, notes = _decode_all(root, meta, tensors, objects, rng, strict)
@@ -920,6 +925,7 @@ def _load_tensors(
     meta: Mapping[str, Any],
     device: str | torch.device | None,
     expect: str | None = None,
+    views: Callable[[str], bool] | None = None,
 ) -> Mapping[str, torch.Tensor]:
     """The tensors of TENSORS, read by this module's own reader (no safetensors package).
 
@@ -928,6 +934,11 @@ def _load_tensors(
     state.json counts no tensors the file is checked and torch is not imported. With
     ``expect`` the bytes are hashed as they are read (the header, then the tensors in
     file order, which cover the rest exactly) and compared before anything is returned.
+
+    ``views`` names the keys whose tensors are only copied from (a module's
+    load_state_dict copies into its parameters): on the host those come back as views of
+    a private memory map of the file, with no new memory to fault in and no read into it;
+    every other tensor is its own copy, as without ``views``.
     """
     counted = meta.get("tensors")
     try:
@@ -941,6 +952,8 @@ def _load_tensors(
                         f"it holds {len(entries)} tensor(s), where {STATE} counts none"
                     )
                 out: Mapping[str, torch.Tensor] = {}
+            elif views is not None and _on_host(device) and any(views(e.key) for e in entries):
+                out = _map_tensors(raw, f, entries, size, views)
             else:
                 out = _read_tensors(f, entries, device)
             if isinstance(f, _HashingReader):
@@ -978,6 +991,13 @@ class _HashingReader:
             self._hasher.update(view[:k])
             self._at += k
         return k or 0
+
+    def hash_through(self, view: memoryview, end: int) -> None:
+        """Hash the file's bytes from here to ``end`` out of ``view`` (a map of the file)."""
+        for start in range(self._at, end, _CHUNK):
+            self._hasher.update(view[start : min(start + _CHUNK, end)])
+        self._at = max(self._at, end)
+        self._f.seek(self._at)
 
     def seek(self, offset: int) -> int:
         if offset != self._at:  # the reader goes forward, without a gap: never the case
@@ -1075,6 +1095,50 @@ def _read_header(f: io.BufferedReader, size: int) -> list[_Entry]:
     if at != size:
         raise ValueError(f"the tensors end at byte {at}, the file at {size}")
     return entries
+
+
+def _on_host(device: str | torch.device | None) -> bool:
+    return device is None or str(device).split(":")[0] == "cpu"
+
+
+def _map_tensors(
+    raw: io.BufferedReader,
+    f: io.BufferedReader | _HashingReader,
+    entries: list[_Entry],
+    size: int,
+    views: Callable[[str], bool],
+) -> dict[str, torch.Tensor]:
+    """The tensors out of a private memory map of the file (hashed from it when ``f``
+    hashes): views where ``views(key)``, copies otherwise. Private and writable
+    (copy-on-write): nothing written through a view reaches the file."""
+    import mmap
+
+    import torch
+
+    by_code = {code: dtype for dtype, code in _dtypes().items()}
+    mapped = mmap.mmap(
+        raw.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+    )
+    with contextlib.suppress(AttributeError, OSError):  # not every platform has madvise
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+    if isinstance(f, _HashingReader):
+        view = memoryview(mapped)
+        try:
+            f.hash_through(view, size)
+        finally:
+            view.release()
+    data = torch.frombuffer(mapped, dtype=torch.uint8)
+    out: dict[str, torch.Tensor] = {}
+    for e in entries:
+        dtype = by_code.get(e.code)
+        if dtype is None:
+            raise ValueError(f"tensor {e.key!r} is {e.code}, a dtype this torch does not have")
+        part = data[e.start : e.end]
+        if e.start % _CODE_SIZES[e.code]:  # not aligned for its dtype: a copy is
+            part = part.clone()
+        t = part.view(dtype).reshape(e.shape)
+        out[e.key] = t if views(e.key) else t.clone()
+    return out
 
 
 def _read_tensors(
