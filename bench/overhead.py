@@ -3,7 +3,8 @@
 The same small CPU training loop (torch, one thread, a few ms per step, pinned to one CPU
 with ``--cpu``) runs bare and under ``acceptrun run`` with the client API (a step event
 per step) and 1 Hz host sampling, interleaved (bare, supervised, bare, supervised, ...)
-so that a machine that gets slower or faster over time weighs on both sides alike. With
+so that a machine that gets slower or faster over time weighs on both sides alike, the
+two taking turns going first in each pair. With
 ``--cpu`` (the default on a machine of 2 CPUs or more) the bench and the supervisor run
 off the loop's CPU, as on any multi-core training host, and both sides are sampled the
 same way (psutil every 0.2 s: before, only the supervised side was, and that sampling
@@ -182,8 +183,14 @@ def main() -> None:
         cpu_steady: list[float] = []
         cpu_total: list[float] = []
         for i in range(max(args.pairs, 1)):
-            bare.append(run_bare(work, args.steps, work / f"bare-{i}.json", cpu))
-            times, steady, total = run_supervised(work, args.steps, work / f"sup-{i}.json", cpu)
+            # The two sides take turns going first: a side always run second could pay
+            # for what the first left (caches, clocks, write-back) in every pair.
+            if i % 2:
+                times, steady, total = run_supervised(work, args.steps, work / f"sup-{i}.json", cpu)
+                bare.append(run_bare(work, args.steps, work / f"bare-{i}.json", cpu))
+            else:
+                bare.append(run_bare(work, args.steps, work / f"bare-{i}.json", cpu))
+                times, steady, total = run_supervised(work, args.steps, work / f"sup-{i}.json", cpu)
             sup.append(times["times"])
             client_us.append(float(times["client_us"]))
             cpu_steady.append(steady)
