@@ -9,9 +9,9 @@ next forward and backward, and the next ``step()`` of any torch.optim optimizer 
 that copy (a global step pre-hook); the loop is blocked only if it gets there first. A
 tensor changed in place some other way before it was copied fails the save loudly
 (:class:`~acceptrun.checkpoint.state.StateChangedDuringCopy`) rather than write a
-snapshot that is not its step's. A background thread then writes the safetensors and JSON files through the store (hashing as it
-writes), commits the manifest and LATEST, applies retention, and hands the checkpoint to
-the mirror. The next save, or the end of the run, waits for it; a failure is recorded as
+snapshot that is not its step's. A background thread then writes the safetensors and
+JSON files through the store (hashing as it writes), commits the manifest and LATEST,
+applies retention, and hands the checkpoint to the mirror. The next save, or the end of the run, waits for it; a failure is recorded as
 an event at once and raised on the next call, never swallowed.
 
 With ``ranks`` (a :class:`~acceptrun.workload.distributed.RankGroup`, one process per rank) a save
