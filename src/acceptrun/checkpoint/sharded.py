@@ -257,8 +257,8 @@ def load(
     Every rank calls it with its own (sharded) state dict, in any number of ranks. The
     checkpoint is verified against its manifest before any tensor of ``state_dict``
     changes, in one read of its bytes: rank 0 checks the manifest, the metadata and every
-    file's size; each rank hashes its share of the shard files as it reads them, keeping
-    its own in memory for the load; all agree. One that fails is quarantined and the
+    file's size; each rank hashes its share of the shard files as it reads them, its own
+    through a memory map the load then copies from; all agree. One that fails is quarantined and the
     previous one is used (``step`` given: it must verify). Returns the checkpoint
     loaded, or None when there is none (a fresh start). JSON values are replaced by what
     was saved (tuples come back as lists).
@@ -286,13 +286,16 @@ def load(
             )
         t0 = time.perf_counter()
         # One read of the tensor bytes: each rank hashes its share of the shard files as it
-        # reads them (its own file kept in memory for the load); all agree before any
-        # tensor of the state dict changes.
+        # reads them (its own file mapped for the load); all agree before any tensor of
+        # the state dict changes. Any failure here is this rank's word in the agreement,
+        # never an exception that leaves the others waiting in it.
         problem, preloaded = "", {}
         try:
             preloaded = _read_share(info, rank, world)
-        except (OSError, RecordError) as exc:
+        except RecordError as exc:
             problem = str(exc)
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
         verdict = _agree(problem, rank, world, process_group, info, source, store, step, skip)
         if verdict == "retry":
             continue
