@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -36,6 +37,7 @@ from notify_receivers import (  # lives with the tests that use it
     CORRUPTS,
     MIRROR_LAGS,
     WebhookReceiver,
+    release,
     wait_until,
     watchdog_of,
 )
@@ -82,7 +84,7 @@ KINDS["rejected"] = KINDS["divergence"]
 KINDS["checkpoint_quarantined"] = (CORRUPTS, "[limits]\nrestart_backoff = 0\n")
 KINDS["mirror_behind"] = (
     MIRROR_LAGS,
-    'env = {{ MIRROR = "{root}/mirror" }}\n[limits]\nmax_restarts = 0\n'
+    'env = {{ MIRROR = "{root}/mirror", MIRROR_GO = "{root}/go" }}\n[limits]\nmax_restarts = 0\n'
     '[checkpoint]\nmirror = "{root}/mirror"\n',
 )
 
@@ -115,7 +117,10 @@ def one_run(root: Path, kind: str) -> list[dict[str, Any]]:
     ws.mkdir(parents=True)
     (ws / "prices.toml").write_text(PRICES)
     (root / "train.py").write_text(textwrap.dedent(script))
-    with WebhookReceiver() as hook:
+    lags = kind == "mirror_behind"
+    if lags:  # the script waits on this FIFO until the message came
+        os.mkfifo(root / "go")
+    with WebhookReceiver(on_post=(lambda _body: release(root / "go")) if lags else None) as hook:
         spec = root / "spec.toml"
         spec.write_text(
             f'name = "notify-bench"\ncommand = ["{PY}", "train.py"]\n'

@@ -27,6 +27,7 @@ __all__ = [
     "MIRROR_LAGS",
     "SmtpReceiver",
     "WebhookReceiver",
+    "release",
     "wait_until",
     "watchdog_of",
 ]
@@ -61,10 +62,11 @@ for step in run.steps(start, 8):
 """
 
 # The mirror's folder becomes a file before the save of step 2, so its upload fails and
-# is retried; the script goes on once its own record holds the delivery of that condition
-# (a notify event), then gives the mirror back: the retry catches up.
+# is retried; the script goes on once whoever received the message of that condition has
+# opened the FIFO $MIRROR_GO (see release), then gives the mirror back: the retry catches
+# up. A rendezvous on the FIFO: no polling, no guess of how long a delivery takes.
 MIRROR_LAGS = """
-import os, pathlib, shutil, time
+import os, pathlib, shutil
 import acceptrun
 
 class Counter:
@@ -81,8 +83,8 @@ for step in run.steps(0, 6):
     run.log(step, loss=1.0)
     if step == 2:
         run.checkpoint(step, block=True)
-        while '"kind":"notify"' not in events.read_text():
-            time.sleep(0.05)  # polls the record for the delivery, guesses no speed
+        with open(os.environ["MIRROR_GO"]) as go:  # a FIFO: blocks until release() opens it
+            go.read()
         root.unlink()
         root.mkdir()
 """
@@ -100,6 +102,18 @@ def watchdog_of(pid: int) -> bool:
     return False
 
 
+def release(fifo: Path) -> None:
+    """Let a script blocked reading ``fifo`` go on, from a thread of its own: opening a
+    FIFO for writing waits for its reader, and the caller (a receiver answering a POST)
+    must not."""
+
+    def open_it() -> None:
+        with open(fifo, "w"):
+            pass
+
+    threading.Thread(target=open_it, name="release-fifo", daemon=True).start()
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``predicate`` until truthy; AssertionError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -115,7 +129,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 class WebhookReceiver:
     """A loopback HTTP server that keeps each POST: (arrival time, path, parsed JSON body)."""
 
-    def __init__(self, *, fail_first: int = 0, hold: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        fail_first: int = 0,
+        hold: bool = False,
+        on_post: Callable[[Any], None] | None = None,
+    ) -> None:
         self.received: list[tuple[float, str, Any]] = []
         self.failed = 0
         self.fail_first = fail_first
@@ -139,6 +159,8 @@ class WebhookReceiver:
                         self.end_headers()
                         return
                     outer.received.append((time.time(), self.path, json.loads(body)))
+                if on_post is not None:
+                    on_post(outer.received[-1][2])
                 outer.release.wait()
                 self.send_response(200)
                 self.end_headers()

@@ -59,6 +59,9 @@ body = json.load(sys.stdin)
 env = {k: v for k, v in os.environ.items() if k.startswith("ACCEPTRUN_NOTIFY_")}
 with open(sys.argv[1], "a") as f:
     f.write(json.dumps({"body": body, "env": env}) + "\\n")
+if len(sys.argv) > 2:  # a FIFO the workload waits on: told, it may go on
+    with open(sys.argv[2], "w"):
+        pass
 """
 
 
@@ -417,16 +420,17 @@ def test_a_quarantined_checkpoint_is_told(tmp_path: Path) -> None:
 
 def test_a_mirror_falling_behind_is_told_while_the_run_goes_on(tmp_path: Path) -> None:
     started = time.time()
-    mirror, told = tmp_path / "mirror", tmp_path / "told.jsonl"
+    mirror, told, go = tmp_path / "mirror", tmp_path / "told.jsonl", tmp_path / "go"
+    os.mkfifo(go)
     (tmp_path / "sink.py").write_text(textwrap.dedent(SINK))
     spec, ws = _job(tmp_path, MIRROR_LAGS, f"""
-        env = {{ MIRROR = "{mirror}" }}
+        env = {{ MIRROR = "{mirror}", MIRROR_GO = "{go}" }}
         [limits]
         max_restarts = 0
         [checkpoint]
         mirror = "{mirror}"
         [notify]
-        command = ["{PYTHON}", "{tmp_path / 'sink.py'}", "{told}"]
+        command = ["{PYTHON}", "{tmp_path / 'sink.py'}", "{told}", "{go}"]
         command_events = ["mirror_behind"]
         """)  # fmt: skip
     done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
