@@ -4,11 +4,15 @@ the NVML sampler decodes what a GPU reports (through a stand-in: this machine ha
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,43 +32,63 @@ HOST_KEYS = {
     "net_sent_bps", "free_run_dir", "free_ckpt_dir",
 }  # fmt: skip
 
+# The spin is bracketed by two samples, however late a busy machine starts the sampler or
+# runs its ticks: the workload waits on FIFOs that the test opens once a sample was taken
+# before the spin, and once one was taken after it (while the workload still lives).
 LOOP = """
-import json, time, acceptrun
+import time, acceptrun
 run = acceptrun.init()
-
-
-def host_samples():
-    count = 0
-    try:
-        with open(run.record.telemetry_path) as f:
-            for line in f:
-                try:
-                    count += json.loads(line).get("kind") == "host"
-                except ValueError:  # a line still being written
-                    pass
-    except FileNotFoundError:
-        pass
-    return count
-
-
-def next_sample(seen):  # sleeping, not spinning: until the sampler writes one more
-    while host_samples() <= seen:
-        time.sleep(0.02)
-    return host_samples()
-
-
-# The spin is bracketed by two samples, however late a busy machine starts the sampler
-# or runs its ticks: one taken before it starts, one after it ends.
-first = next_sample(0) - 1
+with open("start") as f:  # a FIFO: blocks until the test opens it
+    f.read()
 for step in run.steps(25):
     t = time.process_time()
     while time.process_time() - t < 0.04:  # 40 ms of CPU, however long a busy machine takes
         pass
     run.log(step, loss=1.0 / (step + 1), samples=8)
-last = next_sample(host_samples()) - 1
-with open("bracket.json", "w") as f:
-    json.dump({"first": first, "last": last}, f)
+open("spun", "w").close()
+with open("end") as f:
+    f.read()
 """
+
+
+def host_samples(ws: Path) -> int:
+    """Host samples in the workspace's one run so far (a line being written not counted)."""
+    count = 0
+    for path in ws.glob("runs/*/telemetry.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                count += json.loads(line).get("kind") == "host"
+    return count
+
+
+def release(fifo: Path) -> bool:
+    """Open ``fifo`` for writing if its reader is waiting (then it goes on); else False."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # nobody reads it yet
+            return False
+        raise
+    return True
+
+
+def bracket(tmp_path: Path, out: dict[str, Any]) -> None:
+    """The test's side of LOOP (a thread): the indices of the samples around the spin."""
+    ws = tmp_path / "ws"
+    try:
+        wait_for(lambda: host_samples(ws) >= 1, what="a host sample before the spin")
+        out["first"] = host_samples(ws) - 1
+        wait_for(lambda: release(tmp_path / "start"), what="the workload at its start")
+        wait_for((tmp_path / "spun").exists, what="the end of the spin")
+        seen = host_samples(ws)
+        wait_for(lambda: host_samples(ws) > seen, what="a host sample after the spin")
+        out["last"] = seen
+        wait_for(lambda: release(tmp_path / "end"), what="the workload at its end")
+    except BaseException as exc:  # pytest.fail raises outside Exception: kept for the test
+        out["error"] = exc
+        for fifo in ("start", "end"):  # never leave the workload blocked
+            with contextlib.suppress(OSError):
+                release(tmp_path / fifo)
 
 
 def telemetry(record: RunRecord) -> list[dict[str, Any]]:
@@ -77,7 +101,15 @@ def test_supervised_run_writes_host_samples_and_gpu_absent(tmp_path: Path) -> No
     (tmp_path / "spec.toml").write_text(
         f'name = "tel"\ncommand = ["{sys.executable}", "work.py"]\n[telemetry]\ninterval = "0.2s"\n'
     )
+    for fifo in ("start", "end"):
+        os.mkfifo(tmp_path / fifo)
+    found: dict[str, Any] = {}
+    side = threading.Thread(target=bracket, args=(tmp_path, found), daemon=True)
+    side.start()
     result = launch(tmp_path / "spec.toml", workspace=tmp_path / "ws", echo=False)
+    side.join()
+    if "error" in found:
+        raise found["error"]
     assert result.exit_code == 0, result.verdict
     lines = telemetry(result.record)
     absent = [x for x in lines if x["kind"] == "gpu_absent"]
@@ -94,10 +126,9 @@ def test_supervised_run_writes_host_samples_and_gpu_absent(tmp_path: Path) -> No
     assert len(alive) >= 2 and all(h["proc_rss"] > 0 for h in alive)  # the bracket, at least
     # The loop spins 1 s of CPU between two samples it waited for: the samples between them
     # add up to at least most of it, whatever share of a busy machine it got.
-    bracket = json.loads((tmp_path / "bracket.json").read_text())
-    spun = hosts[bracket["first"] : bracket["last"] + 1]
+    spun = hosts[found["first"] : found["last"] + 1]
     cpu_s = sum(b["proc_cpu_pct"] * (b["t"] - a["t"]) / 100 for a, b in itertools.pairwise(spun))
-    assert cpu_s > 0.8, (bracket, hosts)
+    assert cpu_s > 0.8, (found, hosts)
     assert [x["t"] for x in hosts] == sorted(x["t"] for x in hosts)
     assert not [x for x in lines if x["kind"] == "sampler_error"]
 
