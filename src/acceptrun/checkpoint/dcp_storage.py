@@ -278,12 +278,13 @@ class DCPWriter(StorageWriter):
         metrics: Mapping[str, float] | None = None,
         meta: Mapping[str, Any] | None = None,
         retain: bool = True,
+        refuse: Exception | None = None,
     ) -> None:
         super().__init__()
         self.store = store
         self.writer = writer
         self.retain = retain  # False: the caller prunes after telling the others
-        self.refuse: Exception | None = None  # this rank's write fails with it
+        self.refuse = refuse  # this rank's write fails with it (every rank then fails)
         self.metrics = dict(metrics or {})
         self.meta = dict(meta or {})
         self.is_coordinator = False

@@ -48,10 +48,8 @@ of their own (:func:`background_group`), never the training loop's.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import copy
 import dataclasses
-import mmap
 import os
 import re
 import sys
@@ -72,6 +70,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.tensor import DTensor
 
 from acceptrun._util.hashing import hash_bytes, hash_file, new_hasher, split_hash
+from acceptrun._util.mapped import hash_range, map_private
 from acceptrun.checkpoint.dcp_storage import (
     FORMAT,
     METADATA,
@@ -177,9 +176,9 @@ def _write_and_commit(
     fails the save at the same collective (none waits for the others forever)."""
     step = writer.step
     storage = DCPWriter(
-        store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world}, retain=retain
-    )
-    storage.refuse = refuse
+        store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world},
+        retain=retain, refuse=refuse,
+    )  # fmt: skip
     try:
         dcp_save(
             state_dict,
@@ -343,9 +342,7 @@ def _choose(
                     quarantine=source is store, defer=_is_shard, skip=skip
                 )
             else:
-                result = source.verify(
-                    step, defer=[n for n in _listed(source, step) if _is_shard(n)]
-                )
+                result = source.verify(step, defer=_is_shard)
                 result.raise_for_problems()
                 info = source.get(step)
             chosen = "" if info is None else str(info.step)
@@ -364,11 +361,6 @@ def _choose(
             f"checkpoint step-{chosen} of {source.root} disappeared before it was loaded"
         )
     return info
-
-
-def _listed(source: CheckpointStore, step: int) -> list[str]:
-    info = source.get(step)
-    return list(info.files) if info is not None else []
 
 
 def _read_share(info: CheckpointInfo, rank: int, world: int) -> dict[str, torch.Tensor]:
@@ -395,37 +387,20 @@ def _read_share(info: CheckpointInfo, rank: int, world: int) -> dict[str, torch.
     return kept
 
 
-_HASH_STEP = 16 << 20  # bytes hashed per call
-
-
 def _read_hashed(path: Path, size: int, algorithm: str) -> tuple[torch.Tensor, str]:
-    """The file's bytes as a uint8 tensor over a private memory map, hashed in one pass.
-
-    The map shares the page cache's pages (no copy into a buffer of our own, no fresh
-    pages to fault in); the load then copies each tensor from it into the state dict,
-    so the bytes are read once, hashed once and copied once. Private and writable
-    (copy-on-write): nothing written through it reaches the file.
-    """
+    """The file's bytes as a uint8 tensor over a private memory map, hashed in one pass
+    (:func:`~acceptrun._util.mapped.map_private`): the load then copies each tensor from
+    it into the state dict, so the bytes are read once, hashed once and copied once."""
     if size == 0:
         return torch.empty(0, dtype=torch.uint8), hash_bytes(b"", algorithm)
     with open(path, "rb") as f:
         actual = os.fstat(f.fileno()).st_size
         if actual != size:
             raise RecordError(f"{path}: {actual} bytes, its manifest says {size}")
-        # No MAP_POPULATE: on a private writable map it faults every page in for writing,
-        # which copies them (measured: 7x slower than faulting them in as read).
-        mapped = mmap.mmap(
-            f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
-        )
-    with contextlib.suppress(AttributeError, OSError):  # not every platform has madvise
-        mapped.madvise(mmap.MADV_SEQUENTIAL)
-    view = memoryview(mapped)
+        mapped = map_private(f.fileno(), size)
     hasher = new_hasher(algorithm)
-    for start in range(0, size, _HASH_STEP):
-        hasher.update(view[start : start + _HASH_STEP])
-    data = torch.frombuffer(mapped, dtype=torch.uint8)
-    view.release()
-    return data, f"{algorithm}:{hasher.hexdigest()}"
+    hash_range(hasher, mapped, 0, size)
+    return torch.frombuffer(mapped, dtype=torch.uint8), f"{algorithm}:{hasher.hexdigest()}"
 
 
 def _agree(

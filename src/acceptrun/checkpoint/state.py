@@ -36,7 +36,6 @@ background thread runs beside the next forward and backward (see
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import math
@@ -992,10 +991,11 @@ class _HashingReader:
             self._at += k
         return k or 0
 
-    def hash_through(self, view: memoryview, end: int) -> None:
-        """Hash the file's bytes from here to ``end`` out of ``view`` (a map of the file)."""
-        for start in range(self._at, end, _CHUNK):
-            self._hasher.update(view[start : min(start + _CHUNK, end)])
+    def hash_through(self, mapped: Any, end: int) -> None:
+        """Hash the file's bytes from here to ``end`` out of ``mapped`` (a map of the file)."""
+        from acceptrun._util.mapped import hash_range
+
+        hash_range(self._hasher, mapped, self._at, end)
         self._at = max(self._at, end)
         self._f.seek(self._at)
 
@@ -1109,24 +1109,16 @@ def _map_tensors(
     views: Callable[[str], bool],
 ) -> dict[str, torch.Tensor]:
     """The tensors out of a private memory map of the file (hashed from it when ``f``
-    hashes): views where ``views(key)``, copies otherwise. Private and writable
-    (copy-on-write): nothing written through a view reaches the file."""
-    import mmap
-
+    hashes; :func:`~acceptrun._util.mapped.map_private`): views where ``views(key)``,
+    copies otherwise."""
     import torch
 
+    from acceptrun._util.mapped import map_private
+
     by_code = {code: dtype for dtype, code in _dtypes().items()}
-    mapped = mmap.mmap(
-        raw.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
-    )
-    with contextlib.suppress(AttributeError, OSError):  # not every platform has madvise
-        mapped.madvise(mmap.MADV_SEQUENTIAL)
+    mapped = map_private(raw.fileno(), size)
     if isinstance(f, _HashingReader):
-        view = memoryview(mapped)
-        try:
-            f.hash_through(view, size)
-        finally:
-            view.release()
+        f.hash_through(mapped, size)
     data = torch.frombuffer(mapped, dtype=torch.uint8)
     out: dict[str, torch.Tensor] = {}
     for e in entries:

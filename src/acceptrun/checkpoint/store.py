@@ -534,7 +534,9 @@ class CheckpointStore:
         infos = [] if info else self.list()
         return info or (infos[-1] if infos else None)
 
-    def verify(self, step: int | None = None, *, defer: Iterable[str] = ()) -> VerifyResult:
+    def verify(
+        self, step: int | None = None, *, defer: Iterable[str] | Callable[[str], bool] = ()
+    ) -> VerifyResult:
         """Re-read and re-hash every file of ``step`` (None: the LATEST target, else newest).
 
         Missing, resized, changed and unexpected files are problems. An unexpected file
@@ -543,7 +545,8 @@ class CheckpointStore:
 
         ``defer`` names files whose hash the caller checks itself while it reads them (a
         restore hashes the tensors as it loads them, so the bytes are read once): they are
-        checked for presence and size here, and listed in the result's ``deferred``.
+        checked for presence and size here, and listed in the result's ``deferred``; a
+        callable says it of each name, as :meth:`latest_verified`'s ``defer``.
         """
         name = self._latest_name()
         if step is not None:
@@ -554,7 +557,8 @@ class CheckpointStore:
             path = infos[-1].path
         else:
             return VerifyResult(False, None, self.root, [f"{self.root}: no checkpoint"], 0, 0)
-        return self._verify_dir(path, defer=frozenset(defer).__contains__)[0]
+        deferred = defer if callable(defer) else frozenset(defer).__contains__
+        return self._verify_dir(path, defer=deferred)[0]
 
     def latest_verified(
         self,
