@@ -38,6 +38,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from acceptrun.checkpoint import state as state_module
+from acceptrun.checkpoint.overlap import Overlap
 from acceptrun.checkpoint.saver import Checkpointer
 from acceptrun.checkpoint.state import stage
 from acceptrun.checkpoint.store import CheckpointStore
@@ -68,8 +69,7 @@ def held_copy(self: state_module.Staged) -> float:
         if not go.wait(240):
             raise RuntimeError("the held copy was never let go")
         while not stepped.wait(0.001):  # both are set by the training thread: poll
-            copy = saver._copy
-            if copy is not None and copy.wait_from is not None:
+            if any(o.wait_from is not None for o in list(Overlap._armed)):
                 break
     return real_copy(self)
 

@@ -158,7 +158,7 @@ def overlap_mode(rank: int, store: CheckpointStore, world: int, out: Path) -> No
         # after the step's changes, every time.
         if not go.wait(HOLD_S):
             raise RuntimeError(f"the held copy was not let go in {HOLD_S} s")
-        while self.wait_from is None and not stepped.wait(0.001):
+        while self.overlap.wait_from is None and not stepped.wait(0.001):
             pass  # both are set by the training thread: poll the two
         real_run(self, handle)
 

@@ -39,6 +39,7 @@ from typing import Any
 from acceptrun._util.durable import storage_fault
 from acceptrun._util.units import format_bytes
 from acceptrun.checkpoint.mirror import Mirror
+from acceptrun.checkpoint.overlap import Overlap
 from acceptrun.checkpoint.state import (
     BinarySink,
     Staged,
@@ -86,8 +87,6 @@ class Checkpointer:
     ) -> None:
         self.store = store
         self.overlap = overlap
-        self._copy: _Copy | None = None  # the deferred copy in flight, if any
-        self._step_hook: Any = None  # torch.optim's global step pre-hook, while registered
         self.ranks = ranks  # distributed.RankGroup: a gathered save over all ranks
         self.mirror = mirror
         self.on_event = on_event or (lambda _kind, _fields: None)
@@ -158,32 +157,27 @@ class Checkpointer:
 
     def _defer(
         self, step: int, stall: float, nbytes: int, snapshots: list[Staged | None]
-    ) -> _Copy | None:
-        """A :class:`_Copy` when a snapshot left tensors to copy, with the step hook set."""
+    ) -> tuple[Overlap, list[Staged]] | None:
+        """An armed :class:`Overlap` and the snapshots it copies, when any left tensors."""
         pending = [s for s in snapshots if s is not None and s.pending]
         if not pending:
             return None
-        if self._step_hook is None:
-            from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-            self._step_hook = register_optimizer_step_pre_hook(self._before_optimizer_step)
-        self._copy = _Copy(step, stall, nbytes, pending, self.on_event)
-        return self._copy
-
-    def _before_optimizer_step(self, *_args: Any) -> None:
-        """Any torch.optim optimizer's step(): it changes the state being copied; wait."""
-        copy = self._copy
-        if copy is not None:
-            copy.wait()
+        overlap = Overlap(step, stall, nbytes, self.on_event)
+        overlap.arm()
+        return overlap, pending
 
     def _persist(
-        self, step: int, staged: Staged, metrics: dict[str, float], copy: _Copy | None = None
+        self,
+        step: int,
+        staged: Staged,
+        metrics: dict[str, float],
+        copy: tuple[Overlap, list[Staged]] | None = None,
     ) -> None:
         writer = None
         needed = staged.nbytes  # write_staged releases the buffers; the size is kept
         try:
             if copy is not None:
-                copy.run()
+                _copy_all(*copy)
             writer = self.store.begin(step)
             write_staged(staged, writer)
             info = self.store.commit(writer, metrics=metrics, meta=self.meta)
@@ -334,7 +328,7 @@ class Checkpointer:
         shared: Staged | None,
         own: Staged,
         metrics: dict[str, float],
-        copy: _Copy | None = None,
+        copy: tuple[Overlap, list[Staged]] | None = None,
     ) -> None:
         """Every rank runs this in its saver thread; the collectives keep them in step.
 
@@ -349,7 +343,7 @@ class Checkpointer:
         try:
             try:
                 if copy is not None:  # a failed copy fails the save on every rank
-                    copy.run()
+                    _copy_all(*copy)
                 if rank == 0:
                     writer = self.store.begin(step)
             except BaseException as exc:
@@ -429,7 +423,6 @@ class Checkpointer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._copy = None
         if self._error is not None:
             exc, step = self._error, self._error_step
             self._error = self._error_step = None
@@ -448,9 +441,6 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            if self._step_hook is not None:
-                self._step_hook.remove()
-                self._step_hook = None
             if self.mirror is not None:
                 if not self.mirror.wait(mirror_timeout):
                     self.on_event(
@@ -460,53 +450,9 @@ class Checkpointer:
                 self.mirror.close(timeout=5)
 
 
-class _Copy:
-    """A save's deferred copy, run by its background thread before the write.
-
-    ``wait()`` (the optimizer's step pre-hook) blocks until it is done, failed or not.
-    Its ``checkpoint_stage`` event is sent when the copy is done: ``stall_s`` is all the
-    time the save blocked the loop (the call, plus any wait of a step that came before
-    the copy was done), ``copy_s`` the background copy, ``overlapped`` true.
-    """
-
-    def __init__(
-        self,
-        step: int,
-        call_s: float,
-        nbytes: int,
-        snapshots: list[Staged],
-        on_event: EventSink,
-    ) -> None:
-        self.step, self.call_s, self.nbytes = step, call_s, nbytes
-        self.snapshots = snapshots
-        self.on_event = on_event
-        self.done = threading.Event()
-        self.wait_from: float | None = None
-
-    def wait(self) -> None:
-        if not self.done.is_set():
-            self.wait_from = time.perf_counter()
-            self.done.wait()
-
-    def run(self) -> None:
-        """Copy every snapshot's pending tensors (background thread); raises on a change."""
-        copied = 0.0
-        try:
-            for staged in self.snapshots:
-                copied += staged.copy_pending()
-        finally:
-            finished = time.perf_counter()
-            self.done.set()
-        started = self.wait_from  # read after done: a step that waited set it before
-        waited = max(0.0, finished - started) if started is not None else 0.0
-        self.on_event(
-            "checkpoint_stage",
-            {
-                "step": self.step, "stall_s": round(self.call_s + waited, 6),
-                "bytes": self.nbytes, "overlapped": True, "copy_s": round(copied, 6),
-                "waited_s": round(waited, 6),
-            },
-        )  # fmt: skip
+def _copy_all(overlap: Overlap, snapshots: list[Staged]) -> None:
+    """The deferred copies of a save's snapshots (its background thread)."""
+    overlap.run(lambda: [staged.copy_pending() for staged in snapshots])
 
 
 class _Prefixed:

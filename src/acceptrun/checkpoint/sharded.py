@@ -59,7 +59,7 @@ import warnings
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -80,6 +80,7 @@ from acceptrun.checkpoint.dcp_storage import (
     JsonSavePlanner,
     check_values,
 )
+from acceptrun.checkpoint.overlap import Overlap
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
 from acceptrun.errors import RecordError, UserError
 
@@ -686,13 +687,9 @@ class _Deferred:
     """An async save's copies left to its background thread (``async_save(overlap=)``).
 
     Holds the storage addresses of the overlapped optimizers' parameters and state: a
-    host tensor of the state dict at one of them changes only in their ``step()``. The
-    global optimizer step pre-hook waits for every armed copy before any step runs.
+    host tensor of the state dict at one of them changes only in their ``step()``. Its
+    :class:`~acceptrun.checkpoint.overlap.Overlap` makes any optimizer step wait for it.
     """
-
-    _hook: ClassVar[Any] = None  # torch.optim's global step pre-hook, registered once
-    _armed: ClassVar[set[_Deferred]] = set()
-    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, addresses: dict[int, torch.Tensor]) -> None:
         # Storage address -> the optimizer's own (local) tensor there. Its version counter
@@ -700,9 +697,7 @@ class _Deferred:
         # tensor object over the same memory, with a counter of its own.
         self.addresses = addresses
         self.copies: list[tuple[str, torch.Tensor, torch.Tensor, tuple[int, int]]] = []
-        self.done = threading.Event()
-        self.wait_from: float | None = None
-        self.stall_s = 0.0
+        self.overlap: Overlap | None = None  # set by arm()
 
     @classmethod
     def of(cls, overlap: Any) -> _Deferred | None:
@@ -736,57 +731,34 @@ class _Deferred:
     def _versions(self, local: torch.Tensor) -> tuple[int, int]:
         return local._version, self.addresses[local.data_ptr()]._version
 
-    def arm(self) -> None:
+    def arm(self, handle: AsyncSave) -> None:
         """From now until the copies are done, any optimizer step waits for them."""
-        with _Deferred._lock:
-            _Deferred._armed.add(self)
-            if _Deferred._hook is None:
-                from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-                _Deferred._hook = register_optimizer_step_pre_hook(_Deferred._before_step)
-
-    @staticmethod
-    def _before_step(*_args: Any) -> None:
-        with _Deferred._lock:
-            armed = list(_Deferred._armed)
-        for deferred in armed:
-            if not deferred.done.is_set():
-                deferred.wait_from = time.perf_counter()
-                deferred.done.wait()
+        self.overlap = Overlap(
+            handle.step, handle.stall_s, handle.nbytes,
+            lambda kind, fields: _emit(handle.store, kind, fields),
+        )  # fmt: skip
+        self.overlap.arm()
 
     def run(self, handle: AsyncSave) -> None:
         """Copy (background thread); raises RecordError naming a tensor changed before it."""
-        t0 = time.perf_counter()
+        assert self.overlap is not None, "arm() comes first"
         try:
-            for path, local, buf, versions in self.copies:
-                buf.copy_(local)
-                if self._versions(local) != versions:
-                    raise RecordError(
-                        f"the sharded save of step {handle.step}: {path!r} was changed in "
-                        "place after async_save() and before it was copied, by something "
-                        "other than a torch.optim optimizer's step() (which waits for the "
-                        "copy); the save was refused rather than commit a state that is not "
-                        "its step's. Pass overlap=None (the copy then finishes inside the "
-                        "call), or change these tensors in place only in the optimizer's step()"
-                    )
+            handle.stall_s += self.overlap.run(lambda: self._copy(handle.step))
         finally:
-            finished = time.perf_counter()
-            self.done.set()
-            with _Deferred._lock:
-                _Deferred._armed.discard(self)
             self.copies = []
-        started = self.wait_from
-        waited = max(0.0, finished - started) if started is not None else 0.0
-        handle.stall_s += waited
-        _emit(
-            handle.store,
-            "checkpoint_stage",
-            {
-                "step": handle.step, "stall_s": round(handle.stall_s, 6),
-                "bytes": handle.nbytes, "overlapped": True,
-                "copy_s": round(finished - t0, 6), "waited_s": round(waited, 6),
-            },
-        )  # fmt: skip
+
+    def _copy(self, step: int) -> None:
+        for path, local, buf, versions in self.copies:
+            buf.copy_(local)
+            if self._versions(local) != versions:
+                raise RecordError(
+                    f"the sharded save of step {step}: {path!r} was changed in place after "
+                    "async_save() and before it was copied, by something other than a "
+                    "torch.optim optimizer's step() (which waits for the copy); the save "
+                    "was refused rather than commit a state that is not its step's. Pass "
+                    "overlap=None (the copy then finishes inside the call), or change these "
+                    "tensors in place only in the optimizer's step()"
+                )
 
 
 def async_save(
@@ -855,7 +827,7 @@ def async_save(
             {"step": step, "stall_s": round(handle.stall_s, 6), "bytes": nbytes},
         )
     else:
-        later.arm()
+        later.arm(handle)
     thread = threading.Thread(
         target=handle._run,
         args=(staged, group, later),
