@@ -18,8 +18,8 @@ Rows (each campaign's own script or test does the work; this one only sizes and 
 - hostile input: every test file that reports a tally (tests/campaign.py), run with the
   tallies logged; one row per input surface (spec path fields, strings that reach a
   shell or an export, record files, checkpoint metadata, board routes, secrets planted,
-  ...): cases tried, and lost = tracebacks + files touched outside the workdir + secrets
-  found, plus one row for the files' pytest run (a failed test is a loss). ``--smoke``
+  ...): cases tried, and lost = tracebacks + hangs + files touched outside the workdir +
+  secrets found + the user's files overwritten, plus one row for the files' pytest run (a failed test is a loss). ``--smoke``
   runs the process-free files only.
 
 Exit status 1 when any row lost anything or a campaign failed to run.
@@ -125,6 +125,10 @@ def campaign_files(*, unit_only: bool) -> list[Path]:
     )
 
 
+# What a tally counts (tests/campaign.py): every count but "tried" is a loss.
+_COUNTS = ("tried", "tracebacks", "hangs", "outside", "secrets", "overwritten")
+
+
 def hostile_campaign(root: Path, *, unit_only: bool) -> list[dict[str, Any]]:
     """The generative hostile-input tests, run with their tallies logged, one row a surface."""
     files = campaign_files(unit_only=unit_only)
@@ -140,9 +144,7 @@ def hostile_campaign(root: Path, *, unit_only: bool) -> list[dict[str, Any]]:
     if log.exists():
         for line in log.read_text(encoding="utf-8").splitlines():
             t = json.loads(line)
-            row = surfaces.setdefault(
-                t["surface"], {"tried": 0, "tracebacks": 0, "outside": 0, "secrets": 0}
-            )
+            row = surfaces.setdefault(t["surface"], dict.fromkeys(_COUNTS, 0))
             for k in row:
                 row[k] += int(t.get(k, 0))
     error = (
@@ -152,7 +154,7 @@ def hostile_campaign(root: Path, *, unit_only: bool) -> list[dict[str, Any]]:
         error = "no test reported a tally"
     rows = [
         {"campaign": f"hostile input: {name}", "count": r["tried"],
-         "lost": r["tracebacks"] + r["outside"] + r["secrets"], "error": "", "detail": r}
+         "lost": sum(r[k] for k in _COUNTS if k != "tried"), "error": "", "detail": r}
         for name, r in sorted(surfaces.items())
     ]  # fmt: skip
     # A failed test is a loss even when its tally was written before it failed.
@@ -165,20 +167,22 @@ def hostile_campaign(root: Path, *, unit_only: bool) -> list[dict[str, Any]]:
 
 
 def hostile_table(rows: list[dict[str, Any]]) -> str:
-    """Tried, tracebacks, files touched outside the workdir and secrets found, a surface a line."""
+    """Tried, tracebacks, hangs, files touched outside the workdir, secrets found and the
+    user's files overwritten, a surface a line."""
     surfaces = [
         r for r in rows if r["campaign"].startswith("hostile input: ") and "tried" in r["detail"]
     ]
     if not surfaces:
         return ""
     width = max(len(r["campaign"]) - len("hostile input: ") for r in surfaces)
-    head = f"{'surface':<{width}}  {'tried':>6}  tracebacks  outside  secrets"
+    head = f"{'surface':<{width}}  {'tried':>6}  tracebacks  hangs  outside  secrets  overwritten"
     lines = ["", "Hostile input, by surface:", head, "-" * len(head)]
     for r in surfaces:
         d = r["detail"]
         name = r["campaign"][len("hostile input: ") :]
         lines.append(
-            f"{name:<{width}}  {d['tried']:>6}  {d['tracebacks']:>10}  {d['outside']:>7}  {d['secrets']:>7}"
+            f"{name:<{width}}  {d['tried']:>6}  {d['tracebacks']:>10}  {d.get('hangs', 0):>5}"
+            f"  {d['outside']:>7}  {d['secrets']:>7}  {d.get('overwritten', 0):>11}"
         )
     return "\n".join(lines)
 
