@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import re
 import threading
 import time
 import urllib.parse
@@ -34,6 +33,7 @@ from typing import Any
 import psutil
 
 from acceptrun._util.durable import loads_json, read_jsonl, write_atomic, write_json_atomic
+from acceptrun._util.userregex import UserPattern, compile_user_pattern
 from acceptrun.record.status import AttemptOutcome
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.load import LoadPlan, RequestResult, run_load
@@ -166,7 +166,9 @@ class ServingDriver(threading.Thread):
     def _wait_ready(self) -> dict[str, Any]:
         sv = self.spec.serving
         deadline = self.launched_at + sv.ready_timeout
-        pattern = re.compile(sv.ready_log) if sv.ready_log else None
+        pattern = (
+            compile_user_pattern(sv.ready_log, where="serving.ready_log") if sv.ready_log else None
+        )
         offsets = [0, 0]
         last_probe = ""
         while True:
@@ -202,7 +204,7 @@ class ServingDriver(threading.Thread):
             "stderr_tail": lines[-TAIL_LINES:],
         }
 
-    def _log_match(self, pattern: re.Pattern[str], offsets: list[int]) -> str | None:
+    def _log_match(self, pattern: UserPattern, offsets: list[int]) -> str | None:
         for i, path in enumerate(self.logs):
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 f.seek(offsets[i])

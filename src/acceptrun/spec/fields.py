@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Union, get_args, get_origin
 
 from acceptrun._util.paths import lexical_problem
+from acceptrun._util.userregex import pattern_problem
 from acceptrun.spec.conditions import (
     CONDITION_RE,
     VERSION_PATTERN_HELP,
@@ -77,14 +78,6 @@ class Format:
     reach: str | None = None  # a path format: "workdir" or "anywhere"
 
 
-def _regex_error(value: str) -> str | None:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        return str(exc)
-    return None
-
-
 def _condition_error(value: str) -> str | None:
     try:
         parse_condition(value)
@@ -120,8 +113,8 @@ _IN_WORKDIR = "^(?![/~])(?!(?:.*/)?(?:\\.\\.|\\.acceptrun)(?:/|$))[^\\u0000-\\u0
 
 FORMATS: dict[str, Format] = {
     "regex": Format(
-        "a Python regular expression",
-        _regex_error,
+        "a regular expression RE2 accepts",
+        pattern_problem,  # user patterns run on RE2, in linear time (_util/userregex.py)
         {"format": "regex"},
         invalid="(unclosed",
         words="regular expression",

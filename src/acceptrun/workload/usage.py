@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.userregex import compile_user_pattern
 from acceptrun.errors import SpecError
 from acceptrun.spec.model import RunSpec
 from acceptrun.workload.aggregates import refusal
@@ -233,7 +234,7 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
                            "progress.tensorboard (with progress.tags) for the TensorBoard "
                            "scalars"))  # fmt: skip
     if lim.max_loss is not None and not client:
-        has_loss = (prog.pattern is not None and "loss" in re.compile(prog.pattern).groupindex) or (
+        has_loss = (prog.pattern is not None and "loss" in _groups(prog.pattern)) or (
             prog.tensorboard is not None
         )
         if not has_loss:
@@ -254,7 +255,7 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
             key != "steps"
             and prog.tensorboard is None
             and prog.pattern is not None
-            and (key not in re.compile(prog.pattern).groupindex)
+            and (key not in _groups(prog.pattern))
         ):
             out.append(Finding("warning", "acceptance.throughput", f"{unit} cannot be measured: "
                                f"progress.pattern has no (?P<{key}>...) group",
@@ -352,3 +353,8 @@ def _show(value: Any) -> str:
 
 def _toml_key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+
+
+def _groups(pattern: str) -> set[str]:
+    """The named groups of ``progress.pattern``, as the supervisor compiles it (on RE2)."""
+    return set(compile_user_pattern(pattern, where="progress.pattern").groupindex)
