@@ -52,26 +52,42 @@ class UserPattern(Protocol):
 
 
 # Constructs RE2 refuses, by the text its error stops at: (that text, the construct's
-# name, how to write the pattern without it). The order matters where one text starts
-# another ("(?<=" before "(?<").
-UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
-    ("(?<=", "lookbehind (?<=...)", "rewrite it without the lookbehind: match that text too"),
-    ("(?<!", "negative lookbehind (?<!...)", "rewrite it without the lookbehind"),
-    ("(?=", "lookahead (?=...)", "rewrite it without the lookahead: match that text too"),
-    ("(?!", "negative lookahead (?!...)", "rewrite it with a class such as [^x] instead"),
-    ("(?>", "atomic group (?>...)", "write a plain group (...): RE2 never backtracks"),
-    ("(?P=", "backreference (?P=name)", "match the repeated text with its own pattern"),
-    ("(?P>", "recursion (?P>name)", "write the group out in full"),
-    ("(?(", "conditional group (?(1)...|...)", "write the alternatives with |"),
-    ("(?#", "comment group (?#...)", "remove the comment"),
-    ("\\Z", "\\Z (end of text)", "write \\z, which is what RE2 calls it"),
-    ("\\G", "\\G (where the last match ended)", "anchor with ^ instead"),
-    ("\\N", "\\N{NAME} (a character by name)", "write the character itself"),
-    ("++", "possessive quantifier ++", "drop the second +: RE2 never backtracks"),
-    ("*+", "possessive quantifier *+", "drop the +: RE2 never backtracks"),
-    ("?+", "possessive quantifier ?+", "drop the +: RE2 never backtracks"),
-    ("}+", "possessive quantifier {m,n}+", "drop the +: RE2 never backtracks"),
-)
+# name, how to write the pattern without it, a pattern that holds it). The order matters
+# where one text starts another ("(?<=" before "(?<").
+UNSUPPORTED: tuple[tuple[str, str, str, str], ...] = (
+    ("(?<=", "lookbehind (?<=...)", "rewrite it without the lookbehind: match that text too",
+     r"(?<=iter )(?P<step>\d+)"),
+    ("(?<!", "negative lookbehind (?<!...)", "rewrite it without the lookbehind",
+     r"(?<!eval )iter (?P<step>\d+)"),
+    ("(?=", "lookahead (?=...)", "rewrite it without the lookahead: match that text too",
+     r"iter (?P<step>\d+)(?=:)"),
+    ("(?!", "negative lookahead (?!...)", "rewrite it with a class such as [^x] instead",
+     r"iter (?P<step>\d+)(?!/)"),
+    ("(?>", "atomic group (?>...)", "write a plain group (...): RE2 never backtracks",
+     r"iter (?>(?P<step>\d+))"),
+    ("(?P=", "backreference (?P=name)", "match the repeated text with its own pattern",
+     r"(?P<q>['\"])(?P<step>\d+)(?P=q)"),
+    ("(?P>", "recursion (?P>name)", "write the group out in full",
+     r"(?P<step>\d+)(?P>step)"),
+    ("(?(", "conditional group (?(1)...|...)", "write the alternatives with |",
+     r"(<)?iter (?P<step>\d+)(?(1)>|)"),
+    ("(?#", "comment group (?#...)", "remove the comment",
+     r"iter (?P<step>\d+)(?#the step)"),
+    ("\\Z", "\\Z (end of text)", "write \\z, which is what RE2 calls it",
+     r"iter (?P<step>\d+)\Z"),
+    ("\\G", "\\G (where the last match ended)", "anchor with ^ instead",
+     r"\Giter (?P<step>\d+)"),
+    ("\\N", "\\N{NAME} (a character by name)", "write the character itself",
+     r"iter\N{SPACE}(?P<step>\d+)"),
+    ("++", "possessive quantifier ++", "drop the second +: RE2 never backtracks",
+     r"iter (?P<step>\d++)"),
+    ("*+", "possessive quantifier *+", "drop the +: RE2 never backtracks",
+     r"iter *+(?P<step>\d+)"),
+    ("?+", "possessive quantifier ?+", "drop the +: RE2 never backtracks",
+     r"iter ?+(?P<step>\d+)"),
+    ("}+", "possessive quantifier {m,n}+", "drop the +: RE2 never backtracks",
+     r"iter (?P<step>\d{1,9}+)"),
+)  # fmt: skip
 _BACKREF = re.compile(r"\\[1-9][0-9]?")  # \1 .. \99 as RE2's error quotes it
 _FLAGS = re.compile(r"\(\?[a-zA-Z-]+")  # an inline flag group, "(?x" as RE2 quotes it
 _TOO_LARGE = "pattern too large"
@@ -115,7 +131,7 @@ def _explain(value: str, message: str) -> str:
     _, _, stopped_at = message.partition(": ")
     if stopped_at == "(?P":  # RE2 quotes three characters of (?P=name) and (?P>name)
         stopped_at = next((t for t in ("(?P=", "(?P>") if t in value), stopped_at)
-    for text, name, fix in UNSUPPORTED:
+    for text, name, fix, _example in UNSUPPORTED:
         if stopped_at.startswith(text) or stopped_at.endswith(text):
             return f"{name} is not supported: {ENGINE}; {fix}"
     if _BACKREF.fullmatch(stopped_at):

@@ -531,6 +531,10 @@ class Supervisor:
             keep_recent=RECENT_STEPS if watcher is not None else 0,
         )
         self.telemetry.begin(attempt, child.pid, watch, self.checkpoint_dir)  # sampler thread
+        if progress is not None:
+            # Its own thread: the poll loop below (stop requests, wall time, the grace
+            # period) never waits on what the workload prints (supervisor/progress.py).
+            progress.start()
         return _Attempt(
             number=attempt, adir=adir, env=env, child=child, watch=watch,
             resume_step=resume_step, oom_before=oom_before, progress=progress,
@@ -635,10 +639,11 @@ class Supervisor:
         return returncode
 
     def _poll_black_box(self, a: _Attempt) -> None:
-        """A black box's logged steps: a diverged loss kills it, due step faults fire."""
+        """A black box's logged steps (read on the reader's thread): a diverged loss kills
+        it, due step faults fire."""
         if a.progress is None:
             return
-        if (div := a.progress.poll()) is not None:
+        if (div := a.progress.diverged) is not None and not a.diverged_kill:
             a.diverged_kill = self._kill_diverged(a.child, a.number, div)
         if a.step_faults and not a.diverged_kill:
             fired = self._fire_step_faults(
@@ -752,7 +757,7 @@ class Supervisor:
             a.serving.server_exited()
             a.serving.join(self.spec.serving.request_timeout + 30.0)
         self.telemetry.end()
-        if a.progress is not None:
+        if a.progress is not None and a.progress.stop():  # a thread that did not end: no read
             a.progress.poll(final=True)  # the lines written just before the exit
         a.watch.poll()
         if a.watcher is not None:

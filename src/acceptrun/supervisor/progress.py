@@ -1,7 +1,7 @@
 """Progress of a script without the client API: step events from its logs and TensorBoard files.
 
-The supervisor polls a :class:`ProgressReader` between its checks of the child (every
-0.25 s). It reads what the attempt appended to ``attempts/<n>/stdout.log`` and
+A :class:`ProgressReader` polls on a thread of its own (:meth:`ProgressReader.start`),
+every 0.25 s. It reads what the attempt appended to ``attempts/<n>/stdout.log`` and
 ``stderr.log`` since the last poll (the output tee writes them; a seek and a short read)
 and matches each line against ``progress.pattern``; it reads the TensorBoard event files
 under ``progress.tensorboard`` incrementally (tensorboard's own ``EventFileLoader``, which
@@ -23,6 +23,13 @@ A loss that is NaN/inf or above ``limits.max_loss`` writes a ``diverged`` event,
 client does, and :meth:`ProgressReader.poll` returns it: the supervisor then kills the
 workload at once (a black box asked to stop might save the diverged state as its newest
 checkpoint).
+
+Nothing a workload prints can stop the supervisor: the pattern runs on RE2 (linear time,
+the GIL released while it matches: _util/userregex.py), the supervisor's poll loop (stop
+requests, wall time) never waits on this thread, and each poll's work is bounded: at most
+:data:`READ_MAX` bytes of a log (older unread output is skipped, and a warning says so),
+each line cut at :data:`_MAX_LINE` bytes, and :data:`POLL_BUDGET_S` seconds of matching
+(the lines left wait for the next poll).
 """
 
 from __future__ import annotations
@@ -31,12 +38,15 @@ import contextlib
 import math
 import os
 import re
+import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.userregex import UserPattern, compile_user_pattern
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.axis import StepAxis
@@ -44,6 +54,11 @@ from acceptrun.supervisor.axis import StepAxis
 __all__ = ["ProgressReader", "match_line"]
 
 TB_POLL_S = 1.0  # seconds between scans of the TensorBoard directory (a directory walk)
+POLL_S = 0.25  # seconds between the reader thread's polls
+READ_MAX = 1 << 20  # bytes read from one log per poll; unread output beyond it is skipped
+POLL_BUDGET_S = 0.5  # seconds of matching per poll; the lines left wait for the next poll
+FINAL_BUDGET_S = 5.0  # seconds of matching at the attempt's end; the lines left are dropped
+STOP_JOIN_S = 30.0  # hang guard on the thread's end: one poll is budget + one line's match
 _NON_FINITE = re.compile(r"\b(?:nan|inf(?:inity)?)\b", re.I)
 _MAX_LINE = 64 * 1024  # bytes: a longer "line" (a progress bar without newlines) is cut
 
@@ -55,18 +70,34 @@ class _LogTail:
     path: Path
     offset: int = 0
     partial: bytes = b""
+    skipped: int = 0  # bytes never read: written faster than the reader reads
+    cut: bool = False  # the next read starts inside a line (after a skip): drop its head
+    pending: deque[str] = field(default_factory=deque)  # lines read, not matched yet
 
     def lines(self, final: bool = False) -> list[str]:
+        """New complete lines, from at most :data:`READ_MAX` bytes of the log."""
         try:
             with open(self.path, "rb") as f:
+                unread = os.fstat(f.fileno()).st_size - self.offset
+                if unread > READ_MAX:
+                    # Faster than it is read: skip to the newest READ_MAX bytes, so neither
+                    # memory nor a poll's time grows with what a workload prints.
+                    self.skipped += unread - READ_MAX + len(self.partial)
+                    self.offset += unread - READ_MAX
+                    self.partial, self.cut = b"", True
                 f.seek(self.offset)
-                data = f.read()
+                data = f.read(READ_MAX)
         except FileNotFoundError:
             return []
         self.offset += len(data)
         data = self.partial + data
         # \r ends a line too: progress bars (tqdm) redraw one line with carriage returns.
         parts = re.split(rb"\r\n|\r|\n", data)
+        if self.cut:  # the tail of a skipped line is no line
+            self.cut = len(parts) == 1
+            self.skipped += len(parts.pop(0))
+            if not parts:
+                return []
         self.partial = b"" if final else parts.pop()
         if len(self.partial) > _MAX_LINE:
             parts.append(self.partial)
@@ -74,10 +105,11 @@ class _LogTail:
         return [p[:_MAX_LINE].decode("utf-8", errors="replace") for p in parts if p]
 
 
-def match_line(pattern: re.Pattern[str], line: str) -> dict[str, Any] | None:
+def match_line(pattern: UserPattern, line: str) -> dict[str, Any] | None:
     """Step and values from one line, or None when it is not a step line.
 
-    >>> match_line(re.compile(r"iter (?P<step>\\d+): loss (?P<loss>\\S+)"), "iter 7: loss 0.5")
+    >>> rx = compile_user_pattern(r"iter (?P<step>\\d+): loss (?P<loss>\\S+)", where="doc")
+    >>> match_line(rx, "iter 7: loss 0.5")
     {'step': 7, 'loss': 0.5}
     """
     m = None
@@ -88,10 +120,9 @@ def match_line(pattern: re.Pattern[str], line: str) -> dict[str, Any] | None:
     m = m or pattern.search(line)
     if m is None:
         return None
-    groups = {
-        name: None if m.start(name) < 0 else line[m.start(name) : m.end(name)]
-        for name in pattern.groupindex
-    }
+    # By span, not by text: a match against the zeroed line reads the real line's words.
+    spans = {name: m.span(index) for name, index in pattern.groupindex.items()}
+    groups = {name: None if a < 0 else line[a:b] for name, (a, b) in spans.items()}
     try:
         step = int(groups["step"] or "")
     except ValueError:
@@ -124,14 +155,17 @@ class ProgressReader:
     last_t: float | None = None
     diverged: dict[str, Any] | None = None
     _tails: list[_LogTail] = field(default_factory=list)
-    _pattern: re.Pattern[str] | None = None
+    _pattern: UserPattern | None = None
     _last_poll: float = field(default_factory=time.time)
     _tb: _TensorBoard | None = None
+    _thread: threading.Thread | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _skip_warned: bool = False
 
     def __post_init__(self) -> None:
         prog = self.spec.progress
         if prog.pattern is not None:
-            self._pattern = re.compile(prog.pattern)
+            self._pattern = compile_user_pattern(prog.pattern, where="progress.pattern")
             if prog.stream in ("stdout", "both"):
                 self._tails.append(_LogTail(self.stdout, _size(self.stdout)))
             if prog.stream in ("stderr", "both"):
@@ -149,19 +183,56 @@ class ProgressReader:
         if self.say is not None:
             self.say(message)
 
+    def start(self) -> None:
+        """Poll every :data:`POLL_S` seconds on a thread of its own, until :meth:`stop`.
+
+        The supervisor's poll loop (stop requests, wall time, the grace period) then never
+        waits on matching; it reads :attr:`diverged` and :attr:`last_step`.
+        """
+        self._thread = threading.Thread(target=self._pump, name="acceptrun-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> bool:
+        """End the thread; False when it did not end within :data:`STOP_JOIN_S` seconds."""
+        self._stopping.set()
+        if self._thread is None:
+            return True
+        self._thread.join(STOP_JOIN_S)
+        return not self._thread.is_alive()
+
+    def _pump(self) -> None:
+        while self.diverged is None and not self._stopping.wait(POLL_S):
+            try:
+                self.poll()
+            except Exception as exc:  # background work records its failure, never kills the run
+                with contextlib.suppress(Exception):  # a record that cannot be written either
+                    self._warn(f"progress.pattern: reading the output stopped: {exc!r}")
+                return
+
     def poll(self, final: bool = False) -> dict[str, Any] | None:
         """Read what is new; write its step events. The ``diverged`` event when it just diverged."""
         if self.diverged is not None:
             return None
         now = time.time()
         found: dict[int, dict[str, Any]] = {}
+        budget = time.monotonic() + (FINAL_BUDGET_S if final else POLL_BUDGET_S)
         for tail in self._tails:
-            for line in tail.lines(final):
-                assert self._pattern is not None
-                values = match_line(self._pattern, line)
-                if values is not None and not _counter_at_zero(values):
-                    values["step"] = self._run_step(values["step"], "log")
-                    found.setdefault(values["step"], {}).update(values)
+            if final or not tail.pending:
+                tail.pending.extend(tail.lines(final))
+            self._match_pending(tail, found, budget)
+            if final and tail.pending:
+                self._warn(
+                    f"progress.pattern: {len(tail.pending):,} lines of {tail.path.name} were "
+                    f"not matched: matching them took over {FINAL_BUDGET_S:g} s"
+                )
+                tail.pending.clear()
+            if tail.skipped and not self._skip_warned:
+                self._skip_warned = True
+                self._warn(
+                    f"progress.pattern: {tail.path.name} grew faster than it is read (over "
+                    f"{READ_MAX >> 20} MiB between two reads): older lines were skipped, "
+                    "and the steps they held are not counted"
+                )
         new = [v for s, v in sorted(found.items()) if self.last_step is None or s > self.last_step]
         if new:
             self._emit_log_steps(new, now)
@@ -175,6 +246,22 @@ class ProgressReader:
         self._last_poll = now
         self.record.flush_events()
         return self.diverged
+
+    def _match_pending(
+        self, tail: _LogTail, found: dict[int, dict[str, Any]], budget: float
+    ) -> None:
+        """Match the tail's pending lines until ``budget`` (monotonic s); the rest wait.
+
+        At least one line each poll, so the reader moves on however slow a line is.
+        """
+        assert self._pattern is not None
+        while tail.pending:
+            values = match_line(self._pattern, tail.pending.popleft())
+            if values is not None and not _counter_at_zero(values):
+                values["step"] = self._run_step(values["step"], "log")
+                found.setdefault(values["step"], {}).update(values)
+            if time.monotonic() >= budget:
+                return
 
     def _run_step(self, step: int, source: str) -> int:
         return step if self.axis is None else self.axis.run_step(step, source)
