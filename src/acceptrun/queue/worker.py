@@ -44,6 +44,7 @@ from typing import IO, Any
 
 import psutil
 
+from acceptrun._util import logpump
 from acceptrun._util.console import get_logger
 from acceptrun._util.durable import read_json, write_atomic
 from acceptrun.errors import RecordError, UserError
@@ -238,22 +239,26 @@ class Worker:
         else:
             assert run_id is not None
             argv = self._acceptrun("run", "--run-id", run_id, "-q", str(spec_file))
-        log = open(self.dir / "logs" / f"job-{job.id}.log", "ab")  # noqa: SIM115 - kept by _Child
+        # The job's output reaches its log through the redactor, in a process that outlives
+        # this worker as the job does (a direct job's command prints whatever it holds).
+        pump = logpump.start(self.dir / "logs" / f"job-{job.id}.log")
         try:
             proc = subprocess.Popen(
                 argv, cwd=cwd if cwd.is_dir() else self.ws.root, env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=pump.stdin, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
-            log.close()
             fresh = self.db.job(job.id)
             if fresh is not None:
                 self.db.settle(fresh, "failed", note=f"could not start: {exc}", now=time.time())
             _log.info(f"job {job.id} ({job.name}) could not start: {exc}")
             return
+        finally:
+            if pump.stdin is not None:
+                pump.stdin.close()  # the job holds the pipe: the pump ends when it is done
         what = "resuming" if resume else "run"
         self.db.set_pid(job.id, proc.pid, f"{what} {run_id}" if run_id else "running")
-        self.children[job.id] = _Child(job.id, proc.pid, proc, log)
+        self.children[job.id] = _Child(job.id, proc.pid, proc)
         threading.Thread(target=self._wait_child, args=(proc,), daemon=True).start()
         label = "GPUs" if self.config.kind == "gpu" else "slots"
         where = f"{what} {run_id}" if run_id else f"pid {proc.pid}"

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.egress import redact_file
 from acceptrun._util.redact import redact_argv
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of, store_root
 from acceptrun.checkpoint.store import CheckpointStore
@@ -927,11 +928,15 @@ class Supervisor:
                     timeout=20,
                     check=False,
                 )
-                with open(stacks, "a") as f:
+                with open(stacks, "a") as f:  # redacted below, with the workload's dumps
                     f.write(dump.stdout or dump.stderr)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         got = stacks.exists() and stacks.stat().st_size > before
+        # Dumps land raw (faulthandler writes from C in the workload's signal handler):
+        # each goes through the redactor before the record names it.
+        for dump_file in adir.glob("stacks*.txt"):
+            redact_file(dump_file)
         self.record.event("stacks", sync=True, attempt=attempt, path=str(stacks) if got else None)
         child.signal_group(signal.SIGKILL)
 

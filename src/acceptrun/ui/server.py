@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from acceptrun._util import logpump
 from acceptrun._util.redact import learn_spec, redact_text, secret_values
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.ui import pages
@@ -568,12 +569,16 @@ def _start_resume(workspace_root: Path, run_id: str) -> Path:
     logs = workspace_root / RESUME_LOG_DIR
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"resume-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    with open(log, "ab") as out:
+    pump = logpump.start(log)  # its output reaches the log through the redactor
+    try:
         subprocess.Popen(
             [sys.executable, "-m", "acceptrun", "--workspace", str(workspace_root), "resume", "-q", run_id],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, stdout=pump.stdin, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=workspace_root,
         )  # fmt: skip
+    finally:
+        if pump.stdin is not None:
+            pump.stdin.close()  # the resume holds the pipe now
     return log
 
 
