@@ -18,6 +18,7 @@ from acceptrun._util import redact
 from acceptrun.notify.conditions import SOURCE_KINDS, condition_of
 from acceptrun.notify.notifier import Dispatcher
 from acceptrun.notify.summary import delivery_lines, delivery_rows
+from acceptrun.notify.targets import WebhookTarget, targets_of
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.fields import rules_of
 from acceptrun.spec.model import NOTIFY_EVENTS, SECRET_FIELDS, NotifySpec, RunSpec, parse_spec
@@ -247,3 +248,25 @@ def test_watch_once_on_a_workspace_and_a_bad_period(
     assert "0 gone supervisor(s) found" in capsys.readouterr().err
     assert main(["--workspace", str(ws), "watch", "--every", "0s"]) == 2
     assert "--every '0s' is not a positive duration" in capsys.readouterr().err
+
+
+def test_the_smtp_password_is_hidden_from_the_first_message_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Learned when the e-mail target is made (its variable's name looks like no secret),
+    not at its first login: a webhook's message quoting it (a failure that printed it) is
+    redacted before any mail was sent."""
+    password = "plain-pw-without-shape-8812"
+    monkeypatch.setenv("NT_MAIL_WORD", password)
+    notify = NotifySpec(
+        webhook="http://127.0.0.1:9/hook", email_to=["a@example.com"], smtp_host="h",
+        email_from="b@example.com", smtp_user_env="NT_USER", smtp_password_env="NT_MAIL_WORD",
+    )  # fmt: skip
+    try:
+        webhook = next(t for t in targets_of(notify) if isinstance(t, WebhookTarget))
+        message = {"text": f"failed: {password}", "evidence": f'{{"password": "{password}"}}'}
+        body = webhook.body(message)
+        assert password.encode() not in body
+        assert json.loads(body)["text"] == "failed: <redacted>"
+    finally:
+        redact.forget_learned()

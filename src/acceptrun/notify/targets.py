@@ -6,13 +6,17 @@ delivery are the dispatcher's (:mod:`acceptrun.notify.notifier`). A target's
 :attr:`~Target.name` is what records show: its kind and, for a URL, the host alone (the URL
 is a secret: its path is the credential of a Slack or generic webhook).
 
-Every message leaves through the redactor (:func:`acceptrun._util.redact.redact_record`):
-an event quoted from the workload may hold a secret as it was written.
+Every message leaves through the redactor, at the moment it is encoded (the registered
+helpers of :mod:`acceptrun._util.egress`: :func:`~acceptrun._util.egress.json_body` for a
+webhook, Slack and a command's stdin, :func:`~acceptrun._util.egress.email_message` for the
+subject and body of an e-mail, :func:`~acceptrun._util.egress.command_env` for a command's
+environment): an event quoted from the workload may hold a secret as it was written, and a
+secret learned after the message was made (the SMTP password, at the first login) is
+hidden too.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import smtplib
 import ssl
@@ -21,10 +25,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from email.message import EmailMessage
 from typing import Any
 
-from acceptrun._util.redact import learn, redact_record
+from acceptrun._util.egress import command_env, email_message, json_body
+from acceptrun._util.redact import learn, redact_record, redact_text
 from acceptrun.spec.model import NotifySpec
 
 __all__ = [
@@ -80,8 +84,8 @@ class WebhookTarget(Target):
 
     def body(self, message: dict[str, Any]) -> bytes:
         if self.kind == "slack":
-            return json.dumps({"text": message["text"]}).encode()
-        return json.dumps(message, sort_keys=True).encode()
+            return json_body({"text": message["text"]})
+        return json_body(message)
 
     def send(self, message: dict[str, Any]) -> None:
         request = urllib.request.Request(
@@ -117,6 +121,12 @@ class EmailTarget(Target):
     def name(self) -> str:
         return f"email {self.host}:{self.port}"
 
+    def __post_init__(self) -> None:
+        # Hidden from the first message on, wherever it could recur (a failure the workload
+        # printed, an SMTP error quoting it): not only once the first login read it.
+        if self.password_env:
+            learn([os.environ.get(self.password_env, "")])
+
     def _login(self) -> tuple[str, str] | None:
         if self.user_env is None:
             return None
@@ -124,16 +134,15 @@ class EmailTarget(Target):
         password = os.environ.get(self.password_env, "") if self.password_env else ""
         if user is None:
             raise DeliveryError(f"${self.user_env} (notify.smtp_user_env) is not set")
-        learn([password])  # hidden wherever it could recur (an SMTP error quoting it)
+        learn([password])
         return user, password
 
     def send(self, message: dict[str, Any]) -> None:
-        mail = EmailMessage()
-        mail["Subject"] = f"[acceptrun] {message['title']}"
-        mail["From"] = self.sender
-        mail["To"] = ", ".join(self.to)
-        mail.set_content(message["text"] + "\n\n" + json.dumps(message, indent=2, sort_keys=True))
         login = self._login()
+        mail = email_message(
+            sender=self.sender, to=self.to, subject=f"[acceptrun] {message['title']}",
+            body=message["text"] + "\n\n" + json_body(message, indent=2).decode(),
+        )  # fmt: skip
         try:
             with smtplib.SMTP(self.host, self.port, timeout=self.timeout_s) as smtp:
                 smtp.ehlo()
@@ -158,12 +167,13 @@ class CommandTarget(Target):
         return f"command {os.path.basename(self.argv[0])}" if self.argv else "command"
 
     def send(self, message: dict[str, Any]) -> None:
-        env = dict(os.environ)
-        for field in ("event", "run", "title", "evidence", "fix", "report", "text"):
-            env[f"ACCEPTRUN_NOTIFY_{field.upper()}"] = str(message.get(field) or "")
+        fields = ("event", "run", "title", "evidence", "fix", "report", "text")
+        env = command_env(
+            os.environ, {f"ACCEPTRUN_NOTIFY_{f.upper()}": message.get(f) or "" for f in fields}
+        )
         try:
             done = subprocess.run(
-                list(self.argv), input=json.dumps(message, sort_keys=True).encode(), env=env,
+                list(self.argv), input=json_body(message), env=env,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=self.timeout_s,
                 check=False,
             )  # fmt: skip
@@ -173,7 +183,7 @@ class CommandTarget(Target):
             raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
         if done.returncode != 0:
             tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise DeliveryError(f"exit {done.returncode}: {tail[0][:200]}")
+            raise DeliveryError(f"exit {done.returncode}: {redact_text(tail[0][:200])}")
 
 
 def targets_of(notify: NotifySpec) -> list[Target]:
