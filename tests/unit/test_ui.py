@@ -150,11 +150,13 @@ def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
     record.event("workload_start", pid=os.getpid())  # live while this process is
     log = record.attempt_dir(1) / "stdout.log"
     log.parent.mkdir(parents=True)
-    log.write_text("first <line>\n")
+    # A JSON form: escaped for HTML (or JSON) first, the redactor would no longer see it.
+    log.write_text('first <line> {"password": "hunter22"}\n')
     served = Served(Board.for_workspaces([ws]))
     try:
         page = served.get(f"/run/0/{record.run_id}/logs")
         assert "first &lt;line&gt;" in page
+        assert "hunter22" not in page and "&quot;password&quot;: &quot;&lt;redacted&gt;" in page
         stream = re.search(r'data-stream="([^"]+)"', page)
         assert stream is not None
         url = stream.group(1).replace("&amp;", "&")
@@ -163,7 +165,7 @@ def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
         conn.request("GET", url, headers=hdrs)
         resp = conn.getresponse()
         with open(log, "a") as f:
-            f.write("second line\n")
+            f.write('second line {"password": "hunter33"}\n')
         lines = []
         for raw in resp:
             text = raw.decode()
@@ -172,6 +174,7 @@ def test_the_logs_page_follows_a_live_runs_logs(tmp_path: Path) -> None:
                 if "second line" in text:
                     break
         assert len(lines) == 1 and '"log": "1/stdout"' in lines[0]  # only what was appended
+        assert "hunter33" not in lines[0] and "<redacted>" in lines[0]
         record.update_state(status="finished")
         rest = resp.read().decode()  # the feed ends once the run is no longer live
         assert "event: end" in rest

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import loads_json
+from acceptrun._util.redact import redact_text
 from acceptrun.record.steplog import StepChunk, StepLog, segments
 from acceptrun.record.steplog import _decode as decode_segment
 from acceptrun.record.workspace import RunRecord
@@ -322,7 +323,9 @@ def log_feed(
             if lines:
                 offsets[name] = after
                 text = b"\n".join(lines).decode("utf-8", errors="replace")
-                yield sse("line", {"log": name, "text": text})
+                # Redacted before it is JSON-encoded (in there a quote is \", which hides a
+                # `"password": "x"` form from the send's own pass).
+                yield sse("line", {"log": name, "text": redact_text(text)})
                 sent = True
         now = time.monotonic()
         if sent:

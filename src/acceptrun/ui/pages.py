@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from acceptrun._util.redact import redact_text
 from acceptrun.cost.billing import format_bytes, format_usd
 from acceptrun.record.liveness import interruption
 from acceptrun.record.workspace import RunRecord
@@ -420,6 +421,8 @@ def logs_page(ws: int, record: RunRecord) -> str:
         f'<p class="muted"><a href="/">runs</a> / <a href="{esc(run_url(ws, record.run_id))}">'
         f"{esc(record.run_id)}</a> / logs</p>",
         f'<h1>Logs <span class="muted" id="log-state">{esc(state)}</span></h1>',
-        f'<pre class="log" id="log" data-stream="{esc(stream_url)}">{esc(chr(10).join(parts) or "no logs yet")}\n</pre>',
+        # Redacted before it is escaped: `{"password": "x"}` is a form the redactor knows,
+        # `{&quot;password&quot;: ...}` is not (the send's own pass would miss it).
+        f'<pre class="log" id="log" data-stream="{esc(stream_url)}">{esc(redact_text(chr(10).join(parts) or "no logs yet"))}\n</pre>',
     ]
     return layout(f"logs {record.run_id}", "runs", body)
