@@ -9,9 +9,11 @@ board print the same figure the same way::
     format_bytes_exact(1 << 20)  # "1 MiB"   (message sizes: whole units or bytes)
     format_usd(0.00833)         # "0.0083"
     parse_size("2GiB")          # 2147483648
+    duration_seconds("1h30m")   # 5400.0
 
-Durations are parsed by :func:`acceptrun.spec.model.parse_duration`, the one place that
-accepts ``"1h30m"``; its errors name the spec field.
+A spec's durations go through :func:`acceptrun.spec.units.parse_duration`, whose errors
+name the spec field; a command line's through :mod:`acceptrun._util.argtypes`. Both read
+the one grammar here.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import re
 from acceptrun.errors import UserError
 
 __all__ = [
+    "DURATION_RE",
+    "DURATION_UNITS",
+    "duration_seconds",
     "format_bytes",
     "format_bytes_exact",
     "format_duration",
@@ -28,8 +33,26 @@ __all__ = [
     "parse_size",
 ]
 
+# One number-and-unit part; a duration is one or more of them ("1h30m"). A part starts
+# only where a number does (the lookbehind): without it a search over a long run of
+# digits with no unit tried every start again, quadratic in the value's length.
+DURATION_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}  # seconds
+
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB")
 _DECIMAL = ("B", "kB", "MB", "GB", "TB")
+
+
+def duration_seconds(text: str) -> float | None:
+    """``"90s"`` / ``"10m"`` / ``"1h30m"`` / ``"250ms"`` -> seconds; None when it is none.
+
+    The value may be inf for a number with hundreds of digits: callers bound it.
+    """
+    text = text.strip().lower().replace(" ", "")
+    parts = DURATION_RE.findall(text)
+    if parts and "".join(n + u for n, u in parts) == text:
+        return sum(float(n) * DURATION_UNITS[u] for n, u in parts)
+    return None
 
 
 def format_duration(seconds: float | None) -> str:
