@@ -31,6 +31,7 @@ checkpoint interval for restart dumps", Future Generation Computer Systems 22(3)
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +156,7 @@ def simulate(
     persist: float = 0.0,
     weibull_shape: float | None = None,
     seed: int = 0,
+    deadline: float | None = None,
 ) -> dict[str, float]:
     """Simulate ``runs`` runs event by event; their mean ETTR, wall time and interruptions.
 
@@ -165,6 +167,9 @@ def simulate(
     compute since the last durable checkpoint and costs ``restart`` seconds. The times
     between interruptions are exponential with mean ``mtbf`` or, with ``weibull_shape``
     k, Weibull with that mean (k < 1: failures come in bursts).
+
+    ``deadline``: a ``time.monotonic()`` past which it raises :class:`TimeoutError`
+    (a run whose ETTR is near 0 takes millions of rounds to finish).
     """
     import numpy as np
 
@@ -176,6 +181,8 @@ def simulate(
     persist = min(max(persist, 0.0), period)
 
     def gaps(n: int) -> Any:
+        if deadline is not None and time.monotonic() > deadline:  # once per round
+            raise TimeoutError(f"the simulation of {runs} runs passed its deadline")
         if weibull_shape is None:
             return rng.exponential(mtbf, n)
         scale = mtbf / math.gamma(1.0 + 1.0 / weibull_shape)

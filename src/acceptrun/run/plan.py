@@ -17,25 +17,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import duration, file_arg, finite_float, positive_int, seed, usd
 from acceptrun._util.units import format_duration
 from acceptrun.errors import UserError
 
 __all__ = ["cmd_plan", "register"]
 
 
-def _duration(text: str | None, flag: str, *, zero_ok: bool = False) -> float | None:
-    if text is None:
-        return None
-    from acceptrun.spec.units import parse_duration
-
-    try:
-        value = parse_duration(text, flag)
-    except ValueError as exc:
-        raise UserError(f"{flag} {text!r}: {exc}") from None
-    if value < 0 or (value == 0 and not zero_ok):
-        least = "0 or more" if zero_ok else "a positive duration"
-        raise UserError(f'{flag} {text!r}: give {least}, such as "30s" or "6h"')
-    return value
+# --simulate N: each round of the simulation (one per interruption) touches a few numpy
+# arrays of N floats: 10^5 runs of a 300-interruption job take ~4 s, 10^6 ~37 s. The mean
+# ETTR's standard error falls as 1/sqrt(N): at 10^5 it is 1/316 of the runs' spread (a
+# spread of 0.1: +-0.0003), below the 3 decimals printed, so more runs change no figure.
+MAX_SIMULATED_RUNS = 100_000
+# The simulation's wall-clock bound (seconds): past it, plan says so instead of running on
+# (a run whose ETTR is near 0 needs millions of rounds).
+SIMULATE_DEADLINE_S = 60.0
+# Interruptions expected per run past which the simulation is refused outright: each is a
+# round over every run still active, so this many rounds would outlast the deadline.
+MAX_SIMULATED_INTERRUPTIONS = 100_000
+MAX_GPUS = 1_000_000  # far past any one job's (the largest reported are ~10^5)
 
 
 def _recorded(args: argparse.Namespace, spec: Any) -> Any:
@@ -65,13 +65,7 @@ def _recorded(args: argparse.Namespace, spec: Any) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from acceptrun.cost.interval import (
-        FLEET,
-        daly_interval,
-        forecast,
-        simulate,
-        young_interval,
-    )
+    from acceptrun.cost.interval import FLEET
 
     inputs: dict[str, tuple[float | None, str]] = {}
     spec = None
@@ -96,14 +90,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         inputs[flag] = (None, "")
 
     m = measured
-    pick("save", _duration(args.save, "--save"),
+    pick("save", args.save,
          (m.save_s or None if m else None, f"{rec}: {m.save_from}" if m else ""))  # fmt: skip
-    pick("restart", _duration(args.restart, "--restart", zero_ok=True),
+    pick("restart", args.restart,
          (m.restart_s if m else None, f"{rec}: {m.restart_from}" if m else ""))  # fmt: skip
-    mtbf = _duration(args.mtbf, "--mtbf")
-    gpu_mtbf = _duration(args.mtbf_gpu, "--mtbf-gpu")
-    if args.gpus is not None and args.gpus < 1:
-        raise UserError(f"--gpus {args.gpus}: give the job's GPUs, 1 or more")
+    mtbf, gpu_mtbf = args.mtbf, args.mtbf_gpu  # seconds, checked by argparse
     if mtbf is not None:
         inputs["mtbf"] = (mtbf, "--mtbf")
     elif args.gpus is not None:
@@ -119,12 +110,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         inputs["mtbf"] = (m.mtbf_s, f"{rec}: {m.mtbf_from}")
     else:
         inputs["mtbf"] = (None, "")
-    pick("work", _duration(args.work, "--work"),
+    pick("work", args.work,
          (m.productive_s if m else None, f"{rec}: its step time" if m else ""))  # fmt: skip
     spec_every = (
         None if spec is None or spec.checkpoint.every is None else float(spec.checkpoint.every)
     )
-    pick("interval", _duration(args.interval, "--interval"),
+    pick("interval", args.interval,
          (spec_every, f"{args.spec}: checkpoint.every"),
          (m.interval_s if m else None, f"{rec}: {m.interval_from}" if m else ""))  # fmt: skip
     price = args.usd_per_hour
@@ -144,37 +135,101 @@ def cmd_plan(args: argparse.Namespace) -> int:
             + (f" ({args.spec} has no finished run to measure them from)" if args.spec else "")
         )  # fmt: skip
     save, restart, M, work = (float(inputs[k][0]) for k in ("save", "restart", "mtbf", "work"))  # type: ignore[arg-type]
-    best = daly_interval(save, M)
-    opt = forecast(best, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
-    out: dict[str, Any] = {
-        **opt.to_dict(),
-        "young_interval_s": round(young_interval(save, M), 3),
-        "inputs": {
-            k: {"seconds": v, "from": src} for k, (v, src) in inputs.items() if v is not None
-        },
-        "usd_per_hour": price,
-        "usd_per_hour_from": price_from or None,
-        "current": None,
+    try:
+        out = _figures(args, save=save, restart=restart, M=M, work=work, price=price,
+                       current=inputs["interval"][0])  # fmt: skip
+    except OverflowError:
+        raise UserError(
+            f"with M = {format_duration(M)} between interruptions, a save of "
+            f"{format_duration(save)} and a restart of {format_duration(restart)}, a run "
+            "never finishes (its expected wall time overflows): give a longer --mtbf (or "
+            "fewer --gpus), or a shorter --save or --restart"
+        ) from None
+    except ValueError as exc:  # a figure the model refuses, from a spec or a recorded run
+        raise UserError(f"acceptrun plan: {exc}; check the spec's and its runs' figures") from None
+    out["inputs"] = {
+        k: {"seconds": v, "from": src} for k, (v, src) in inputs.items() if v is not None
     }
-    current = inputs["interval"][0]
-    if current is not None:
-        now = forecast(current, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
-        out["current"] = now.to_dict()
-    if args.simulate:
-        persist = _duration(args.persist, "--persist", zero_ok=True) or 0.0
-        sims = {"runs": args.simulate, "persist_s": persist, "weibull_shape": args.weibull}
-        for name, tau in (("optimum", best), ("current", current)):
-            if tau is not None:
-                sims[name] = simulate(
-                    tau, save=save, mtbf=M, restart=restart, work=work, runs=args.simulate,
-                    persist=persist, weibull_shape=args.weibull, seed=args.seed,
-                )  # fmt: skip
-        out["simulated"] = sims
+    out["usd_per_hour_from"] = price_from or None
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     print(_text(out))
     return 0
+
+
+def _figures(
+    args: argparse.Namespace,
+    *,
+    save: float,
+    restart: float,
+    M: float,
+    work: float,
+    price: float | None,
+    current: float | None,
+) -> dict[str, Any]:
+    """The optimum's and ``current``'s forecasts, and ``--simulate``'s runs of each."""
+    from acceptrun.cost.interval import daly_interval, forecast, young_interval
+
+    best = daly_interval(save, M)
+    opt = forecast(best, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
+    out: dict[str, Any] = {
+        **opt.to_dict(),
+        "young_interval_s": round(young_interval(save, M), 3),
+        "usd_per_hour": price,
+        "current": None,
+    }
+    if current is not None:
+        now = forecast(current, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
+        out["current"] = now.to_dict()
+    if args.simulate:
+        out["simulated"] = _simulated(args, best, current, save=save, restart=restart, M=M,
+                                      work=work)  # fmt: skip
+    return out
+
+
+def _simulated(
+    args: argparse.Namespace,
+    best: float,
+    current: float | None,
+    *,
+    save: float,
+    restart: float,
+    M: float,
+    work: float,
+) -> dict[str, Any]:
+    """``--simulate N`` runs at the optimum and at ``current``, within the deadline."""
+    import time
+
+    from acceptrun.cost.interval import forecast, simulate
+
+    persist = args.persist or 0.0
+    sims: dict[str, Any] = {
+        "runs": args.simulate, "persist_s": persist, "weibull_shape": args.weibull,
+    }  # fmt: skip
+    deadline = time.monotonic() + SIMULATE_DEADLINE_S
+    for name, tau in (("optimum", best), ("current", current)):
+        if tau is None:
+            continue
+        hits = forecast(tau, save=save, mtbf=M, restart=restart, work=work).expected_interruptions
+        if hits > MAX_SIMULATED_INTERRUPTIONS:
+            raise UserError(
+                f"--simulate: at the {name} interval ({format_duration(tau)}) a run expects "
+                f"{hits:,.0f} interruptions, each a round of the simulation (at most "
+                f"{MAX_SIMULATED_INTERRUPTIONS:,}); leave out --simulate, or give a longer "
+                "--mtbf or a shorter --work"
+            )
+        try:
+            sims[name] = simulate(
+                tau, save=save, mtbf=M, restart=restart, work=work, runs=args.simulate,
+                persist=persist, weibull_shape=args.weibull, seed=args.seed, deadline=deadline,
+            )  # fmt: skip
+        except TimeoutError:
+            raise UserError(
+                f"--simulate {args.simulate}: not done within {SIMULATE_DEADLINE_S:.0f} s; "
+                "simulate fewer runs (the closed form above needs none)"
+            ) from None
+    return sims
 
 
 def _text(out: dict[str, Any]) -> str:
@@ -237,30 +292,39 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description="The checkpoint-interval model (docs/checkpoint-interval.md) for the "
         "figures given, or a spec's: its recorded runs give the save and restart costs.",
     )
-    p.add_argument("spec", nargs="?", help="a spec: its interval, price and recorded runs")
+    positive, zero_ok = duration(), duration(zero_ok=True)
     p.add_argument(
-        "--mtbf", metavar="DURATION", help="mean time between interruptions of the whole job"
+        "spec", nargs="?", type=file_arg, help="a spec: its interval, price and recorded runs"
     )
-    p.add_argument("--gpus", type=int, metavar="N", help="the job's GPUs (M = --mtbf-gpu / N)")
-    p.add_argument("--mtbf-gpu", metavar="DURATION",
+    p.add_argument("--mtbf", type=positive, metavar="DURATION",
+                   help="mean time between interruptions of the whole job")  # fmt: skip
+    p.add_argument("--gpus", type=positive_int(MAX_GPUS, example="512"), metavar="N",
+                   help="the job's GPUs (M = --mtbf-gpu / N)")  # fmt: skip
+    p.add_argument("--mtbf-gpu", type=positive, metavar="DURATION",
                    help="one GPU's mean time to failure (default: a published fleet rate)")  # fmt: skip
-    p.add_argument("--save", metavar="DURATION", help="what one checkpoint blocks the loop for")
-    p.add_argument("--restart", metavar="DURATION",
+    p.add_argument("--save", type=positive, metavar="DURATION",
+                   help="what one checkpoint blocks the loop for")  # fmt: skip
+    p.add_argument("--restart", type=zero_ok, metavar="DURATION",
                    help="interruption to the restarted first step (detect, restart, restore)")  # fmt: skip
-    p.add_argument("--work", metavar="DURATION", help="the failure-free compute the run needs")
+    p.add_argument("--work", type=positive, metavar="DURATION",
+                   help="the failure-free compute the run needs")  # fmt: skip
+    p.add_argument("--interval", type=positive, metavar="DURATION",
+                   help="an interval to compare (default: the spec's)")  # fmt: skip
+    p.add_argument("--usd-per-hour", type=usd, metavar="USD",
+                   help="what the whole job costs per hour (0 or more)")  # fmt: skip
     p.add_argument(
-        "--interval", metavar="DURATION", help="an interval to compare (default: the spec's)"
-    )
-    p.add_argument(
-        "--usd-per-hour", type=float, metavar="USD", help="what the whole job costs per hour"
-    )
-    p.add_argument("--simulate", type=int, metavar="N", help="also simulate N runs event by event")
-    p.add_argument("--persist", metavar="DURATION",
+        "--simulate", type=positive_int(MAX_SIMULATED_RUNS, example="1000"), metavar="N",
+        help=f"also simulate N runs event by event (at most {MAX_SIMULATED_RUNS:,}; "
+        f"bounded to {SIMULATE_DEADLINE_S:.0f} s)",
+    )  # fmt: skip
+    p.add_argument("--persist", type=zero_ok, metavar="DURATION",
                    help="simulated: an asynchronous persist window (lost with an interruption)")  # fmt: skip
     p.add_argument(
-        "--weibull", type=float, metavar="K", help="simulated: Weibull interruptions of shape K"
-    )
-    p.add_argument("--seed", type=int, default=0, help="simulated: the random seed")
+        "--weibull", type=finite_float(least=0.1, most=10.0, example="0.7"), metavar="K",
+        help="simulated: Weibull interruptions of shape K, 0.1 to 10 (1: exponential; "
+        "under 0.1 the scale's gamma(1 + 1/K) passes 10^100)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=seed, default=0, help="simulated: the random seed")
     p.add_argument("--json", action="store_true", help="the figures as JSON")
     p.set_defaults(func=cmd_plan)
 
