@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import file_arg, path_arg, text
 from acceptrun._util.console import get_logger
 from acceptrun.record.cli import add_run_argument, open_run
 
@@ -46,12 +47,28 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_data_snapshot(args: argparse.Namespace) -> int:
+    from acceptrun._util.outputs import claim_output, is_own_output
     from acceptrun.capture import data
 
     exclude = list(args.exclude)
     out = Path(args.output)
     src = Path(args.path)
-    if "://" not in args.path and src.is_dir() and out.resolve().is_relative_to(src.resolve()):
+    local = "://" not in args.path
+    mark = f'"kind": "{data.KIND}"'  # an earlier manifest: replaced without --force
+    inside = local and src.is_dir() and out.resolve().is_relative_to(src.resolve())
+    # Its input is never its output, --force or not: the file it hashes, or a file of the
+    # folder it hashes (its own earlier manifest in the folder is none: it is left out).
+    if not local:
+        inputs: list[Path] = []
+    elif inside:
+        inputs = [out] if out.is_file() and not is_own_output(out, mark) else []
+    else:
+        inputs = [src]
+    # Before hashing, so a refusal costs nothing.
+    claim_output(
+        out, mark=mark, force=args.force, inputs=inputs, what="data manifest", parents=True
+    )
+    if inside:
         exclude.append(
             out.resolve().relative_to(src.resolve()).as_posix()
         )  # never hash the manifest itself
@@ -83,17 +100,29 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     data = sub.add_parser("data", help="snapshot data into a manifest, or verify it")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     snap = data_sub.add_parser("snapshot", help="hash every file of PATH into a manifest")
-    snap.add_argument("path", help="directory, file or fsspec URL")
-    snap.add_argument("-o", "--output", required=True, help="manifest file to write")
+    snap.add_argument("path", type=path_arg, help="directory, file or fsspec URL")
+    snap.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=file_arg,
+        metavar="FILE",
+        help="manifest file to write; an existing FILE is replaced only when it is an "
+        "earlier manifest, or with --force (never a file of PATH)",
+    )
+    snap.add_argument(
+        "--force", action="store_true", help="replace FILE even when it is not a manifest"
+    )
     snap.add_argument(
         "--exclude",
         action="append",
         default=[],
+        type=text(),
         metavar="GLOB",
         help="leave out matching files (repeatable)",
     )
     snap.set_defaults(func=cmd_data_snapshot)
     ver = data_sub.add_parser("verify", help="check PATH against a manifest")
-    ver.add_argument("path")
-    ver.add_argument("manifest")
+    ver.add_argument("path", type=path_arg)
+    ver.add_argument("manifest", type=file_arg)
     ver.set_defaults(func=cmd_data_verify)

@@ -11,9 +11,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import file_arg
 from acceptrun.record.cli import add_run_argument, find, open_run
 
 __all__ = ["register"]
+
+
+# What marks each format of `report -o FILE` as acceptrun's own earlier output, so that
+# writing it again needs no --force (acceptrun._util.outputs).
+_JSON_MARK = '"generator": "acceptrun report"'
+_MD_MARK = "<!-- generator: acceptrun report -->"
+_HTML_MARK = '<meta name="generator" content="acceptrun report">'
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -21,20 +29,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     from acceptrun.report.markdown import render_markdown
 
     record = open_run(args, args.run)
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        mark = {"json": _JSON_MARK, "md": _MD_MARK, "html": _HTML_MARK}[args.format]
+        what = f"{args.format} report"
+        from acceptrun._util.outputs import claim_output
+
+        claim_output(output, mark=mark, force=args.force, what=what)  # before the rendering
     data = report_data(record)
     if args.format == "json":
-        text = json.dumps(data, indent=2, default=str)
+        generator = {"generator": "acceptrun report"} if output is not None else {}
+        text = json.dumps({**generator, **data}, indent=2, default=str)
     elif args.format == "md":
         text = render_markdown(data)
+        text = f"{text}\n{_MD_MARK}\n" if output is not None else text  # last: # heading first
     else:
         text = render_html(data)
-    if args.format != "html" and not args.output:
+        text = text.replace("<head>", f"<head>{_HTML_MARK}", 1) if output is not None else text
+    if output is None and args.format != "html":
         print(text)
         return 0
-    from acceptrun._util.durable import write_atomic
+    if output is not None:
+        from acceptrun._util.outputs import write_output
 
-    target = Path(args.output) if args.output else record.file(REPORT_FILE)
-    write_atomic(target, text)
+        write_output(output, text, mark=mark, force=args.force, what=what)
+        target = output
+    else:
+        from acceptrun._util.durable import write_atomic
+
+        target = record.file(REPORT_FILE)  # the record's own file: acceptrun's to replace
+        write_atomic(target, text)
     print(target.resolve())
     if args.open:
         import webbrowser
@@ -103,7 +127,12 @@ def _register_bundle(sub: argparse._SubParsersAction[Any]) -> None:
     )
     add_run_argument(bundle, default="latest")
     bundle.add_argument(
-        "-o", "--output", required=True, metavar="FILE", help="the archive to write (*.tar.gz)"
+        "-o",
+        "--output",
+        required=True,
+        type=file_arg,
+        metavar="FILE",
+        help="the archive to write (*.tar.gz)",
     )
     bundle.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     bundle.add_argument(
@@ -127,7 +156,17 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         default="html",
         help="html (default: written into the record as report.html), md or json (printed)",
     )
-    report.add_argument("-o", "--output", metavar="FILE", help="write here instead")
+    report.add_argument(
+        "-o",
+        "--output",
+        type=file_arg,
+        metavar="FILE",
+        help="write here instead; an existing FILE is replaced only when it is an earlier "
+        "report of the same format, or with --force",
+    )
+    report.add_argument(
+        "--force", action="store_true", help="replace FILE even when it is not a report"
+    )
     report.add_argument("--open", action="store_true", help="open it in the browser")
     report.set_defaults(func=cmd_report)
 

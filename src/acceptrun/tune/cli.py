@@ -15,6 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import (
+    MAX_DURATION_S,
+    MAX_STEP,
+    PATH_MAX,
+    count,
+    file_arg,
+    finite_float,
+    fraction,
+    positive_int,
+    seed,
+    text,
+)
 from acceptrun._util.console import get_logger
 from acceptrun._util.units import parse_size
 from acceptrun.errors import UserError
@@ -32,6 +44,10 @@ def _duration(text: str, what: str) -> float:
 
 
 _log = get_logger("acceptrun.tune")  # printed by the CLI as "acceptrun: ..." on stderr
+# A batch the tune search may reach: 2^24 samples is past any one device's memory.
+MAX_BATCH = 2**24
+# All-reduces or DDP steps a benchmark times per setting: 10^6 already takes hours.
+MAX_ITERS = 1_000_000
 
 
 # ---- tune --------------------------------------------------------------------------------
@@ -108,6 +124,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         peak_tflops=args.peak_tflops, threads=args.threads, seed=args.seed,
         confirm=not args.no_confirm,
     )  # fmt: skip
+    if args.out:  # before the sweep: a refusal costs nothing
+        _claim_out(args, TUNE_MARKS[".json" if args.out.endswith(".json") else ".toml"],
+                   inputs=_target_files(args.target), what="tune result")  # fmt: skip
     report, record = run_tune(options, workspace=args.workspace, out=args.out)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -119,6 +138,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"record: {record.path}", file=info)
     base = report.trial(report.baseline)
     return 0 if base is not None and base["ok"] else 1
+
+
+# What marks an earlier `tune --out` (its TOML header, a key of its JSON) or `bench comm
+# --out` (the definition it cites), so that writing it again needs no --force.
+TUNE_MARKS = {
+    ".toml": "# The best configuration found by `acceptrun tune`",
+    ".json": '"samples_per_s": ',
+}
+COMM_MARK = '"definition": '
+
+
+def _claim_out(args: argparse.Namespace, mark: str, *, inputs: list[Path], what: str) -> None:
+    """Refuse ``--out`` over a file the user wrote (acceptrun._util.outputs), before any work."""
+    from acceptrun._util.outputs import claim_output
+
+    claim_output(Path(args.out), mark=mark, force=args.force, inputs=inputs, what=what,
+                 flag="--out")  # fmt: skip
+
+
+def _target_files(ref: str) -> list[Path]:
+    """The file of a FILE.py:ATTR target: an input ``--out`` must never replace."""
+    module, sep, _ = ref.rpartition(":")
+    return [Path(module)] if sep and (module.endswith(".py") or "/" in module) else []
 
 
 def _absolute_target(ref: str) -> str:
@@ -135,6 +177,8 @@ def _absolute_target(ref: str) -> str:
 def cmd_bench_comm(args: argparse.Namespace) -> int:
     from acceptrun.tune.comm import CommOptions, format_comm, run_comm
 
+    if args.out:  # before the benchmark: a refusal costs nothing
+        _claim_out(args, COMM_MARK, inputs=[], what="benchmark result")
     options = CommOptions(
         backend=args.backend, procs=args.procs, iters=args.iters, warmup=args.warmup,
         timeout=args.timeout, ddp_steps=args.ddp_steps, nodes=args.nodes,
@@ -152,7 +196,7 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
     if args.out:
         from acceptrun._util.durable import write_json_atomic
 
-        write_json_atomic(args.out, result)
+        write_json_atomic(args.out, result)  # claimed before the benchmark ran
     print(
         json.dumps(result, indent=2) if args.json else format_comm(result),
         end="" if not args.json else "\n",
@@ -169,32 +213,59 @@ def register(sub: Any) -> None:
         help="find a faster training configuration: precision, batch, compile, optimizer, ...",
     )
     tune.add_argument(
-        "target", help="MODULE:ATTR or FILE.py:ATTR of a tune target (see docs/tune.md)"
+        "target",
+        type=text(most=PATH_MAX),
+        help="MODULE:ATTR or FILE.py:ATTR of a tune target (see docs/tune.md)",
     )
-    tune.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when present)")
-    tune.add_argument("--budget", default="5m", help="time for the whole sweep (default 5m)")
-    tune.add_argument("--steps", type=int, default=10, help="timed steps per trial (default 10)")
-    tune.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    tune.add_argument("--check-steps", type=int, default=3, metavar="K",
+    tune.add_argument(
+        "--device", type=text(most=100), help="cuda, cuda:N or cpu (default: cuda when present)"
+    )
+    tune.add_argument(
+        "--budget", type=text(most=40), default="5m", help="time for the whole sweep (default 5m)"
+    )
+    tune.add_argument(
+        "--steps",
+        type=positive_int(MAX_STEP),
+        default=10,
+        help="timed steps per trial (default 10)",
+    )
+    tune.add_argument(
+        "--warmup", type=count(MAX_STEP), default=3, help="untimed steps first (default 3)"
+    )
+    tune.add_argument("--check-steps", type=positive_int(MAX_STEP), default=3, metavar="K",
                       help="numerics: compare the loss after K steps (default 3)")  # fmt: skip
-    tune.add_argument("--tolerance", type=float, default=0.05,
+    tune.add_argument("--tolerance", type=fraction, default=0.05,
                       help="numerics: relative loss difference allowed (default 0.05)")  # fmt: skip
-    tune.add_argument("--axes", help=f"comma-separated axes in order (default {','.join(AXES)})")
-    tune.add_argument("--memory-limit", metavar="SIZE",
+    tune.add_argument(
+        "--axes", type=text(), help=f"comma-separated axes in order (default {','.join(AXES)})"
+    )
+    tune.add_argument("--memory-limit", type=text(most=40), metavar="SIZE",
                       help="CPU: memory a trial may use beyond torch (RLIMIT_AS), e.g. 2GiB")  # fmt: skip
     tune.add_argument(
-        "--max-batch", type=int, default=1024, help="largest batch searched (default 1024)"
+        "--max-batch",
+        type=positive_int(MAX_BATCH),
+        default=1024,
+        help="largest batch searched (default 1024)",
     )
-    tune.add_argument("--batch-multiple", type=int, default=1,
+    tune.add_argument("--batch-multiple", type=positive_int(MAX_BATCH), default=1,
                       help="batch sizes the search bisects to (8 suits tensor cores)")  # fmt: skip
     tune.add_argument(
-        "--peak-tflops", type=float, help="peak TFLOP/s for MFU (default: known GPUs)"
+        "--peak-tflops",
+        type=finite_float(above=0.0, most=1e9, example="989"),
+        help="peak TFLOP/s for MFU (default: known GPUs)",
     )
-    tune.add_argument("--threads", type=int, help="torch threads per trial (CPU)")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--threads", type=positive_int(4096), help="torch threads per trial (CPU)")
+    tune.add_argument("--seed", type=seed, default=0)
     tune.add_argument("--no-confirm", action="store_true",
                       help="do not time the default and the best again, back to back, at the end")  # fmt: skip
-    tune.add_argument("--out", metavar="FILE", help="write the best configuration (.toml or .json)")
+    tune.add_argument(
+        "--out",
+        type=file_arg,
+        metavar="FILE",
+        help="write the best configuration (.toml or .json); an existing FILE is replaced only "
+        "when it is an earlier result, or with --force",
+    )
+    tune.add_argument("--force", action="store_true", help="replace FILE even when it is not one")
     tune.add_argument("--json", action="store_true", help="print tune.json instead of the table")
     tune.set_defaults(func=cmd_tune)
 
@@ -207,22 +278,40 @@ def register(sub: Any) -> None:
         "--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo"
     )
     comm.add_argument(
-        "--procs", type=int, help="processes per node (default: GPUs for nccl, 2 for gloo)"
+        "--procs",
+        type=positive_int(4096),
+        help="processes per node (default: GPUs for nccl, 2 for gloo)",
     )
     comm.add_argument(
         "--nodes",
-        type=int,
+        type=positive_int(100_000),
         default=1,
         help="nodes (default 1); more runs the workers with srun inside a Slurm allocation",
     )
-    comm.add_argument("--sizes", help="message sizes, e.g. 4KiB,1MiB,64MiB")
-    comm.add_argument("--buckets", help="DDP bucket_cap_mb values, e.g. 1,5,25")
-    comm.add_argument("--iters", type=int, default=10, help="timed all-reduces per size")
-    comm.add_argument("--warmup", type=int, default=3, help="untimed all-reduces per size")
-    comm.add_argument("--ddp-steps", type=int, default=8, help="timed DDP steps per setting")
+    comm.add_argument("--sizes", type=text(), help="message sizes, e.g. 4KiB,1MiB,64MiB")
+    comm.add_argument("--buckets", type=text(), help="DDP bucket_cap_mb values, e.g. 1,5,25")
     comm.add_argument(
-        "--timeout", type=float, default=300.0, help="seconds for the whole benchmark"
+        "--iters", type=positive_int(MAX_ITERS), default=10, help="timed all-reduces per size"
     )
-    comm.add_argument("--out", metavar="FILE", help="also write the figures as JSON")
+    comm.add_argument(
+        "--warmup", type=count(MAX_ITERS), default=3, help="untimed all-reduces per size"
+    )
+    comm.add_argument(
+        "--ddp-steps", type=positive_int(MAX_ITERS), default=8, help="timed DDP steps per setting"
+    )
+    comm.add_argument(
+        "--timeout",
+        type=finite_float(above=0.0, most=MAX_DURATION_S, example="300"),
+        default=300.0,
+        help="seconds for the whole benchmark",
+    )
+    comm.add_argument(
+        "--out",
+        type=file_arg,
+        metavar="FILE",
+        help="also write the figures as JSON; an existing FILE is replaced only when it is an "
+        "earlier benchmark's, or with --force",
+    )
+    comm.add_argument("--force", action="store_true", help="replace FILE even when it is not one")
     comm.add_argument("--json", action="store_true", help="print JSON instead of tables")
     comm.set_defaults(func=cmd_bench_comm)
