@@ -25,9 +25,10 @@ __all__ = ["cmd_plan", "register"]
 
 
 # --simulate N: each round of the simulation (one per interruption) touches a few numpy
-# arrays of N floats: 10^5 runs of a 300-interruption job take ~4 s, 10^6 ~37 s. The mean
-# ETTR's standard error falls as 1/sqrt(N): at 10^5 it is 1/316 of the runs' spread (a
-# spread of 0.1: +-0.0003), below the 3 decimals printed, so more runs change no figure.
+# arrays of N floats: 10^5 runs of a 300-interruption job took 9 to 11 s on 2 loaded
+# cores, 10^6 took 37 s. The mean ETTR's standard error falls as 1/sqrt(N): at 10^5 it is
+# 1/316 of the runs' spread (a spread of 0.1: +-0.0003), below the 3 decimals printed, so
+# more runs change no figure.
 MAX_SIMULATED_RUNS = 100_000
 # The simulation's wall-clock bound (seconds): past it, plan says so instead of running on
 # (a run whose ETTR is near 0 needs millions of rounds).
