@@ -6,6 +6,7 @@ import argparse
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from acceptrun._util.argtypes import MAX_STEP, path_arg, positive_int
 from acceptrun._util.console import get_logger
 from acceptrun.errors import AcceptrunError
 
@@ -45,7 +46,7 @@ def add_run_argument(
     ``here_only=True`` declares one the command looks up in the current workspace alone
     (``run_refs_here``), whose miss must say so (the phrase :data:`HERE_ONLY`)."""
     extra: dict[str, Any] = {} if default is None else {"nargs": "?", "default": default}
-    parser.add_argument(dest, help=help, **extra)
+    parser.add_argument(dest, type=path_arg, help=help, **extra)  # an id, prefix or folder
     key = "run_refs_here" if here_only else "run_refs"
     parser.set_defaults(**{key: (*(parser.get_default(key) or ()), dest)})
 
@@ -179,7 +180,13 @@ def cmd_index_rebuild(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     ls = sub.add_parser("ls", help="list runs in the workspace")
-    ls.add_argument("-n", "--limit", type=int, default=50, help="show the newest N (default 50)")
+    ls.add_argument(
+        "-n",
+        "--limit",
+        type=positive_int(MAX_STEP),
+        default=50,
+        help="show the newest N (default 50)",
+    )
     ls.add_argument(
         "--all", action="store_true", help="runs of every workspace in the user's list, together"
     )
