@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from acceptrun._util.argtypes import PATH_MAX, path_arg, text
 from acceptrun._util.console import (
     configure_console,
     redact_streams,
@@ -67,6 +68,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"acceptrun {__version__}")
     p.add_argument(
         "--workspace",
+        type=path_arg,
         metavar="DIR",
         help="workspace directory (default: nearest .acceptrun/, or $ACCEPTRUN_WORKSPACE)",
     )
@@ -76,7 +78,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     modules = COMMAND_MODULES if command is None else (COMMANDS[command],)
     for module in modules:
         importlib.import_module(module).register(sub)
+    _check_plain_strings(p)
     return p
+
+
+def _check_plain_strings(parser: argparse.ArgumentParser) -> None:
+    """Give every string argument declared without a ``type=`` the check of
+    :func:`acceptrun._util.argtypes.text`: no control characters (NUL included), at most a
+    path's length. A group's register() types what it knows (a count, a duration, a
+    path); this is the floor for the rest, and for an option added tomorrow without one."""
+    plain = text(most=PATH_MAX)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                _check_plain_strings(child)
+        elif action.type is None and action.nargs != 0 and action.choices is None:
+            action.type = plain
 
 
 def command_in(argv: Sequence[str]) -> str | None:

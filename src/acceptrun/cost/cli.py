@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from acceptrun._util.argtypes import MAX_DURATION_S, finite_float, text, usd
 from acceptrun._util.console import get_logger
 from acceptrun.errors import AcceptrunError
 from acceptrun.record.cli import add_run_argument, find, listed_workspaces, workspace_of
@@ -165,11 +166,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "cost", help="what runs cost: totals, split, cost per accepted run; show, add, whatif"
     )
     cost.add_argument(
-        "--since", metavar="WHEN", help="runs created on or after WHEN (2026-11-01, or 7d ago)"
+        "--since",
+        type=text(most=100),
+        metavar="WHEN",
+        help="runs created on or after WHEN (2026-11-01, or 7d ago)",
     )
-    cost.add_argument("--spec", metavar="NAME", help="runs of the spec with this name")
-    cost.add_argument("--provider", metavar="P", help="runs priced on this provider")
-    cost.add_argument("--gpu", metavar="G", help="runs on this GPU model (e.g. H100)")
+    cost.add_argument("--spec", type=text(), metavar="NAME", help="runs of the spec with this name")
+    cost.add_argument("--provider", type=text(), metavar="P", help="runs priced on this provider")
+    cost.add_argument("--gpu", type=text(), metavar="G", help="runs on this GPU model (e.g. H100)")
     cost.add_argument(
         "--all", action="store_true", help="every workspace in the user's list, by project"
     )
@@ -185,16 +189,22 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "add", help="add people's time, a switching cost or the machine's stop time to a run"
     )
     add_run_argument(cadd)
-    cadd.add_argument("--human-minutes", type=float, metavar="MIN", help="minutes people spent")
-    cadd.add_argument("--rate", type=float, metavar="USD", help="their rate in USD per hour")
-    cadd.add_argument("--switching-usd", type=float, metavar="USD", help="a one-off cost in USD")
+    cadd.add_argument(
+        "--human-minutes",
+        type=finite_float(least=0.0, most=MAX_DURATION_S / 60, example="45"),
+        metavar="MIN",
+        help="minutes people spent",
+    )
+    cadd.add_argument("--rate", type=usd, metavar="USD", help="their rate in USD per hour")
+    cadd.add_argument("--switching-usd", type=usd, metavar="USD", help="a one-off cost in USD")
     cadd.add_argument(
         "--machine-stopped-at",
+        type=text(most=100),
         metavar="WHEN",
         help="when the run's machine was known to stop (2026-12-04T23:10Z, or 30m ago): "
         "the time after the run is booked as idle",
     )
-    cadd.add_argument("--note", help="what it was for")
+    cadd.add_argument("--note", type=text(), help="what it was for")
     cadd.set_defaults(func=cmd_cost_add)
     cshow = cost_sub.add_parser("show", help="one run's cost ledger")
     add_run_argument(cshow, default="latest")
@@ -203,8 +213,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cclaim = cost_sub.add_parser(
         "claim", help="provider-caused incidents with times, evidence and cost (a credit request)"
     )
-    cclaim.add_argument("--since", metavar="WHEN", help="runs created since WHEN (7d, 2026-11-01)")
-    cclaim.add_argument("--provider", metavar="P", help="runs priced on this provider")
+    cclaim.add_argument(
+        "--since",
+        type=text(most=100),
+        metavar="WHEN",
+        help="runs created since WHEN (7d, 2026-11-01)",
+    )
+    cclaim.add_argument("--provider", type=text(), metavar="P", help="runs priced on this provider")
     cclaim.add_argument(
         "--drills", action="store_true", help="also list injected faults (marked; not claimable)"
     )
@@ -214,6 +229,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "whatif", help="project a run's cost on another instance (same wall time)"
     )
     add_run_argument(cwhat)
-    cwhat.add_argument("--on", required=True, metavar="PROVIDER:INSTANCE")
+    cwhat.add_argument("--on", required=True, type=text(), metavar="PROVIDER:INSTANCE")
     cwhat.add_argument("--json", action="store_true")
     cwhat.set_defaults(func=cmd_cost_whatif)

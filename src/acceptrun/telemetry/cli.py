@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from acceptrun._util.argtypes import finite_float
+
 __all__ = ["register"]
 
 
@@ -28,7 +30,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="running runs, live: step, throughput, ETA, GPU or process use, cost so far",
     )
     p.add_argument(
-        "-n", "--interval", type=float, default=2.0, help="seconds between refreshes (default 2)"
+        "-n",
+        "--interval",
+        type=finite_float(least=0.1, most=86400.0, example="2"),
+        default=2.0,
+        help="seconds between refreshes (default 2)",
     )
     p.add_argument("--once", action="store_true", help="print one table and exit")
     p.add_argument("--json", action="store_true", help="print the rows as JSON once and exit")

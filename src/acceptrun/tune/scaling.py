@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import MAX_STEP, file_arg, positive_int, text
 from acceptrun._util.console import configure_console, format_table, get_logger, quieted
 from acceptrun.errors import UserError
 
@@ -82,20 +83,24 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("spec", help="the run spec (its command is launched through torchrun)")
+    p.add_argument(
+        "spec", type=file_arg, help="the run spec (its command is launched through torchrun)"
+    )
     p.add_argument(
         "--processes",
+        type=text(),
         default="1,2",
         help="comma-separated process counts, e.g. 1,2,4 (default 1,2)",
     )
     p.add_argument(
         "--layouts",
+        type=text(),
         help="instead of --processes: NODESxPROCESSES per node, e.g. 1x2,2x1 (several "
         "nodes: run it inside a Slurm allocation of that many nodes)",
     )
     p.add_argument(
         "--steps",
-        type=int,
+        type=positive_int(MAX_STEP),
         default=DEFAULT_STEPS,
         help=f"at most this many steps per run (default {DEFAULT_STEPS})",
     )

@@ -11,6 +11,7 @@ import os
 import secrets
 from typing import Any
 
+from acceptrun._util.argtypes import count, path_arg, text
 from acceptrun._util.console import get_logger, show_secret
 
 __all__ = ["ENV_TOKEN", "register"]
@@ -75,22 +76,23 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument(
-        "--workspace", dest="ui_workspace", metavar="DIR",
+        "--workspace", dest="ui_workspace", type=path_arg, metavar="DIR",
         help="the workspace to show (default: as for every command)",
     )  # fmt: skip
     where.add_argument(
         "--all", action="store_true", help="every workspace in the user's list, together"
     )
     p.add_argument(
-        "--host", default="127.0.0.1",
+        "--host", type=text(most=253), default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; another one also answers other peers)",
     )  # fmt: skip
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT,
+        "--port", type=count(65535, example=str(DEFAULT_PORT)), default=DEFAULT_PORT,
         help=f"port (default {DEFAULT_PORT}; 0 picks a free one)",
     )  # fmt: skip
     p.add_argument(
         "--token",
+        type=text(),
         help=f"the token every page and action needs, on loopback too (default ${ENV_TOKEN}, "
         "else generated); the board lives under a path prefix made from it, where its "
         "cookie is scoped, so another service on 127.0.0.1 is never sent the token",
