@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import MAX_DURATION_S, file_arg, finite_float, integer, positive_int
 from acceptrun._util.console import get_logger
 from acceptrun.record.cli import HERE_ONLY, add_run_argument
 
@@ -194,24 +195,9 @@ def _gpu_list(text: str) -> tuple[int, ...]:
     return gpus
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count of 1 or more; e.g. --slots 8")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0; e.g. 30")
-    return value
+MAX_PRIORITY = 10**6  # priorities compare; a wider range orders nothing more
+MAX_SLOTS = 1_000_000  # CPU slots a worker owns: far past any machine's cores
+_seconds = finite_float(least=0.0, most=MAX_DURATION_S, example="30")  # seconds
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -296,9 +282,14 @@ def _cancel_local(ws: Any, db: Any, job: Any) -> int:
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``submit``, ``queue``, ``worker`` and ``cancel``."""
     submit = sub.add_parser("submit", help="queue a spec for a worker (or Slurm) to run")
-    submit.add_argument("spec", help="the run spec (TOML); checked now, frozen as it is now")
     submit.add_argument(
-        "--priority", type=int, default=0, help="higher runs first (default 0); FIFO within one"
+        "spec", type=file_arg, help="the run spec (TOML); checked now, frozen as it is now"
+    )
+    submit.add_argument(
+        "--priority",
+        type=integer(-MAX_PRIORITY, MAX_PRIORITY),
+        default=0,
+        help="higher runs first (default 0); FIFO within one",
     )
     submit.add_argument("--backend", choices=BACKENDS, default="local", help="default: local")
     submit.set_defaults(func=cmd_submit)
@@ -314,12 +305,18 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     worker = sub.add_parser("worker", help="run queued jobs on a set of GPUs or CPU slots")
     own = worker.add_mutually_exclusive_group(required=True)
     own.add_argument("--gpus", type=_gpu_list, metavar="0,1,2,3", help="GPU indices it owns")
-    own.add_argument("--slots", type=_positive_int, metavar="N", help="N CPU slots it owns")
+    own.add_argument(
+        "--slots",
+        type=positive_int(MAX_SLOTS, example="8"),
+        metavar="N",
+        help="N CPU slots it owns",
+    )
     worker.add_argument(
         "--once", action="store_true", help="exit once nothing it can run is queued or running"
     )
     worker.add_argument(
-        "--poll", type=_seconds, default=1.0, metavar="S",
+        "--poll", type=finite_float(least=0.01, most=86400.0, example="1"), default=1.0,
+        metavar="S",
         help="seconds between looks at the queue (default 1); a job's exit wakes it at once",
     )  # fmt: skip
     worker.add_argument(

@@ -12,6 +12,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.argtypes import (
+    MAX_DURATION_S,
+    MAX_STEP,
+    PATH_MAX,
+    count,
+    duration,
+    file_arg,
+    finite_float,
+    path_arg,
+    positive_int,
+    text,
+)
 from acceptrun._util.console import get_logger
 from acceptrun.record.cli import add_run_argument, open_run, workspace_of
 
@@ -184,9 +196,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from acceptrun.record.workspace import RunRecord
-    from acceptrun.run.retention import GcOptions, apply_plan, format_gc, parse_age, plan_gc
+    from acceptrun.run.retention import GcOptions, apply_plan, format_gc, plan_gc
 
-    older_than = parse_age(args.older_than) if args.older_than is not None else None
+    older_than = args.older_than  # seconds, checked by argparse
     ws = workspace_of(args)
     options = GcOptions(
         older_than=older_than,
@@ -296,6 +308,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise UserError(
             f"{path} already exists; pass --force to overwrite it, or give another file name"
         )
+    if not path.parent.is_dir():
+        raise UserError(f"{path}: the folder {path.parent} does not exist; create it first")
     text = starter_spec(name=args.name or Path.cwd().name, command=args.command, file=str(path))
     parse_spec(text, source=str(path))  # the starter must always validate
     write_atomic(path, text, raw=True)  # the user's new spec
@@ -315,7 +329,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     run = sub.add_parser("run", help="run a spec: preflight, supervise, verdict")
-    run.add_argument("spec", help="the run spec (TOML)")
+    run.add_argument("spec", type=file_arg, help="the run spec (TOML)")
     run.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
     run.add_argument(
         "--existing",
@@ -327,17 +341,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument(
         "--inject",
         action="append",
+        type=text(),
         default=[],
         metavar="FAULT",
         help="inject a fault for a drill: kill|term|hang|nan|oom|exit=N @step=N or @time=30s "
         "(kill and term only), optionally :attempt=K; repeatable",
     )
     run.add_argument(
-        "--run-id", help="id of the new record, chosen in advance by a queue or a batch job"
+        "--run-id",
+        type=text(),
+        help="id of the new record, chosen in advance by a queue or a batch job",
     )
     run.add_argument(
         "--prometheus-port",
-        type=int,
+        type=count(65535, example="9400"),
         metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT/metrics during the run (0: a free "
         "port); overrides telemetry.prometheus_port",
@@ -349,12 +366,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     drill.add_argument(
         "spec",
+        type=file_arg,
         help="the run spec (TOML): a client workload, or a script with checkpoint.watch and "
         "progress.pattern (its preemption is skipped)",
     )
     drill.add_argument(
         "--tolerance",
-        type=float,
+        type=finite_float(least=0.0, most=1e6, example="0.01"),
         default=0.0,
         help="allowed relative difference of losses and metrics (default 0: bitwise equal)",
     )
@@ -369,7 +387,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cls.set_defaults(func=cmd_ckpt_ls)
     cver = ckpt_sub.add_parser("verify", help="re-read and hash a checkpoint (default: LATEST)")
     add_run_argument(cver, default="latest")
-    cver.add_argument("--step", type=int, help="the step to verify")
+    cver.add_argument("--step", type=count(MAX_STEP), help="the step to verify")
     cver.set_defaults(func=cmd_ckpt_verify)
     cdrill = ckpt_sub.add_parser(
         "drill", help="restore the latest checkpoint in a fresh process and run one step"
@@ -380,24 +398,24 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     cdrill.add_argument(
         "--timeout",
-        type=float,
+        type=finite_float(above=0.0, most=MAX_DURATION_S, example="600"),
         default=600.0,
         help="seconds (default 600); a script without the client has that long to log a step "
         "after the checkpoint's",
     )
     cdrill.add_argument("-v", "--verbose", action="store_true", help="show the workload's output")
     cdrill.set_defaults(func=cmd_ckpt_drill)
-    for action, func, text in (
+    for action, func, summary in (
         ("stop", cmd_stop, "stop a running run gracefully: checkpoint, then exit"),
         ("kill", cmd_kill, "kill a running run's workload now: no checkpoint, no restart"),
     ):
-        lc = sub.add_parser(action, help=text)
+        lc = sub.add_parser(action, help=summary)
         add_run_argument(lc)
-        lc.add_argument("--reason", help="why, for the audit trail")
+        lc.add_argument("--reason", type=text(), help="why, for the audit trail")
         lc.add_argument("--wait", action="store_true", help="wait for the verdict")
         lc.add_argument(
             "--timeout",
-            type=float,
+            type=finite_float(above=0.0, most=MAX_DURATION_S, example="300"),
             help="seconds to wait (default: grace period + 120); exit 1 after",
         )
         lc.set_defaults(func=func, action=action)
@@ -407,6 +425,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     add_run_argument(resume)
     resume.add_argument(
         "--mirror",
+        type=text(most=PATH_MAX),
         metavar="URL",
         help="fetch the newest checkpoint that verifies from this mirror if none is here",
     )
@@ -415,7 +434,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     resume.add_argument(
         "--step",
-        type=int,
+        type=count(MAX_STEP),
         metavar="N",
         help="with --from-mirror or --mirror: resume from mirrored step N (default: the "
         "newest local checkpoint that verifies, else the newest mirrored one that does)",
@@ -424,7 +443,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--from-scratch", action="store_true", help="start from step 0 when there is no checkpoint"
     )
     resume.add_argument("--force", action="store_true", help="resume even an ACCEPTED run")
-    resume.add_argument("--reason", help="why, for the audit trail")
+    resume.add_argument("--reason", type=text(), help="why, for the audit trail")
     resume.add_argument(
         "-q", "--quiet", action="store_true", help="do not echo the workload's output"
     )
@@ -435,6 +454,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     gc.add_argument("--apply", action="store_true", help="delete; without it nothing changes")
     gc.add_argument(
         "--older-than",
+        type=duration(zero_ok=True, example="30d"),
         metavar="DURATION",
         help="runs ended before this (e.g. 30d) lose all checkpoints but an accepted "
         "run's newest verified one",
@@ -453,16 +473,18 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     spec = sub.add_parser("spec", help="check a spec, or print its JSON Schema")
     spec_sub = spec.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
     check = spec_sub.add_parser("check", help="validate a spec without running it")
-    check.add_argument("file")
+    check.add_argument("file", type=file_arg)
     check.set_defaults(func=cmd_spec_check)
     schema = spec_sub.add_parser("schema", help="print the JSON Schema of run specs (for editors)")
     schema.set_defaults(func=cmd_spec_schema)
     docs = spec_sub.add_parser("docs", help="print the spec reference (Markdown)")
     docs.set_defaults(func=cmd_spec_docs)
     init = sub.add_parser("init", help="write a commented starter spec")
-    init.add_argument("file", nargs="?", default="acceptrun.toml")
-    init.add_argument("--name", help="run name (default: this directory's name)")
-    init.add_argument("--command", default="python train.py", help="the job's command")
+    init.add_argument("file", nargs="?", type=path_arg, default="acceptrun.toml")
+    init.add_argument("--name", type=text(), help="run name (default: this directory's name)")
+    init.add_argument(
+        "--command", type=text(most=PATH_MAX), default="python train.py", help="the job's command"
+    )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(func=cmd_init)
     logs = sub.add_parser("logs", help="print a run's stdout and stderr; -f follows it")
@@ -470,6 +492,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the run ends"
     )
-    logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
+    logs.add_argument("--attempt", type=positive_int(MAX_STEP), metavar="N", help="only attempt N")
     logs.add_argument("--stderr-only", action="store_true", help="only stderr")
     logs.set_defaults(func=cmd_logs)
