@@ -18,6 +18,8 @@ import pytest
 import acceptrun
 
 UNIT = [
+    "acceptrun._util.redact",
+    "acceptrun._util.secret_shapes",
     "acceptrun.workload.aggregates",
     "acceptrun.workload.contract",
     "acceptrun.workload.inject",

@@ -3,30 +3,50 @@
 A record is shared (reports are mailed, records are copied to mirrors and exported to
 MLflow), so whatever acceptrun writes or shows passes through here on the way out
 (:mod:`acceptrun._util.durable` for record files, the console handler and the CLI's
-streams for the terminal, the board's one send function, every export):
+streams for the terminal, the board's one send function, every export).
+
+Known by NAME:
 
 - environment variables whose name looks secret (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``,
   ``WANDB_API_KEY``, ``DB_PASSWORD``, ...): their values are secrets wherever they appear
   afterwards, in a log line quoted as evidence as much as in the environment itself; the
-  same for the spec's ``[env]`` and for any value found in a secret form in the spec
-  (:func:`learn_spec`);
+  same for the spec's ``[env]``, the fields it declares ``secret=True`` (a webhook URL),
+  the variables that its ``secret_env=True`` fields name (``notify.smtp_password_env =
+  "DB_PASSWORD"``: the variable's value is learned, its name is not a secret) and any
+  value found in a secret form in the spec (:func:`learn_spec`);
 - credentials in URLs (``https://user:password@host``, ``s3://key:secret@bucket``);
 - assignments with a secret-looking name: ``KEY=value`` and ``key: value`` (a query
   string's ``?sig=...&X-Amz-Signature=...``, a Hydra override ``trainer.api_key=...``
   whose last dotted part decides, ``HF_TOKEN=x python train.py`` in a string command, a
   connection string's ``AccountKey=...;`` or ``Password=...;``, JSON's ``"token": "x"``);
-- values of secret-looking options (``--api-key X``, ``--token=X``) and ``Bearer`` tokens.
+- values of secret-looking options (``--api-key X``, ``--token=X``).
 
-Each is replaced by ``<redacted>``. What stays untouched are the user's own files: the
+Known by SHAPE, whatever name they are printed under (:mod:`acceptrun._util.secret_shapes`):
+the regex rules of Yelp's detect-secrets (GitHub, GitLab, AWS key ids, Slack, Stripe, JWTs,
+private keys, ...; its version is :func:`~acceptrun._util.secret_shapes.rule_set_version`)
+compiled on RE2, and a small table of the families it lacks (Hugging Face, OpenAI project
+keys, Anthropic, Google API keys, GitHub fine-grained tokens, whole PEM and OpenSSH key
+blocks, ``Authorization: <any scheme> <credential>``, ``Bearer``/``Basic``/``Token``).
+
+Each is replaced by ``<redacted>``. Deliberately NOT hidden, because they are no secrets
+and a record without them is useless: placeholders (an option's metavar ``--token
+TOKEN``, ``<token>``, ``$HF_TOKEN``, ``${HF_TOKEN}``, ``***``), names (``known keys: a,
+b``, ``TOKENS``, ``--max-new-tokens``, a ``*_env`` field's variable name), paths to a
+secret (``--keyfile PATH``, ``key_path=...``: names ending in file, path or dir),
+versions (``google-auth==2.40.1``), and hex digests, uuids and run ids (detect-secrets'
+entropy plugins are not used: they would hide every sha256 and xxhash of a record; its
+public-IP rule is no credential). What stays untouched are the user's own files: the
 workload's stdout.log and stderr.log (its own output, kept whole for debugging) and the
 frozen copy of the spec (which the user wrote and ``acceptrun resume`` needs to reach the
 real mirror); what acceptrun *quotes* from them is redacted.
 
-Every pattern runs in time linear in its input: each is anchored on a literal
+Every pattern runs in time linear in its input: each here is anchored on a literal
 (``://``, ``=``, ``:``, a leading ``-``) or on the start of a word (a lookbehind stops a
 match from starting inside a longer name), and names are bounded to 128 characters, so
-no input makes the engine retry a long span from every position
-(``tests/unit/test_redact.py`` runs each on megabyte inputs built from its own literals).
+no input makes the engine retry a long span from every position; the shapes run on RE2
+(tests/integration/test_redact_linear.py times both on 1 MB and 4 MB inputs built from
+their own literals). The shapes cost nothing until the first string that could hold one
+(11 characters or more), and a step event's numbers and short words are never scanned.
 
 >>> redact_text("push to https://bob:hunter2@example.com/x.git", secrets=())
 'push to https://<redacted>@example.com/x.git'
@@ -34,6 +54,8 @@ no input makes the engine retry a long span from every position
 ['train.py', '--api-key', '<redacted>', '--token=<redacted>', '--lr', '3e-4']
 >>> redact_text("python train.py trainer.api_key=abc123 lr=0.1", secrets=())
 'python train.py trainer.api_key=<redacted> lr=0.1'
+>>> redact_text("HTTP 401 for hf_QxLmNoPqRsTuVwXyZaBcDeFgHiJkLmNoPq; see --token TOKEN", secrets=())
+'HTTP 401 for <redacted>; see --token TOKEN'
 """
 
 from __future__ import annotations
@@ -45,10 +67,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from acceptrun._util.secret_shapes import hide_shapes, is_placeholder, shape_values
+
 __all__ = [
     "MIN_SECRET_LEN",
     "REDACTED",
     "SECRET_NAME",
+    "declare_secret_env_fields",
     "declare_secret_fields",
     "forget_learned",
     "is_secret_name",
@@ -74,12 +99,17 @@ SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 # Names that match the pattern above but hold no secret: counts and limits of tokens
-# (--max-new-tokens), tokenizers, keywords, and paths to a secret (not the secret).
+# (--max-new-tokens), tokenizers, keywords, the plural noun of a message ("known keys:
+# a, b"), and paths to a secret (not the secret: KEY_PATH, --keyfile, secrets_dir).
 _NOT_SECRET = re.compile(
-    r"TOKENS|TOKENIZER|KEYWORD|MONKEY|KEYBOARD|HASHSEED|SORT_?KEY|PASSTHROUGH"
-    r"|(^|_)(MAX|MIN|NUM|N)_|_(PATH|FILE|DIR)$|^PATH$|XDG_SESSION|SESSION_MANAGER",
+    r"TOKENS|TOKENIZER|KEYWORD|MONKEY|KEYBOARD|HASHSEED|SORT_?KEY|PASSTHROUGH|^KEYS$"
+    r"|(^|_)(MAX|MIN|NUM|N)_|(PATH|FILE|DIR)$|XDG_SESSION|SESSION_MANAGER",
     re.IGNORECASE,
 )
+# A name ending in _env holds the NAME of a variable (smtp_password_env = "DB_PASSWORD"),
+# not its value: the name is no secret (the variable's value is, see learn_spec).
+_NAMES_A_VARIABLE = re.compile(r"_ENV$", re.IGNORECASE)
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # scheme://userinfo@ -> the userinfo goes, whether "user:password" or a bare token.
 # Anchored on "://"; the span stops at the first "/", so scans never overlap (linear).
 # Greedy to the last "@" of the authority: a password with a raw "@" goes whole.
@@ -95,12 +125,11 @@ _ASSIGN = re.compile(
 )
 # The value after a secret name: quoted (to the closing quote, or the end of the line), or
 # a run without blanks and the separators of query and connection strings.
-_VALUE = re.compile(r"\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"'&;,<>()\[\]{}]+")
+# A ${NAME} placeholder is one value (a run would stop at its brace).
+_VALUE = re.compile(r"\$\{\w{1,128}\}|\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"'&;,<>()\[\]{}]+")
 # After "name:" (prose as much as YAML), an unquoted value is a secret when it has a
 # character other than a letter, or is long: "password: hunter2", not "token: str".
 _SECRET_LOOKING = re.compile(r"[^A-Za-z]|^.{8}")
-# Authorization: Bearer xyz / "Authorization": "Basic ..."
-_BEARER = re.compile(r"\b(Bearer|Basic|Token)[ \t]{1,8}([A-Za-z0-9._~+/=-]{8,})")
 # A value shaped like a version ("2.40.1", "==1.0.0rc1", "v3.2.post1") is never a secret:
 # distributions named like secrets (google-auth, oauthlib, keyring) keep their versions in
 # provenance ("google-auth==2.40.1", {"google-auth": "2.40.1"}), and no credential has this
@@ -178,16 +207,42 @@ def declare_secret_fields(fields: Iterable[tuple[str, str]]) -> None:
     _secret_fields.update(fields)
 
 
+# Spec fields that name an environment variable holding a secret (notify.smtp_password_env,
+# ``secret_env=True``): the variable's value is learned, never the name.
+_secret_env_fields: set[tuple[str, str]] = set()
+
+
+def declare_secret_env_fields(fields: Iterable[tuple[str, str]]) -> None:
+    """Spec fields (section, name) that name a variable whose value :func:`learn_spec`
+    learns (from the spec's ``[env]``, else this process's environment)."""
+    _secret_env_fields.update(fields)
+
+
+def _named_values(spec: Mapping[str, Any], env: Mapping[str, Any]) -> list[str]:
+    """The values of the variables that the secret-naming fields of ``spec`` name."""
+    values = []
+    for section, name in _secret_env_fields:
+        table = spec.get(section)
+        variable = table.get(name) if isinstance(table, Mapping) else None
+        if isinstance(variable, str) and variable:
+            value = env.get(variable, os.environ.get(variable))
+            if isinstance(value, str):
+                values.append(value)
+    return values
+
+
 def learn_spec(spec: Any) -> None:
     """Learn the secrets of a spec (a dict or a spec object): its ``[env]`` values with a
-    secret-looking name, the values of the fields declared secret, and every value found
-    in a secret form in any of its strings."""
+    secret-looking name, the values of the fields declared secret, the values of the
+    variables that the fields declared ``secret_env`` name (not their names), and every
+    value found in a secret form in any of its strings."""
     env = spec.get("env") if isinstance(spec, Mapping) else getattr(spec, "env", None)
     if isinstance(env, Mapping):
         learn(_values_of(env))
     spec = _plain(spec)
     found: list[str] = []
     if isinstance(spec, Mapping):
+        found += _named_values(spec, env if isinstance(env, Mapping) else {})
         for section, name in _secret_fields:
             table = spec.get(section)
             value = table.get(name) if isinstance(table, Mapping) else None
@@ -234,8 +289,13 @@ def _secret_item(key: Any, value: Any) -> bool:
     """Is ``value``, found under ``key`` in a mapping, a secret to hide whole?"""
     return (
         isinstance(value, str) and bool(value) and _secret_key(key)
-        and _VERSION.fullmatch(value) is None
+        and _VERSION.fullmatch(value) is None and not _names_a_variable(key, value)
     )  # fmt: skip
+
+
+def _names_a_variable(key: str, value: str) -> bool:
+    """``smtp_password_env = "DB_PASSWORD"``: the name of a variable, not its value."""
+    return _NAMES_A_VARIABLE.search(key) is not None and _VARIABLE_NAME.fullmatch(value) is not None
 
 
 def _known(secrets: Iterable[str] | None) -> tuple[str, ...]:
@@ -259,7 +319,6 @@ def _forms(text: str, found: list[str] | None) -> str:
             info = m.group(1)
             found += [info, info.partition(":")[2]]
     text = redact_url(text)
-    text = _BEARER.sub(lambda m: _bearer(m, found), text)
     if "=" not in text and ":" not in text and "-" not in text:
         return text
     out: list[str] = []
@@ -282,9 +341,11 @@ def _forms(text: str, found: list[str] | None) -> str:
             continue  # "--token --lr": the next option, not a value
         quoted = value[0] in "\"'"
         inner = value[1:].rstrip(value[0]) if quoted else value
-        if not inner or inner == REDACTED:
+        if not inner or is_placeholder(inner, metavar=a.group("osep") not in (None, "=")):
             pos = v.end()
-            continue
+            continue  # <redacted>, $HF_TOKEN, ***; TOKEN after an option: its metavar
+        if _names_a_variable(name, inner):
+            continue  # smtp_password_env=DB_PASSWORD: the variable's name, not its value
         if a.group("sep") == ":" and not quoted and not _SECRET_LOOKING.search(inner):
             continue  # "token: filled in when...": prose, not "password: hunter2"
         if _VERSION.fullmatch(inner):
@@ -299,15 +360,9 @@ def _forms(text: str, found: list[str] | None) -> str:
     return "".join(out)
 
 
-def _bearer(m: re.Match[str], found: list[str] | None) -> str:
-    if found is not None:
-        found.append(m.group(2))
-    return f"{m.group(1)} {REDACTED}"
-
-
 def secrets_in(text: str) -> list[str]:
     """The values in ``text`` that a secret form holds (the ones :func:`redact_text` hides)."""
-    found: list[str] = []
+    found = shape_values(text)
     _forms(text, found)
     return [v for v in found if len(v) >= MIN_SECRET_LEN]
 
@@ -318,9 +373,9 @@ def _redact_str(text: str, known: tuple[str, ...]) -> str:
     for value in known:
         if value in text:
             text = text.replace(value, REDACTED)
-    if _MAY_HOLD_FORM.search(text) is None:
-        return text
-    return _forms(text, None)
+    if _MAY_HOLD_FORM.search(text) is not None:
+        text = _forms(text, None)  # first: a URL's whole userinfo, where a rule hides less
+    return hide_shapes(text)
 
 
 def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:

@@ -205,6 +205,9 @@ class Rules:
     # The whole value is a secret (a webhook URL): learned by the redactor whenever a spec
     # is parsed (spec/load.py), so it is hidden in every record, report, log and output.
     secret: bool = False
+    # The value names an environment variable that holds a secret (smtp_password_env =
+    # "DB_PASSWORD"): the redactor learns the variable's value, never its name.
+    secret_env: bool = False
 
     def __post_init__(self) -> None:
         # Declaration bugs, caught at import: an unknown format; a path field that may
@@ -215,7 +218,7 @@ class Rules:
 
     @property
     def empty(self) -> bool:
-        return self == Rules(unit=self.unit, secret=self.secret)
+        return self == Rules(unit=self.unit, secret=self.secret, secret_env=self.secret_env)
 
     @property
     def has_bounds(self) -> bool:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import tomli_w
 
 from acceptrun._util.hashing import hash_bytes
-from acceptrun._util.redact import declare_secret_fields
+from acceptrun._util.redact import declare_secret_env_fields, declare_secret_fields
 from acceptrun.spec.conditions import (
     Condition,
     match_pattern,
@@ -42,6 +42,7 @@ __all__ = [
     "INFERENCE_FORMATS",
     "KNOWN_DRILLS",
     "NOTIFY_EVENTS",
+    "SECRET_ENV_FIELDS",
     "SECRET_FIELDS",
     "SERVING_ARRIVALS",
     "SERVING_METHODS",
@@ -1036,6 +1037,7 @@ class NotifySpec:
         None,
         pattern=_ENV_VAR,
         accepts='an environment variable name such as "SMTP_PASSWORD"',
+        secret_env=True,
     )
     email_events: list[str] = doc(
         _EVENTS_FOR.format(to="by e-mail"), factory=list, choices=NOTIFY_EVENTS
@@ -1291,8 +1293,9 @@ class RunSpec:
         return hash_bytes(tomli_w.dumps(self.to_dict(secrets=False)).encode())
 
 
-def _secret_fields() -> tuple[tuple[str, str], ...]:
-    """(section, field) of every field declared ``secret=True``: read off the declaration."""
+def _secret_fields(kind: str = "secret") -> tuple[tuple[str, str], ...]:
+    """(section, field) of every field declared ``secret=True`` (or, with ``kind``
+    "secret_env", ``secret_env=True``): read off the declaration."""
     out = []
     for section in dataclasses.fields(RunSpec):
         cls = section.type if isinstance(section.type, type) else globals().get(str(section.type))
@@ -1300,7 +1303,7 @@ def _secret_fields() -> tuple[tuple[str, str], ...]:
             continue
         for f in dataclasses.fields(cls):
             rules = f.metadata.get("rules")
-            if isinstance(rules, Rules) and rules.secret:
+            if isinstance(rules, Rules) and getattr(rules, kind):
                 out.append((section.name, f.name))
     return tuple(out)
 
@@ -1308,3 +1311,6 @@ def _secret_fields() -> tuple[tuple[str, str], ...]:
 # The fields declared secret; the redactor learns their values whenever a spec is parsed.
 SECRET_FIELDS: tuple[tuple[str, str], ...] = _secret_fields()
 declare_secret_fields(SECRET_FIELDS)
+# The fields that name a variable holding a secret; the redactor learns that variable's value.
+SECRET_ENV_FIELDS: tuple[tuple[str, str], ...] = _secret_fields("secret_env")
+declare_secret_env_fields(SECRET_ENV_FIELDS)
