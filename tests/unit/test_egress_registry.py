@@ -27,6 +27,7 @@ from tests.campaign import tally
 import acceptrun
 from acceptrun._util import egress
 from acceptrun._util.redact import REDACTED, forget_learned, learn
+from secret_shapes import SHAPES
 
 SRC = Path(acceptrun.__file__).parent
 _MODE = re.compile(r"[rwaxbt+]{1,4}([:|]\w*)?")  # "wb", "a+", tarfile's "w:gz"
@@ -282,3 +283,27 @@ def test_kept_whole_patterns_are_relative_globs() -> None:
     for kept in egress.KEPT_WHOLE:
         assert not kept.pattern.startswith("/") and ".." not in kept.pattern, kept
         assert kept.reason, kept
+
+
+def test_redact_lines_hides_a_key_block_whose_lines_come_one_at_a_time() -> None:
+    blocks = [s for s in SHAPES if "BEGIN" in s.text]
+    assert blocks
+    for shape in blocks:
+        lines = [f"{line}\n" for line in f"before\n{shape.text}\nafter".split("\n")]
+        out = "".join(egress.redact_lines(lines))
+        assert shape.needle not in out, shape.family
+        assert out.startswith("before\n") and out.endswith("after\n") and REDACTED in out
+        # One line at a time, the body has no shape: what a line-wise redactor let through.
+        assert shape.needle in "".join(egress.redact_text(line) for line in lines)
+
+
+def test_redact_lines_bounds_what_it_holds() -> None:
+    begin = "-----BEGIN PRIVATE KEY-----\n"
+    body = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODkw\n"
+    shown = egress.redact_text(begin) + REDACTED + "\n"  # its BEGIN line, then <redacted>
+    # Past BLOCK_MAX with no END: nothing more is held, and the rest of the body is left out.
+    long = [begin, *[body] * (egress.BLOCK_MAX // len(body) + 5)]
+    assert list(egress.redact_lines([*long, "after it\n"])) == [shown, "after it\n"]
+    # A block cut short (no END line) ends at the first line that is not a body line.
+    assert list(egress.redact_lines([begin, body, "after it\n"])) == [shown, "after it\n"]
+    assert list(egress.redact_lines([begin, body])) == [shown]

@@ -5,8 +5,8 @@ own and outlive whoever started them, so a thread of the starter cannot redact w
 print: it would die with the starter, and the child would then write into a closed pipe.
 The pump is a small process of its own session instead: the child's stdout and stderr go
 to the pump's stdin, the pump appends each line to the log through
-:func:`acceptrun._util.redact.redact_text`, and ends at end of file, when the last writer
-(the child and its own children) is gone.
+:func:`acceptrun._util.egress.redact_lines` (a key block whole, each other line alone), and
+ends at end of file, when the last writer (the child and its own children) is gone.
 
 A line longer than :data:`LINE_MAX` is redacted in pieces of that size (a secret across the
 cut is not seen whole there; a line that long is rarely a credential's context).
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from acceptrun._util.redact import redact_text
+from acceptrun._util.egress import redact_lines
 
 __all__ = ["LINE_MAX", "main", "start"]
 
@@ -45,10 +45,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m acceptrun._util.logpump LOG", file=sys.stderr)
         return 2
     fd = os.open(argv[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    read = sys.stdin.buffer.readline
+    lines = (line.decode("utf-8", errors="replace") for line in iter(lambda: read(LINE_MAX), b""))
     with os.fdopen(fd, "ab", buffering=0) as out:
-        read = sys.stdin.buffer.readline
-        while line := read(LINE_MAX):
-            out.write(redact_text(line.decode("utf-8", errors="replace")).encode())
+        for text in redact_lines(lines):  # a key block is held to its END line, then redacted
+            out.write(text.encode())
     return 0
 
 
