@@ -137,6 +137,7 @@ class WebhookReceiver:
         on_post: Callable[[Any], None] | None = None,
     ) -> None:
         self.received: list[tuple[float, str, Any]] = []
+        self.raw: list[bytes] = []  # each body as it arrived, before parsing
         self.failed = 0
         self.fail_first = fail_first
         # hold: keep each body, then answer nothing until the receiver is closed (a
@@ -153,6 +154,7 @@ class WebhookReceiver:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 with lock:
+                    outer.raw.append(body)
                     if outer.failed < outer.fail_first:
                         outer.failed += 1
                         self.send_response(500)
@@ -212,6 +214,7 @@ class SmtpReceiver:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.cert, key)
         self.messages: list[tuple[float, Any]] = []
+        self.raw: list[bytes] = []  # each message as it arrived, MIME-encoded
         outer = self
 
         class Handler:
@@ -219,6 +222,7 @@ class SmtpReceiver:
                 import email
                 import email.policy
 
+                outer.raw.append(envelope.content)
                 parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
                 outer.messages.append((time.time(), parsed))
                 return "250 OK"

@@ -23,6 +23,7 @@ their checkpoint stores but the tensors, every command's output, and every page 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -379,13 +380,13 @@ def _board_paths(ws: Path, ids: dict[str, str]) -> Iterator[tuple[str, str]]:
     yield "/compare", f"/compare?{runs}"
 
 
-def test_no_board_page_shows_a_url_password(url_runs: dict[str, Any]) -> None:
-    """`acceptrun ui` on loopback, in a shell that holds none of the secrets: every page."""
-    env = {k: v for k, v in url_runs["env"].items() if not k.startswith("AWS_")}
+@contextlib.contextmanager
+def ui_board(ws: Path, cwd: Path, env: dict[str, str]) -> Iterator[int]:
+    """`acceptrun ui` over ``ws`` on loopback, as a process of its own; yields its port."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "acceptrun", "ui", "--workspace", str(url_runs["ws"]),
+        [sys.executable, "-m", "acceptrun", "ui", "--workspace", str(ws),
          "--port", "0", "--token", BOARD_TOKEN],
-        cwd=url_runs["proj"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     killer = threading.Timer(120, proc.kill)  # a board that never says its address fails
     killer.start()
@@ -399,19 +400,37 @@ def test_no_board_page_shows_a_url_password(url_runs: dict[str, Any]) -> None:
         killer.cancel()
         match = re.match(r"open http://127\.0\.0\.1:(\d+)/", printed[-1] if printed else "")
         assert match, "".join(printed)
-        port = int(match[1])
+        yield int(match[1])
+    finally:
+        killer.cancel()
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def board_pages(port: int, ws: Path, ids: dict[str, str]) -> Iterator[tuple[str, str, bytes]]:
+    """(route, path, body) of every GET route of the board for the runs ``ids``.
+
+    The logs first, on a board that has shown nothing else of these runs yet: they quote
+    the workload's output as written, so nothing seen before may teach it.
+    """
+    paths = sorted(_board_paths(ws, ids), key=lambda rp: "/logs" not in rp[0])
+    for route, path in paths:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {BOARD_TOKEN}"})
+        resp = conn.getresponse()
+        body = resp.read()  # a finished run's feeds end, so this returns
+        conn.close()
+        assert resp.status in (200, 204), (path, resp.status, body[-2000:])
+        yield route, path, body
+
+
+def test_no_board_page_shows_a_url_password(url_runs: dict[str, Any]) -> None:
+    """`acceptrun ui` on loopback, in a shell that holds none of the secrets: every page."""
+    env = {k: v for k, v in url_runs["env"].items() if not k.startswith("AWS_")}
+    ws = Path(url_runs["ws"])
+    with ui_board(ws, url_runs["proj"], env) as port:
         fetched, leaks, routes = 0, [], set()
-        paths = list(_board_paths(Path(url_runs["ws"]), url_runs["ids"]))
-        # The logs first, on a board that has shown nothing else of these runs yet: they
-        # quote the workload's output as written, so nothing seen before may teach it.
-        paths.sort(key=lambda rp: "/logs" not in rp[0])
-        for route, path in paths:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            conn.request("GET", path, headers={"Authorization": f"Bearer {BOARD_TOKEN}"})
-            resp = conn.getresponse()
-            body = resp.read()  # a finished run's feeds end, so this returns
-            conn.close()
-            assert resp.status in (200, 204), (path, resp.status, body[-2000:])
+        for route, path, body in board_pages(port, ws, url_runs["ids"]):
             fetched += 1
             routes.add(route)
             if found := _marked(body):
@@ -419,7 +438,3 @@ def test_no_board_page_shows_a_url_password(url_runs: dict[str, Any]) -> None:
         tally("board pages", tried=fetched, secrets=len(leaks))
         assert routes == {r.path for r in ROUTES if r.method == "GET"}
         assert not leaks, f"a URL password on the board: {leaks}"
-    finally:
-        killer.cancel()
-        proc.kill()
-        proc.wait(timeout=60)
