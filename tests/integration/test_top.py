@@ -69,7 +69,7 @@ def test_top_once_shows_a_live_run_with_its_step(
 def test_top_refuses_a_bad_interval(project: Project) -> None:
     project.workspace.mkdir(parents=True)
     proc = project.cli("top", "--once", "--interval", "0", check_rc=2)
-    assert "--interval is 0" in proc.stderr
+    assert "argument -n/--interval: '0' is out of range" in proc.stderr
 
 
 def test_help_does_not_import_rich_or_torch() -> None:

@@ -108,7 +108,7 @@ def integer(least: int, most: int, *, example: str = "") -> Callable[[str], int]
                 f"{_shown(value)} is not a whole number; {span}"
             ) from None
         if not least <= number <= most:
-            raise argparse.ArgumentTypeError(f"{number:,} is out of range; {span}")
+            raise argparse.ArgumentTypeError(f"{_shown(value)} is out of range; {span}")
         return number
 
     _named(check, "integer")
