@@ -18,6 +18,7 @@ import pytest
 import acceptrun
 
 UNIT = [
+    "acceptrun._util.egress",
     "acceptrun._util.redact",
     "acceptrun._util.secret_shapes",
     "acceptrun.workload.aggregates",

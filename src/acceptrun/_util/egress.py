@@ -10,26 +10,24 @@ checkpoint tensor bytes, the workload's own output kept whole).
 
 ``tests/unit/test_egress_registry.py`` walks the source of every module and fails for a
 sink call in a function that is not registered here, and for a registration whose
-function no longer exists: a new way out is either redacted or exempt on purpose, never
-by accident.
+function no longer exists or no longer sends anything: a new way out is either redacted
+or exempt on purpose, never by accident.
 
 Redaction comes before any encoding. ``{"password": "x"}`` is a form the redactor knows;
 once escaped for HTML (``{&quot;password&quot;: ...}``), JSON-encoded inside a string
 (``{\\"password\\": ...}``), MIME-encoded or URL-encoded it is not. The helpers below do it in
 that order for what several senders share: a JSON body (:func:`json_body`), an e-mail
 (:func:`email_message`), what a command target gets (:func:`command_env`,
-:func:`json_body`), an HTML text (:func:`html_text`) and a text file rewritten through
-the redactor (:func:`redact_file`).
+:func:`json_body`), a text file rewritten through the redactor (:func:`redact_file`), and
+lines read one at a time, a private key's lines held together (:func:`redact_lines`).
+The board's logs page redacts, then escapes (``ui.pages.logs_page``).
 
->>> html_text('{"password": "hunter22"} <b>')
-'{&quot;password&quot;: &quot;&lt;redacted&gt;&quot;} &lt;b&gt;'
 >>> json_body({"text": "token=abc123def"})
 b'{"text": "token=<redacted>"}'
 """
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -48,7 +46,6 @@ __all__ = [
     "Sink",
     "command_env",
     "email_message",
-    "html_text",
     "json_body",
     "redact_file",
     "redact_lines",
@@ -205,11 +202,6 @@ def sink(where: str) -> Sink | None:
 def json_body(obj: Any, *, indent: int | None = None) -> bytes:
     """``obj`` as JSON bytes, every string redacted before it is encoded."""
     return json.dumps(redact_record(obj), sort_keys=True, indent=indent).encode()
-
-
-def html_text(text: str) -> str:
-    """``text`` redacted, then escaped for HTML (the other order hides the forms)."""
-    return html.escape(redact_text(text), quote=True)
 
 
 def email_message(*, sender: str, to: Iterable[str], subject: str, body: str) -> EmailMessage:
