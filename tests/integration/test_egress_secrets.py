@@ -25,6 +25,7 @@ import email
 import email.policy
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -318,3 +319,40 @@ def test_a_detached_childs_log_is_redacted_after_its_starter_is_gone(tmp_path: P
     tally("secrets in a detached child's log", tried=len(SHAPES) + 1, secrets=len(leaks))
     assert not leaks, leaks
     assert text.count("job: ") == len(SHAPES) and '{"password": "<redacted>"}' in text
+
+
+# ---- a hung workload's stack dump ---------------------------------------------------------
+
+HANGS_IN = """
+import time
+import acceptrun
+
+def {name}():
+    time.sleep(1000)  # stuck in a step, in a function named like a token
+
+run = acceptrun.init()
+for step in run.steps(0, 5):
+    run.log(step, loss=1.0)
+    if step == 2:
+        {name}()
+"""
+
+
+def test_a_hung_workloads_stack_dump_is_redacted(tmp_path: Path) -> None:
+    """faulthandler writes stacks.txt from C, raw; the supervisor redacts it once collected."""
+    (tmp_path / "train.py").write_text(HANGS_IN.format(name=GITHUB))  # ghp_...: an identifier
+    (tmp_path / "spec.toml").write_text(
+        f'name = "hung"\ncommand = [{toml_str(sys.executable)}, "train.py"]\n'
+        '[env]\nACCEPTRUN_HEARTBEAT_S = "0.2"\n[limits]\nhang_window = "5s"\nmax_restarts = 0\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "acceptrun", "--workspace", str(tmp_path / "ws"), "run", "-q",
+         "spec.toml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    (record,) = (tmp_path / "ws" / "runs").iterdir()
+    stacks = (record / "attempts" / "1" / "stacks.txt").read_text()
+    tally("secrets in a stack dump", tried=1, secrets=int(GITHUB in stacks))
+    assert GITHUB not in stacks, stacks
+    assert re.search(r'train\.py", line \d+ in <redacted>', stacks), stacks  # still the frame
