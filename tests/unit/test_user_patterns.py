@@ -16,7 +16,13 @@ import time
 import pytest
 from tests.builders import RecordBuilder
 
-from acceptrun._util.userregex import UNSUPPORTED, compile_user_pattern, pattern_problem
+from acceptrun._util.userregex import (
+    MAX_PROGRAM,
+    UNSUPPORTED,
+    compile_user_pattern,
+    pattern_problem,
+    program_size,
+)
 from acceptrun.errors import SpecError
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec import model
@@ -90,6 +96,17 @@ def test_a_syntax_error_keeps_re2s_words_and_names_the_engine() -> None:
     problem = pattern_problem("iter (?P<step>\\d+")
     assert problem is not None and problem.startswith("missing )"), problem
     assert "https://github.com/google/re2/wiki/Syntax" in problem
+
+
+def test_a_pattern_too_large_to_match_a_line_quickly_is_refused_with_its_size() -> None:
+    # The size is read off the RE2 object the wrapper keeps: a release that hides it
+    # would let any size through, so this fails first.
+    small = program_size(compile_user_pattern(r"iter (?P<step>\d+)", where="t"))
+    assert small is not None and 0 < small < 100
+    assert program_size(compile_user_pattern(r"\p{L}+ (?P<step>\d+)", where="t")) < MAX_PROGRAM
+    problem = pattern_problem(r"(?P<step>\d*)([a-z]+.?){1000}y")
+    assert problem is not None and "13,008 instructions" in problem, problem
+    assert f"over {MAX_PROGRAM:,}" in problem and "fewer times" in problem, problem
 
 
 # Catastrophic backtracking on Python's re; each runs in linear time on RE2, or is refused.

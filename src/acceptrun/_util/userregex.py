@@ -28,7 +28,15 @@ import re2  # type: ignore[import-untyped]
 
 from acceptrun.errors import SpecError
 
-__all__ = ["UNSUPPORTED", "UserMatch", "UserPattern", "compile_user_pattern", "pattern_problem"]
+__all__ = [
+    "MAX_PROGRAM",
+    "UNSUPPORTED",
+    "UserMatch",
+    "UserPattern",
+    "compile_user_pattern",
+    "pattern_problem",
+    "program_size",
+]
 
 ENGINE = "patterns run on RE2, a linear-time engine"
 
@@ -91,6 +99,12 @@ UNSUPPORTED: tuple[tuple[str, str, str, str], ...] = (
 _BACKREF = re.compile(r"\\[1-9][0-9]?")  # \1 .. \99 as RE2's error quotes it
 _FLAGS = re.compile(r"\(\?[a-zA-Z-]+")  # an inline flag group, "(?x" as RE2 quotes it
 _TOO_LARGE = "pattern too large"
+# Instructions of a compiled pattern, at most. Matching is linear in the line's length
+# times this, where RE2's DFA gives up for its NFA: at 2,000 a 64 KiB line (progress.py's
+# cut) took 1.2 s at worst on a loaded machine ("(?P<step>\d*)(.*x){181}" on x's). "\p{L}"
+# alone is 1,200; a step and loss pattern is under 150; "([a-z]+.?){1000}y" is 13,000,
+# and 6 s a line.
+MAX_PROGRAM = 2000
 
 
 def _options() -> object:
@@ -106,10 +120,27 @@ def pattern_problem(value: str) -> str | None:
     'lookbehind (?<=...) is not supported: patterns run on RE2, a linear-time engine; rewrite it without the lookbehind: match that text too'
     """
     try:
-        re2.compile(value, _options())
+        compiled = re2.compile(value, _options())
     except re2.error as exc:
         return _explain(value, _message(exc))
+    size = program_size(compiled)
+    if size is not None and size > MAX_PROGRAM:
+        return (
+            f"it is too large: RE2 compiles it to {size:,} instructions, over "
+            f"{MAX_PROGRAM:,} (the time to match a line grows with them); "
+            "repeat its groups fewer times"
+        )
     return None
+
+
+def program_size(compiled: object) -> int | None:
+    """Instructions of a compiled pattern (RE2's ``ProgramSize``), None where unknown.
+
+    The package's Python wrapper keeps the RE2 object as ``_regexp``; a release that
+    renames it makes this None, and tests/unit/test_user_patterns.py fail.
+    """
+    size = getattr(getattr(compiled, "_regexp", None), "ProgramSize", None)
+    return size() if callable(size) else None
 
 
 def compile_user_pattern(value: str, *, where: str) -> UserPattern:
