@@ -15,6 +15,18 @@ only if it turns logging on itself: the library never prints progress unasked.
 
 To collect the messages instead (a test, a caller writing its own log), attach a handler
 for the time of a call with :func:`collect_messages`.
+
+Control characters: every line acceptrun prints goes through :class:`RedactingStream`,
+which redacts it and then shows control and bidi characters as escapes
+(:func:`acceptrun._util.controls.escape_controls`). The stream is the one edge every
+``print``, log line and argparse error crosses, and it cannot tell a value from the
+text around it; so it escapes everything, and the few places that draw on a terminal
+themselves (``top``'s live table, the queue's colours: Rich on a terminal) write through
+:func:`styled` (redacted, not escaped) and escape their values with ``escape_controls``
+when they format them. The workload's live echo goes through ``.buffer``
+(:class:`~acceptrun._util.controls.LiveEcho`): progress bars and colours pass, titles,
+clipboard writes, screen clears and bidi do not. ``acceptrun logs --raw`` writes the
+workload's bytes through :func:`raw_binary`.
 """
 
 from __future__ import annotations
@@ -24,8 +36,9 @@ import logging
 import sys
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
+from acceptrun._util.controls import LiveEcho, escape_controls
 from acceptrun._util.redact import redact_text
 
 __all__ = [
@@ -37,36 +50,47 @@ __all__ = [
     "format_table",
     "get_logger",
     "quieted",
+    "raw_binary",
     "redact_streams",
     "remove_console",
     "restore_streams",
     "show_secret",
+    "styled",
 ]
 
 LOGGER_NAME = "acceptrun"
 
 
 class RedactingStream:
-    """A text stream that redacts what is written to it, line by line, then passes it on.
+    """A text stream that redacts what is written to it, line by line, shows its control
+    characters as escapes, then passes it on.
 
     The CLI wraps its standard output and error in one (:func:`redact_streams`), so every
-    ``print`` of every command is redacted at the edge. A partial line is held until its
-    newline (or ``\r``, or a flush): ``print("--token", "X")`` writes its words one call
-    at a time, and a form is only seen whole. ``.buffer`` is the stream's own binary
-    buffer, flushed first: the supervisor echoes the workload's own output through it,
-    as it is (it is the workload's, like stdout.log).
+    ``print`` of every command is redacted and escaped at the edge. A partial line is held
+    until its newline (or ``\r``, or a flush): ``print("--token", "X")`` writes its words
+    one call at a time, and a form is only seen whole. ``.buffer`` is the stream's own
+    binary buffer, flushed first, behind a :class:`~acceptrun._util.controls.LiveEcho`:
+    the supervisor echoes the workload's own output through it (its progress bars and
+    colours pass, see the module docstring). ``escape=False``: redacted only
+    (:func:`styled`).
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, escape: bool = True) -> None:
         self.stream = stream
         self._held = ""
+        self._escape = escape
+
+    def _out(self, text: str) -> None:
+        LiveEcho.reset(self.stream)  # a workload's colour must not hide acceptrun's lines
+        text = redact_text(text)
+        self.stream.write(escape_controls(text) if self._escape else text)
 
     def write(self, text: str) -> int:
         held = self._held + text
         cut = max(held.rfind("\n"), held.rfind("\r")) + 1
         self._held = held[cut:]
         if cut:
-            self.stream.write(redact_text(held[:cut]))
+            self._out(held[:cut])
         if len(self._held) > 1 << 16:  # no newline for 64 KiB: not a line to wait for
             self.flush()
         return len(text)
@@ -74,13 +98,13 @@ class RedactingStream:
     def flush(self) -> None:
         if self._held:
             held, self._held = self._held, ""
-            self.stream.write(redact_text(held))
+            self._out(held)
         self.stream.flush()
 
     @property
     def buffer(self) -> Any:
         self.flush()
-        return self.stream.buffer
+        return LiveEcho(self.stream.buffer)
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...
         return getattr(self.stream, name)
@@ -104,6 +128,28 @@ def restore_streams(old: tuple[TextIO, TextIO]) -> None:
             with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to say
                 stream.flush()
     sys.stdout, sys.stderr = old
+
+
+def styled(stream: TextIO | None = None) -> TextIO:
+    """``stream`` (default ``sys.stdout``) redacted but not escaped: for a Rich console
+    that draws on a terminal (colours, a live table). Its caller escapes the values it
+    puts in (:func:`acceptrun._util.controls.escape_controls`)."""
+    out = sys.stdout if stream is None else stream
+    if isinstance(out, RedactingStream):
+        out.flush()
+        return RedactingStream(out.stream, escape=False)  # type: ignore[return-value]
+    return out
+
+
+def raw_binary(stream: IO[str] | None = None) -> Any:
+    """The binary buffer under ``stream`` (default ``sys.stdout``), past the redactor and
+    the escapes: for ``acceptrun logs --raw``, the workload's own bytes as it wrote them."""
+    out: Any = sys.stdout if stream is None else stream
+    if isinstance(out, RedactingStream):
+        out.flush()
+        out = out.stream
+    out.flush()
+    return out.buffer
 
 
 def show_secret(text: str, stream: TextIO | None = None) -> None:
@@ -132,7 +178,7 @@ class ConsoleHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             stream = sys.stderr
-            stream.write(redact_text(self.format(record)) + "\n")
+            stream.write(escape_controls(redact_text(self.format(record))) + "\n")
             stream.flush()
         except Exception:  # logging's own rule: a failed print must not kill the caller
             self.handleError(record)

@@ -215,9 +215,13 @@ class _Progress:
         self._bar: Any = None
         self.enabled = enabled and total > 0
         if self.enabled and sys.stderr.isatty():
+            from rich.console import Console
             from rich.progress import Progress
 
-            self._bar = Progress(transient=True)
+            from acceptrun._util.console import styled
+
+            # The bar draws on the terminal (styled: not escaped); its text is ours.
+            self._bar = Progress(transient=True, console=Console(file=styled(sys.stderr)))
             self._bar.start()
             self._task = self._bar.add_task("exporting metrics", total=total)
 

@@ -132,6 +132,7 @@ def _print_jobs(jobs: list[Any], now: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from acceptrun._util.controls import escape_controls
     from acceptrun.spec.model import format_duration
 
     colors = {"queued": "yellow", "running": "green", "preempting": "magenta",
@@ -147,11 +148,15 @@ def _print_jobs(jobs: list[Any], now: float) -> None:
         )
         state = j.state + (f" x{j.preemptions}" if j.preemptions else "")
         table.add_row(
-            str(j.id), j.name, str(j.priority), f"[{colors.get(j.state, '')}]{state}[/]",
-            devices, j.run_id or "-", format_duration(j.waited_s(now)),
-            format_duration(j.ran_for(now)) if j.attempts else "-", j.note or "",
+            str(j.id), escape_controls(j.name), str(j.priority),
+            f"[{colors.get(j.state, '')}]{state}[/]", devices, j.run_id or "-",
+            format_duration(j.waited_s(now)),
+            format_duration(j.ran_for(now)) if j.attempts else "-", escape_controls(j.note or ""),
         )  # fmt: skip
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    from acceptrun._util.console import styled
+
+    # Its own colours on a terminal (styled: not escaped); the values escaped above.
+    console = Console(file=styled(), width=None if sys.stdout.isatty() else 160, highlight=False)
     console.print(table)
 
 
@@ -167,16 +172,18 @@ def _queue_slurm(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from acceptrun._util.console import styled
+    from acceptrun._util.controls import escape_controls
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in ("JOB", "NAME", "PRI", "STATE", "RUN", "SUBMITTED", "REASON"):
         table.add_column(name, no_wrap=name != "REASON")
     for r in rows:
-        table.add_row(
-            str(r.get("job", "")), str(r.get("name", "")), str(r.get("priority", "")),
-            str(r.get("state", "")), str(r.get("run_id") or "-"), str(r.get("submitted", "")),
-            str(r.get("reason", "")),
-        )  # fmt: skip
-    Console(width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
+        cells = (r.get("job", ""), r.get("name", ""), r.get("priority", ""), r.get("state", ""),
+                 r.get("run_id") or "-", r.get("submitted", ""), r.get("reason", ""))  # fmt: skip
+        table.add_row(*(escape_controls(str(c)) for c in cells))
+    # The bold header on a terminal (styled: not escaped); the cells escaped above.
+    Console(file=styled(), width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
     return 0
 
 

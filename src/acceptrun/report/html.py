@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.controls import escape_controls
 from acceptrun._util.durable import write_atomic
 from acceptrun._util.units import format_bytes
 from acceptrun.capture import provenance as provmod
@@ -198,12 +199,10 @@ def _telemetry_lines(record: RunRecord) -> list[dict[str, Any]]:
 # ---- rendering ----------------------------------------------------------------------------------
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), *range(0x7F, 0xA0)] if chr(c) not in "\n\t"}
-
-
 def _e(value: Any) -> str:
-    """Escaped for HTML; control characters from the record shown as ``\\x1b``."""
-    return html.escape("" if value is None else str(value), quote=True).translate(_CONTROL)
+    """Escaped for HTML; control and bidi characters from the record shown as ``\\x1b``,
+    ``\\u202e`` (a browser would reorder the text around a bidi control)."""
+    return escape_controls(html.escape("" if value is None else str(value), quote=True))
 
 
 def _bytes(n: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from acceptrun._util.controls import BIDI
 from acceptrun.cost.billing import format_usd
 from acceptrun.record.liveness import status_text
 from acceptrun.spec.model import format_duration
@@ -24,6 +25,7 @@ def _status(c: dict[str, Any]) -> str:
 
 _CELL = {
     **{c: " " for c in [*range(32), *range(0x7F, 0xA0)]},  # newlines folded, no escapes
+    **{ord(c): f"\\u{ord(c):04x}" for c in BIDI},  # shown, never reordering the text
     ord("|"): "\\|",
     ord("<"): "&lt;",  # no raw HTML: <script>, <img onerror=...>
     ord(">"): "&gt;",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from acceptrun._util.controls import escape_controls
 from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
 from acceptrun.inference.report import batch_lines
@@ -113,13 +114,11 @@ def format_show(record: RunRecord) -> str:
     return printable("\n".join(lines))
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), *range(0x7F, 0xA0)] if chr(c) not in "\n\t"}
-
-
 def printable(text: str) -> str:
-    """``text`` with control characters shown as ``\\x1b`` (a name or metric from the
-    record never moves the cursor, clears the screen or rewrites a line on a terminal)."""
-    return text.translate(_CONTROL)
+    """``text`` with control and bidi characters shown as ``\\x1b``, ``\\u202e`` (a name
+    or metric from the record never moves the cursor, clears the screen, rewrites a line
+    or reorders text on a terminal), also when the text is not printed by the CLI."""
+    return escape_controls(text)
 
 
 def _format_tune(record: RunRecord) -> list[str]:

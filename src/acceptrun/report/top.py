@@ -205,6 +205,7 @@ def format_rows(rows: list[dict[str, Any]]) -> Any:
     """A Rich table of the rows (what ``top`` shows)."""
     from rich.table import Table
 
+    from acceptrun._util.controls import escape_controls
     from acceptrun.cost.billing import format_usd
     from acceptrun.spec.model import format_duration
 
@@ -229,8 +230,8 @@ def format_rows(rows: list[dict[str, Any]]) -> Any:
             seen = time.strftime("%H:%M:%S", time.localtime(last)) if last else "unknown"
             usage = f"last sign of life {seen}"
         table.add_row(
-            r["run_id"], str(r["name"]), attempt, step, rate, eta,
-            usage, format_duration(r["elapsed_s"]), cost,
+            r["run_id"], escape_controls(str(r["name"])), attempt, step, escape_controls(rate),
+            eta, usage, format_duration(r["elapsed_s"]), cost,
         )  # fmt: skip
     if not rows:
         table.caption = "no running runs in this workspace"
@@ -248,7 +249,11 @@ def top(ws: Workspace, *, interval: float = 2.0, once: bool = False, as_json: bo
     from rich.console import Console
 
     tty = sys.stdout.isatty()
-    console = Console() if tty else Console(width=200, highlight=False)
+    from acceptrun._util.console import styled
+
+    # A live table on a terminal draws (cursor moves): styled, its values escaped in
+    # format_rows; without one, plain text through the escaping stream.
+    console = Console(file=styled()) if tty else Console(width=200, highlight=False)
     if once or not tty:
         while True:  # without a terminal: one plain table per refresh, for logs and pipes
             console.print(format_rows(live_rows(ws)))

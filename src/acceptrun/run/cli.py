@@ -323,7 +323,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from acceptrun.run.lifecycle import show_logs
 
     record = open_run(args, args.run)
-    show_logs(record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow)
+    show_logs(
+        record, attempt=args.attempt, stderr_only=args.stderr_only, follow=args.follow,
+        raw=args.raw,
+    )  # fmt: skip
     return 0
 
 
@@ -494,4 +497,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     logs.add_argument("--attempt", type=positive_int(MAX_STEP), metavar="N", help="only attempt N")
     logs.add_argument("--stderr-only", action="store_true", help="only stderr")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="the workload's bytes as it wrote them: not redacted, control characters "
+        "(colours, titles, clipboard writes) sent to the terminal as they are",
+    )
     logs.set_defaults(func=cmd_logs)

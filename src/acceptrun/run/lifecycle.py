@@ -596,14 +596,22 @@ def show_logs(
     follow: bool = False,
     out: IO[str] | None = None,
     poll_s: float = POLL_S,
+    raw: bool = False,
 ) -> None:
     """Print the attempts' stdout and stderr; with ``follow``, until the run is closed.
 
     Lines carry ``[attempt N]`` when several attempts are shown (always when following,
     since a restart can add one). An attempt's stdout comes before its stderr: the two
-    files do not record how their lines interleaved.
+    files do not record how their lines interleaved. The CLI's stream redacts the lines
+    and escapes their control characters; ``raw`` writes the bytes as the workload
+    wrote them to the binary stream under ``out`` (``acceptrun logs --raw``).
     """
     out = out or sys.stdout
+    sink: IO[str] | _RawLines = out
+    if raw:
+        from acceptrun._util.console import raw_binary
+
+        sink = _RawLines(raw_binary(out))
     streams = ("stderr",) if stderr_only else ("stdout", "stderr")
     if attempt is not None and not follow and attempt not in _attempt_numbers(record):
         have = ", ".join(map(str, _attempt_numbers(record))) or "none yet"
@@ -622,8 +630,8 @@ def show_logs(
             for stream in streams:
                 tail = tails.setdefault((n, stream), _Tail(record.attempt_dir(n) / f"{stream}.log"))
                 for line in tail.lines(whole=whole):
-                    _emit(out, n, line, prefixed)
-        out.flush()
+                    _emit(sink, n, line, prefixed)
+        sink.flush()
         if not follow or closed or orphaned:
             break
         time.sleep(poll_s)
@@ -636,6 +644,22 @@ def show_logs(
         )
 
 
-def _emit(out: IO[str], attempt: int, line: bytes, prefixed: bool) -> None:
+class _RawLines:
+    """The lines of ``show_logs(raw=True)``: bytes as read, to a binary stream."""
+
+    def __init__(self, binary: IO[bytes]) -> None:
+        self.binary = binary
+
+    def line(self, attempt: int, line: bytes, prefixed: bool) -> None:
+        self.binary.write(f"[attempt {attempt}] ".encode() * prefixed + line + b"\n")
+
+    def flush(self) -> None:
+        self.binary.flush()
+
+
+def _emit(out: IO[str] | _RawLines, attempt: int, line: bytes, prefixed: bool) -> None:
+    if isinstance(out, _RawLines):
+        out.line(attempt, line, prefixed)
+        return
     text = line.decode("utf-8", errors="replace")
     out.write(f"[attempt {attempt}] {text}\n" if prefixed else f"{text}\n")

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Union, get_args, get_origin
 
+from acceptrun._util.controls import control_named
 from acceptrun._util.paths import lexical_problem
 from acceptrun._util.userregex import pattern_problem
 from acceptrun.spec.conditions import (
@@ -90,14 +91,13 @@ def _no_nul(value: str) -> str | None:
     return "" if "\x00" in value else None
 
 
-# C0 controls (newline, tab, ESC, NUL, ...) and DEL: they break out of a line (a Slurm
-# #SBATCH header, a hand-written YAML scalar, a terminal) and no real path holds them.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def _control_error(value: str) -> str | None:
-    found = _CONTROL.search(value)
-    return None if found is None else f"it holds the control character {found.group()!r}"
+    """C0 controls (newline, tab, ESC, NUL, ...), DEL, C1 and the bidirectional controls
+    (U+202E ...): they break out of a line (a Slurm #SBATCH header, a hand-written YAML
+    scalar), act on a terminal or reorder what a browser shows (_util/controls.py), and
+    no real name or path holds them."""
+    found = control_named(value)
+    return None if found is None else f"it holds {found}; remove it"
 
 
 def _outside_workdir(value: str) -> str | None:
@@ -106,10 +106,12 @@ def _outside_workdir(value: str) -> str | None:
 
 
 _NO_NUL = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) and Python both read \u0000 as NUL
-_NO_CONTROL = "^[^\\u0000-\\u001f\\u007f]*$"
+# What _control_error refuses, for JSON Schema.
+_CONTROL_CLASS = "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069"
+_NO_CONTROL = f"^[^{_CONTROL_CLASS}]*$"
 # No leading "/" or "~", no ".." or ".acceptrun" part, no control character: what
 # _outside_workdir accepts, for JSON Schema.
-_IN_WORKDIR = "^(?![/~])(?!(?:.*/)?(?:\\.\\.|\\.acceptrun)(?:/|$))[^\\u0000-\\u001f\\u007f]*$"
+_IN_WORKDIR = f"^(?![/~])(?!(?:.*/)?(?:\\.\\.|\\.acceptrun)(?:/|$))[^{_CONTROL_CLASS}]*$"
 
 FORMATS: dict[str, Format] = {
     "regex": Format(
@@ -158,6 +160,15 @@ FORMATS: dict[str, Format] = {
         {"pattern": _NO_CONTROL},
         invalid="a\n#SBATCH --wrap=x",
         words="one line of text",
+    ),
+    "name": Format(
+        "a name on one line, without control characters (newline, tab, ESC, NUL, C1) or "
+        "bidirectional controls such as U+202E (they act on a terminal or reorder the text "
+        "a page shows)",
+        _control_error,
+        {"pattern": _NO_CONTROL},
+        invalid="bert\u202etxt.exe",
+        words="text without control characters",
     ),
     "arg": Format(
         "text without NUL characters (the OS refuses them in arguments and the environment)",

@@ -183,7 +183,9 @@ class ExpectSpec:
         'NVIDIA driver version pattern, e.g. ">=550".', None, format="version-pattern"
     )
     gpu: str | None = doc(
-        'GPU model pattern every visible GPU must match, e.g. "H100" or "*A100*80GB*".', None
+        'GPU model pattern every visible GPU must match, e.g. "H100" or "*A100*80GB*".',
+        None,
+        format="name",
     )
 
     def __post_init__(self) -> None:
@@ -345,6 +347,7 @@ class ProgressSpec:
     tags: dict[str, str] = doc(
         'TensorBoard tag of each value, e.g. { loss = "train/loss" }; default: every scalar.',
         factory=dict,
+        format="name",
     )
 
     def __post_init__(self) -> None:
@@ -494,8 +497,10 @@ class SkypilotSpec:
 
     SECTION: ClassVar[str] = "skypilot"
 
-    cloud: str | None = doc('Cloud to launch on, e.g. "lambda", "aws"; default: any.', None)
-    region: str | None = doc("Region, e.g. us-east-1; default: any.", None)
+    cloud: str | None = doc(
+        'Cloud to launch on, e.g. "lambda", "aws"; default: any.', None, format="name"
+    )
+    region: str | None = doc("Region, e.g. us-east-1; default: any.", None, format="name")
     accelerators: str | None = doc(
         'SkyPilot accelerators, e.g. "H100:8"; default: from resources.gpu_types and gpus.', None
     )
@@ -533,8 +538,10 @@ class CostSpec:
 
     SECTION: ClassVar[str] = "cost"
 
-    provider: str | None = doc('Provider in the price catalog, e.g. "lambda".', None)
-    instance: str | None = doc('Instance type in the price catalog, e.g. "gpu_1x_h100_sxm5".', None)
+    provider: str | None = doc('Provider in the price catalog, e.g. "lambda".', None, format="name")
+    instance: str | None = doc(
+        'Instance type in the price catalog, e.g. "gpu_1x_h100_sxm5".', None, format="name"
+    )
     price_per_hour: float | None = doc(
         "Price of the machine in USD per hour (overrides the catalog).",
         None,
@@ -578,7 +585,9 @@ class AcceptanceSpec:
         factory=dict,
         format="condition",
     )
-    outputs: list[str] = doc('Outputs the run must register, e.g. ["model"].', factory=list)
+    outputs: list[str] = doc(
+        'Outputs the run must register, e.g. ["model"].', factory=list, format="name"
+    )
     drills: list[str] = doc(
         f"Drills that must pass: {', '.join(KNOWN_DRILLS)}.", factory=list, choices=KNOWN_DRILLS
     )
@@ -1129,6 +1138,7 @@ class RunSpec:
     name: str = doc(
         "Name of the job; part of each run id.",
         pattern=r"\S",
+        format="name",
         accepts='a non-empty name such as "bert-squad"',
     )
     command: list[str] = doc(
@@ -1148,7 +1158,7 @@ class RunSpec:
     env: dict[str, str] = doc(
         "Extra environment variables for the job.", factory=dict, format="arg"
     )
-    description: str | None = doc("A sentence on what this run is for.", None)
+    description: str | None = doc("A sentence on what this run is for.", None, format="name")
     resources: ResourcesSpec = doc("What the run needs from the machine.", factory=ResourcesSpec)
     expect: ExpectSpec = doc("Environment expectations checked before launch.", factory=ExpectSpec)
     data: DataSpec = doc("Data verified before the first step.", factory=DataSpec)
@@ -1194,12 +1204,7 @@ class RunSpec:
     base_dir: str = field(default=".", metadata={"internal": True}, compare=False)
 
     def __post_init__(self) -> None:
-        check_fields(self, self.SECTION)
-        # The name is shown in terminals, reports and run ids: no escape sequences in it.
-        require(
-            not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in self.name),
-            "name", self.name, "a name without control characters (tab, newline, ESC, NUL)",
-        )  # fmt: skip
+        check_fields(self, self.SECTION)  # the name's control characters: format "name"
         for env_name in self.env:
             # execve and os.environ refuse these: caught here, not as a crash at launch
             # that leaves the run "interrupted".

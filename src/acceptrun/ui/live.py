@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.controls import escape_controls
 from acceptrun._util.durable import loads_json
 from acceptrun._util.redact import redact_text
 from acceptrun.record.steplog import StepChunk, StepLog, segments
@@ -323,9 +324,10 @@ def log_feed(
             if lines:
                 offsets[name] = after
                 text = b"\n".join(lines).decode("utf-8", errors="replace")
-                # Redacted before it is JSON-encoded (in there a quote is \", which hides a
+                # Shown as text by the page: control and bidi characters as escapes. Redacted
+                # before it is JSON-encoded (in there a quote is \", which hides a
                 # `"password": "x"` form from the send's own pass).
-                yield sse("line", {"log": name, "text": redact_text(text)})
+                yield sse("line", {"log": name, "text": escape_controls(redact_text(text))})
                 sent = True
         now = time.monotonic()
         if sent:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from acceptrun._util.controls import escape_controls
 from acceptrun._util.redact import redact_text
 from acceptrun.cost.billing import format_bytes, format_usd
 from acceptrun.record.liveness import interruption
@@ -55,8 +56,9 @@ VERDICTS = ("accepted", "rejected", "none")
 
 
 def esc(value: Any) -> str:
-    """Text from a record, the index or a request, safe in HTML text and attributes."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text from a record, the index or a request, safe in HTML text and attributes;
+    control and bidi characters shown as ``\\x1b``, ``\\u202e`` (visible, not acted on)."""
+    return escape_controls(html.escape("" if value is None else str(value), quote=True))
 
 
 def run_url(ws: int, run_id: str, tail: str = "") -> str:
