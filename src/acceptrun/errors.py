@@ -11,6 +11,7 @@
     │   ├── GitError               git missing, timed out, or a git command failed
     │   └── DiskFullError          (also OSError) a file system full, or a file-size limit hit
     ├── RecordError                a run record that is damaged on disk (CLI exit code 1)
+    │   └── UnsafeFileError        (also OSError) a file to read that is a link, FIFO, device...
     │
     │   raised by the workload API (acceptrun.init, Run, ResumableLoader, CheckpointStore,
     │   the framework callbacks) where it raised a built-in before; each is also that
@@ -29,6 +30,7 @@ Messages name the thing, the bad value and the fix, so a user never needs the tr
 
 from __future__ import annotations
 
+import errno as errno_module
 from typing import Any
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "PreflightError",
     "RecordError",
     "SpecError",
+    "UnsafeFileError",
     "UserError",
     "WorkspaceError",
 ]
@@ -151,6 +154,34 @@ def _rebuild_disk_full(
 
 class RecordError(AcceptrunError):
     """A run record on disk is damaged (for example a JSON file that does not parse)."""
+
+
+class UnsafeFileError(RecordError, OSError):
+    """A file to read is not a regular file of its place: a symlink, a FIFO, a device, a
+    directory, or a path that leads out of its record (:mod:`acceptrun._util.confined`).
+
+    Also an :class:`OSError` (``errno`` EINVAL), so a reader that skips a file it cannot
+    read skips this one too. ``path`` is the file, ``what`` what it is in words
+    (``"a symbolic link"``); the target of a link is never named.
+    """
+
+    def __init__(self, message: str, *, path: str, what: str) -> None:
+        super().__init__(message)
+        self.errno = errno_module.EINVAL
+        self.strerror = self.message = message
+        self.filename = path
+        self.path = path
+        self.what = what
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_unsafe, (self.message, self.path, self.what))
+
+
+def _rebuild_unsafe(message: str, path: str, what: str) -> UnsafeFileError:
+    return UnsafeFileError(message, path=path, what=what)
 
 
 # ---- the workload API: acceptrun errors that are also the built-ins raised before ----------

@@ -14,7 +14,10 @@ Two kinds of file exist in a record:
 Every reader of a file acceptrun did not just write itself goes through
 :func:`loads_json` / :func:`read_json` / :func:`read_jsonl`, which bound depth and size
 (:data:`MAX_JSON_DEPTH`, :data:`MAX_JSON_BYTES`, :data:`MAX_JSONL_LINE_BYTES`) and turn any
-bad content into a ``ValueError`` or :class:`~acceptrun.errors.RecordError`.
+bad content into a ``ValueError`` or :class:`~acceptrun.errors.RecordError`. They open
+through :func:`acceptrun._util.confined.open_regular`: only a regular file is read (a FIFO,
+a device, a directory is refused unread), and given ``root=`` (the run record) no symlink
+below it is followed.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ import fcntl
 import json
 import os
 import secrets
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.redact import redact_record, redact_text
-from acceptrun.errors import RecordError, UserError
+from acceptrun.errors import RecordError, UnsafeFileError, UserError
 
 __all__ = [
     "MAX_JSONL_LINE_BYTES",
@@ -197,17 +200,21 @@ def deeper_than(obj: Any, limit: int) -> bool:
     return False
 
 
-def read_bytes_bounded(path: str | Path, limit: int = MAX_JSON_BYTES) -> bytes:
+def read_bytes_bounded(
+    path: str | Path, limit: int = MAX_JSON_BYTES, *, root: str | Path | None = None
+) -> bytes:
     """The bytes of ``path``; :class:`ValueError` when it holds more than ``limit`` bytes.
 
-    Reads at most ``limit + 1`` bytes, so a huge (or endless, like a FIFO) file costs no
-    more memory than the limit. OSError (missing, unreadable) passes through.
+    Reads at most ``limit + 1`` bytes, so a file growing while read costs no more memory
+    than the limit. OSError (missing, unreadable) passes through, and so does
+    :class:`~acceptrun.errors.UnsafeFileError` (also an OSError): not a regular file, or
+    a symlink below ``root`` (see :func:`~acceptrun._util.confined.open_regular`).
     """
-    with open(path, "rb") as f:
+    with open_regular(path, root=root) as f:
         # A regular file says its size: one over the limit is refused unread (a sparse
-        # gigabyte costs nothing); a FIFO or a growing file is cut at limit + 1 bytes.
+        # gigabyte costs nothing); a file growing meanwhile is cut at limit + 1 bytes.
         st = os.fstat(f.fileno())
-        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+        if st.st_size > limit:
             raise ValueError(f"larger than the {limit >> 20} MiB limit")
         data = f.read(limit + 1)
     if len(data) > limit:
@@ -215,14 +222,15 @@ def read_bytes_bounded(path: str | Path, limit: int = MAX_JSON_BYTES) -> bytes:
     return data
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, *, root: str | Path | None = None) -> Any:
     """Read a JSON file of a record; a damaged one raises :class:`RecordError`.
 
     Damaged means: not JSON, not UTF-8, nested deeper than :data:`MAX_JSON_DEPTH`
-    levels, or larger than :data:`MAX_JSON_BYTES` (64 MiB).
+    levels, or larger than :data:`MAX_JSON_BYTES` (64 MiB); not a regular file, or a
+    symlink below ``root``, raises :class:`~acceptrun.errors.UnsafeFileError`.
     """
     try:
-        return loads_json(read_bytes_bounded(path))
+        return loads_json(read_bytes_bounded(path, root=root))
     except ValueError as exc:
         raise RecordError(
             f"{path} is not valid JSON ({exc}); the record is damaged. "
@@ -430,7 +438,9 @@ class AppendLog:
         self.close()
 
 
-def read_jsonl(path: str | Path, *, damaged: list[str] | None = None) -> Iterator[dict[str, Any]]:
+def read_jsonl(
+    path: str | Path, *, damaged: list[str] | None = None, root: str | Path | None = None
+) -> Iterator[dict[str, Any]]:
     """Yield the records of a JSON Lines file; a torn or damaged line is skipped.
 
     A damaged line (not JSON, not an object, not UTF-8, nested deeper than
@@ -438,13 +448,20 @@ def read_jsonl(path: str | Path, *, damaged: list[str] | None = None) -> Iterato
     when ``damaged`` is given, described there (``"events.jsonl line 7: ..."``). A last
     line without its newline is one a writer is still writing or died writing: skipped
     silently (the next append terminates it, see :class:`AppendLog`). A line costs at
-    most the line limit in memory, however long it is.
+    most the line limit in memory, however long it is. A file that is not a regular one
+    (a FIFO, a device, a directory, a symlink: a JSON Lines file is a log acceptrun
+    appends to, never a link; with ``root``, no link below it either) is not read: it
+    yields nothing, and is described in ``damaged`` when given.
     """
+    name = Path(path).name
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally; a generator needs it open
+        f = open_regular(path, root=Path(path).parent if root is None else root)
     except FileNotFoundError:
         return
-    name = Path(path).name
+    except UnsafeFileError as exc:
+        if damaged is not None:
+            damaged.append(f"{name}: {exc.what}, neither followed nor read")
+        return
     try:
         number = 0
         while raw := f.readline(MAX_JSONL_LINE_BYTES + 1):
