@@ -171,7 +171,10 @@ def unlisted_runs(ws: Any, listed: set[str]) -> list[str]:
 
 def cmd_index_rebuild(args: argparse.Namespace) -> int:
     ws = workspace_of(args)
+    ws.index_note = None
     count, skipped = ws.rebuild_index()
+    if ws.index_note:
+        print(ws.index_note)
     print(f"indexed {count} runs from {ws.runs_dir}")
     for s in skipped:
         print(f"  skipped {s}: run.json missing or damaged")

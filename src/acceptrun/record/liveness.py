@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import loads_json, read_bytes_bounded
 from acceptrun.record.status import RUN_CLOSED, RunStatus
 from acceptrun.record.workspace import now_iso
@@ -97,7 +98,7 @@ class SupervisorLiveness:
 def read_lease(run_dir: str | Path) -> dict[str, Any] | None:
     """The lease, or None when there is none or it cannot be read (a torn copy)."""
     try:
-        data = loads_json(read_bytes_bounded(Path(run_dir) / LEASE_FILE))
+        data = loads_json(read_bytes_bounded(Path(run_dir) / LEASE_FILE, root=run_dir))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -113,7 +114,7 @@ def supervisor_state(
     run_dir = Path(getattr(record, "path", record))
     if state is None:
         try:
-            loaded = loads_json(read_bytes_bounded(run_dir / "run.json"))
+            loaded = loads_json(read_bytes_bounded(run_dir / "run.json", root=run_dir))
         except (OSError, ValueError):
             loaded = {}
         state = loaded if isinstance(loaded, dict) else {}
@@ -175,7 +176,7 @@ def _old_standalone_alive(run_dir: Path, state: dict[str, Any]) -> tuple[bool, s
 def _first_event(run_dir: Path, kind: str) -> dict[str, Any] | None:
     """The first ``kind`` event among the first lines of events.jsonl (None if not there)."""
     try:
-        with open(run_dir / "events.jsonl", "rb") as f:
+        with open_regular(run_dir / "events.jsonl", root=run_dir) as f:
             head = f.read(_TAIL_BYTES)
     except OSError:
         return None
@@ -234,7 +235,7 @@ def last_sign_of_life(run_dir: str | Path, lease: dict[str, Any] | None = None) 
 def _last_time(path: Path) -> float | None:
     """The largest ``t`` among the last lines of a JSON Lines file (its end only: files grow)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, root=path.parent) as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - _TAIL_BYTES))
             tail = f.read()

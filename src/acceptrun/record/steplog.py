@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import _json_default, loads_json, read_jsonl
 
 if TYPE_CHECKING:
@@ -542,10 +543,14 @@ class Segment:
         return np.dtype([(n, _NUMPY[c]) for n, c in self.columns])
 
 
-def read_segment_header(path: Path) -> Segment | str:
-    """A segment's header and record count, or why the file is not a segment."""
+def read_segment_header(path: Path, root: Path | None = None) -> Segment | str:
+    """A segment's header and record count, or why the file is not a segment.
+
+    Opened by :func:`~acceptrun._util.confined.open_regular` from ``root`` (the record;
+    default: the segment's folder): a link, a FIFO or a device is no segment.
+    """
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, root=path.parent if root is None else root) as f:
             head = f.read(len(MAGIC) + 4)
             if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
                 return f"{path}: not a step log segment (no {MAGIC!r} header)"
@@ -596,7 +601,7 @@ def segments(record_path: Path, attempt: int | None = None) -> tuple[list[Segmen
         except OSError:
             continue
         for p in files:
-            seg = read_segment_header(p)
+            seg = read_segment_header(p, Path(record_path))
             if isinstance(seg, str):
                 problems.append(seg)
             else:
@@ -843,7 +848,7 @@ class StepLog:
         if self._events is not None:
             source = self._events
         else:
-            source = read_jsonl(self.path / "events.jsonl")
+            source = read_jsonl(self.path / "events.jsonl", root=self.path)
         for ev in source:
             if _json_step(ev):
                 yield ev
@@ -872,7 +877,7 @@ class StepLog:
                         continue
                     dtype = seg.dtype()
                     done = 0
-                    with open(seg.path, "rb") as f:
+                    with open_regular(seg.path, root=seg.path.parent) as f:
                         while done < seg.count:
                             n = min(chunk, seg.count - done)
                             f.seek(seg.offset + done * seg.width)
@@ -954,7 +959,7 @@ class StepLog:
             if want <= 0:
                 break
             k = min(want, seg.count)
-            with open(seg.path, "rb") as f:
+            with open_regular(seg.path, root=seg.path.parent) as f:
                 f.seek(seg.offset + (seg.count - k) * seg.width)
                 raw = np.fromfile(f, dtype=seg.dtype(), count=k)
             out = _decode(seg, raw).events() + out
@@ -1000,7 +1005,7 @@ class StepTail:
             if count <= done:
                 continue
             n = min(count - done, limit)
-            with open(p, "rb") as f:
+            with open_regular(p, root=p.parent) as f:
                 f.seek(seg.offset + done * seg.width)
                 raw = np.fromfile(f, dtype=seg.dtype(), count=n)
             self._done[p] = done + int(raw.shape[0])

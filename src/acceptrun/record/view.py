@@ -101,7 +101,9 @@ class RecordView:
         In a record of format 2 these are every event but the steps, which are in the
         step log (:attr:`step_log`); a record of format 1 has its steps here too.
         """
-        return list(read_jsonl(self.record.events_path, damaged=self.damaged_lines))
+        return list(
+            read_jsonl(self.record.events_path, damaged=self.damaged_lines, root=self.record.path)
+        )
 
     @cached_property
     def step_log(self) -> StepLog:

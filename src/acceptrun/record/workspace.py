@@ -26,6 +26,7 @@ import secrets
 import shutil
 import socket
 import sqlite3
+import stat
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.confined import describe_mode
 from acceptrun._util.durable import (
     AppendLog,
     fsync_dir,
@@ -166,10 +168,25 @@ class RunRecord:
         write_json_atomic(self.path / name, obj)
 
     def read_json(self, name: str, default: Any = None) -> Any:
+        """A JSON file of the record, ``default`` when it is not there.
+
+        Read only as a regular file reached without a symlink below the record
+        (:func:`acceptrun._util.confined.open_regular`): anything else raises
+        :class:`~acceptrun.errors.UnsafeFileError` (a RecordError) naming it.
+        """
         path = self.path / name
-        if not path.exists():
+        if not os.path.lexists(path):  # a dangling link is not "missing": it is refused
             return default
-        return read_json(path)
+        return read_json(path, root=self.path)
+
+    def read_text(self, name: str, limit: int = 16 << 20) -> str:
+        """A text file of the record (the frozen spec.toml), at most ``limit`` bytes.
+
+        Read like :meth:`read_json`: a link, a FIFO or a device raises
+        :class:`~acceptrun.errors.UnsafeFileError`; a missing file FileNotFoundError, a
+        larger one ValueError, bytes that are not UTF-8 UnicodeDecodeError (a ValueError).
+        """
+        return read_bytes_bounded(self.path / name, limit, root=self.path).decode("utf-8")
 
     def event(
         self, kind: str, *, sync: bool = False, defer: bool = False, **fields: Any
@@ -229,7 +246,7 @@ class RunRecord:
         a reader of a long run reads ``StepLog(record.path)`` in chunks of arrays.
         """
         if kinds and "step" not in kinds:
-            for ev in read_jsonl(self.events_path):
+            for ev in read_jsonl(self.events_path, root=self.path):
                 if ev.get("kind") in kinds:
                     yield ev
             return
@@ -343,10 +360,15 @@ class Workspace:
         """
         if not self.runs_dir.is_dir():
             return []
+        # A symlink in runs/ is no run acceptrun made (it creates each by a rename): it
+        # would lead every reader out of the workspace, so it is not a run.
         dirs = [
             p
             for p in self.runs_dir.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and (p / "run.json").exists()
+            if not p.is_symlink()
+            and p.is_dir()
+            and not p.name.startswith(".")
+            and (p / "run.json").exists()
         ]
         tied = {s for s, n in Counter(p.name[:15] for p in dirs).items() if n > 1}
 
@@ -355,7 +377,7 @@ class Workspace:
             if p.name[:15] in tied:
                 with contextlib.suppress(OSError, ValueError, AttributeError):
                     created = str(
-                        loads_json(read_bytes_bounded(p / "run.json")).get("created_at", "")
+                        loads_json(read_bytes_bounded(p / "run.json", root=p)).get("created_at", "")
                     )
             return (p.name[:15], created, p.name)
 
@@ -373,6 +395,11 @@ class Workspace:
         """A run by id, unique prefix, unique name suffix, or ``latest``."""
         ids = self.run_ids()
         named = bool(ref) and "/" not in ref and not ref.startswith(".")  # a name, not a path
+        if named and ref not in ids and (self.runs_dir / ref).is_symlink():
+            raise RecordError(
+                f"{self.runs_dir / ref} is a symbolic link, not a run record acceptrun made; "
+                "it is not followed. Remove the link (or move the record itself into runs/)."
+            )
         if named and ref not in ids and (self.runs_dir / ref).is_dir():
             raise RecordError(  # a run directory that lost its run.json: say so, not "no run"
                 f"{self.runs_dir / ref / 'run.json'} is missing; this run record is damaged. "
@@ -401,8 +428,23 @@ class Workspace:
 
     # ---- index --------------------------------------------------------------------------
 
+    def index_problem(self) -> str | None:
+        """What index.sqlite is when it is not a regular file (a symlink, a directory, a
+        FIFO, a device), else None. SQLite would follow a link and write its pages into
+        whatever the link names, or block on a FIFO: such an index is never opened."""
+        try:
+            mode = os.lstat(self.index_path).st_mode
+        except FileNotFoundError:
+            return None
+        return None if stat.S_ISREG(mode) else describe_mode(mode)
+
     def _connect(self, path: Path | None = None) -> sqlite3.Connection:
         path = path or self.index_path
+        if path == self.index_path and (what := self.index_problem()):
+            raise WorkspaceError(
+                f"{path} is {what}, not the index acceptrun writes; it is not opened. "
+                "`acceptrun index rebuild` moves it aside and writes a new index."
+            )
         conn = sqlite3.connect(path, timeout=30, isolation_level=None)
         try:
             migrate(conn, path, INDEX_MIGRATIONS)
@@ -444,14 +486,26 @@ class Workspace:
         """
         self.index_note = None
         try:
-            if not self.index_path.exists():
+            if not os.path.lexists(self.index_path):
                 self.rebuild_index()
             with contextlib.closing(self._connect()) as conn:
                 rows = conn.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
-        except (sqlite3.OperationalError, OSError) as exc:  # unwritable, not damage
+        except (sqlite3.DatabaseError, WorkspaceError, OSError) as exc:
+            if (
+                isinstance(exc, WorkspaceError)
+                and exc.__cause__ is None
+                and not self.index_problem()
+            ):
+                raise  # an index of a newer release: upgrading is the fix, said by the error
+            cause = exc.__cause__ if isinstance(exc.__cause__, sqlite3.Error) else exc
+            if isinstance(cause, sqlite3.OperationalError | OSError):  # unwritable, not damage
+                fix = "On a writable copy, `acceptrun index rebuild` recreates it."
+            else:  # damaged, or not a regular file
+                fix = "`acceptrun index rebuild` sets it aside and writes a new one."
+            problem = str(exc).split(";")[0].removeprefix(f"{self.index_path} ")
             self.index_note = (
-                f"{self.index_path} cannot be used ({exc}); runs listed from their "
-                "directories. On a writable copy, `acceptrun index rebuild` recreates it."
+                f"{self.index_path} cannot be used ({problem}); runs listed from their "
+                f"directories. {fix}"
             )
             return self._rows_from_records()
         return [IndexRow(*r) for r in rows]
@@ -473,10 +527,15 @@ class Workspace:
         lost to the rebuild. An index SQLite cannot open is rebuilt beside it and renamed
         over it (nothing can be writing to a file that is not a database).
         """
+        if self.index_problem():  # a link, a directory, a FIFO: never opened, set aside
+            return self._rebuild_beside()
         try:
             conn = self._connect()
-        except sqlite3.OperationalError:
-            raise  # locked past the timeout, or unwritable: not a damaged file
+        except sqlite3.OperationalError as exc:  # locked past the timeout, or unwritable
+            raise WorkspaceError(
+                f"cannot rebuild {self.index_path}: {exc}. Wait for the command holding it "
+                "to finish, or make the workspace writable, and run it again."
+            ) from exc
         except sqlite3.DatabaseError:  # "file is not a database" and other damage
             return self._rebuild_beside()
         try:
@@ -494,6 +553,12 @@ class Workspace:
         return count, skipped
 
     def _rebuild_beside(self) -> tuple[int, list[str]]:
+        """Build a new index beside the bad one, move the bad one aside, rename the new in.
+
+        The bad one (a damaged file, a directory, a link: maybe not acceptrun's) is
+        renamed, never deleted: ``index.sqlite.bad-<unix seconds>``, said in
+        :attr:`index_note`. A link is moved as the link; what it points to is untouched.
+        """
         tmp = self.index_path.with_name(f".index-{os.getpid()}.sqlite")
         tmp.unlink(missing_ok=True)
         conn = self._connect(tmp)
@@ -503,7 +568,13 @@ class Workspace:
         finally:
             conn.close()
         # A rollback journal of the damaged file must not be applied to the new one.
-        self.index_path.with_name(self.index_path.name + "-journal").unlink(missing_ok=True)
+        journal = self.index_path.with_name(self.index_path.name + "-journal")
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            journal.unlink()
+        aside = self.index_path.with_name(f"{self.index_path.name}.bad-{int(time.time())}")
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self.index_path, aside)
+            self.index_note = f"the unusable index was moved aside to {aside}"
         os.replace(tmp, self.index_path)
         return count, skipped
 
