@@ -85,16 +85,24 @@ class Owned:
 
     workspaces: list[Listed]
     others: int
+    bad: int = 0  # entries skipped: not an absolute path, a NUL or control character in it
 
     def note(self) -> str | None:
-        """``2 workspaces of other users left out``, or None."""
-        if not self.others:
-            return None
-        noun = "workspace" if self.others == 1 else "workspaces"
-        return (
-            f"{self.others} {noun} of other users left out (listed in "
-            f"{config_dir() / FILE}, owned by someone else)"
-        )
+        """``2 workspaces of other users left out``, and bad entries skipped, or None."""
+        notes = []
+        if self.others:
+            noun = "workspace" if self.others == 1 else "workspaces"
+            notes.append(
+                f"{self.others} {noun} of other users left out (listed in "
+                f"{config_dir() / FILE}, owned by someone else)"
+            )
+        if self.bad:
+            noun = "entry" if self.bad == 1 else "entries"
+            notes.append(
+                f"{self.bad} {noun} of {config_dir() / FILE} skipped: not an absolute path, or "
+                "holding a NUL or control character; fix or remove them in that file"
+            )
+        return "; ".join(notes) or None
 
 
 def config_dir() -> Path:
@@ -113,36 +121,49 @@ def project_name(workspace_root: Path) -> str:
     return root.parent.name if root.name == ".acceptrun" else root.name
 
 
-def listed() -> list[Listed]:
+def listed(bad: list[str] | None = None) -> list[Listed]:
     """The listed workspaces, most recently used first; an unreadable list is empty.
 
-    Raises :class:`RegistryRefused` when the list or its directory is not the user's own.
+    An entry that cannot be a workspace's path (not a string, not absolute, a NUL or
+    another control character in it: the OS refuses a NUL, and a terminal acts on the
+    others) is skipped, and described in ``bad`` when given. Raises
+    :class:`RegistryRefused` when the list or its directory is not the user's own.
     """
     directory = config_dir()
     _check_own(directory)
     entries = _read(directory / FILE)
     out = []
-    for e in entries:
-        with contextlib.suppress(KeyError, TypeError, ValueError):
+    for i, e in enumerate(entries, 1):
+        try:
+            path = e["path"]
+            if not isinstance(path, str) or not path.startswith("/") or not path.isprintable():
+                raise ValueError(f"entry {i}: its path is not an absolute path of printable text")
+            project = e.get("project")
+            project = project if isinstance(project, str) and project.isprintable() else None
             out.append(
                 Listed(
-                    Path(e["path"]), str(e.get("project") or project_name(Path(e["path"]))),
+                    Path(path), project or project_name(Path(path)),
                     float(e.get("added_at", 0.0)), float(e.get("last_used", 0.0)),
                 )
             )  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            if bad is not None:
+                bad.append(str(exc) if isinstance(exc, ValueError) else f"entry {i}: {exc!r}")
     return sorted(out, key=lambda x: -x.last_used)
 
 
 def owned() -> Owned:
     """The listed workspaces the user owns (a missing one too: readers note it is gone),
     and the count of those that belong to other users, left out."""
-    mine, others = [], 0
-    for entry in listed():
+    mine: list[Listed] = []
+    bad: list[str] = []
+    others = 0
+    for entry in listed(bad):
         if entry.of_another_user:
             others += 1
         else:
             mine.append(entry)
-    return Owned(mine, others)
+    return Owned(mine, others, len(bad))
 
 
 def remember(workspace_root: Path) -> None:
@@ -154,7 +175,7 @@ def remember(workspace_root: Path) -> None:
     now = time.time()
     try:
         with _locked() as path:
-            entries = _read(path)
+            entries = _read(path, set_aside=True)
             for e in entries:
                 if e.get("path") == str(root):
                     if now - float(e.get("last_used", 0.0)) < REFRESH_S:
@@ -183,7 +204,7 @@ def forget(workspace_root: Path) -> bool:
     """Drop a workspace from the list; True when it was listed."""
     root = str(Path(workspace_root).resolve())
     with _locked() as path:
-        entries = _read(path)
+        entries = _read(path, set_aside=True)
         kept = [e for e in entries if e.get("path") != root]
         if len(kept) == len(entries):
             return False
@@ -250,13 +271,22 @@ def _locked() -> Iterator[Path]:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def _read(path: Path, *, set_aside: bool = False) -> list[dict[str, Any]]:
+    """The list's entries; a damaged list is ignored with a warning, and with
+    ``set_aside`` (a write follows) renamed to ``workspaces.json.damaged-<unix seconds>``
+    first: what the user wrote is kept, never overwritten."""
     if not path.is_file():
         return []
     try:
         doc = read_json(path)
-    except (RecordError, OSError, ValueError):
-        _warn(f"{path} is not valid JSON; it is ignored and rewritten with the next workspace")
+    except (RecordError, OSError, ValueError) as exc:
+        why = str(exc).split(";")[0].removeprefix(f"{path} ")
+        if set_aside:
+            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+            os.rename(path, aside)
+            _warn(f"{path} {why}; it was moved aside to {aside} and a new list started")
+        else:
+            _warn(f"{path} {why}; it is ignored. Fix it, or the next run moves it aside")
         return []
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         return []
