@@ -33,6 +33,7 @@ from typing import Any
 
 from acceptrun._util.git import run_git
 from acceptrun._util.hashing import hash_file
+from acceptrun._util.paths import inside
 from acceptrun.errors import GitError
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec, load_spec
@@ -232,7 +233,7 @@ def check_spec(spec: RunSpec, *, home: Path | None) -> list[Finding]:
     absolute path is a finding and a relative one travels with the spec file.
     """
     out: list[Finding] = []
-    if home is None or not _under(spec.workdir_path, home):
+    if home is None or not inside(home, spec.workdir_path):
         out += _path_findings(
             "workdir", spec.workdir if home is None else str(spec.workdir_path), home
         )
@@ -269,13 +270,6 @@ def check_spec(spec: RunSpec, *, home: Path | None) -> list[Finding]:
 # ---- values: paths, buckets, images ------------------------------------------------------------
 
 
-def _under(path: str | Path, home: Path) -> bool:
-    try:
-        return Path(path).resolve().is_relative_to(home.resolve())
-    except (OSError, ValueError):
-        return False
-
-
 def _mount_of(path: str) -> tuple[str, str] | None:
     p = PurePosixPath(path)
     for mount, why in PROVIDER_MOUNTS:
@@ -294,7 +288,7 @@ def _path_findings(where: str, value: str, home: Path | None) -> list[Finding]:
         ]  # fmt: skip
     if not path.startswith("/"):
         return []
-    if home is not None and _under(path, home):
+    if home is not None and inside(home, path):
         return []
     mount = _mount_of(path)
     if mount is not None:
@@ -409,9 +403,9 @@ def _data_findings(spec: RunSpec, home: Path | None) -> list[Finding]:
         local = "://" not in value
         travels = local and (
             (home is None and not value.startswith(("/", "~")))
-            or (home is not None and _under(value, home) and _tracked(value, home))
+            or (home is not None and inside(home, value) and _tracked(value, home))
         )
-        in_checkout = home is not None and _under(value, home) and (home / ".git").exists()
+        in_checkout = home is not None and inside(home, value) and (home / ".git").exists()
         if local and not travels and not in_checkout:  # in a checkout: _git_data_findings
             out.append(
                 Finding(WARNING, "data", "data.path", value,

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.paths import inside
 from acceptrun.checkpoint.files import put_back, sources_of
 from acceptrun.checkpoint.owner import open_run_store
 from acceptrun.checkpoint.store import CheckpointInfo
@@ -294,7 +295,7 @@ def _watched_plan(record: RunRecord, spec: RunSpec, info: CheckpointInfo) -> dic
             '(e.g. ["--init_from=resume"] or ["--resume", "{checkpoint}"]) in the spec'
         )
     workdir = spec.workdir_path
-    if prog.tensorboard is not None and not _inside(workdir / prog.tensorboard, workdir):
+    if prog.tensorboard is not None and not inside(workdir, workdir / prog.tensorboard):
         raise UserError(
             f"progress.tensorboard = {prog.tensorboard!r} is outside the working directory "
             f"{workdir}: the drill runs in a scratch copy of the working directory and would "
@@ -306,7 +307,7 @@ def _watched_plan(record: RunRecord, spec: RunSpec, info: CheckpointInfo) -> dic
         rel = rel_meta.get(name) if isinstance(rel_meta, dict) else None
         if rel is None:
             source = Path(str(entry.get("path")))
-            if not _inside(source, workdir):
+            if not inside(workdir, source):
                 raise UserError(
                     f"checkpoint step {info.step} of run {record.run_id} was captured from "
                     f"{source}, outside the working directory {workdir}: the drill restores "
@@ -317,10 +318,6 @@ def _watched_plan(record: RunRecord, spec: RunSpec, info: CheckpointInfo) -> dic
             rel = source.resolve().relative_to(workdir).as_posix()
         plan[name] = str(rel)
     return plan
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return path.resolve().is_relative_to(root.resolve())
 
 
 def _watched_drill(
