@@ -13,15 +13,17 @@ or gives ``cost.price_per_hour`` directly::
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
 from dataclasses import dataclass, replace
 from importlib.resources import files
 from pathlib import Path
 from typing import ClassVar
 
-from acceptrun.errors import UserError
+from acceptrun._util.durable import read_bytes_bounded
+from acceptrun.errors import UnsafeFileError, UserError
 from acceptrun.spec.fields import build, check_fields
-from acceptrun.spec.load import loads_toml, toml_error
+from acceptrun.spec.load import MAX_TOML_BYTES, loads_toml, toml_error
 from acceptrun.spec.model import CostSpec, doc
 
 __all__ = [
@@ -188,15 +190,31 @@ def load_catalog(workspace_root: Path | None = None) -> Catalog:
     ]
     if workspace_root is not None:
         override = Path(workspace_root) / PRICES_FILE
-        if override.is_file():
-            try:
-                sources.append((str(override), override.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UserError(f"{override}: cannot be read ({exc})") from None
+        if os.path.lexists(override):
+            sources.append((str(override), _read_override(Path(workspace_root), override)))
     for name, text in sources:
         for price in _parse(text, name):
             by_key[(price.provider, price.instance)] = price
     return Catalog(list(by_key.values()))
+
+
+def _read_override(root: Path, path: Path) -> str:
+    """The workspace's prices.toml as text: a regular file of the workspace only (a link,
+    a FIFO, a device is refused unread, see acceptrun._util.confined), within the size
+    limit of a TOML file, UTF-8."""
+    try:
+        return read_bytes_bounded(path, MAX_TOML_BYTES, root=root).decode("utf-8")
+    except UnsafeFileError as exc:
+        raise UserError(
+            f"{path}: is {exc.what}, not a regular file, so it is not read; replace it with "
+            f"a prices file (fields as in the packaged acceptrun/cost/{PRICES_FILE}) or remove it"
+        ) from None
+    except ValueError as exc:  # too large, or not UTF-8
+        raise UserError(f"{path}: cannot be read as TOML ({exc}); fix or remove it") from None
+    except OSError as exc:
+        raise UserError(
+            f"{path}: cannot be read ({exc.strerror or exc}); fix or remove it"
+        ) from None
 
 
 def _parse(text: str, source: str) -> list[Price]:

@@ -12,9 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import MAX_JSON_DEPTH, deeper_than
 from acceptrun._util.redact import learn_spec
-from acceptrun.errors import SpecError
+from acceptrun.errors import SpecError, UnsafeFileError
 from acceptrun.spec.fields import build
 
 if TYPE_CHECKING:
@@ -55,16 +56,31 @@ def loads_toml(text: str) -> dict[str, Any]:
 
 
 def load_spec(path: str | Path) -> RunSpec:
-    """Read, parse and validate a spec file; raises :class:`SpecError` with every problem."""
+    """Read, parse and validate a spec file; raises :class:`SpecError` with every problem.
+
+    Only a regular file is read (:func:`acceptrun._util.confined.open_regular`): a FIFO
+    would block the command for ever, a device never ends. A spec the user names may be a
+    symlink; a run record's frozen spec (``spec.toml`` beside its ``run.json``) is a record
+    file, and is never read through one.
+    """
     path = Path(path)
+    frozen = path.name == "spec.toml" and (path.parent / "run.json").exists()
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, root=path.parent if frozen else None) as f:
             data = f.read(MAX_TOML_BYTES + 1)  # a huge file costs no more than the limit
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(str(path), ["file not found; create one with `acceptrun init`"]) from None
-    except IsADirectoryError:
-        raise SpecError(str(path), ["is a directory; give the path of a .toml spec file"]) from None
+    except UnsafeFileError as exc:
+        if exc.what == "a directory":
+            why = "is a directory; give the path of a .toml spec file"
+        else:
+            why = f"is {exc.what}, not a regular file: it is not read; give the spec file itself"
+        raise SpecError(str(path), [why]) from None
+    except OSError as exc:  # no permission, an I/O error
+        raise SpecError(
+            str(path), [f"cannot be read ({exc.strerror or exc}); check its permissions"]
+        ) from None
     except UnicodeDecodeError as exc:
         raise SpecError(
             str(path), [f"is not UTF-8 text ({exc.reason} at byte {exc.start})"]
