@@ -37,7 +37,7 @@ from typing import BinaryIO
 from acceptrun._util.paths import escape_problem
 from acceptrun.errors import UnsafeFileError
 
-__all__ = ["describe_mode", "open_regular", "unsafe_entry"]
+__all__ = ["describe_mode", "open_regular"]
 
 _READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 _DIR = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -141,18 +141,3 @@ def open_regular(
     except BaseException:
         os.close(fd)
         raise
-
-
-def unsafe_entry(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> str | None:
-    """What ``path`` (under ``root``) is when :func:`open_regular` would refuse it, else None.
-
-    For listings that name such an entry without opening it (a bundle's manifest says
-    "a symbolic link, not followed"). A missing file is None: nothing to say.
-    """
-    try:
-        with open_regular(path, root=root):
-            return None
-    except UnsafeFileError as exc:
-        return exc.what
-    except OSError:
-        return None
