@@ -46,17 +46,25 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from acceptrun._util import logpump
+from acceptrun._util.controls import control_named
 from acceptrun._util.redact import learn_spec, redact_text, secret_values
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.ui import pages
 from acceptrun.ui.assets import BOARD_CSS, LIVE_JS
 from acceptrun.ui.board import Board, RunFilter
+from acceptrun.ui.limits import (
+    FieldCountError,
+    RequestLimits,
+    check_field_count,
+    report_error,
+    went_away,
+)
 
 __all__ = ["PARAMS", "ROUTES", "BoardServer", "Route", "is_loopback", "make_server"]
 
@@ -198,6 +206,9 @@ class BoardServer(ThreadingHTTPServer):
         self.stopping.set()
         super().shutdown()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        report_error(client_address)  # one line, never a traceback (ui/limits.py)
+
 
 def make_server(
     board: Board, host: str = "127.0.0.1", port: int = 0, token: str = ""
@@ -220,7 +231,7 @@ class Refused(Exception):
         self.status = status
 
 
-class BoardHandler(BaseHTTPRequestHandler):
+class BoardHandler(RequestLimits):
     server: BoardServer
     server_version = "acceptrun-ui"
     sys_version = ""
@@ -336,8 +347,8 @@ class BoardHandler(BaseHTTPRequestHandler):
             for chunk in feed:
                 self.wfile.write(_redacted(chunk, "text/event-stream", self.server.token))
                 self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            return  # the browser left the page
+        except OSError as exc:  # the browser left the page
+            went_away(self.client_address, exc)
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -358,7 +369,8 @@ class BoardHandler(BaseHTTPRequestHandler):
                     414, f"the address is {len(self.path)} characters long (at most {MAX_PATH})"
                 )
             url = urlsplit(self.path)
-            query = parse_qs(url.query, max_num_fields=200)
+            check_field_count(url.query, "the query")
+            query = parse_qs(url.query)
             path, prefixed = url.path, False
             if path == self.server.prefix or path.startswith(self.server.prefix + "/"):
                 path, prefixed = path[len(self.server.prefix) :] or "/", True
@@ -373,7 +385,9 @@ class BoardHandler(BaseHTTPRequestHandler):
                     raise Refused(400, f"Content-Length {text[:40]!r} is not a byte count")
                 if int(text) > MAX_FORM_BYTES:
                     raise Refused(413, "form too large")
-                form = parse_qs(self.rfile.read(int(text)).decode("utf-8", errors="replace"))
+                body = self.rfile.read(int(text)).decode("utf-8", errors="replace")
+                check_field_count(body, "the form")
+                form = parse_qs(body)
                 self._check_post(form)
                 self._post(parts, form)
                 return
@@ -395,10 +409,12 @@ class BoardHandler(BaseHTTPRequestHandler):
             self._get(parts, query, token)
         except Refused as exc:
             self._error(exc.status, str(exc))
+        except FieldCountError as exc:
+            self._error(400, str(exc))
         except AcceptrunError as exc:
             self._error(404, f"{type(exc).__name__}: {exc}")
-        except (BrokenPipeError, ConnectionResetError):
-            return
+        except OSError as exc:  # the client reset the connection while we answered
+            went_away(self.client_address, exc)
         except Exception as exc:  # one broken record must not take the board down
             self._error(500, f"{type(exc).__name__}: {exc}")
 
@@ -552,8 +568,10 @@ def _check_query(query: dict[str, list[str]]) -> None:
         for value in values:
             if len(value) > high:
                 raise Refused(400, f"{key[:40]!r}: {len(value)} characters (at most {high})")
-            if any(c < " " and c not in "\t" for c in value):
-                raise Refused(400, f"{key[:40]!r}: control characters are not allowed")
+            if found := control_named(value.replace("\t", " ")):
+                raise Refused(
+                    400, f"{key[:40]!r}: control characters are not allowed ({found}); remove it"
+                )
 
 
 def _ref(text: str) -> tuple[int, str]:
