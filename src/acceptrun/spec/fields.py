@@ -119,7 +119,7 @@ FORMATS: dict[str, Format] = {
         pattern_problem,  # user patterns run on RE2, in linear time (_util/userregex.py)
         {"format": "regex"},
         invalid="(unclosed",
-        words="regular expression",
+        words="RE2 regular expression",
     ),
     "version-pattern": Format(
         VERSION_PATTERN_HELP,

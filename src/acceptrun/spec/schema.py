@@ -109,7 +109,9 @@ def reference_markdown() -> str:
         'sync. Durations are seconds as a number, or strings such as `"90s"`, `"10m"`,',
         '`"2h"`, `"1h30m"`. Relative paths are relative to the spec file. The type column',
         "shows each field's constraints (bounds, allowed values, formats, units): `acceptrun",
-        "spec check` enforces them and `acceptrun spec schema` states them.",
+        "spec check` enforces them and `acceptrun spec schema` states them. Regular",
+        "expressions run on RE2, in time linear in the line: lookaround, backreferences and",
+        "possessive quantifiers are refused, `\\d` and `\\w` are ASCII only (docs/own-script.md).",
         "",
     ]
 
