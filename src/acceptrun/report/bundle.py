@@ -3,7 +3,11 @@
 ``acceptrun bundle RUN -o FILE`` gathers what someone away from the machine needs to
 judge a failure: provenance, the spec, events, each attempt's exit record and stderr
 tail, telemetry and the GPU timeline drawn from it, the verdict, the cost ledger, the
-report, and the checkpoints' manifests (never the tensors). Every file passes through
+report, and the checkpoints' manifests (never the tensors). Every file is read through
+:func:`acceptrun._util.confined.open_regular` from the record (or the checkpoint store):
+a symlink, a FIFO, a device or a directory where a file belongs is never followed nor
+read, and is listed in ``MANIFEST.json`` under ``not_followed`` by its name and what it
+is ("a symbolic link, not followed"), never by its target. Every file passes through
 the one redactor (:mod:`acceptrun._util.redact`) with the run's own secrets learned from
 its frozen spec, so a token the spec hands the workload is hidden wherever the workload
 printed it. ``MANIFEST.json`` holds each file's size and sha256, and what was left out;
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tarfile
 import tempfile
 import time
@@ -30,9 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from acceptrun._util.durable import MAX_JSONL_LINE_BYTES, read_json, read_jsonl, write_atomic
+from acceptrun._util.confined import open_regular
+from acceptrun._util.durable import (
+    MAX_JSONL_LINE_BYTES,
+    read_json,
+    read_jsonl,
+    write_atomic,
+)
+from acceptrun._util.paths import inside
 from acceptrun._util.redact import learn, learn_spec, redact_obj, redact_text
-from acceptrun.errors import AcceptrunError, UserError
+from acceptrun.errors import AcceptrunError, UnsafeFileError, UserError
 from acceptrun.notify.secrets import kept_secret_values
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, now_iso
@@ -100,6 +112,7 @@ class Bundle:
     path: Path
     files: list[dict[str, Any]] = field(default_factory=list)  # path, bytes, sha256
     left_out: list[str] = field(default_factory=list)
+    not_followed: list[dict[str, str]] = field(default_factory=list)  # path, what (a link...)
     bytes: int = 0
 
 
@@ -114,7 +127,7 @@ def check_output(path: Path, record: RunRecord, *, force: bool) -> Path:
         )
     if not path.parent.is_dir():
         raise UserError(f"-o {path}: the folder {path.parent} does not exist; create it first")
-    if path.resolve().is_relative_to(record.path.resolve()):
+    if inside(record.path, path):
         raise UserError(
             f"-o {path}: inside the run's record {record.path}; write the bundle elsewhere, "
             f"e.g. -o {record.run_id}.tar.gz"
@@ -124,9 +137,9 @@ def check_output(path: Path, record: RunRecord, *, force: bool) -> Path:
     return path
 
 
-def _tail(path: Path, limit: int = TAIL_BYTES) -> tuple[str, bool]:
+def _tail(path: Path, root: Path, limit: int = TAIL_BYTES) -> tuple[str, bool]:
     """The last ``limit`` bytes of a log as text, and whether it was cut."""
-    with path.open("rb") as f:
+    with open_regular(path, root=root) as f:
         f.seek(0, 2)
         size = f.tell()
         f.seek(max(0, size - limit))
@@ -140,11 +153,12 @@ def _json_text(obj: Any) -> str:
     return json.dumps(redact_obj(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
-def _blocks(path: Path, line_limit: int = MAX_JSONL_LINE_BYTES) -> Iterator[str]:
-    """A text file in blocks of whole lines (about CHUNK bytes each): a secret never
-    spans lines (every form the redactor knows stops at a line break). A line longer
-    than ``line_limit`` (the record readers' own limit) is replaced by a line saying so."""
-    with path.open("rb") as f:
+def _blocks(f: IO[bytes], line_limit: int = MAX_JSONL_LINE_BYTES) -> Iterator[str]:
+    """An open text file in blocks of whole lines (about CHUNK bytes each), closed at the
+    end: a secret never spans lines (every form the redactor knows stops at a line
+    break). A line longer than ``line_limit`` (the record readers' own limit) is replaced
+    by a line saying so."""
+    with f:
         rest, skipping = b"", 0
         while block := f.read(CHUNK):
             if skipping:  # inside an over-long line: drop up to its end
@@ -176,11 +190,13 @@ class _Writer:
     archive is packed from the scratch copies once every file is there.
     """
 
-    def __init__(self, scratch: Path) -> None:
+    def __init__(self, scratch: Path, root: Path) -> None:
         self.scratch = scratch
+        self.root = root  # the record: files are read from it, no link below it followed
         self.files: list[dict[str, Any]] = []  # path, bytes, sha256, in the archive's order
         self.holds: list[str] = []
         self.left_out: list[str] = []
+        self.not_followed: list[dict[str, str]] = []  # path, what: never read
 
     def add(self, name: str, text: str | Iterable[str], what: str) -> None:
         """Add ``name`` with ``text`` (or its blocks). One mechanism: every byte of the
@@ -197,22 +213,42 @@ class _Writer:
         self.files.append({"path": name, "bytes": size, "sha256": digest.hexdigest()})
         self.holds.append(f"  {name}: {what}")
 
-    def add_file(self, name: str, source: Path, what: str) -> None:
-        """Add a copy of ``source`` (as written: a damaged line stays evidence), redacted."""
-        self.add(name, _blocks(source), what)
+    def refuse(self, name: str, exc: UnsafeFileError) -> None:
+        """List a file that is not a regular one of the record by its name and what it is:
+        never its content, nor where a link leads (that path may show a home's layout)."""
+        self.not_followed.append({"path": name, "what": exc.what})
+        self.left_out.append(f"{name}: {exc.what}, not followed")
+
+    def add_file(self, name: str, source: Path, what: str, *, root: Path | None = None) -> None:
+        """Add a copy of ``source`` (as written: a damaged line stays evidence), redacted;
+        read from ``root`` (default: the record) without following a link."""
+        try:
+            f = open_regular(source, root=self.root if root is None else root)
+        except UnsafeFileError as exc:
+            self.refuse(name, exc)
+            return
+        except OSError as exc:
+            self.left_out.append(f"{name}: cannot be read ({exc.strerror or exc})")
+            return
+        self.add(name, _blocks(f), what)
 
     def add_json(self, name: str, source: Path, what: str) -> None:
         """Add a record's JSON file, re-written redacted; a damaged one as it is, said so:
         a damaged record is when support needs the bundle most."""
         try:
-            self.add(name, _json_text(read_json(source)), what)
+            self.add(name, _json_text(read_json(source, root=self.root)), what)
+        except UnsafeFileError as exc:
+            self.refuse(name, exc)
         except (AcceptrunError, OSError) as exc:
             self.damaged(name, source, what, exc)
 
     def damaged(self, name: str, source: Path, what: str, exc: Exception) -> None:
+        if isinstance(exc, UnsafeFileError):
+            self.refuse(name, exc)
+            return
         why = str(exc).splitlines()[0][:300]
         try:
-            size = source.stat().st_size
+            size = os.lstat(source).st_size
         except OSError:
             size = None
         if size is not None and size <= MAX_RAW_COPY:
@@ -222,37 +258,38 @@ class _Writer:
 
 
 def _gather(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
-    from acceptrun.spec.load import loads_toml
+    from acceptrun.spec.load import MAX_TOML_BYTES, loads_toml
 
     # The values of its secret fields (a webhook URL), which its frozen spec leaves out,
     # are hidden wherever the workload printed them too.
     learn(kept_secret_values(record))
     try:
         # its [env] secrets are hidden wherever the workload printed them
-        learn_spec(loads_toml(record.spec_path.read_text(encoding="utf-8")))
+        learn_spec(loads_toml(record.read_text("spec.toml", MAX_TOML_BYTES)))
         out.add_file("spec.toml", record.spec_path, _WHAT["spec.toml"])
-    except (AcceptrunError, OSError, UnicodeDecodeError) as exc:
+    except (AcceptrunError, OSError, ValueError) as exc:  # ValueError: too large, not UTF-8
         out.damaged("spec.toml", record.spec_path, _WHAT["spec.toml"], exc)
+    # lexists, not is_file: a link (even a dangling one) is listed as not followed.
     for name in RECORD_JSON:
         p = record.file(name)
-        if p.is_file():
+        if os.path.lexists(p):
             out.add_json(name, p, _WHAT[name])
         else:
             out.left_out.append(f"{name}: not in the record (this run wrote none)")
     for name in RECORD_JSONL:
-        if record.file(name).is_file():
+        if os.path.lexists(record.file(name)):
             out.add_file(name, record.file(name), _WHAT[name])
-    if record.telemetry_path.is_file():
+    if record.telemetry_path.is_file() and not record.telemetry_path.is_symlink():
         gpu = (
             json.dumps(x, sort_keys=True, default=str) + "\n"
-            for x in read_jsonl(record.telemetry_path)
+            for x in read_jsonl(record.telemetry_path, root=record.path)
             if x.get("kind") in GPU_KINDS
         )
         out.add("gpu_timeline.jsonl", gpu, _WHAT["gpu_timeline.jsonl"])
     else:
-        out.left_out.append("telemetry.jsonl, gpu_timeline.jsonl: the run recorded no telemetry")
+        out.left_out.append("gpu_timeline.jsonl: the run recorded no telemetry to draw it from")
     _ledger(record, out)
-    if record.file("report.html").is_file():
+    if os.path.lexists(record.file("report.html")):
         out.add_file("report.html", record.file("report.html"), _WHAT["report.html"])
     _attempts(record, out, include_logs=include_logs)
     _manifests(record, out)
@@ -285,7 +322,7 @@ def _attempts(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
     for n in numbers:
         d = record.attempt_dir(n)
         for name in ATTEMPT_JSON:
-            if (d / name).is_file():
+            if os.path.lexists(d / name):
                 what = (
                     "how the attempt ended: class, evidence, work lost"
                     if name == "exit.json"
@@ -293,13 +330,23 @@ def _attempts(record: RunRecord, out: _Writer, *, include_logs: bool) -> None:
                 )
                 out.add_json(f"attempts/{n}/{name}", d / name, what)
         err = d / "stderr.log"
-        if err.is_file():
-            text, cut = _tail(err)
-            what = f"the last {TAIL_BYTES // 1024} KiB of stderr" if cut else "the whole of stderr"
-            out.add(f"attempts/{n}/stderr.tail.log", text, what)
+        if os.path.lexists(err):
+            try:
+                text, cut = _tail(err, record.path)
+            except UnsafeFileError as exc:
+                out.refuse(f"attempts/{n}/stderr.log", exc)
+            except OSError as exc:
+                out.left_out.append(f"attempts/{n}/stderr.log: cannot be read ({exc.strerror})")
+            else:
+                what = (
+                    f"the last {TAIL_BYTES // 1024} KiB of stderr" if cut else "the whole of stderr"
+                )
+                out.add(f"attempts/{n}/stderr.tail.log", text, what)
         if include_logs:
             for name in ("stdout.log", "stderr.log"):
-                if (d / name).is_file():
+                if os.path.lexists(d / name) and not any(
+                    r["path"] == f"attempts/{n}/{name}" for r in out.not_followed
+                ):
                     what = f"the whole {name} (--include-logs)"
                     out.add_file(f"attempts/{n}/{name}", d / name, what)
     if not include_logs and numbers:
@@ -320,11 +367,14 @@ def _manifests(record: RunRecord, out: _Writer) -> None:
         out.left_out.append(f"checkpoint manifests: the store was not found ({exc})")
         return
     found = sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
+    # No link below the record (a store inside it), or below a store outside it, is followed.
+    confined = record.path if root.is_relative_to(record.path) else root
     for p in found:
         out.add_file(
             f"checkpoints/{p.parent.name}/{MANIFEST}",
             p,
             "a checkpoint's manifest: its files, sizes and digests (no tensors)",
+            root=confined,
         )
     if not found:
         out.left_out.append("checkpoint manifests: the run left no checkpoint in its store")
@@ -344,7 +394,7 @@ def build_bundle(record: RunRecord, path: Path, *, include_logs: bool = False) -
     except (AcceptrunError, OSError):  # run.json damaged: the bundle copies it, says so
         state = {}
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.scratch-", dir=path.parent) as tmp:
-        out = _Writer(Path(tmp) / "files")
+        out = _Writer(Path(tmp) / "files", record.path)
         _gather(record, out, include_logs=include_logs)
         manifest = {
             **stamp(),
@@ -354,6 +404,7 @@ def build_bundle(record: RunRecord, path: Path, *, include_logs: bool = False) -
             "include_logs": include_logs,
             "files": out.files,
             "left_out": out.left_out,
+            "not_followed": out.not_followed,
             "redaction": "every file passed acceptrun._util.redact (redact_text; JSON also redact_obj)",
         }
         readme = BUNDLE_README.format(
@@ -383,4 +434,7 @@ def build_bundle(record: RunRecord, path: Path, *, include_logs: bool = False) -
                         tar.addfile(info, data)
 
         write_atomic(path, write)
-    return Bundle(path=path, files=out.files, left_out=out.left_out, bytes=path.stat().st_size)
+    return Bundle(
+        path=path, files=out.files, left_out=out.left_out, not_followed=out.not_followed,
+        bytes=path.stat().st_size,
+    )  # fmt: skip
