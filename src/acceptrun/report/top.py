@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import loads_json
 from acceptrun.record.liveness import interruption
 from acceptrun.record.status import RUN_LIVE
@@ -38,7 +39,7 @@ RECENT_STEPS = 20  # steps whose median gives the throughput and the ETA
 def _tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
     """The whole JSON lines in the last ``max_bytes`` of ``path`` (a torn last one skipped)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, root=path.parent) as f:  # a link, a FIFO: not read
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - max_bytes))
             data = f.read()

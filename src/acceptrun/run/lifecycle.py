@@ -33,12 +33,13 @@ from typing import IO, Any
 
 import psutil
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_json_atomic
 from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of
-from acceptrun.errors import AcceptrunError, RecordError, UserError
+from acceptrun.errors import AcceptrunError, RecordError, UnsafeFileError, UserError
 from acceptrun.notify.notifier import start_notifier
 from acceptrun.record.lease import start_lease
 from acceptrun.record.liveness import supervisor_state
@@ -558,16 +559,26 @@ def _fetch(
 class _Tail:
     """The not yet printed part of one log file, as whole lines."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, root: Path) -> None:
         self.path = path
+        self.root = root  # the record: no link below it is followed
         self.offset = 0
         self.partial = b""
+        self.refused = False
 
     def lines(self, *, whole: bool) -> Iterator[bytes]:
-        """New lines; with ``whole`` (the file is complete) also an unterminated last one."""
+        """New lines; with ``whole`` (the file is complete) also an unterminated last one.
+
+        A log that is a link, a FIFO or a device is said once and never read.
+        """
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed by the with below
+            f = open_regular(self.path, root=self.root)
         except FileNotFoundError:
+            return
+        except UnsafeFileError as exc:
+            if not self.refused:
+                self.refused = True
+                _log.warning(str(exc))
             return
         with f:
             f.seek(self.offset)
@@ -628,7 +639,9 @@ def show_logs(
             # exit.json is written after the output pipes are drained: the log is whole.
             whole = closed or not follow or record.attempt_dir(n).joinpath("exit.json").exists()
             for stream in streams:
-                tail = tails.setdefault((n, stream), _Tail(record.attempt_dir(n) / f"{stream}.log"))
+                tail = tails.setdefault(
+                    (n, stream), _Tail(record.attempt_dir(n) / f"{stream}.log", record.path)
+                )
                 for line in tail.lines(whole=whole):
                     _emit(sink, n, line, prefixed)
         sink.flush()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun.errors import UserError, WorkspaceError
+from acceptrun.errors import AcceptrunError, UserError, WorkspaceError
 from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import IndexRow, RunRecord, Workspace
 
@@ -128,7 +128,7 @@ class Board:
                 "at most 128 characters); the runs page lists them"
             )
         path = workspace.runs_dir / run_id
-        if not (path / "run.json").is_file():
+        if path.is_symlink() or not (path / "run.json").is_file():  # a link is no run made here
             raise WorkspaceError(f"no run {run_id!r} in {workspace.root}; the runs page lists them")
         return RunRecord(path)
 
@@ -148,18 +148,18 @@ class Board:
         notes: list[str] = []
         for i, (project, ws) in enumerate(self.workspaces):
             try:
-                conn = _open_index(ws)
-            except (sqlite3.Error, OSError) as exc:
+                with contextlib.closing(_open_index(ws)) as conn:
+                    count = int(
+                        conn.execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()[0]
+                    )
+                    rows = conn.execute(
+                        f"SELECT {_COLUMNS} FROM runs{where} ORDER BY run_id DESC LIMIT ? OFFSET ?",
+                        [*params, want - skip, skip],
+                    ).fetchall()
+            except (sqlite3.Error, AcceptrunError, OSError) as exc:  # damaged: `index rebuild`
                 notes.append(f"skipped {ws.root} ({project}): its index cannot be read: {exc}")
                 continue
-            with contextlib.closing(conn):
-                total += int(
-                    conn.execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()[0]
-                )
-                rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM runs{where} ORDER BY run_id DESC LIMIT ? OFFSET ?",
-                    [*params, want - skip, skip],
-                ).fetchall()
+            total += count
             found += [BoardRun(i, project, IndexRow(*r)) for r in rows]
         found.sort(key=lambda r: r.row.run_id, reverse=True)
         pages = max(1, math.ceil(total / size))
@@ -179,6 +179,8 @@ class Board:
 
 def _open_index(ws: Workspace) -> sqlite3.Connection:
     """The workspace's index, rebuilt first when it is missing (it is a cache of run.json)."""
+    if what := ws.index_problem():  # a link, a FIFO: SQLite would follow it, or block
+        raise sqlite3.DatabaseError(f"{ws.index_path} is {what}; `acceptrun index rebuild`")
     if not ws.index_path.exists():
         ws.rebuild_index()
     return sqlite3.connect(f"file:{ws.index_path}?mode=ro", uri=True, timeout=30)
@@ -192,8 +194,8 @@ def failed_checks(record_path: Path) -> list[str]:
     from acceptrun._util.durable import read_json
 
     try:
-        data = read_json(record_path / "verdict.json")
-    except (OSError, ValueError):
+        data = read_json(record_path / "verdict.json", root=record_path)
+    except (OSError, ValueError, AcceptrunError):  # damaged, or a link: shown as unknown
         return []
     if not isinstance(data, dict):
         return []
@@ -209,8 +211,8 @@ def run_cost(record_path: Path) -> float | None:
     from acceptrun._util.durable import read_json
 
     try:
-        data = read_json(record_path / "ledger.json")
-    except (OSError, ValueError):
+        data = read_json(record_path / "ledger.json", root=record_path)
+    except (OSError, ValueError, AcceptrunError):  # damaged, or a link: shown as unknown
         return None
     if not isinstance(data, dict) or not data.get("priced"):
         return None

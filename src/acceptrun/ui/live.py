@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.confined import open_regular
 from acceptrun._util.controls import escape_controls
 from acceptrun._util.durable import loads_json
 from acceptrun._util.redact import redact_text
+from acceptrun.errors import UnsafeFileError
 from acceptrun.record.steplog import StepChunk, StepLog, segments
 from acceptrun.record.steplog import _decode as decode_segment
 from acceptrun.record.workspace import RunRecord
@@ -74,13 +76,16 @@ def _nan_as_null(data: Any) -> Any:
     return data
 
 
-def read_appended(path: Path, offset: int) -> tuple[list[bytes], int]:
-    """The whole lines appended to ``path`` after byte ``offset``, and the offset after them."""
+def read_appended(path: Path, offset: int, root: Path | None = None) -> tuple[list[bytes], int]:
+    """The whole lines appended to ``path`` after byte ``offset``, and the offset after them.
+
+    ``root``: the record (default: the log's folder); no link below it is followed.
+    """
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, root=root or path.parent) as f:  # a link, a FIFO: not read
             f.seek(offset)
             data = f.read(_CHUNK)
-    except FileNotFoundError:
+    except OSError:
         return [], offset
     end = data.rfind(b"\n")
     if end < 0:
@@ -167,7 +172,7 @@ class _StepCursor:
             if seg.count <= done:
                 continue
             n = min(limit, seg.count - done)
-            with open(seg.path, "rb") as f:
+            with open_regular(seg.path, root=seg.path.parent) as f:
                 f.seek(seg.offset + done * seg.width)
                 raw = np.fromfile(f, dtype=seg.dtype(), count=n)
             self._done[seg.path] = done + int(raw.shape[0])
@@ -295,13 +300,18 @@ def log_files(record: RunRecord) -> list[tuple[int, str, Path]]:
     return out
 
 
-def log_tail(path: Path, max_bytes: int = 64 * 1024) -> tuple[str, int]:
-    """The last ``max_bytes`` of a log as text, and the file's size (where a feed continues)."""
+def log_tail(path: Path, max_bytes: int = 64 * 1024, root: Path | None = None) -> tuple[str, int]:
+    """The last ``max_bytes`` of a log as text, and the file's size (where a feed continues).
+
+    ``root``: the record (default: the log's folder); no link below it is followed.
+    """
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_regular(path, root=root or path.parent) as f:  # a link, a FIFO: not read
+            size = os.fstat(f.fileno()).st_size
             f.seek(max(0, size - max_bytes))
             data = f.read(max_bytes)
+    except UnsafeFileError as exc:
+        return f"[{exc}]", 0
     except OSError:
         return "", 0
     return data.decode("utf-8", errors="replace"), size
@@ -320,7 +330,7 @@ def log_feed(
         sent = False
         for n, stream, path in log_files(record):
             name = f"{n}/{stream}"
-            lines, after = read_appended(path, offsets.get(name, 0))
+            lines, after = read_appended(path, offsets.get(name, 0), record.path)
             if lines:
                 offsets[name] = after
                 text = b"\n".join(lines).decode("utf-8", errors="replace")

@@ -394,9 +394,12 @@ def checkpoint_page(ws: int, record: RunRecord, step: int) -> str:
 
     from acceptrun._util.durable import loads_json, read_bytes_bounded
 
-    path = checkpoint_root(record) / f"step-{step}" / "MANIFEST.json"
+    store = checkpoint_root(record)
+    path = store / f"step-{step}" / "MANIFEST.json"
+    # No link below the record (a store inside it) or the store is followed.
+    root = record.path if store.is_relative_to(record.path) else store
     try:
-        text = json.dumps(loads_json(read_bytes_bounded(path)), indent=2)
+        text = json.dumps(loads_json(read_bytes_bounded(path, root=root)), indent=2)
     except (OSError, ValueError) as exc:
         text = f"cannot read {path}: {exc}"
     body = [
@@ -414,7 +417,7 @@ def logs_page(ws: int, record: RunRecord) -> str:
     parts = []
     offsets = []
     for n, stream, path in log_files(record):
-        text, size = log_tail(path)
+        text, size = log_tail(path, root=record.path)
         offsets.append(f"{n}/{stream}={size}")
         parts.append(f"--- attempt {n} {stream} ({format_bytes(size)}, last 64 KiB) ---\n{text}")
     stream_url = run_url(ws, record.run_id, "/logs/stream?" + "&".join(offsets)) if live else ""
