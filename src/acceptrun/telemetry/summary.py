@@ -158,7 +158,7 @@ def _load(run_dir: Path) -> _Record:
         spec = load_spec(run_dir / "spec.toml")
     provenance: dict[str, Any] = {}
     with contextlib.suppress(Exception):
-        found = read_json(run_dir / "provenance.json")
+        found = read_json(run_dir / "provenance.json", root=run_dir)
         provenance = found if isinstance(found, dict) else {}
     return _Record(events, samples, spec, provenance, StepLog(run_dir, events=events))
 
@@ -1353,10 +1353,10 @@ def load_summary(run_dir: Path, *, with_timelines: bool = True) -> Stored:
 
 def _read_stored(run_dir: Path) -> Stored | None:
     try:
-        state = read_json(run_dir / "run.json")
+        state = read_json(run_dir / "run.json", root=run_dir)
         if not isinstance(state, dict) or state.get("status") in LIVE_STATUSES:
             return None
-        data = read_json(run_dir / SUMMARY_FILE)
+        data = read_json(run_dir / SUMMARY_FILE, root=run_dir)
         if not isinstance(data, dict) or data.get("format") != SUMMARY_FORMAT:
             return None
         if data.get("computed_from") != _computed_from(run_dir):
