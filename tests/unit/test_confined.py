@@ -11,6 +11,7 @@ the same entries, and a damaged events line is still only skipped.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import read_bytes_bounded, read_json, read_jsonl
 from acceptrun.errors import RecordError, UnsafeFileError
 from acceptrun.record.view import RecordView
-from acceptrun.record.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord, Workspace
 
 SECRET = "planted-outside-0f3c9"
 
@@ -126,4 +127,18 @@ def test_events_that_are_a_link_are_a_problem_line_not_events(record: Path) -> N
     view = RecordView(record)
     assert view.log_events == []
     assert "events.jsonl: a symbolic link, neither followed nor read" in view.event_problems()
+    tally("files a command reads", tried=1)
+
+
+def test_a_link_in_runs_is_no_run(tmp_path: Path) -> None:
+    ws = Workspace.create(tmp_path / ".acceptrun")
+    real = ws.create_run("job", spec_text="", state={})
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(real.path, elsewhere)
+    link = ws.runs_dir / "20991231-000000-evil-0000"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    assert ws.run_ids() == [real.run_id]
+    assert ws.linked_runs() == [link]
+    with pytest.raises(RecordError, match="is a symbolic link, not a run record"):
+        ws.get_run(link.name)
     tally("files a command reads", tried=1)

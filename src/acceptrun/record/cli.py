@@ -156,7 +156,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def unlisted_runs(ws: Any, listed: set[str]) -> list[str]:
     """Why each run directory on disk is missing from the listing: never a silent gap."""
-    notes = []
+    notes = [
+        f"{link} is a symbolic link, not a run record acceptrun made: not followed"
+        for link in ws.linked_runs()
+    ]
     for run_id in ws.run_ids():
         if run_id in listed:
             continue

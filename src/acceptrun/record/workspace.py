@@ -383,6 +383,13 @@ class Workspace:
 
         return [p.name for p in sorted(dirs, key=key)]
 
+    def linked_runs(self) -> list[Path]:
+        """Symlinks in runs/: no run of acceptrun's (see :meth:`run_ids`), named by ``ls``."""
+        try:
+            return sorted(p for p in self.runs_dir.iterdir() if p.is_symlink())
+        except OSError:
+            return []
+
     def matching(self, ref: str, ids: list[str] | None = None) -> list[str]:
         """The ids ``ref`` names here: itself, else every id it begins or ends (one is a match,
         several are ambiguous). ``latest`` is not an id: see :meth:`get_run`."""
