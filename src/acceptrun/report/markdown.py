@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptrun._util.controls import BIDI
+from acceptrun._util.controls import CONTROLS, escape_controls
 from acceptrun.cost.billing import format_usd
 from acceptrun.record.liveness import status_text
 from acceptrun.spec.model import format_duration
@@ -24,8 +24,10 @@ def _status(c: dict[str, Any]) -> str:
 
 
 _CELL = {
-    **{c: " " for c in [*range(32), *range(0x7F, 0xA0)]},  # newlines folded, no escapes
-    **{ord(c): f"\\u{ord(c):04x}" for c in BIDI},  # shown, never reordering the text
+    # Controls shown as \x1b, \u202e (never acted on, never reordering the text); line
+    # breaks folded to a space, which keeps the table's row on one line.
+    **{ord(c): escape_controls(c) for c in CONTROLS},
+    **{ord(c): " " for c in "\n\r\t\x0b\x0c\x1c\x1d\x1e\x85"},
     ord("|"): "\\|",
     ord("<"): "&lt;",  # no raw HTML: <script>, <img onerror=...>
     ord(">"): "&gt;",
