@@ -112,6 +112,12 @@ def reference_markdown() -> str:
         "spec check` enforces them and `acceptrun spec schema` states them. Regular",
         "expressions run on RE2, in time linear in the line: lookaround, backreferences and",
         "possessive quantifiers are refused, `\\d` and `\\w` are ASCII only (docs/own-script.md).",
+        'Names, one-line fields and paths ("text without control characters", "one line of',
+        'text", "path") refuse control characters (C0 with newline and tab, DEL, C1) and',
+        "bidirectional controls (U+202A to U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C),",
+        "which act on a terminal or reorder what a page shows: `acceptrun spec check` names the",
+        "field and the character, e.g. `name: ... (it holds U+202E RIGHT-TO-LEFT OVERRIDE;",
+        "remove it)`. Whatever a workload prints is shown with them escaped (docs/ui.md).",
         "",
     ]
 

@@ -94,6 +94,12 @@ class RequestLimits(BaseHTTPRequestHandler):
             went_away(self.client_address, exc)
             self.close_connection = True
 
+    def log_error(self, format: str, *args: Any) -> None:
+        if format.startswith("Request timed out"):  # http.server's words for the timeout
+            went_away(self.client_address, f"sent no request for {REQUEST_TIMEOUT_S:.0f} s")
+            return
+        super().log_error(format, *args)
+
     def parse_request(self) -> bool:
         if not self.raw_requestline.endswith(b"\n"):
             # The connection ended inside the request line: nobody is left to answer.
