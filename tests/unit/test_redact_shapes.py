@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import secrets
+import threading
 import typing
 import uuid
 from collections.abc import Callable, Iterator
@@ -118,6 +119,20 @@ def test_a_rule_hides_its_group_and_the_rest_of_the_token() -> None:
     assert hide_shapes("aws_key = 'AKIAQ3EGRQ7Z5XN2KTWB'") == "aws_key = '<redacted>'"
     aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT4nB2k"
     assert hide_shapes(f'aws_password = "{aws}"') == f'aws_password = "{REDACTED}"'
+
+
+def test_without_shapes_skips_only_the_shapes_and_only_in_its_context() -> None:
+    token = "ghp_R8kqZ2vT5mXw1yB7nC3dF6gH9jK0lP4sQ2aE"
+    text = f"{token} --api-key abc123def"
+    seen: list[str] = []
+    with redact.without_shapes():
+        inside = redact_text(text, secrets=())
+        worker = threading.Thread(target=lambda: seen.append(redact_text(text, secrets=())))
+        worker.start()
+        worker.join()
+    assert inside == f"{token} --api-key <redacted>"  # names still hidden
+    assert seen == ["<redacted> --api-key <redacted>"]  # another thread: shapes too
+    assert redact_text(text, secrets=()) == "<redacted> --api-key <redacted>"
 
 
 # ---- learned secrets keep their name ---------------------------------------------------------

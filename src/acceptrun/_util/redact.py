@@ -60,11 +60,13 @@ their own literals). The shapes cost nothing until the first string that could h
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from acceptrun._util.secret_shapes import hide_shapes, is_placeholder, shape_values
@@ -87,6 +89,7 @@ __all__ = [
     "redact_url",
     "secret_values",
     "secrets_in",
+    "without_shapes",
 ]
 
 REDACTED = "<redacted>"
@@ -144,6 +147,10 @@ _MAY_HOLD_FORM = re.compile(r"[=:@ \t]")
 # A value shorter than this is not replaced where it appears in text: "1" or "yes" in an
 # env var named *_TOKEN_LIMIT would otherwise blank out every "1" in a log.
 MIN_SECRET_LEN = 6
+
+# False inside without_shapes(): text acceptrun wrote itself, where no shape is looked for.
+# A context variable: a thread started meanwhile (a supervisor's) still looks for them.
+_scan_shapes: ContextVar[bool] = ContextVar("acceptrun_scan_shapes", default=True)
 
 # Values learned from the spec being run (its [env], values in secret forms): secrets for
 # this process from then on, wherever they recur.
@@ -375,7 +382,20 @@ def _redact_str(text: str, known: tuple[str, ...]) -> str:
             text = text.replace(value, REDACTED)
     if _MAY_HOLD_FORM.search(text) is not None:
         text = _forms(text, None)  # first: a URL's whole userinfo, where a rule hides less
-    return hide_shapes(text)
+    return hide_shapes(text) if _scan_shapes.get() else text
+
+
+@contextlib.contextmanager
+def without_shapes() -> Iterator[None]:
+    """Redact without looking for shapes, in this context: for text acceptrun wrote itself
+    (a command's ``--help``), which holds no credential a workload printed. The shapes'
+    first use reads detect-secrets' rules (about 0.15 s), which ``--help`` need not pay;
+    names, URLs and known values are still hidden."""
+    token = _scan_shapes.set(False)
+    try:
+        yield
+    finally:
+        _scan_shapes.reset(token)
 
 
 def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:

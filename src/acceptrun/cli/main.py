@@ -13,6 +13,7 @@ import importlib
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from acceptrun._util.argtypes import PATH_MAX, path_arg, text
 from acceptrun._util.console import (
@@ -21,6 +22,7 @@ from acceptrun._util.console import (
     remove_console,
     restore_streams,
 )
+from acceptrun._util.redact import without_shapes
 from acceptrun.errors import AcceptrunError
 
 __all__ = ["main"]
@@ -57,11 +59,20 @@ COMMANDS: dict[str, str] = {
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (each subparser is one too): its help is acceptrun's own text, so
+    the terminal's redactor does not look for credential shapes in it (redact.py)."""
+
+    def print_help(self, file: Any = None) -> None:
+        with without_shapes():
+            super().print_help(file)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every command group, or only ``command``'s (a name in COMMANDS)."""
     from acceptrun import __version__
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="acceptrun",
         description="Turn GPU time into accepted runs: spec, provenance, verified data, supervision, verdict.",
     )
