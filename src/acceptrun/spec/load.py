@@ -72,7 +72,12 @@ def load_spec(path: str | Path) -> RunSpec:
     except FileNotFoundError:
         raise SpecError(str(path), ["file not found; create one with `acceptrun init`"]) from None
     except UnsafeFileError as exc:
-        if exc.what == "a directory":
+        if frozen:
+            why = (
+                f"is {exc.what}, not a regular file: the run's frozen spec is not read; "
+                "restore it from a copy of the record"
+            )
+        elif exc.what == "a directory":
             why = "is a directory; give the path of a .toml spec file"
         else:
             why = f"is {exc.what}, not a regular file: it is not read; give the spec file itself"
