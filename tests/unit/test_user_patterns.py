@@ -30,6 +30,7 @@ from acceptrun.spec.fields import rules_of
 from acceptrun.spec.model import parse_spec
 from acceptrun.supervisor import progress
 from acceptrun.supervisor.progress import ProgressReader, _LogTail, match_line
+from conftest import wait_for
 
 
 def _regex_fields() -> list[str]:
@@ -234,3 +235,20 @@ def test_a_poll_matches_within_its_budget_and_leaves_the_rest_for_the_next(
     assert reader.last_step == 6
     warnings = [e["message"] for e in record.events("progress_warning")]
     assert any("2 lines of stdout.log were not matched" in w for w in warnings), warnings
+
+
+def test_the_reader_thread_reads_steps_until_stopped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    record: RunRecord = RecordBuilder(tmp_path).record
+    spec = parse_spec(
+        'name = "t"\ncommand = ["x"]\n[progress]\npattern = "iter (?P<step>\\\\d+)"\n'
+    )
+    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    reader = ProgressReader(record, spec, 1, out, err)
+    reader.start()
+    try:
+        out.write_text("iter 1\niter 2\niter 3\n")
+        wait_for(lambda: reader.last_step == 3, 30, what="step 3 read on the reader's thread")
+    finally:
+        assert reader.stop()  # the thread ended within its hang guard
+    assert reader._thread is not None and not reader._thread.is_alive()
+    assert [e["step"] for e in record.events("step")] == [1, 2, 3]
