@@ -104,7 +104,12 @@ def _check_plain_strings(parser: argparse.ArgumentParser) -> None:
             for child in dict.fromkeys(action.choices.values()):  # aliases share a parser
                 _check_plain_strings(child)
         elif action.type is None and action.nargs != 0 and action.choices is None:
-            action.type = plain
+            # One whose metavar says it is a path gets the path's limits too (NAME_MAX: a
+            # 1,000-character folder name was an OSError traceback).
+            action.type = path_arg if action.metavar in _PATH_METAVARS else plain
+
+
+_PATH_METAVARS = {"DIR", "FILE", "PATH"}
 
 
 def command_in(argv: Sequence[str]) -> str | None:
