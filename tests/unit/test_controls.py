@@ -236,3 +236,13 @@ def test_spec_check_names_the_field_and_the_character(
     assert err.startswith("SpecError: ") and "Traceback" not in err
     assert f"{path}:" in err and "U+202E RIGHT-TO-LEFT OVERRIDE" in err, err
     assert "\u202e" not in err and "\\u202e" in err, repr(err)
+
+
+def test_the_boards_live_feeds_send_control_characters_escaped() -> None:
+    import json
+
+    from acceptrun.ui.live import sse
+
+    message = sse("status", {"name\u202e": ["loss\x1b]0;t\x07", 1.5, {"k": "\x9b2J"}]}, 7)
+    data = json.loads(message.decode().split("data: ", 1)[1])  # what the page reads
+    assert data == {"name\\u202e": ["loss\\x1b]0;t\\x07", 1.5, {"k": "\\x9b2J"}]}

@@ -56,14 +56,28 @@ def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     """One server-sent event; ``data`` is sent as one line of JSON.
 
     A NaN or an infinity (a diverged loss) is sent as null: the browser's JSON.parse
-    refuses the NaN that Python's json writes, and would drop the whole message.
+    refuses the NaN that Python's json writes, and would drop the whole message. Its
+    strings (a metric's name, a run's) have their control and bidi characters escaped:
+    the page puts them in as text, where a U+202E would still reorder what it shows.
     """
     head = f"id: {event_id}\n" if event_id is not None else ""
+    data = _shown(data)
     try:
         body = json.dumps(data, default=str, allow_nan=False)
     except ValueError:
         body = json.dumps(_nan_as_null(data), default=str)
     return f"{head}event: {event}\ndata: {body}\n\n".encode()
+
+
+def _shown(data: Any) -> Any:
+    """``data`` with every string, keys too, through :func:`escape_controls`."""
+    if isinstance(data, str):
+        return escape_controls(data)
+    if isinstance(data, dict):
+        return {_shown(k): _shown(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_shown(v) for v in data]
+    return data
 
 
 def _nan_as_null(data: Any) -> Any:
