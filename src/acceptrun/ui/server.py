@@ -52,6 +52,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from acceptrun._util import logpump
+from acceptrun._util.confined import open_regular
 from acceptrun._util.controls import control_named
 from acceptrun._util.redact import learn_spec, redact_text, secret_values
 from acceptrun.errors import AcceptrunError, UserError
@@ -455,12 +456,15 @@ class BoardHandler(RequestLimits):
                 offsets = {k: _bounded("offset", v, name=f"offset {k!r}") for k, v in one.items()}
                 self._stream(log_feed(record, offsets, self.server.stopping.is_set))
             case ["run", ws, run_id, "report.html"]:
-                path = board.record(_int(ws), run_id).file("report.html")
-                if not path.is_file():
+                record = board.record(_int(ws), run_id)
+                path = record.file("report.html")
+                if not os.path.lexists(path):
                     raise UserError(
                         f"run {run_id} has no report.html yet; write it from the run's page"
                     )
-                self._send(200, path.read_bytes(), "text/html; charset=utf-8", csp=REPORT_CSP)
+                with open_regular(path, root=record.path) as f:  # a link: refused, unread
+                    html = f.read()
+                self._send(200, html, "text/html; charset=utf-8", csp=REPORT_CSP)
             case ["run", ws, run_id, "checkpoint", step]:
                 record = board.record(_int(ws), run_id)
                 self._html(pages.checkpoint_page(_int(ws), record, _bounded("step", step, 404)))
@@ -608,8 +612,9 @@ def _learn_secrets(record: Any) -> None:
     from acceptrun.spec.load import loads_toml
 
     # No readable spec: the run page says so; the known forms and the environment still apply.
-    with contextlib.suppress(OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        learn_spec(loads_toml(record.spec_path.read_text(encoding="utf-8")))
+    # A link, a FIFO: refused unread (an OSError), never followed nor waited on.
+    with contextlib.suppress(OSError, ValueError, tomllib.TOMLDecodeError):
+        learn_spec(loads_toml(record.read_text("spec.toml")))
 
 
 def _redacted(body: bytes, ctype: str, token: str) -> bytes:
