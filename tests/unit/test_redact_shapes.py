@@ -112,6 +112,18 @@ def test_translated_rules_keep_their_meaning(text: str, hidden: bool) -> None:
     assert (out != text) is hidden, out
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("digest 9F86D081884C7D65ACCA0123456789ABCDEF0123456789ABCDEF", id="acca-in-hex"),
+        pytest.param("TASKabcdefghijklmnopqrstuvwxyz012345 done", id="sk-in-a-word"),
+        pytest.param("run 12345678901234:abcdefghijklmnopqrstuvwxyz012345678", id="digits-in-a-run"),
+    ],
+)  # fmt: skip
+def test_a_shape_inside_a_longer_word_is_not_hidden(text: str) -> None:
+    assert hide_shapes(text) == text
+
+
 def test_a_rule_hides_its_group_and_the_rest_of_the_token() -> None:
     jwt = next(s for s in SHAPES if s.family == "jwt")
     signature = jwt.text.rsplit(".", 1)[1]

@@ -153,6 +153,11 @@ _METAVAR = re.compile(r"[A-Z][A-Z_]{0,15}")
 _TOKEN_RUN = re.compile(rb"[A-Za-z0-9_\-+/=.]*")
 _TRIM_START = b" \t\r\n\"'=:"  # delimiters a rule without a group takes before a token
 _TRIM_END = b" \t\r\n\"'."  # ... and after it (and a sentence's full stop)
+# A credential starts a token: a value right after a letter or digit is the inside of a
+# longer word (an upper-case hex digest holding "ACCA" + 16, "TASK" + 32 letters for a
+# Twilio key) and is not hidden. Stricter than the rules as written, which have no left
+# boundary; every shape of tests/secret_shapes.py is printed after a blank, quote or "=".
+_ALNUM = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
 def is_placeholder(value: str, *, metavar: bool = False) -> bool:
@@ -327,12 +332,13 @@ def _accepted(rule: _Rule, data: bytes, m: Any, start: int, end: int) -> bool:
 
 
 def _widened(data: bytes, start: int, end: int) -> tuple[int, int] | None:
-    """The hidden span: trimmed of the delimiters around it, then to its token's end."""
+    """The hidden span: trimmed of the delimiters around it, then to its token's end; None
+    where it starts inside a longer word (see _ALNUM)."""
     while start < end and data[start] in _TRIM_START:
         start += 1
     while end > start and data[end - 1] in _TRIM_END:
         end -= 1
-    if start == end:
+    if start == end or (start > 0 and data[start - 1] in _ALNUM):
         return None
     token_end = _TOKEN_RUN.match(data, end).end()  # type: ignore[union-attr]
     while token_end > end and data[token_end - 1] == 0x2E:  # a full stop after a token
