@@ -124,6 +124,17 @@ def test_a_shape_inside_a_longer_word_is_not_hidden(text: str) -> None:
     assert hide_shapes(text) == text
 
 
+def test_shapes_are_hidden_among_non_ascii_and_undecodable_text() -> None:
+    # a workload's stderr read with surrogateescape: its bytes come back as they were
+    text = "données\udcff é ghp_R8kqZ2vT5mXw1yB7nC3dF6gH9jK0lP4sQ2aE ü日本"
+    assert redact_text(text, secrets=()) == "données\udcff é <redacted> ü日本"
+
+
+def test_a_command_line_keeps_paths_and_hides_values() -> None:
+    argv = ["scp", "--keyfile", "/home/u/.ssh/id", "--password-file", "p.txt", "--token", "t0k3n99"]
+    assert redact.redact_argv(argv, secrets=()) == [*argv[:-1], REDACTED]
+
+
 def test_a_rule_hides_its_group_and_the_rest_of_the_token() -> None:
     jwt = next(s for s in SHAPES if s.family == "jwt")
     signature = jwt.text.rsplit(".", 1)[1]
