@@ -10,7 +10,8 @@ import pytest
 from acceptrun._util.sqlite import migrate, schema_version
 from acceptrun.errors import WorkspaceError
 from acceptrun.queue.db import MIGRATIONS, QueueDB
-from acceptrun.record.workspace import INDEX_MIGRATIONS, Workspace
+from acceptrun.record.index import INDEX_MIGRATIONS
+from acceptrun.record.workspace import Workspace
 
 
 def _version(path: Path) -> int:

@@ -7,9 +7,9 @@ created at the root of the git repository that holds the spec (or in the spec's
 directory outside git): one workspace per project. It ignores itself (``.gitignore``
 holding ``*``), so runs never make the repository dirty, and it is added to the user's
 list of workspaces (:mod:`acceptrun.record.registry`). It holds one directory per run under
-``runs/`` and an SQLite
-index that is only a cache: ``acceptrun index rebuild`` recreates it from the run
-directories alone, which stay the single source of truth.
+``runs/`` and an SQLite index that is only a cache (:mod:`acceptrun.record.index`):
+``acceptrun index rebuild`` recreates it from the run directories alone, which stay the
+single source of truth.
 
 A run directory appears whole: it is assembled under a temporary name (frozen spec and
 ``run.json``) and renamed into place, so no reader ever sees a half-created run.
@@ -19,23 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import json
 import os
 import re
 import secrets
 import shutil
 import socket
 import sqlite3
-import stat
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.confined import describe_mode
 from acceptrun._util.durable import (
     AppendLog,
     fsync_dir,
@@ -46,8 +42,9 @@ from acceptrun._util.durable import (
     write_atomic,
     write_json_atomic,
 )
-from acceptrun._util.sqlite import migrate
 from acceptrun.errors import RecordError, WorkspaceError
+from acceptrun.record import index
+from acceptrun.record.index import IndexRow
 from acceptrun.record.models import record_format, stamp
 from acceptrun.record.status import RunStatus
 
@@ -60,14 +57,6 @@ __all__ = [
     "now_iso",
     "project_root",
 ]
-
-# The index's PRAGMA user_version history (acceptrun._util.sqlite.migrate): append a
-# script for each change of shape; never edit a released one.
-INDEX_MIGRATIONS = (
-    """CREATE TABLE IF NOT EXISTS runs (
-        run_id TEXT PRIMARY KEY, name TEXT, status TEXT, verdict TEXT, mode TEXT,
-        created_at TEXT, ended_at TEXT, duration_s REAL, attempts INTEGER, path TEXT)""",
-)
 
 WORKSPACE_DIR = ".acceptrun"
 ENV_WORKSPACE = "ACCEPTRUN_WORKSPACE"
@@ -107,22 +96,6 @@ def user_at_host() -> str:
     except Exception:  # no passwd entry in some containers
         user = str(os.getuid())
     return f"{user}@{socket.gethostname()}"
-
-
-@dataclass(frozen=True, slots=True)
-class IndexRow:
-    """One run as the index knows it (a summary of its run.json)."""
-
-    run_id: str
-    name: str
-    status: str
-    verdict: str | None
-    mode: str
-    created_at: str
-    ended_at: str | None
-    duration_s: float | None
-    attempts: int
-    path: str
 
 
 class RunRecord:
@@ -433,70 +406,35 @@ class Workspace:
             f"no run {ref!r} in {self.root}; recent runs: {recent}. List them with `acceptrun ls`."
         )
 
-    # ---- index --------------------------------------------------------------------------
+    # ---- index (record/index.py) --------------------------------------------------------
+
+    def records(self) -> list[RunRecord]:
+        """Every run on disk, oldest first (what the index caches)."""
+        return [RunRecord(self.runs_dir / run_id) for run_id in self.run_ids()]
 
     def index_problem(self) -> str | None:
-        """What index.sqlite is when it is not a regular file (a symlink, a directory, a
-        FIFO, a device), else None. SQLite would follow a link and write its pages into
-        whatever the link names, or block on a FIFO: such an index is never opened."""
-        try:
-            mode = os.lstat(self.index_path).st_mode
-        except FileNotFoundError:
-            return None
-        return None if stat.S_ISREG(mode) else describe_mode(mode)
-
-    def _connect(self, path: Path | None = None) -> sqlite3.Connection:
-        path = path or self.index_path
-        if path == self.index_path and (what := self.index_problem()):
-            raise WorkspaceError(
-                f"{path} is {what}, not the index acceptrun writes; it is not opened. "
-                "`acceptrun index rebuild` moves it aside and writes a new index."
-            )
-        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-        try:
-            migrate(conn, path, INDEX_MIGRATIONS)
-        except BaseException:
-            conn.close()
-            raise
-        conn.isolation_level = "DEFERRED"  # back to implicit transactions for the callers
-        return conn
+        """What index.sqlite is when it is not a regular file (never opened), else None."""
+        return index.problem(self.index_path)
 
     def index_run(self, record: RunRecord) -> None:
         """Upsert a run's summary into the index. Best effort: the index is a cache."""
         # `acceptrun index rebuild` recovers a stale index; never fail a run over its cache.
         with contextlib.suppress(sqlite3.Error, WorkspaceError):
-            self._upsert(record)
-
-    def _upsert(self, record: RunRecord) -> None:
-        with contextlib.closing(self._connect()) as conn:
-            # run.json is read under the write lock: of two writers (two closes, a close
-            # and a rebuild) the later one reads the later state, so none goes backwards.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                try:
-                    row = _row_from_state(record, record.state)
-                except RecordError:
-                    conn.execute("ROLLBACK")
-                    return
-                _insert(conn, row)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            index.upsert(self.index_path, record)
 
     def list_runs(self) -> list[IndexRow]:
         """Index rows, oldest first. Rebuilds the index if it is missing.
 
         Where the index can be neither rebuilt nor opened (a read-only copy of a workspace
-        without its index.sqlite, say) the rows are read from the run directories, the
-        source of truth the index caches, and :attr:`index_note` says why.
+        without its index.sqlite, a damaged index, one that is a directory or a link) the
+        rows are read from the run directories, the source of truth the index caches, and
+        :attr:`index_note` says why and what fixes it.
         """
         self.index_note = None
         try:
             if not os.path.lexists(self.index_path):
                 self.rebuild_index()
-            with contextlib.closing(self._connect()) as conn:
-                rows = conn.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+            return index.read_rows(self.index_path)
         except (sqlite3.DatabaseError, WorkspaceError, OSError) as exc:
             if (
                 isinstance(exc, WorkspaceError)
@@ -515,112 +453,25 @@ class Workspace:
                 f"directories. {fix}"
             )
             return self._rows_from_records()
-        return [IndexRow(*r) for r in rows]
 
     def _rows_from_records(self) -> list[IndexRow]:
         """What the index would hold, read from each run.json (damaged ones left out)."""
         rows = []
-        for run_id in self.run_ids():
-            record = RunRecord(self.runs_dir / run_id)
+        for record in self.records():
             with contextlib.suppress(RecordError):
-                rows.append(_row_from_state(record, record.state))
+                rows.append(index.row_from_state(record, record.state))
         return rows
 
     def rebuild_index(self) -> tuple[int, list[str]]:
         """Recreate the index from run directories; returns (runs indexed, skipped paths).
 
-        The rows are replaced in one write transaction on the index itself, so a run that
-        closes meanwhile waits for the lock and then writes its newer row: no update is
-        lost to the rebuild. An index SQLite cannot open is rebuilt beside it and renamed
-        over it (nothing can be writing to a file that is not a database).
+        An unusable index is moved aside, never deleted; :attr:`index_note` says where
+        (see :func:`acceptrun.record.index.rebuild`).
         """
-        if self.index_problem():  # a link, a directory, a FIFO: never opened, set aside
-            return self._rebuild_beside()
-        try:
-            conn = self._connect()
-        except sqlite3.OperationalError as exc:  # locked past the timeout, or unwritable
-            raise WorkspaceError(
-                f"cannot rebuild {self.index_path}: {exc}. Wait for the command holding it "
-                "to finish, or make the workspace writable, and run it again."
-            ) from exc
-        except sqlite3.DatabaseError:  # "file is not a database" and other damage
-            return self._rebuild_beside()
-        try:
-            conn.isolation_level = None
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("DELETE FROM runs")
-                count, skipped = self._fill(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-        return count, skipped
-
-    def _rebuild_beside(self) -> tuple[int, list[str]]:
-        """Build a new index beside the bad one, move the bad one aside, rename the new in.
-
-        The bad one (a damaged file, a directory, a link: maybe not acceptrun's) is
-        renamed, never deleted: ``index.sqlite.bad-<unix seconds>``, said in
-        :attr:`index_note`. A link is moved as the link; what it points to is untouched.
-        """
-        tmp = self.index_path.with_name(f".index-{os.getpid()}.sqlite")
-        tmp.unlink(missing_ok=True)
-        conn = self._connect(tmp)
-        try:
-            count, skipped = self._fill(conn)
-            conn.commit()
-        finally:
-            conn.close()
-        # A rollback journal of the damaged file must not be applied to the new one.
-        journal = self.index_path.with_name(self.index_path.name + "-journal")
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-            journal.unlink()
-        aside = self.index_path.with_name(f"{self.index_path.name}.bad-{int(time.time())}")
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(self.index_path, aside)
-            self.index_note = f"the unusable index was moved aside to {aside}"
-        os.replace(tmp, self.index_path)
-        return count, skipped
-
-    def _fill(self, conn: sqlite3.Connection) -> tuple[int, list[str]]:
-        skipped: list[str] = []
-        count = 0
-        for run_id in self.run_ids():
-            record = RunRecord(self.runs_dir / run_id)
-            try:
-                state = record.state
-            except (RecordError, json.JSONDecodeError):
-                skipped.append(str(record.path))
-                continue
-            _insert(conn, _row_from_state(record, state))
-            count += 1
-        return count, skipped
-
-
-def _insert(conn: sqlite3.Connection, r: IndexRow) -> None:
-    conn.execute(
-        "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-        (r.run_id, r.name, r.status, r.verdict, r.mode, r.created_at, r.ended_at,
-         r.duration_s, r.attempts, r.path),
-    )  # fmt: skip
-
-
-def _row_from_state(record: RunRecord, state: dict[str, Any]) -> IndexRow:
-    return IndexRow(
-        run_id=record.run_id,
-        name=str(state.get("name", "")),
-        status=str(state.get("status", "unknown")),
-        verdict=state.get("verdict"),
-        mode=str(state.get("mode", "supervised")),
-        created_at=str(state.get("created_at", "")),
-        ended_at=state.get("ended_at"),
-        duration_s=state.get("duration_s"),
-        attempts=int(state.get("attempts", 0)),
-        path=str(record.path),
-    )
+        done = index.rebuild(self.index_path, self.records())
+        if done.aside is not None:
+            self.index_note = f"the unusable index was moved aside to {done.aside}"
+        return done.count, done.skipped
 
 
 def project_root(directory: str | Path) -> Path:
