@@ -409,11 +409,21 @@ def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
     return _redact_str(text, _known(secrets))
 
 
+# An option's name: what a parser reads as one. A key block ("-----BEGIN ... KEY-----")
+# starts with dashes too and names a key, but it is an argument's value, not an option.
+_OPTION = re.compile(rf"-{{1,2}}[A-Za-z0-9]{_NAME_CHARS}{{0,127}}")
+
+
+def _secret_option(name: str) -> bool:
+    """Is ``name`` (an argument, or its part before "=") an option that takes a secret?"""
+    return _OPTION.fullmatch(name) is not None and is_secret_name(name)
+
+
 def _argv_secrets(argv: list[str]) -> list[str]:
     found: list[str] = []
     for i, arg in enumerate(argv):
         name, eq, value = arg.partition("=")
-        if arg.startswith("-") and is_secret_name(name):
+        if _secret_option(name):
             if eq:
                 found.append(value)
             elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
@@ -424,7 +434,9 @@ def _argv_secrets(argv: list[str]) -> list[str]:
 
 
 def redact_argv(argv: Iterable[str], secrets: Iterable[str] | None = None) -> list[str]:
-    """A command line with the values of secret options (and known secrets) replaced."""
+    """A command line with the values of secret options replaced (``--token X``,
+    ``--api-key=X``), and in every other argument what :func:`redact_text` hides (known
+    values, forms, shapes: a key block passed whole as one argument)."""
     known = _known(secrets)
     out: list[str] = []
     hide_next = False
@@ -435,11 +447,11 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] | None = None) -> li
             continue
         hide_next = False
         name, eq, _value = arg.partition("=")
-        if arg.startswith("-") and is_secret_name(name):
+        if _secret_option(name):
             if eq:
-                out.append(f"{name}={REDACTED}")
+                out.append(f"{_redact_str(name, known)}={REDACTED}")
             else:
-                out.append(arg)
+                out.append(_redact_str(arg, known))
                 hide_next = True
             continue
         out.append(_redact_str(arg, known))
