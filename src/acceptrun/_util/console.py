@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from typing import IO, Any, TextIO
 
 from acceptrun._util.controls import LiveEcho, escape_controls
+from acceptrun._util.keyblock import KeyBlocks
 from acceptrun._util.redact import redact_text
 
 __all__ = [
@@ -68,7 +69,10 @@ class RedactingStream:
     The CLI wraps its standard output and error in one (:func:`redact_streams`), so every
     ``print`` of every command is redacted and escaped at the edge. A partial line is held
     until its newline (or ``\r``, or a flush): ``print("--token", "X")`` writes its words
-    one call at a time, and a form is only seen whole. ``.buffer`` is the stream's own
+    one call at a time, and a form is only seen whole. A key block printed a line per
+    write (``acceptrun logs``) is held from its BEGIN line to its END line and redacted
+    whole (:class:`~acceptrun._util.keyblock.KeyBlocks`, at most 64 KiB held), across
+    flushes too; :meth:`finish` releases what is held. ``.buffer`` is the stream's own
     binary buffer, flushed first, behind a :class:`~acceptrun._util.controls.LiveEcho`:
     the supervisor echoes the workload's own output through it (its progress bars and
     colours pass, see the module docstring). ``escape=False``: redacted only
@@ -77,13 +81,15 @@ class RedactingStream:
 
     def __init__(self, stream: TextIO, *, escape: bool = True) -> None:
         self.stream = stream
-        self._held = ""
+        self._held = ""  # a partial line
+        self._blocks = KeyBlocks()  # a key block printed a line per write, held whole
         self._escape = escape
 
     def _out(self, text: str) -> None:
-        LiveEcho.reset(self.stream)  # a workload's colour must not hide acceptrun's lines
-        text = redact_text(text)
-        self.stream.write(escape_controls(text) if self._escape else text)
+        text = self._blocks.text(text)
+        if text:
+            LiveEcho.reset(self.stream)  # a workload's colour must not hide acceptrun's lines
+            self.stream.write(escape_controls(text) if self._escape else text)
 
     def write(self, text: str) -> int:
         held = self._held + text
@@ -92,13 +98,27 @@ class RedactingStream:
         if cut:
             self._out(held[:cut])
         if len(self._held) > 1 << 16:  # no newline for 64 KiB: not a line to wait for
-            self.flush()
+            held, self._held = self._held, ""
+            self._out(held)
         return len(text)
 
     def flush(self) -> None:
-        if self._held:
+        """Pass on the partial line, unless a key block is held: a block is only shown
+        whole, at its END line (or past 64 KiB, or at :meth:`finish`)."""
+        if self._held and not self._blocks.holding:
             held, self._held = self._held, ""
             self._out(held)
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """Pass on all that is held, a key block cut short included (as its BEGIN line and
+        ``<redacted>``): nothing more will be written."""
+        held, self._held = self._held, ""
+        if held:
+            self._out(held)
+        tail = self._blocks.close()
+        if tail:
+            self.stream.write(escape_controls(tail) if self._escape else tail)
         self.stream.flush()
 
     @property
@@ -122,11 +142,11 @@ def redact_streams() -> tuple[TextIO, TextIO]:
 
 
 def restore_streams(old: tuple[TextIO, TextIO]) -> None:
-    """Flush the redacting streams and put back the ones :func:`redact_streams` replaced."""
+    """Finish the redacting streams and put back the ones :func:`redact_streams` replaced."""
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, RedactingStream):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to say
-                stream.flush()
+                stream.finish()
     sys.stdout, sys.stderr = old
 
 

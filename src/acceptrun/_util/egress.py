@@ -29,7 +29,6 @@ b'{"text": "token=<redacted>"}'
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -37,9 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_bytes_bounded, write_atomic
-from acceptrun._util.redact import REDACTED, is_secret_name, redact_record, redact_text
+from acceptrun._util.keyblock import BLOCK_MAX, KeyBlocks
+from acceptrun._util.redact import is_secret_name, redact_record, redact_text
 
 __all__ = [
+    "BLOCK_MAX",
     "KEPT_WHOLE",
     "SINKS",
     "KeptWhole",
@@ -243,45 +244,16 @@ def redact_file(path: Path) -> None:
     write_atomic(path, text)  # redact_text, then temp + fsync + rename
 
 
-# A key block spans lines, and its body lines alone have no shape a redactor knows: a
-# reader of lines holds the block from its BEGIN line to its END line and redacts it whole.
-_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,64}-----")
-_END = re.compile(r"-----END [A-Z0-9 ]{1,64}-----")
-# What a block's body is made of: base64 lines, PEM headers (Proc-Type, DEK-Info), blanks.
-_BODY = re.compile(r"[A-Za-z0-9+/=]{1,128}|[A-Za-z-]{1,32}: .{0,200}|")
-BLOCK_MAX = 64 * 1024  # characters of one key block held at most (a 16384-bit key is 12 KiB)
-
-
 def redact_lines(lines: Iterable[str]) -> Iterator[str]:
     """Each line of ``lines`` redacted, a key block (``-----BEGIN ...-----``, its body,
-    ``-----END ...-----``) as one piece. A block whose body goes past :data:`BLOCK_MAX`
-    characters, or ends without its END line, is given as its BEGIN line and
-    ``<redacted>``, and the rest of its body is left out."""
-    held: list[str] = []
-    size = 0
-    skipping = False  # past BLOCK_MAX: the rest of the body is left out
+    ``-----END ...-----``) as one piece (:class:`~acceptrun._util.keyblock.KeyBlocks`). A
+    block whose body goes past :data:`BLOCK_MAX` characters, or ends without its END line,
+    is given as its BEGIN line and ``<redacted>``, and the rest of its body is left out."""
+    blocks = KeyBlocks()
     for line in lines:
-        if held or skipping:
-            if _END.search(line):
-                yield redact_text("".join([*held, line])) if held else ""
-                held, size, skipping = [], 0, False
-                continue
-            if _BODY.fullmatch(line.strip()):
-                if skipping:
-                    continue
-                held.append(line)
-                size += len(line)
-                if size > BLOCK_MAX:
-                    yield redact_text(held[0]) + REDACTED + "\n"
-                    held, size, skipping = [], 0, True
-                continue
-            if held:  # not a body line: the block ended without its END line
-                yield redact_text(held[0]) + REDACTED + "\n"
-            held, size, skipping = [], 0, False
-        begin = _BEGIN.search(line)
-        if begin is not None and not _END.search(line, begin.end()):
-            held, size = [line], len(line)
-            continue
-        yield redact_text(line)
-    if held:  # the input ended inside a block
-        yield redact_text(held[0]) + REDACTED + "\n"
+        shown = blocks.line(line)
+        if shown:
+            yield shown
+    tail = blocks.close()  # the input ended inside a block
+    if tail:
+        yield tail
