@@ -165,10 +165,10 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             outputs[" ".join(args)] = proc.stdout + proc.stderr
             return proc
 
-        # -q: the workload's live echo is its own output on its owner's terminal, as
-        # stdout.log is (registered exempt: supervisor.process:ChildProcess._tee).
-        run = cli("run", "-q", "spec.toml")
+        # Without -q: the workload's live echo is searched with the rest of run's output.
+        run = cli("run", "spec.toml")
         assert run.returncode == 1, run.stdout + run.stderr  # rejected: the workload failed
+        assert f"stdout: token {REDACTED}" in run.stdout, run.stdout  # the echo, redacted
         commands = [
             ("ls",), ("show", "latest"), ("show", "latest", "--json"), ("report", "latest"),
             ("report", "latest", "--format", "md"), ("report", "latest", "--format", "json"),

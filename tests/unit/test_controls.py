@@ -114,6 +114,7 @@ def _echo(chunks: list[bytes]) -> bytes:
     echo = LiveEcho(sink)
     for chunk in chunks:
         echo.write(chunk)
+    echo.finish()
     return sink.getvalue()
 
 

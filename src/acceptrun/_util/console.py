@@ -24,8 +24,8 @@ text around it; so it escapes everything, and the few places that draw on a term
 themselves (``top``'s live table, the queue's colours: Rich on a terminal) write through
 :func:`styled` (redacted, not escaped) and escape their values with ``escape_controls``
 when they format them. The workload's live echo goes through ``.buffer``
-(:class:`~acceptrun._util.controls.LiveEcho`): progress bars and colours pass, titles,
-clipboard writes, screen clears and bidi do not. ``acceptrun logs --raw`` writes the
+(:class:`~acceptrun._util.controls.LiveEcho`): redacted as well, then progress bars
+and colours pass, titles, clipboard writes, screen clears and bidi do not. ``acceptrun logs --raw`` writes the
 workload's bytes through :func:`raw_binary`.
 """
 

@@ -19,7 +19,10 @@ them; acceptrun shows them as escapes instead:
   so those pass; everything else is escaped as above: OSC (title, clipboard,
   hyperlinks), DCS/APC/PM/SOS strings (neutralised by escaping their ESC, the rest is
   then plain text), any other CSI (clear screen, absolute moves, device reports), C1,
-  bidi, BEL. ``stdout.log`` keeps the bytes as written (``acceptrun logs --raw``).
+  bidi, BEL. It is redacted first, like every line acceptrun prints, the last words of
+  an unfinished line held for the next chunk so a token cut in two by a pipe is seen
+  whole (the class's docstring says how, and what it cannot see). ``stdout.log`` keeps the bytes as
+  written (``acceptrun logs --raw``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import codecs
 import re
 import unicodedata
 from typing import IO
+
+from acceptrun._util.keyblock import BEGIN_MARK, BLOCK_MAX, KeyBlocks
+from acceptrun._util.redact import redact_text
 
 __all__ = ["BIDI", "CONTROLS", "LiveEcho", "control_named", "escape_controls"]
 
@@ -99,12 +105,29 @@ _LIVE_BAD = re.compile(f"[{re.escape(CONTROLS.replace(chr(8), '').replace(chr(13
 
 class LiveEcho:
     """A binary stream the workload's live output is written through (``.buffer`` of
-    :class:`~acceptrun._util.console.RedactingStream`): see the module docstring.
+    :class:`~acceptrun._util.console.RedactingStream`): redacted, then filtered (see the
+    module docstring).
 
-    Bytes are decoded incrementally (a character or an escape sequence split between
-    two reads is held, at most 40 characters, for the next); undecodable bytes pass as
-    they are, except 0x80-0x9F, escaped as 8-bit C1. ``dirty`` says a colour or a hidden
-    cursor may still be set, for :meth:`reset` before acceptrun's own next line.
+    Bytes are decoded incrementally (a character split between two reads waits for the
+    next). A run's terminal is often shared (a CI log, a screen share), so what is shown
+    is redacted like every line acceptrun prints, without stopping a progress bar:
+
+    * complete segments (up to the chunk's last ``\n`` or ``\r``) are redacted, filtered
+      and written at once, a key block held from its BEGIN line to its END line
+      (:class:`~acceptrun._util.keyblock.KeyBlocks`, at most 64 KiB);
+    * of the partial segment after them (a progress bar between two updates), all is
+      written at once but its last three words (at most 512 bytes), which wait for the
+      next chunk or :meth:`finish`: a token a block-buffered pipe cut in two is seen whole,
+      with its name (``Authorization: token X`` is three words, ``NAME=value`` one). An
+      escape sequence cut in two is part of those words (or, past them, waits alone).
+
+    The limit: a form whose name lies more than three words before the pipe's cut, or
+    whose words pass 512 bytes, is redacted in two pieces, and its value is then hidden
+    only when it has a known shape or is a known value.
+
+    Undecodable bytes pass as they are, except 0x80-0x9F, escaped as 8-bit C1. ``dirty``
+    says a colour or a hidden cursor may still be set, for :meth:`reset` before
+    acceptrun's own next line.
     """
 
     dirty = False  # process-wide: the terminal is shared by stdout and stderr
@@ -112,19 +135,38 @@ class LiveEcho:
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
         self._decode = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
-        self._held = ""
+        self._held = ""  # text not yet redacted: last words, or a line inside a key block
+        self._blocks = KeyBlocks()
 
     def write(self, chunk: bytes) -> int:
-        text = self._held + self._decode.decode(bytes(chunk))
-        self._held = ""
-        cut = text.rfind("\x1b")
-        if cut >= 0 and len(text) - cut < _HOLD and _could_grow(text[cut:]):
-            text, self._held = text[:cut], text[cut:]
-        self.raw.write(_filter_live(text).encode("utf-8", errors="surrogateescape"))
+        self._show(self._held + self._decode.decode(bytes(chunk)), final=False)
         return len(chunk)
 
     def flush(self) -> None:
+        """Flush what was written; a last word or a key block held stays held."""
         self.raw.flush()
+
+    def finish(self) -> None:
+        """Write all that is held: the stream ended. The stream under it stays open."""
+        self._show(self._held + self._decode.decode(b"", final=True), final=True)
+        self.raw.flush()
+
+    def _show(self, text: str, *, final: bool) -> None:
+        cut = max(text.rfind("\n"), text.rfind("\r")) + 1
+        done, rest = text[:cut], text[cut:]
+        out = self._blocks.text(done) if done else ""
+        if final:
+            out += (self._blocks.text(rest) if rest else "") + self._blocks.close()
+            rest = ""
+        elif self._blocks.holding:
+            if len(rest) > BLOCK_MAX:  # no line end for 64 KiB: no body line either
+                out, rest = out + self._blocks.text(rest), ""
+        else:
+            keep = _held_from(rest)
+            out, rest = out + redact_text(rest[:keep]), rest[keep:]
+        self._held = rest
+        if out:
+            self.raw.write(_filter_live(out).encode("utf-8", errors="surrogateescape"))
 
     @classmethod
     def reset(cls, stream: IO[str]) -> None:
@@ -136,6 +178,44 @@ class LiveEcho:
 
     def __getattr__(self, name: str) -> object:  # fileno, isatty, ...
         return getattr(self.raw, name)
+
+
+_WORD_MAX = 512  # bytes of a partial segment's last words held for the next chunk
+_WORDS = 3  # "Authorization: token X", "aws secret 'X'": a name, a scheme, the value
+_BEGIN_MAX = 96  # characters of a key block's BEGIN line ("-----BEGIN " + 64 + "-----")
+
+
+def _held_from(rest: str) -> int:
+    """Where the part of a partial segment that waits for the next chunk starts: a key
+    block's BEGIN line not yet ended, else its last words (as many of the last three as
+    fit in 512 bytes), else an escape sequence that the next chunk may complete;
+    ``len(rest)`` when nothing waits."""
+    begin = rest.rfind(BEGIN_MARK)
+    if begin >= 0 and len(rest) - begin <= _BEGIN_MAX:
+        return begin
+    for start in reversed(_word_starts(rest)):  # three words, else two, else one
+        if len(rest) - start <= _WORD_MAX and _fits(rest[start:]):
+            return start
+    esc = rest.rfind("\x1b")
+    if esc >= 0 and len(rest) - esc < _HOLD and _could_grow(rest[esc:]):
+        return esc
+    return len(rest)
+
+
+def _word_starts(rest: str) -> list[int]:
+    """Where the last word of ``rest`` starts, then the one before it, ... (_WORDS)."""
+    starts: list[int] = []
+    at = len(rest)
+    while len(starts) < _WORDS and at > 0:
+        at = max(rest.rfind(" ", 0, at), rest.rfind("\t", 0, at)) + 1
+        starts.append(at)
+        while at > 0 and rest[at - 1] in " \t":
+            at -= 1
+    return starts
+
+
+def _fits(text: str) -> bool:
+    return len(text.encode("utf-8", errors="surrogateescape")) <= _WORD_MAX
 
 
 def _could_grow(tail: str) -> bool:

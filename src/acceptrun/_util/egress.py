@@ -123,7 +123,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.notify.secrets:keep_secrets", "file", exempt="raw=True: secrets/<run>.json, KEPT_WHOLE (0600)"),
     # -- the supervisor and the workload -----------------------------------------------
     Sink("acceptrun.supervisor.process:ChildProcess._popen", "process", exempt="the user's workload, started with the environment and argv the user gave it"),
-    Sink("acceptrun.supervisor.process:ChildProcess._tee", "file", exempt="stdout.log/stderr.log (KEPT_WHOLE), and the live echo of `acceptrun run` without -q: the workload's own output on the terminal of whoever runs it, as it would print without acceptrun (LiveEcho escapes its controls, nothing is redacted)"),
+    Sink("acceptrun.supervisor.process:ChildProcess._tee", "file", redacted_by="LiveEcho for the live echo of `acceptrun run` without -q (redact_text of each line, an unfinished line's last three words held for the next chunk, a key block held whole, then its controls escaped); stdout.log/stderr.log are KEPT_WHOLE"),
     Sink("acceptrun.supervisor.process:ChildProcess._log_lost", "terminal", exempt=_WARN),
     Sink("acceptrun.supervisor.core:Supervisor._stop_hung", "file", redacted_by="redact_file (stack dumps, py-spy's included, rewritten through the redactor)"),
     Sink("acceptrun.supervisor.containment:Containment.before_fork", "file", exempt=_CGROUP),

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from acceptrun._util.controls import LiveEcho
 from acceptrun._util.durable import storage_fault
 from acceptrun.supervisor.containment import Containment
 from acceptrun.supervisor.lease import die_with_supervisor
@@ -146,6 +147,9 @@ class ChildProcess:
         if log is not None:
             with contextlib.suppress(OSError):
                 log.close()
+        if isinstance(out, LiveEcho):  # the last word and a key block it held
+            with contextlib.suppress(OSError, ValueError):
+                out.finish()
         pipe.close()
 
     @staticmethod
