@@ -55,6 +55,7 @@ __all__ = [
     "redact_streams",
     "remove_console",
     "restore_streams",
+    "rich_cell",
     "show_secret",
     "styled",
 ]
@@ -289,6 +290,16 @@ def quieted(level: int = logging.WARNING) -> Iterator[None]:
 
 
 # ---- tables ------------------------------------------------------------------------------
+
+
+def rich_cell(value: object, style: str = "") -> Any:
+    """``value`` as a cell of a Rich table drawn on a terminal (:func:`styled`): a
+    ``Text``, which Rich never reads as markup (a job named ``[link=...]x[/link]`` or a
+    note holding ``[/]`` is shown as typed, not made a link nor a MarkupError), its
+    control characters shown as escapes; ``style`` is acceptrun's own colour for it."""
+    from rich.text import Text
+
+    return Text(escape_controls(str(value)), style=style)
 
 
 def format_table(

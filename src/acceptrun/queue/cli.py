@@ -132,7 +132,7 @@ def _print_jobs(jobs: list[Any], now: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from acceptrun._util.controls import escape_controls
+    from acceptrun._util.console import rich_cell, styled
     from acceptrun.spec.model import format_duration
 
     colors = {"queued": "yellow", "running": "green", "preempting": "magenta",
@@ -147,14 +147,13 @@ def _print_jobs(jobs: list[Any], now: float) -> None:
             ",".join(map(str, j.devices)) or f"({j.slots} {'GPU' if j.kind == 'gpu' else 'cpu'})"
         )
         state = j.state + (f" x{j.preemptions}" if j.preemptions else "")
+        # Values as Text cells (rich_cell): a name or a note is never read as markup.
         table.add_row(
-            str(j.id), escape_controls(j.name), str(j.priority),
-            f"[{colors.get(j.state, '')}]{state}[/]", devices, j.run_id or "-",
+            str(j.id), rich_cell(j.name), str(j.priority),
+            rich_cell(state, colors.get(j.state, "")), devices, rich_cell(j.run_id or "-"),
             format_duration(j.waited_s(now)),
-            format_duration(j.ran_for(now)) if j.attempts else "-", escape_controls(j.note or ""),
+            format_duration(j.ran_for(now)) if j.attempts else "-", rich_cell(j.note or ""),
         )  # fmt: skip
-    from acceptrun._util.console import styled
-
     # Its own colours on a terminal (styled: not escaped); the values escaped above.
     console = Console(file=styled(), width=None if sys.stdout.isatty() else 160, highlight=False)
     console.print(table)
@@ -172,8 +171,7 @@ def _queue_slurm(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from acceptrun._util.console import styled
-    from acceptrun._util.controls import escape_controls
+    from acceptrun._util.console import rich_cell, styled
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in ("JOB", "NAME", "PRI", "STATE", "RUN", "SUBMITTED", "REASON"):
@@ -181,7 +179,7 @@ def _queue_slurm(args: argparse.Namespace) -> int:
     for r in rows:
         cells = (r.get("job", ""), r.get("name", ""), r.get("priority", ""), r.get("state", ""),
                  r.get("run_id") or "-", r.get("submitted", ""), r.get("reason", ""))  # fmt: skip
-        table.add_row(*(escape_controls(str(c)) for c in cells))
+        table.add_row(*(rich_cell(c) for c in cells))  # squeue's text: never markup
     # The bold header on a terminal (styled: not escaped); the cells escaped above.
     Console(file=styled(), width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
     return 0

@@ -206,7 +206,7 @@ def format_rows(rows: list[dict[str, Any]]) -> Any:
     """A Rich table of the rows (what ``top`` shows)."""
     from rich.table import Table
 
-    from acceptrun._util.controls import escape_controls
+    from acceptrun._util.console import rich_cell
     from acceptrun.cost.billing import format_usd
     from acceptrun.spec.model import format_duration
 
@@ -230,8 +230,9 @@ def format_rows(rows: list[dict[str, Any]]) -> Any:
             eta = "interrupted"
             seen = time.strftime("%H:%M:%S", time.localtime(last)) if last else "unknown"
             usage = f"last sign of life {seen}"
+        # The run's name and the workload's throughput unit as Text: never read as markup.
         table.add_row(
-            r["run_id"], escape_controls(str(r["name"])), attempt, step, escape_controls(rate),
+            rich_cell(r["run_id"]), rich_cell(r["name"]), attempt, step, rich_cell(rate),
             eta, usage, format_duration(r["elapsed_s"]), cost,
         )  # fmt: skip
     if not rows:

@@ -85,7 +85,9 @@ def format_table(report: TuneReport, *, width: int = 160) -> str:
     for row in table_rows(report):
         table.add_row(*row)
     buf = io.StringIO()
-    console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False)
+    # Labels, notes and errors come from the user's spec and trials: no markup, no emoji.
+    console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False,
+                      markup=False, emoji=False)  # fmt: skip
     console.print(table)
     for note in report.notes:
         console.print(f"  {note}")
