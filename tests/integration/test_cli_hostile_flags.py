@@ -38,8 +38,8 @@ def hostile_strings(tmp: Path) -> list[str]:
     if not fifo.exists():
         os.mkfifo(fifo)
     # 1,000 characters: past NAME_MAX (255) but inside PATH_MAX, where open(2) says ENAMETOOLONG
-    return ["", "\x00", "\x1b]0;x\x07", "x" * 100_000, "y" * 1000, "../../etc/passwd", str(fifo),
-            "/dev/zero"]  # fmt: skip
+    return ["", "\x00", "\x1b]0;x\x07", "txt\u202eexe.sh", "x" * 100_000, "y" * 1000,
+            "../../etc/passwd", str(fifo), "/dev/zero"]  # fmt: skip
 
 
 # Harmless values for what the walk cannot choose (a missing spec, an unknown run): each

@@ -124,3 +124,20 @@ def test_an_output_names_a_missing_folder_and_refuses_a_folder(tmp_path: Path) -
     claim_output(tmp_path / "no" / "out.json", mark=MARK, force=False, parents=True)
     with pytest.raises(UserError, match="is a folder"):
         claim_output(tmp_path, mark=MARK, force=True)
+
+
+def test_every_control_and_bidi_character_is_refused_by_name() -> None:
+    """Generated from controls.CONTROLS: C0, DEL, C1 and the bidirectional controls, and
+    newline and tab (a flag's text or path is one line)."""
+    from acceptrun._util.controls import CONTROLS
+
+    chars = [*CONTROLS, "\n", "\t"]
+    for char in chars:
+        for check in (text(), path_arg):
+            with pytest.raises(argparse.ArgumentTypeError) as caught:
+                check(f"bert{char}squad")
+            said = str(caught.value)
+            assert f"U+{ord(char):04X} " in said and repr(char)[1:-1] in said, said
+            assert char not in said  # quoted escaped, never raw
+    with pytest.raises(argparse.ArgumentTypeError, match="U\\+202E RIGHT-TO-LEFT OVERRIDE"):
+        text()("txt\u202eexe.sh")

@@ -25,6 +25,7 @@ import os
 import stat
 from collections.abc import Callable
 
+from acceptrun._util.controls import control_named
 from acceptrun._util.units import duration_seconds, format_duration
 
 __all__ = [
@@ -75,11 +76,14 @@ def _number(x: float) -> str:
 
 
 def _control(value: str) -> str | None:
-    """The first control character of ``value`` (C0, DEL, C1) as ``\\x1b``, or None."""
-    for ch in value:
-        if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0:
-            return repr(ch)[1:-1]
-    return None
+    """The first control or bidi character of ``value`` (C0, DEL, C1, U+202E ...:
+    :func:`~acceptrun._util.controls.control_named`) as ``\\u202e (U+202E RIGHT-TO-LEFT
+    OVERRIDE)``, or None."""
+    named = control_named(value)
+    if named is None:
+        return None
+    char = chr(int(named.split(" ", 1)[0][2:], 16))
+    return f"{repr(char)[1:-1]} ({named})"
 
 
 def _named(check: Callable[[str], object], name: str) -> None:
