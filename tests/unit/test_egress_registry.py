@@ -296,3 +296,17 @@ def test_redact_lines_bounds_what_it_holds() -> None:
     # A block cut short (no END line) ends at the first line that is not a body line.
     assert "".join(egress.redact_lines([begin, body, "after it\n"])) == shown + "after it\n"
     assert list(egress.redact_lines([begin, body])) == [shown]
+
+
+def test_the_reliability_doc_shows_the_registry_as_it_is() -> None:
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "tools" / "egress_doc.py"
+    spec = importlib.util.spec_from_file_location("egress_doc", path)
+    assert spec is not None and spec.loader is not None
+    egress_doc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(egress_doc)
+    doc = egress_doc.DOC.read_text(encoding="utf-8")
+    assert egress_doc.rewritten(doc) == doc, "regenerate: python tools/egress_doc.py"
+    for s in egress.SINKS:
+        assert f"`{s.where.removeprefix('acceptrun.')}`" in doc
