@@ -16,8 +16,10 @@ from acceptrun.supervisor.classify import (
     CLASSES,
     RETRY_LIMITS,
     AttemptFacts,
+    FailedAttempt,
     classify,
     oom_kill_count,
+    repeated_failure,
     retry_allowed,
     stderr_tail,
 )
@@ -60,3 +62,20 @@ def test_stderr_tail_keeps_whole_lines_of_the_end(tmp_path: Path) -> None:
     assert stderr_tail(tmp_path / "missing.log") == ""
     log.write_bytes(b"bad \xff byte\n")
     assert stderr_tail(log) == "bad \ufffd byte\n"
+
+
+def test_a_resumed_script_failing_before_its_first_step_names_no_step() -> None:
+    """Two attempts resumed from step 46 that both failed before logging a step: the
+    reason says "before the first step", never "in step 47" (their resume point + 1)."""
+    tail = (
+        "Traceback (most recent call last):\n"
+        '  File "/w/train.py", line 3, in <module>\n'
+        "    raise RuntimeError('bad config')\n"
+        "RuntimeError: bad config\n"
+    )
+    first, second = (FailedAttempt(a, tail, step=47, stepped=False) for a in (2, 3))
+    found = repeated_failure(first, second)
+    assert found is not None and found.name == "user_error"
+    assert "before the first step" in found.reason and "step 47" not in found.reason
+    stepped = repeated_failure(first, FailedAttempt(3, tail, step=47, stepped=True))
+    assert stepped is not None and "in step 47" in stepped.reason

@@ -332,9 +332,11 @@ def repeated_failure(earlier: FailedAttempt, later: FailedAttempt) -> Classifica
     if earlier.step != later.step and (earlier.stepped or later.stepped):
         return None
     exc = first[0]
+    # Neither logged a step: both failed before their first one, whatever step they
+    # resumed from (a resumed attempt's ``step`` is its resume point, no step it ran).
     where = (
         "before the first step"
-        if not (earlier.stepped or later.stepped) and earlier.step == 0
+        if not (earlier.stepped or later.stepped)
         else f"in step {later.step}"
     )
     evidence = [
