@@ -89,6 +89,19 @@ def test_an_injected_fault_is_no_claim_unless_drills_are_asked_for(tmp_path: Pat
     assert "injected by a drill" in format_claim(shown)
 
 
+@pytest.mark.parametrize("klass", [FailureClass.PREEMPTED, FailureClass.KILLED])
+def test_an_injected_fault_is_booked_as_a_drill(tmp_path: Path, klass: FailureClass) -> None:
+    """A drill's fault was asked for: its waste is "drill", never "unknown" or the provider's."""
+    ws = Workspace.create(tmp_path / "ws")
+    ledger = build_ledger(_failed_run(ws, klass, injected=True))
+    first = ledger["compute"]["attempts"][0]
+    assert first["responsibility"] == "drill"
+    waste = ledger["compute"]["waste"]["seconds"]
+    assert waste["drill"] == pytest.approx(10.0)
+    assert waste["unknown"] == waste["provider"] == 0.0
+    assert summarize([ledger])["waste_usd"]["drill"] == pytest.approx(10.0)
+
+
 def test_the_split_groups_by_run_week_and_provider(tmp_path: Path) -> None:
     ws = Workspace.create(tmp_path / "ws")
     ledgers = [
@@ -96,7 +109,9 @@ def test_the_split_groups_by_run_week_and_provider(tmp_path: Path) -> None:
         for c in (FailureClass.PREEMPTED, FailureClass.USER_ERROR, FailureClass.FAILED)
     ]
     s = summarize(ledgers)
-    assert s["waste_usd"] == pytest.approx({"provider": 10.0, "workload": 10.0, "unknown": 10.0})
+    assert s["waste_usd"] == pytest.approx(
+        {"provider": 10.0, "workload": 10.0, "unknown": 10.0, "drill": 0.0}
+    )
     runs = waste_by(ledgers, "run")
     assert len(runs) == 3 and all(sum(r["usd"].values()) == pytest.approx(10.0) for r in runs)
     (week,) = waste_by(ledgers, "week")

@@ -92,7 +92,7 @@ DETAIL_KEYS = (
 )
 PARTS = ("productive", "wasted", "idle", "checkpoint_stall")
 # Who a wasted span is owed to (record.status.RESPONSIBILITY), in the order shown.
-RESPONSIBLE = ("provider", "workload", "unknown")
+RESPONSIBLE = ("provider", "workload", "unknown", "drill")
 
 
 def price_of_run(
@@ -683,7 +683,8 @@ def responsibility_of(a: _Attempt) -> tuple[str, dict[str, Any]]:
     """Whose failure an attempt's waste was (record.status.RESPONSIBILITY), and why.
 
     The evidence is the exit record's own: its class, the sentence and the lines that
-    decided it, and whether the fault was injected (a drill, not the platform).
+    decided it, and whether the fault was injected: a drill's failure is the run's own
+    doing, asked for, and booked to ``drill`` (never to the provider or ``unknown``).
     """
     ev = a.exit
     lines = [str(x) for x in ev.get("evidence") or []][:5]
@@ -698,6 +699,8 @@ def responsibility_of(a: _Attempt) -> tuple[str, dict[str, Any]]:
     }
     if a.outcome in ("success", "running") and a.klass in (None, "success"):
         return Responsibility.NONE.value, evidence
+    if evidence["injected"]:  # the run's own drill: booked as one, whatever its class
+        return Responsibility.DRILL.value, evidence
     try:
         who = RESPONSIBILITY[FailureClass(str(a.klass))]
     except ValueError:  # no class (an attempt its supervisor lost) or one unknown here

@@ -190,8 +190,9 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
             detail_s[k] = detail_s.get(k, 0.0) + v
             detail_usd[k] = detail_usd.get(k, 0.0) + v * per_s
         for k in RESPONSIBLE:
-            waste_usd[k] += comp["waste"]["usd"][k]
-            waste_s[k] += comp["waste"]["seconds"][k]
+            # A ledger written before a key existed ("drill") has none of it.
+            waste_usd[k] += comp["waste"]["usd"].get(k, 0.0)
+            waste_s[k] += comp["waste"]["seconds"].get(k, 0.0)
         billed += ledger["billed_s"]
         device += ledger["device_seconds"]
         left = ledger["storage"]["left_behind"]
@@ -332,8 +333,8 @@ def waste_by(ledgers: Iterable[dict[str, Any]], group: str) -> list[dict[str, An
         row["runs"] += 1
         waste = led["compute"]["waste"]
         for k in RESPONSIBLE:
-            row["usd"][k] += waste["usd"][k]
-            row["seconds"][k] += waste["seconds"][k]
+            row["usd"][k] += waste["usd"].get(k, 0.0)  # an older ledger: no "drill"
+            row["seconds"][k] += waste["seconds"].get(k, 0.0)
     return [rows[k] for k in sorted(rows, reverse=group == "week")]
 
 
@@ -370,7 +371,14 @@ def claim(ledgers: Iterable[dict[str, Any]], *, drills: bool = False) -> dict[st
         price = led.get("price") or {}
         for a in led["compute"]["attempts"]:
             ev = a.get("evidence") or {}
-            if a.get("responsibility") != "provider" or (ev.get("injected") and not drills):
+            # A drill is booked to "drill" (an older ledger: to its class's responsibility):
+            # shown with drills when its class is the provider's, never counted.
+            klass = a.get("class")
+            provider_class = klass in {c.value for c, r in RESPONSIBILITY.items()
+                                       if r is Responsibility.PROVIDER}  # fmt: skip
+            if ev.get("injected") and not (drills and provider_class):
+                continue
+            if not ev.get("injected") and a.get("responsibility") != "provider":
                 continue
             incidents.append({
                 "run_id": led["run_id"], "name": led.get("name"), "attempt": a["attempt"],

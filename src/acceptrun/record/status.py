@@ -142,6 +142,7 @@ class Responsibility(enum.StrEnum):
     PROVIDER = "provider"  # the platform: preemption, a lost node, a GPU fault
     WORKLOAD = "workload"  # the run itself: its code, data, model or its own limits
     UNKNOWN = "unknown"  # the evidence does not tell the two apart
+    DRILL = "drill"  # a fault the run injected into itself (--inject, a drill): asked for
     NONE = "none"  # not a failure (an attempt that succeeded)
 
 

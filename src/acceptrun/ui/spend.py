@@ -72,7 +72,8 @@ def _waste(ledgers: Sequence[dict[str, Any]]) -> list[str]:
     out = [
         "<h2>Wasted, by whose failure</h2>",
         "<p>Provider: preemption, a lost node, a GPU fault. Workload: the run's code, data "
-        "or limits. Unknown: the evidence does not tell. <code>acceptrun cost claim --since "
+        "or limits. Unknown: the evidence does not tell. Drill: a fault the run injected "
+        "into itself (<code>--inject</code>). <code>acceptrun cost claim --since "
         "7d</code> lists the provider's incidents with their evidence.</p>",
     ]
     head = "".join(f"<th>{esc(k)}</th>" for k in RESPONSIBLE)
