@@ -110,13 +110,13 @@ def test_tune_sweep_on_the_tiny_target(tmp_path: Path) -> None:
     assert (state["mode"], state["status"]) == ("tune", "finished")
     assert json.loads((record / "provenance.json").read_text())["torch"]["version"]
     tune = json.loads((record / "tune.json").read_text())
-    assert [t["axis"] for t in tune["trials"]][:2] == ["baseline", "precision"]
+    assert [t["axis"] for t in tune["trials"]][:3] == ["warm-up", "baseline", "precision"]
     assert all(t["ok"] for t in tune["trials"])
     # The batch axis starts from the precision the sweep chose, which is a measurement
     # (on a loaded machine bf16 can come out ahead of fp32): it tries that one at b16.
     (batch,) = [t for t in tune["trials"] if t["axis"] == "batch"]
     assert batch["label"] in ("fp32 b16", "bf16 b16") and batch["label"] in table, table
-    base = tune["trials"][0]
+    base = tune["trials"][tune["baseline"]]
     assert base["numerics"] == "ok" and base["gain"] == 1.0 and len(base["step_times_s"]) == 3
     assert base["p25_s"] <= base["median_s"] <= base["p75_s"]
     best = tune["trials"][tune["best"]]
@@ -130,6 +130,31 @@ def test_tune_sweep_on_the_tiny_target(tmp_path: Path) -> None:
     ).stdout  # fmt: skip
     assert f"default  {base['label']}: " in show and "a tune record has no verdict" in show
     assert f"{len(tune['trials'])} trials" in show and "verdict  not decided" not in show
+
+
+def test_the_baseline_is_timed_after_a_warm_up_like_every_other_trial(tmp_path: Path) -> None:
+    """The first trial process pays the machine's cold start: it is run, never compared."""
+    cmd = [sys.executable, "-m", "acceptrun", "--workspace", str(tmp_path / "ws"), "tune", TINY,
+           "--device", "cpu", "--axes", "precision", "--warmup", "2", "--steps", "3",
+           "--check-steps", "2", "--threads", "1", "--no-confirm"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (record,) = (tmp_path / "ws" / "runs").iterdir()
+    tune = json.loads((record / "tune.json").read_text())
+    trials = tune["trials"]
+    warm, base = trials[tune["warm_up"]], trials[tune["baseline"]]
+    # The warm-up is the default's own configuration, run just before the baseline.
+    assert (warm["id"], base["id"]) == (0, 1) and warm["axis"] == "warm-up"
+    assert warm["config"] == base["config"] and warm["ok"]
+    # Every timed trial, the baseline among them, follows a trial process and has the
+    # same untimed steps in its own process.
+    assert all(len(t["warmup_times_s"]) == 2 and len(t["step_times_s"]) == 3 for t in trials)
+    assert warm["gain"] is None and base["gain"] == 1.0 and tune["best"] != warm["id"]
+    assert all(t["gain"] == pytest.approx(t["samples_per_s"] / base["samples_per_s"])
+               for t in trials[1:])  # fmt: skip
+    # The table marks the warm-up and the verdict line gives the baseline figure it used.
+    assert "takes the machine's cold start; not compared" in proc.stdout
+    assert f"{base['samples_per_s']:,.1f} samples/s after a warm-up run" in proc.stdout
 
 
 def test_tune_refuses_bad_options(tmp_path: Path) -> None:

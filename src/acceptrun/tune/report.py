@@ -19,7 +19,7 @@ from typing import Any
 from acceptrun._util.durable import write_atomic
 from acceptrun.cost.billing import format_bytes
 from acceptrun.errors import UserError
-from acceptrun.tune.sweep import TuneReport
+from acceptrun.tune.sweep import WARM_UP, TuneReport
 from acceptrun.tune.target import TuneConfig
 
 __all__ = ["format_table", "read_best", "table_rows", "write_best"]
@@ -48,6 +48,8 @@ def _note(trial: dict[str, Any]) -> str:
         parts.append(f"earned back after {steps} steps" if steps else "never earned back")
     if trial.get("overflow_steps"):
         parts.append(f"{trial['overflow_steps']} steps skipped (fp16 overflow)")
+    if trial["axis"] == WARM_UP:
+        parts.append("takes the machine's cold start; not compared")
     if trial.get("numerics") == "fail":
         parts.append(str(trial.get("numerics_detail", "")))
     return "; ".join(parts)
@@ -63,7 +65,8 @@ def table_rows(report: TuneReport) -> list[list[str]]:
             rows.append([
                 f"{t['id']}{mark}", t["axis"], t["label"], f"{t['samples_per_s']:,.1f}",
                 f"±{t['spread'] * 50:.1f}%", format_bytes(t["peak_memory_bytes"]),
-                f"{mfu:.1%}" if mfu is not None else "-", f"{t['gain']:.2f}x",
+                f"{mfu:.1%}" if mfu is not None else "-",
+                f"{t['gain']:.2f}x" if t.get("gain") is not None else "-",
                 t["numerics"], _note(t),
             ])  # fmt: skip
         else:
@@ -105,10 +108,23 @@ def format_table(report: TuneReport, *, width: int = 160) -> str:
         )
         console.print(
             f"best: {best['label']}: {best['samples_per_s']:,.1f} samples/s in the sweep; "
-            f"{report.gain:.2f}x the job's default ({base['label'] if base else '-'}), {how}; "
+            f"{report.gain:.2f}x the job's default ({_default_rate(report)}), {how}; "
             f"{len(report.trials)} trials in {report.seconds:.0f} s"
         )
     return buf.getvalue()
+
+
+def _default_rate(report: TuneReport) -> str:
+    """The default's label and the figure the gain divides by, each one measured warm."""
+    base = report.trial(report.baseline)
+    if base is None or not base["ok"]:
+        return "-"
+    text = f"{base['label']}, {base['samples_per_s']:,.1f} samples/s"
+    text += " after a warm-up run" if report.warm_up is not None else ""
+    again = report.trial(report.confirm[0]) if report.confirm else None
+    if again is not None and again["ok"]:
+        text += f"; {again['samples_per_s']:,.1f} again beside the best"
+    return text
 
 
 def _toml_value(value: Any) -> Any:
