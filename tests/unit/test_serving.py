@@ -22,7 +22,7 @@ from acceptrun.serving.driver import ServingDriver
 from acceptrun.serving.load import RequestResult, arrival_schedule
 from acceptrun.serving.service import combine
 from acceptrun.serving.summary import serving_checks
-from acceptrun.spec.model import parse_spec
+from acceptrun.spec.model import format_duration, parse_spec
 from acceptrun.supervisor.classify import Classification
 from conftest import Project
 
@@ -139,10 +139,11 @@ def test_a_load_served_whole_stays_whole_when_the_server_exits_after_it(tmp_path
 
 # ---- the service over several attempts ---------------------------------------------------------
 
-SPEC = parse_spec(
+SPEC_TEXT = (
     'name = "s"\ncommand = ["srv"]\n[serving]\nurl = "http://127.0.0.1:1/x"\n'
     'ready_url = "http://127.0.0.1:1/health"\nrate = 10\nrequests = 4\nmax_error_rate = 0.01\n'
 )
+SPEC = parse_spec(SPEC_TEXT)
 
 
 def _line(attempt: int, t: float, latency: float, ok: bool = True) -> dict[str, Any]:
@@ -233,6 +234,68 @@ def test_a_restart_that_never_becomes_ready_leaves_the_service_down(tmp_path: Pa
     rows = {c[1]: c for c in serving_checks(record, SPEC)}
     assert rows["load"][2] == "fail" and "attempt 2: not ready" in rows["load"][4]
     assert "to the end of the run: no later attempt became ready" in rows["downtime"][4]
+
+
+def _killed_then_restored() -> dict[str, Any]:
+    """Attempt 1 killed at 1010.5 s, attempt 2 ready at 1015: 4.5 s without a server."""
+    killed = {"outcome": "signaled", "class": "killed", "reason": "killed by SIGKILL"}
+    attempts = [
+        _attempt(1, 1000.0, 2.0, load={"seconds": 0.2}, first_success_s=2.05,
+                 load_started_at=1002.0, ended=killed, exited_at=1010.5,
+                 interrupted="the server exited during the load"),
+        _attempt(2, 1012.0, 3.0, load={"seconds": 0.3}, first_success_s=3.01,
+                 load_started_at=1015.0, interrupted=None),
+    ]  # fmt: skip
+    return combine(attempts, [_line(1, 0.0, 0.01), _line(2, 0.0, 0.01)], SPEC.serving)
+
+
+@pytest.mark.parametrize(
+    ("bound", "status"), [("5s", "pass"), ("4.5s", "pass"), ("4s", "fail"), ("0s", "fail")]
+)
+def test_max_downtime_bounds_the_measured_outage(tmp_path: Path, bound: str, status: str) -> None:
+    spec = parse_spec(SPEC_TEXT + f'[acceptance]\nmax_downtime = "{bound}"\n')
+    record = RecordBuilder(tmp_path).run("finished").record
+    record.write_json("serving.json", _killed_then_restored())
+    rows = {c[1]: c for c in serving_checks(record, spec)}
+    _, _, got, required, evidence, fix = rows["downtime"]
+    assert (got, required) == (status, True)  # judged, no longer information
+    limit = f"at most {format_duration(spec.acceptance.max_downtime)} (acceptance.max_downtime)"
+    assert limit in evidence and "4.50s" in evidence  # both figures named
+    assert (fix is None) == (status == "pass")
+    if status == "fail":
+        assert evidence.startswith("4.50s measured, " + limit)
+        assert "raise acceptance.max_downtime above 4.50s" in fix
+
+
+def test_max_downtime_fails_a_service_that_never_came_back(tmp_path: Path) -> None:
+    cut = {"requests": 3, "ok": 2, "errors": 1, "seconds": 0.4}
+    killed = {"outcome": "signaled", "class": "killed", "reason": "killed by SIGKILL"}
+    attempts = [
+        _attempt(1, 1000.0, 2.0, load=cut, first_success_s=2.05, load_started_at=1002.0,
+                 ended=killed, exited_at=1010.5),
+        _attempt(2, 1012.0, None, exited_at=1014.0),
+    ]  # fmt: skip
+    record = RecordBuilder(tmp_path).run("finished").record
+    record.write_json("serving.json", combine(attempts, [_line(1, 0.0, 0.01)], SPEC.serving))
+    spec = parse_spec(SPEC_TEXT + '[acceptance]\nmax_downtime = "1h"\n')
+    row = {c[1]: c for c in serving_checks(record, spec)}["downtime"]
+    assert row[2:4] == ("fail", True)  # 3.5 s measured, but the outage never ended
+    assert row[4].startswith("at least 3.50s, no ready server at the end of the run, at most 1h")
+
+
+def test_a_service_without_an_outage_passes_max_downtime(tmp_path: Path) -> None:
+    record = RecordBuilder(tmp_path).run("finished").record
+    one = [_attempt(1, 1000.0, 2.0, load={"seconds": 0.3}, first_success_s=2.1, interrupted=None)]
+    record.write_json("serving.json", combine(one, [_line(1, 0.0, 0.01)], SPEC.serving))
+    spec = parse_spec(SPEC_TEXT + '[acceptance]\nmax_downtime = "0s"\n')
+    row = {c[1]: c for c in serving_checks(record, spec)}["downtime"]
+    assert row[2:4] == ("pass", True) and row[4].startswith("none: the server stayed up")
+
+
+@pytest.mark.parametrize("bad", ['"-1s"', '"soon"', "true", '"5 parsecs"'])
+def test_max_downtime_must_be_a_duration(bad: str) -> None:
+    with pytest.raises(SpecError, match=r"acceptance\.max_downtime: .*expected a duration"):
+        parse_spec(SPEC_TEXT + f"[acceptance]\nmax_downtime = {bad}\n")
 
 
 def test_a_one_attempt_record_of_the_old_layout_is_still_judged(tmp_path: Path) -> None:

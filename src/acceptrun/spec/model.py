@@ -633,6 +633,13 @@ class AcceptanceSpec:
         gt=0,
         accepts="a positive duration",
     )
+    max_downtime: Duration | None = doc(
+        'Longest acceptable time a serving run is without a ready server after its first '
+        'ready, all outages added, e.g. "30s"; none: downtime is information only.',
+        None,
+        ge=0,
+        accepts='a duration, e.g. "30s" ("0s": no outage at all)',
+    )
     tolerances: dict[str, float] = doc(
         'Absolute tolerance per metric (and "loss" for the loss curve) when `acceptrun diff` '
         "compares two runs; unnamed ones must match exactly.",
