@@ -26,6 +26,7 @@ import tomli_w
 
 from acceptrun._util.hashing import hash_bytes
 from acceptrun._util.redact import declare_secret_env_fields, declare_secret_fields
+from acceptrun._util.userregex import compile_user_pattern
 from acceptrun.spec.conditions import (
     Condition,
     match_pattern,
@@ -326,12 +327,27 @@ class ProgressSpec:
     SECTION: ClassVar[str] = "progress"
 
     pattern: str | None = doc(
-        "Regular expression over output lines with named groups: step (required), loss and "
-        r'any metric, e.g. "iter (?P<step>\\d+): loss (?P<loss>[0-9.eE+-]+)".',
+        "Regular expression over output lines with named groups: step, or epoch and batch "
+        "(with total, the batches of an epoch), then loss and any metric, e.g. "
+        r'"iter (?P<step>\\d+): loss (?P<loss>[0-9.eE+-]+)" (docs/own-script.md).',
         None,
         format="regex",
-        pattern=r"\(\?P<step>",
-        accepts="a pattern with a named group (?P<step>\\d+)",
+        pattern=r"\(\?P<(step|batch|iter|epoch)>",
+        accepts="a pattern with a named group (?P<step>\\d+), or (?P<epoch>\\d+) and "
+        "(?P<batch>\\d+)",
+    )
+    epoch_length: int | None = doc(
+        "Steps (batches) in one epoch, when progress.pattern names the epoch and batch but "
+        "no (?P<total>...) group, or its counter starts again each epoch.",
+        None,
+        gt=0,
+    )
+    first_epoch: int = doc(
+        "The number the script gives its first epoch: 0 (the ImageNet example, timm, "
+        "Lightning) or 1 (Keras, fairseq, mmengine).",
+        0,
+        ge=0,
+        le=1,
     )
     stream: str = doc(
         'Which output the pattern reads: "stdout", "stderr" or "both".',
@@ -352,6 +368,16 @@ class ProgressSpec:
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)
+        if self.pattern is None:
+            return
+        groups = set(compile_user_pattern(self.pattern, where="progress.pattern").groupindex)
+        counted = bool(groups & {"batch", "iter"}) or "step" not in groups
+        require(
+            not counted or "total" in groups or self.epoch_length is not None,
+            "progress.pattern", self.pattern,
+            "the epoch's length with a pattern that counts batches or epochs: add a "
+            "(?P<total>\\d+) group on the i/len form, or set progress.epoch_length",
+        )  # fmt: skip
 
 
 @dataclass(kw_only=True)

@@ -50,6 +50,7 @@ from acceptrun._util.userregex import UserPattern, compile_user_pattern
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.axis import StepAxis
+from acceptrun.supervisor.counter import COUNTER_GROUPS, StepClock
 
 __all__ = ["ProgressReader", "match_line"]
 
@@ -123,13 +124,19 @@ def match_line(pattern: UserPattern, line: str) -> dict[str, Any] | None:
     # By span, not by text: a match against the zeroed line reads the real line's words.
     spans = {name: m.span(index) for name, index in pattern.groupindex.items()}
     groups = {name: None if a < 0 else line[a:b] for name, (a, b) in spans.items()}
-    try:
-        step = int(groups["step"] or "")
-    except ValueError:
+    out: dict[str, Any] = {}
+    for name in COUNTER_GROUPS:  # where the line is: a step, or an epoch and a batch
+        text = groups.get(name)
+        if text is None:
+            continue
+        try:
+            out[name] = float(text) if name == "epoch" else int(text)
+        except ValueError:
+            return None
+    if not out.keys() & {"step", "batch", "iter", "epoch"}:
         return None
-    out: dict[str, Any] = {"step": step}
     for name, text in groups.items():
-        if name == "step" or text is None:
+        if name in COUNTER_GROUPS or text is None:
             continue
         try:
             value = float(text.strip().rstrip(",;"))
@@ -161,6 +168,7 @@ class ProgressReader:
     _thread: threading.Thread | None = None
     _stopping: threading.Event = field(default_factory=threading.Event)
     _skip_warned: bool = False
+    _clocks: list[StepClock] = field(default_factory=list)  # one per log: its own counter
 
     def __post_init__(self) -> None:
         prog = self.spec.progress
@@ -170,6 +178,12 @@ class ProgressReader:
                 self._tails.append(_LogTail(self.stdout, _size(self.stdout)))
             if prog.stream in ("stderr", "both"):
                 self._tails.append(_LogTail(self.stderr, _size(self.stderr)))
+            self._clocks = [
+                StepClock(
+                    epoch_length=prog.epoch_length, first_epoch=prog.first_epoch, warn=self._told
+                )
+                for _ in self._tails
+            ]
         if prog.tensorboard is not None:
             root = Path(self.workdir or self.spec.workdir_path) / prog.tensorboard
             self._tb = _TensorBoard.open(root, dict(prog.tags), self._warn)
@@ -178,10 +192,16 @@ class ProgressReader:
     def active(self) -> bool:
         return bool(self._tails) or self._tb is not None
 
-    def _warn(self, message: str) -> None:
-        self.record.event("progress_warning", sync=True, attempt=self.attempt, message=message)
+    def _warn(self, message: str, **fields: Any) -> None:
+        self.record.event(
+            "progress_warning", sync=True, attempt=self.attempt, message=message, **fields
+        )
         if self.say is not None:
             self.say(message)
+
+    def _told(self, reason: str, message: str) -> None:
+        """A warning of the step clock (supervisor/counter.py), with its reason."""
+        self._warn(message, reason=reason)
 
     def start(self) -> None:
         """Poll every :data:`POLL_S` seconds on a thread of its own, until :meth:`stop`.
@@ -216,10 +236,10 @@ class ProgressReader:
         now = time.time()
         found: dict[int, dict[str, Any]] = {}
         budget = time.monotonic() + (FINAL_BUDGET_S if final else POLL_BUDGET_S)
-        for tail in self._tails:
+        for tail, clock in zip(self._tails, self._clocks, strict=True):
             if final or not tail.pending:
                 tail.pending.extend(tail.lines(final))
-            self._match_pending(tail, found, budget)
+            self._match_pending(tail, clock, found, budget)
             if final and tail.pending:
                 self._warn(
                     f"progress.pattern: {len(tail.pending):,} lines of {tail.path.name} were "
@@ -233,6 +253,13 @@ class ProgressReader:
                     f"{READ_MAX >> 20} MiB between two reads): older lines were skipped, "
                     "and the steps they held are not counted"
                 )
+        dropped = sum(clock.dropped for clock in self._clocks)
+        if final and dropped:
+            self._warn(
+                f"progress.pattern: {dropped:,} step lines of attempt {self.attempt} were "
+                "dropped: their counter went back and could not be ordered",
+                reason="dropped", dropped=dropped,
+            )  # fmt: skip
         new = [v for s, v in sorted(found.items()) if self.last_step is None or s > self.last_step]
         if new:
             self._emit_log_steps(new, now)
@@ -248,7 +275,7 @@ class ProgressReader:
         return self.diverged
 
     def _match_pending(
-        self, tail: _LogTail, found: dict[int, dict[str, Any]], budget: float
+        self, tail: _LogTail, clock: StepClock, found: dict[int, dict[str, Any]], budget: float
     ) -> None:
         """Match the tail's pending lines until ``budget`` (monotonic s); the rest wait.
 
@@ -258,8 +285,10 @@ class ProgressReader:
         while tail.pending:
             values = match_line(self._pattern, tail.pending.popleft())
             if values is not None and not _counter_at_zero(values):
-                values["step"] = self._run_step(values["step"], "log")
-                found.setdefault(values["step"], {}).update(values)
+                step = clock.read(values)  # takes the counter groups out of values
+                if step is not None:
+                    values["step"] = self._run_step(step, "log")
+                    found.setdefault(values["step"], {}).update(values)
             if time.monotonic() >= budget:
                 return
 
@@ -328,7 +357,8 @@ def _counter_at_zero(values: dict[str, Any]) -> bool:
     made the step axis take the bar for a counter that started again. A step 0 line
     that carries a value (nanoGPT's ``iter 0: loss 4.2``) is a step.
     """
-    return values["step"] == 0 and set(values) <= {"step", "total_steps"}
+    count = values.get("step", values.get("batch", values.get("iter")))
+    return count == 0 and set(values) <= {*COUNTER_GROUPS, "total_steps"}
 
 
 def _size(path: Path) -> int:
