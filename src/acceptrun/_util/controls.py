@@ -163,7 +163,9 @@ class LiveEcho:
                 out, rest = out + self._blocks.text(rest), ""
         else:
             keep = _held_from(rest)
-            out, rest = out + redact_text(rest[:keep]), rest[keep:]
+            if keep:
+                out += redact_text(rest[:keep])
+            rest = rest[keep:]
         self._held = rest
         if out:
             self.raw.write(_filter_live(out).encode("utf-8", errors="surrogateescape"))
