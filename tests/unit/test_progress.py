@@ -38,7 +38,7 @@ IMAGENET = r"Epoch: \[(?P<epoch>\d+)\]\[\s*(?P<batch>\d+)/(?P<total>\d+)\]\tLoss
 
 
 def _reader(tmp_path: Path, progress: dict[str, Any]) -> tuple[ProgressReader, Path]:
-    record = RecordBuilder(tmp_path).record
+    record = RecordBuilder(tmp_path).run().record  # run.json too: show reads it
     text = tomli_w.dumps({"name": "t", "command": ["x"], "progress": progress})
     out = tmp_path / "stdout.log"
     out.touch()
@@ -117,7 +117,8 @@ def test_a_counter_that_starts_again_is_offset_and_said_once(tmp_path: Path) -> 
     assert steps[:6] == [0, 10, 20, 30, 40, 41]  # at least the true step (50): a lower bound
     (warning,) = reader.record.events("progress_warning")
     assert warning["reason"] == "restarted"
-    assert "progress.epoch_length" in warning["message"] and "from 40 to 0" in warning["message"]
+    assert "from 40 to 0" in warning["message"]
+    assert "progress.epoch_length (about 50 by these lines)" in warning["message"]
 
 
 def test_a_counter_with_an_epoch_length_counts_its_epochs(tmp_path: Path) -> None:
@@ -169,3 +170,13 @@ def test_match_line_reads_an_epoch_and_a_batch() -> None:
         "epoch": 2.0, "batch": 30, "total": 50, "loss": 0.25,
     }  # fmt: skip
     assert match_line(rx, "Epoch: [x][ 30/50]\tLoss 0.25") is None
+
+
+def test_show_names_a_counter_that_went_back(tmp_path: Path) -> None:
+    from acceptrun.report.terminal import format_show
+
+    reader, out = _reader(tmp_path, {"pattern": r"step (?P<step>\d+) loss (?P<loss>\S+)"})
+    _read(reader, out, [f"step {n} loss 1" for n in (0, 10, 20, 30, 25, 40)])
+    shown = format_show(reader.record)
+    assert "progress attempt 1: progress: the step counter went back from 30 to 25" in shown
+    assert "progress attempt 1: progress.pattern: 1 step lines of attempt 1 were dropped" in shown

@@ -95,6 +95,9 @@ def format_show(record: RunRecord) -> str:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         lines.append(f"events   {'; '.join(problems[:3])}{more}")
     if state.get("mode") == "tune":
+    for ev in view.events("progress_warning"):  # supervisor/counter.py: a counter went back
+        if ev.get("reason") in ("restarted", "unordered", "dropped"):
+            lines.append(f"progress attempt {ev.get('attempt')}: {ev.get('message')}")
         return printable("\n".join(lines + _format_tune(record)))
     lines += format_telemetry(stored.summary, _gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only

@@ -122,7 +122,9 @@ class StepClock:
         self.offset = self.last + 1 - raw
         if "restarted" not in self._said:
             self._said.add("restarted")
-            guess = self.last_raw - self.first_raw + 1 if self.first_raw is not None else None
+            # The count's span and one print interval: the lines after the last are unseen.
+            first = self.first_raw if self.first_raw is not None else 0
+            guess = self.last_raw - first + (self.gap or 1)
             self.warn("restarted", f"progress: the step counter went back from {self.last_raw} "
                       f"to {raw} and is read as a count that started again: the steps after "
                       f"it follow step {self.last} (at least their true step); name the "
