@@ -52,6 +52,8 @@ def format_show(record: RunRecord) -> str:
             f"         interrupted: {liveness.detail}; last sign of life {liveness.last_seen_iso}; "
             f"`acceptrun resume {record.run_id}` continues it"
         ]
+    if output := _output_line(state):
+        lines.append(output)
     # The step figures come from the stored summary of a closed run, else from one pass
     # over the step log: never a dict per step.
     stored = load_summary(record.path, with_timelines=False)
@@ -151,6 +153,28 @@ def _format_tune(record: RunRecord) -> list[str]:
     lines += [f"note     {n}" for n in data.get("notes") or []]
     lines.append(f"trials   {record.path / 'tune.json'} (a tune record has no verdict)")
     return lines
+
+
+_DECIDED_BY = {
+    "acceptrun": "set by acceptrun",
+    "env": "from the spec's [env]",
+    "inherited": "inherited from acceptrun's environment",
+    "off": "python_unbuffered = false",
+}
+
+
+def _output_line(state: dict[str, Any]) -> str | None:
+    """How the job's Python output was buffered and who decided (supervisor/process.py)."""
+    got = state.get("python_unbuffered")
+    if not isinstance(got, dict):
+        return None  # a record from before it was kept
+    value, by = got.get("value"), _DECIDED_BY.get(str(got.get("by")), str(got.get("by"))[:40])
+    if value:
+        return f"output   PYTHONUNBUFFERED={str(value)[:20]} ({by}): Python prints are read live"
+    return (
+        f"output   PYTHONUNBUFFERED unset ({by}): a Python job's prints arrive in 8 KiB "
+        "blocks, so the steps they show are dated late"
+    )
 
 
 def show_dict(record: RunRecord) -> dict[str, Any]:

@@ -1191,6 +1191,11 @@ class RunSpec:
     env: dict[str, str] = doc(
         "Extra environment variables for the job.", factory=dict, format="arg"
     )
+    python_unbuffered: bool = doc(
+        "Give the job PYTHONUNBUFFERED=1 unless env sets it: a Python script's prints reach "
+        "acceptrun as printed, not in 8 KiB blocks that date its steps late.",
+        True,
+    )
     description: str | None = doc("A sentence on what this run is for.", None, format="name")
     resources: ResourcesSpec = doc("What the run needs from the machine.", factory=ResourcesSpec)
     expect: ExpectSpec = doc("Environment expectations checked before launch.", factory=ExpectSpec)

@@ -67,7 +67,7 @@ from acceptrun.supervisor.outcome import (
     attempt_result,
     attempt_work,
 )
-from acceptrun.supervisor.process import ChildProcess
+from acceptrun.supervisor.process import UNBUFFERED, ChildProcess, python_output
 from acceptrun.supervisor.progress import ProgressReader
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
 from acceptrun.supervisor.watch import RECENT_STEPS, AttemptWatch
@@ -436,6 +436,10 @@ class Supervisor:
     def _event(self, kind: str, attempt: int, fields: dict[str, Any]) -> None:
         self.record.event(kind, sync=True, attempt=attempt, **fields)
 
+    def _unbuffered_by(self) -> str:
+        """Who decided the job's PYTHONUNBUFFERED, as contract_env did (supervisor/process.py)."""
+        return python_output(dict(self.base_env), self.spec.env, self.spec.python_unbuffered)
+
     def _env(self, attempt: int, resume_from: str = "") -> dict[str, str]:
         return contract_env(
             self.base_env, self.spec, self.record, attempt=attempt, resume_from=resume_from,
@@ -490,6 +494,8 @@ class Supervisor:
             attempts=attempt,
             supervisor=user_at_host(),
             supervisor_pid=os.getpid(),
+            # How the job's Python output was buffered, and who decided (`show`: output).
+            python_unbuffered={"value": env.get(UNBUFFERED), "by": self._unbuffered_by()},
         )
         offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
         oom_before = oom_kill_count()
@@ -957,8 +963,7 @@ def contract_env(
     """The workload's environment: ``base``, the spec's ``env``, then the contract's variables."""
     env = dict(base)
     env.update(spec.env)
-    # Python buffers stdout into a pipe in 8 KiB blocks; unbuffered keeps logs live.
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    python_output(env, spec.env, spec.python_unbuffered)  # live prints (supervisor/process.py)
     env[ENV_RUN_DIR] = str(record.path)
     env[ENV_RUN_ID] = record.run_id
     env[ENV_ATTEMPT] = str(attempt)
