@@ -11,6 +11,7 @@ from typing import Any
 
 import ckpt_kill_worker
 
+from acceptrun.checkpoint.sequence import COMMITS
 from acceptrun.checkpoint.store import (
     LATEST,
     CheckpointInfo,
@@ -110,7 +111,7 @@ def test_full_disk_keeps_previous_checkpoint(tmp_path: Path) -> None:
     assert "could not write checkpoint file" in proc.stdout
     assert "File too large" in proc.stdout
     assert "earlier checkpoints are intact" in proc.stdout
-    assert entries(tmp_path) == [LATEST, "step-1"]  # the staging dir was removed
+    assert entries(tmp_path) == [COMMITS, LATEST, "step-1"]  # the staging dir was removed
     assert (tmp_path / LATEST).read_text() == "step-1\n"
     assert store.latest_verified() == before
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from acceptrun._util.hashing import hash_file
+from acceptrun.checkpoint.sequence import COMMITS
 from acceptrun.checkpoint.store import (
     LATEST,
     MANIFEST,
@@ -64,7 +65,7 @@ def test_commit_round_trip(tmp_path: Path) -> None:
     info = store.commit(writer, metrics={"loss": 1.5}, meta={"spec": "s.toml"})
 
     root = tmp_path / "ckpt"
-    assert entries(root) == [LATEST, "step-10"]  # no staging left behind
+    assert entries(root) == [COMMITS, LATEST, "step-10"]  # no staging left behind
     assert (root / LATEST).read_text() == "step-10\n"
     manifest = json.loads((root / "step-10" / MANIFEST).read_text())
     assert manifest["kind"] == "acceptrun.checkpoint"
@@ -150,7 +151,7 @@ def test_abort_removes_staging(tmp_path: Path) -> None:
     writer.write_bytes("model.bin", b"half")
     store.abort(writer)
     store.abort(writer)  # twice is harmless
-    assert entries(tmp_path) == [LATEST, "step-1"]
+    assert entries(tmp_path) == [COMMITS, LATEST, "step-1"]
     assert steps(store) == [1]
 
 
@@ -309,7 +310,7 @@ def test_latest_verified_none_good(tmp_path: Path) -> None:
     corrupt_garbage_manifest(tmp_path / "step-2")  # the LATEST target, unlisted
     assert store.latest_verified() is None
     assert not (tmp_path / LATEST).exists()
-    assert entries(tmp_path) == [QUARANTINE]
+    assert entries(tmp_path) == [COMMITS, QUARANTINE]
     assert len(list((tmp_path / QUARANTINE).iterdir())) == 2
 
 
@@ -348,7 +349,7 @@ def test_redate_stores_the_same_files_under_the_step_now_known(tmp_path: Path) -
     assert (commit["step"], commit["redated_from"]) == (20, 4)
     (gone,) = events.of("checkpoint_delete")
     assert (gone["step"], gone["redated_to"]) == (4, 20)
-    assert entries(tmp_path) == [LATEST, "step-20", "step-3"]  # nothing left behind
+    assert entries(tmp_path) == [COMMITS, LATEST, "step-20", "step-3"]  # nothing left behind
 
 
 def test_redate_leaves_latest_on_a_newer_save_and_refuses_a_taken_step(tmp_path: Path) -> None:
@@ -359,7 +360,7 @@ def test_redate_leaves_latest_on_a_newer_save_and_refuses_a_taken_step(tmp_path:
     store.redate(2, 10, meta={})
     assert steps(store) == [1, 10, 30]
     assert (tmp_path / LATEST).read_text() == "step-30\n"
-    with pytest.raises(UserError, match="step-30 exists"):
+    with pytest.raises(UserError, match="step 30 is held by another checkpoint"):
         store.redate(10, 30, meta={})
     with pytest.raises(UserError, match="no committed checkpoint of step 7"):
         store.redate(7, 8, meta={})
@@ -384,7 +385,7 @@ def test_retention_keep_last(tmp_path: Path) -> None:
     deleted = events.of("checkpoint_delete")
     assert [d["step"] for d in deleted] == [1, 2, 3, 4]
     assert all("not among the newest 2" in d["reason"] for d in deleted)
-    assert entries(tmp_path) == [LATEST, "step-5", "step-6"]  # no .deleting- leftovers
+    assert entries(tmp_path) == [COMMITS, LATEST, "step-5", "step-6"]  # no .deleting- leftovers
 
 
 def test_retention_keep_every_and_best(tmp_path: Path) -> None:

@@ -5,11 +5,15 @@ A store root holds::
     step-<N>/          one committed checkpoint: its files, then MANIFEST.json (written last)
     LATEST             "step-<N>\\n", replaced atomically after each commit
     quarantine/        checkpoints that failed verification or were replaced; never deleted
+    COMMITS            one line per commit (sequence number, step), appended before it
     .staging-step-*    a save in progress (or left by a killed one)
 
 A checkpoint exists only if ``step-<N>/MANIFEST.json`` parses. The manifest is written
 last and the directory appears under its final name by one rename, so a reader sees a
-whole checkpoint or none. Files are hashed as they are written, so a commit costs no
+whole checkpoint or none. Each commit also gets a sequence number, one more than any
+before it (checkpoint/sequence.py): retention and resume take "newest" in that order,
+which is the order the checkpoints were written even where their steps are not (a
+watched script's counter that went back). Files are hashed as they are written, so a commit costs no
 re-read; :meth:`CheckpointStore.verify` re-reads and re-hashes. One process writes to a
 root at a time (the workload), any number read; a store is not thread-safe. In a run of
 several processes rank 0 is that process: the other ranks write their own files into
@@ -45,6 +49,7 @@ from typing import Any, BinaryIO, cast
 from acceptrun._util.durable import fsync_dir, loads_json, read_bytes_bounded, write_atomic
 from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, new_hasher, split_hash
 from acceptrun._util.paths import escape_problem
+from acceptrun.checkpoint.sequence import CommitLog, true_order
 from acceptrun.errors import AcceptrunValueError, DiskFullError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
@@ -66,13 +71,14 @@ SCHEMA = 1
 _REQUIRED = ("kind", "schema", "step", "created_at", "files", "total_bytes", "metrics", "meta")
 # "digest" (since 0.x): the hash of the manifest's own text without it, so a flipped byte
 # in the metrics, meta or times of a manifest is caught like one in a tensor file.
-_KNOWN_KEYS = frozenset((*_REQUIRED, "algorithm", "digest"))
+_KNOWN_KEYS = frozenset((*_REQUIRED, "algorithm", "digest", "sequence"))
 _STEP_DIR = re.compile(r"step-(0|[1-9][0-9]*)")
 # What a killed writer leaves, named with its pid: a save, a retention delete, and
 # write_atomic's temporary LATEST.
 _LEFTOVER = re.compile(r"\.(?:staging-step-\d+|deleting-step-\d+|LATEST\.tmp)-(\d+)-[0-9a-f]+")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _BUFFER = 1 << 20  # bytes buffered per open file; larger writes go straight through
+_NEW_SEQUENCE = -1  # _commit's sequence: the next one (a re-date passes its own, or None)
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
@@ -88,6 +94,7 @@ class CheckpointInfo:
     total_bytes: int
     metrics: dict[str, float]
     meta: dict[str, Any]
+    sequence: int | None = None  # the commit's place in the store's order (sequence.py)
 
 
 @dataclass(frozen=True)
@@ -359,6 +366,7 @@ class CheckpointStore:
         created_at: str | None = None,
         latest: bool = True,
         event: Mapping[str, Any] | None = None,
+        sequence: int | None = _NEW_SEQUENCE,
     ) -> CheckpointInfo:
         if writer._store is not self or not writer.owner:
             raise UserError(f"the save of step {writer.step} was begun by another store")
@@ -380,6 +388,11 @@ class CheckpointStore:
             "metrics": {str(k): float(v) for k, v in (metrics or {}).items()},
             "meta": dict(meta or {}),
         }
+        log = CommitLog(self.root)
+        if sequence == _NEW_SEQUENCE:
+            sequence = log.next_sequence(i.sequence for i in self.list())
+        if sequence is not None:
+            manifest["sequence"] = sequence
         try:  # strict JSON, so that any tool can read a manifest
             manifest["digest"] = hash_bytes(_manifest_text(manifest).encode())
             text = _manifest_text(manifest)
@@ -393,6 +406,8 @@ class CheckpointStore:
             for d in sorted(writer._dirs, key=lambda p: len(p.parts), reverse=True):
                 fsync_dir(d)
             write_atomic(writer.path / MANIFEST, text, raw=True)  # last; its digest covers the text
+            if sequence is not None:  # before the rename: a step in the store is in the log
+                log.append(sequence, writer.step)
             if final.exists():
                 self._set_aside(final)
             os.rename(writer.path, final)  # the commit point: the whole checkpoint appears
@@ -428,7 +443,9 @@ class CheckpointStore:
         its meta; that save is committed (a ``checkpoint_commit`` with ``redated_from``),
         then ``step-<step>`` is removed (a ``checkpoint_delete`` with ``redated_to``). A
         crash in between leaves both: one checkpoint too many, never none. LATEST
-        follows when it named ``step``.
+        follows when it named ``step``, and the sequence number goes with the checkpoint
+        (its place in the store's order does not change). ``new_step`` must not be
+        :meth:`taken`: a step a deleted checkpoint held is never used again.
         """
         info = self.get(step)
         if info is None:
@@ -442,10 +459,10 @@ class CheckpointStore:
             new = self._load(info.path)[0]
             assert new is not None, f"{info.path}: its manifest does not load after the change"
             return new
-        if (self.root / f"step-{new_step}").exists():
+        if (self.root / f"step-{new_step}").exists() or self.taken(new_step):
             raise UserError(
-                f"{self.root}: step-{new_step} exists, so the checkpoint of step {step} "
-                "keeps its step"
+                f"{self.root}: step {new_step} is held by another checkpoint (or was, before "
+                f"retention deleted it), so the checkpoint of step {step} keeps its step"
             )
         latest = self._latest_name() == info.path.name
         writer = self.begin(new_step)
@@ -477,6 +494,7 @@ class CheckpointStore:
         new = self._commit(
             writer, metrics=info.metrics, meta={**info.meta, **meta},
             created_at=info.created_at, latest=latest, event={"redated_from": step},
+            sequence=info.sequence,
         )  # fmt: skip
         tomb = self.root / f".deleting-{info.path.name}-{os.getpid()}-{secrets.token_hex(4)}"
         fields: dict[str, Any] = {
@@ -491,6 +509,20 @@ class CheckpointStore:
         self._emit("checkpoint_delete", fields)
         self.apply_retention()
         return new
+
+    def taken(self, step: int) -> bool:
+        """Whether ``step`` is held, or was by a checkpoint deleted or quarantined since.
+
+        A step a re-date moved a checkpoint away from is free again (sequence.py).
+        """
+        if (self.root / f"step-{step}").exists():
+            return True
+        return step in CommitLog(self.root).read().values()
+
+    def next_free_step(self) -> int:
+        """One more than any step held now or ever committed in this store (1 if none)."""
+        steps = [*CommitLog(self.root).read().values(), *(i.step for i in self.list())]
+        return max(steps, default=0) + 1
 
     def abort(self, writer: CheckpointWriter) -> None:
         """Abandon a save and remove its staging directory; aborting twice is harmless."""
@@ -515,7 +547,10 @@ class CheckpointStore:
         self.quarantine(final, "replaced by a new save of the same step")
 
     def list(self) -> list[CheckpointInfo]:
-        """Committed checkpoints (manifest parses), oldest step first. Hashes nothing."""
+        """Committed checkpoints (manifest parses), lowest step first. Hashes nothing.
+
+        Lowest step is not always oldest: :meth:`ordered` gives the order of the commits.
+        """
         infos = []
         if self.root.is_dir():
             for entry in self.root.iterdir():
@@ -523,15 +558,19 @@ class CheckpointStore:
                     infos.append(info)
         return sorted(infos, key=lambda i: i.step)
 
+    def ordered(self) -> builtins.list[CheckpointInfo]:
+        """Committed checkpoints oldest commit first (their sequence numbers; sequence.py)."""
+        return true_order(self.list())
+
     def get(self, step: int) -> CheckpointInfo | None:
         """The committed checkpoint of ``step``, or None."""
         return self._load(self.root / f"step-{step}")[0]
 
     def latest(self) -> CheckpointInfo | None:
-        """The LATEST target if its manifest parses, else the highest committed step."""
+        """The LATEST target if its manifest parses, else the newest commit."""
         name = self._latest_name()
         info = self._load(self.root / name)[0] if name else None
-        infos = [] if info else self.list()
+        infos = [] if info else self.ordered()
         return info or (infos[-1] if infos else None)
 
     def verify(
@@ -553,7 +592,7 @@ class CheckpointStore:
             path = self.root / f"step-{step}"
         elif name and (self.root / name).is_dir():
             path = self.root / name
-        elif infos := self.list():
+        elif infos := self.ordered():
             path = infos[-1].path
         else:
             return VerifyResult(False, None, self.root, [f"{self.root}: no checkpoint"], 0, 0)
@@ -579,8 +618,10 @@ class CheckpointStore:
         """
         name = self._latest_name()
         candidates = [self.root / name] if name and (self.root / name).is_dir() else []
-        limit = _step_of(name) if candidates and name else None
-        candidates += [i.path for i in reversed(self.list()) if limit is None or i.step < limit]
+        order = [i.path for i in self.ordered()]
+        if candidates and candidates[0] in order:  # then the ones committed before it
+            order = order[: order.index(candidates[0])]
+        candidates += reversed(order)
         candidates = [p for p in candidates if _step_of(p.name) not in skip]
         # LATEST names one moved away (a caller's quarantine): repointed as if moved here
         moved = quarantine and bool(name) and not (self.root / str(name)).is_dir()
@@ -623,8 +664,8 @@ class CheckpointStore:
 
     def retained_steps(self, infos: builtins.list[CheckpointInfo] | None = None) -> set[int]:
         """The steps retention keeps, computed without deleting anything (``acceptrun gc``)."""
-        infos = self.list() if infos is None else infos
-        steps = [i.step for i in infos]
+        infos = true_order(self.list() if infos is None else infos)
+        steps = [i.step for i in infos]  # oldest commit first
         keep = set(steps[-self.keep_last :])
         if self.keep_every:
             keep |= {s for s in steps if s % self.keep_every == 0}
@@ -636,16 +677,19 @@ class CheckpointStore:
             if scored:
                 keep.add(-min(scored)[1])  # on a tie, the newer checkpoint
         pinned = _step_of(self._latest_name() or "")
-        if pinned is not None:  # the resume point, and whatever a resume may still reach
+        if pinned in steps:  # the resume point, and whatever was committed after it
+            keep |= set(steps[steps.index(pinned) :])
+        elif pinned is not None:  # it names one moved away: keep what a resume may reach
             keep |= {s for s in steps if s >= pinned}
         return keep
 
     def apply_retention(self) -> builtins.list[int]:
         """Delete the committed checkpoints no rule keeps; returns the steps deleted.
 
-        Kept: the newest ``keep_last``, multiples of ``keep_every``, the best by
-        ``keep_best`` (checkpoints without that metric are not candidates), the LATEST
-        target and anything newer. Directories without a valid manifest are not touched.
+        Kept: the newest ``keep_last`` commits (the store's order, not the steps':
+        sequence.py), multiples of ``keep_every``, the best by ``keep_best`` (checkpoints
+        without that metric are not candidates), the LATEST target and anything committed
+        after it. Directories without a valid manifest are not touched.
         A delete that fails is reported (checkpoint_delete with "error") and skipped: a
         failed purge must never fail the save that triggered it.
         """
@@ -761,8 +805,11 @@ class CheckpointStore:
                 _valid_name(rel) and isinstance(entry, dict) and type(entry.get("size")) is int
             ):
                 return None, f"{where}: bad entry for file {rel!r}"
-        created, total = str(doc["created_at"]), doc["total_bytes"]
-        return CheckpointInfo(doc["step"], path, created, files, total, metrics, meta), None
+        created, total, seq = str(doc["created_at"]), doc["total_bytes"], doc.get("sequence")
+        if seq is not None and (type(seq) is not int or seq < 1):
+            return None, f"{where}: sequence {seq!r} is not a whole number >= 1"
+        info = CheckpointInfo(doc["step"], path, created, files, total, metrics, meta, seq)
+        return info, None
 
     def _verify_dir(
         self, path: Path, *, defer: Callable[[str], bool] | None = None

@@ -1,0 +1,93 @@
+"""The order of a store's commits, and every step number it has ever used.
+
+A step number says which training step a checkpoint holds; it is not always the order
+in which checkpoints were written. A script's own checkpoint (``checkpoint.watch``) is
+dated by the steps its script reported, and those can go back (a counter that restarts
+every epoch, a counter restarted by a resume that nothing could tell apart), or be an
+estimate proven later (a TensorBoard writer that flushes every two minutes). Ordered by
+step, the newest capture could then sit under the lowest step and retention would keep
+the wrong ones; a step deleted by retention could be taken again by another capture.
+
+So every commit gets a **sequence number** (``sequence`` in its manifest), one more than
+any commit before it in the store, and one line is appended to ``COMMITS`` in the store
+root before the commit's rename: ``{"seq": n, "step": s}``. A re-date
+(:meth:`~acceptrun.checkpoint.store.CheckpointStore.redate`) keeps the sequence number
+and appends the new step under it. From that log:
+
+- the **true order** of the checkpoints is their sequence order (:func:`true_order`);
+  manifests written before sequences existed come first, by step;
+- a step is **taken** while it is the current step of any commit ever made, deleted by
+  retention or quarantined included; a step a re-date moved away from is free again
+  (the estimate was wrong; the checkpoint that truly holds it may take it).
+
+The log is read whole (one short line per commit) and read tolerantly: a line that is
+not a commit record is skipped, and a log that cannot be read at all (removed, not a
+regular file) leaves the manifests in the root as the only source, so a damaged log
+costs the memory of deleted steps, never a commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from acceptrun._util.durable import read_bytes_bounded
+
+__all__ = ["COMMITS", "CommitLog", "true_order"]
+
+COMMITS = "COMMITS"
+_LOG_MAX = 16 << 20  # bytes: about 500,000 commits; a longer log is read as none
+
+
+class CommitLog:
+    """``COMMITS`` of one store root: sequence numbers and the steps they hold."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / COMMITS
+
+    def read(self) -> dict[int, int]:
+        """Sequence number -> its current step (the last line for it wins)."""
+        try:
+            raw = read_bytes_bounded(self.path, _LOG_MAX)
+        except (OSError, ValueError):
+            return {}
+        out: dict[int, int] = {}
+        for line in raw.splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a crash: the manifests still say the rest
+            if isinstance(doc, dict) and _whole_numbers(doc.get("seq"), doc.get("step")):
+                out[doc["seq"]] = doc["step"]
+        return out
+
+    def next_sequence(self, present: Iterable[int | None]) -> int:
+        """One more than any sequence number in the log or among ``present`` manifests."""
+        known = [*self.read(), *(s for s in present if s is not None)]
+        return max(known, default=0) + 1
+
+    def append(self, seq: int, step: int) -> None:
+        """Record that commit ``seq`` holds ``step``: one line, fsynced before it returns."""
+        line = json.dumps({"seq": seq, "step": step}, separators=(",", ":")) + "\n"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def true_order(infos: Iterable[Any]) -> list[Any]:
+    """Checkpoints oldest first by when they were committed (``sequence``), else by step."""
+    return sorted(
+        infos,
+        key=lambda i: (0, i.step, 0) if i.sequence is None else (1, i.sequence, i.step),
+    )
+
+
+def _whole_numbers(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
