@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -293,6 +294,38 @@ def test_starter_spec_validates() -> None:
     spec = parse_spec(starter_spec(name="bert", command="python run_squad.py"))
     assert spec.name == "bert"
     assert spec.command[-1] == "python run_squad.py"
+
+
+@pytest.mark.parametrize(
+    ("watch", "resume_args"),
+    [
+        ("out/ckpt.pt", ()),
+        ("out/ckpt.pt", ("--init_from=resume",)),
+        ("output/checkpoint-*", ("--resume_from_checkpoint", "{checkpoint}")),
+        ("runs/{name}/model.pt", ()),  # braces in a path are not the template's
+    ],
+)
+def test_a_starter_for_a_script_that_saves_its_own_checkpoints(
+    watch: str, resume_args: tuple[str, ...]
+) -> None:
+    text = starter_spec(name="own", watch=watch, resume_args=resume_args)
+    spec = parse_spec(text)
+    assert spec.checkpoint.watch == [watch]
+    assert spec.checkpoint.resume_args == list(resume_args)
+    assert spec.progress.pattern is None and "[progress]" in text
+    # What is left to fill in is written commented; filled in as shown, it is valid too.
+    filled = re.sub(r"(?m)^# (resume_args|pattern) = ", r"\1 = ", text)
+    assert ("# resume_args" in text) == (not resume_args)
+    spec = parse_spec(filled)
+    assert spec.checkpoint.resume_args and spec.progress.pattern is not None
+    if not resume_args:  # the example to fill in resumes from the restored path
+        assert "{checkpoint}" in spec.checkpoint.resume_args
+
+
+def test_the_default_starter_has_no_watch_and_no_progress() -> None:
+    text = starter_spec(name="bert")
+    assert "watch" not in text and "[progress]" not in text
+    assert "{own_checkpoints}" not in text and "{progress}" not in text
 
 
 @pytest.mark.parametrize("file", ["acceptrun.toml", "specs/bert.toml", "my spec.toml"])

@@ -299,7 +299,7 @@ def cmd_spec_docs(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from acceptrun._util.durable import write_atomic
-    from acceptrun.errors import UserError
+    from acceptrun.errors import SpecError, UserError
     from acceptrun.spec.model import parse_spec
     from acceptrun.spec.schema import starter_spec
 
@@ -310,13 +310,45 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     if not path.parent.is_dir():
         raise UserError(f"{path}: the folder {path.parent} does not exist; create it first")
-    text = starter_spec(name=args.name or Path.cwd().name, command=args.command, file=str(path))
-    parse_spec(text, source=str(path))  # the starter must always validate
+    watch, resume_args = _own_checkpoints(args)
+    text = starter_spec(name=args.name or Path.cwd().name, command=args.command, file=str(path),
+                        watch=watch, resume_args=resume_args)  # fmt: skip
+    try:
+        parse_spec(text, source=str(path))  # the starter must always validate
+    except SpecError as exc:  # only what the flags put in can make it fail
+        raise UserError(f"--own-checkpoints {watch!r}: {exc}") from None
     write_atomic(path, text, raw=True)  # the user's new spec
     print(
         f"wrote {path}; edit it, check it with `acceptrun spec check {path}`, run it with `acceptrun run {path}`"
     )
     return 0
+
+
+def _own_checkpoints(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """The checkpoint the script saves itself and its resume flags: from the flags, else
+    asked at a terminal (never from a pipe: a script's `init` must not wait for a reader)."""
+    import shlex
+    import sys
+
+    from acceptrun.errors import UserError
+
+    watch, words = args.own_checkpoints, args.resume_args
+    if watch is None and words is None and sys.stdin.isatty() and sys.stdout.isatty():
+        try:
+            watch = input("Does the script save its own checkpoints? Their path or glob, "
+                          "e.g. out/ckpt.pt (Enter: no): ").strip() or None  # fmt: skip
+            if watch:
+                words = input("The arguments it resumes with, {checkpoint} for the path "
+                              "(Enter: fill in later): ").strip() or None  # fmt: skip
+        except EOFError:
+            watch = None
+    if words is not None and not watch:
+        raise UserError("--resume-args needs --own-checkpoints PATH: the files it resumes from")
+    try:
+        resume_args = shlex.split(words or "")
+    except ValueError as exc:
+        raise UserError(f"--resume-args {words!r}: {exc}; quote it as a shell would") from None
+    return watch, resume_args
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -488,6 +520,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     init.add_argument(
         "--command", type=text(most=PATH_MAX), default="python train.py", help="the job's command"
     )
+    init.add_argument(
+        "--own-checkpoints", type=text(most=PATH_MAX), metavar="PATH",
+        help="the checkpoint the script saves itself, a path or glob in the workdir (e.g. "
+        "out/ckpt.pt): writes checkpoint.watch, resume_args and [progress] for it",
+    )  # fmt: skip
+    init.add_argument(
+        "--resume-args", type=text(most=PATH_MAX), metavar="ARGS",
+        help="with --own-checkpoints: the arguments the script resumes with, {checkpoint} for "
+        "the restored path (--resume-args='--resume {checkpoint}')",
+    )  # fmt: skip
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(func=cmd_init)
     logs = sub.add_parser("logs", help="print a run's stdout and stderr; -f follows it")

@@ -12,6 +12,7 @@ import json
 import shlex
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, Union, get_args, get_origin
 
 from acceptrun.spec.fields import Rules, fields_of, rules_of, rules_text, schema_rules, to_plain
@@ -166,13 +167,53 @@ def _type_name(tp: Any) -> str:
 
 
 def starter_spec(
-    name: str = "my-run", command: str = "python train.py", file: str = "acceptrun.toml"
+    name: str = "my-run",
+    command: str = "python train.py",
+    file: str = "acceptrun.toml",
+    *,
+    watch: str | None = None,
+    resume_args: Sequence[str] = (),
 ) -> str:
     """The commented starter spec that ``acceptrun init`` writes to ``file`` (its comments
-    name that file)."""
+    name that file). ``watch``: the checkpoint a script saves itself (a path or glob in the
+    workdir), which adds ``checkpoint.watch``, ``resume_args`` (commented when not given:
+    only the user knows the flag) and a commented ``[progress]`` pattern to fill in."""
     from importlib.resources import files
 
     text = files("acceptrun").joinpath("spec/templates/spec.toml").read_text(encoding="utf-8")
     # JSON string syntax is valid TOML basic-string syntax: quotes and backslashes escaped.
     text = text.replace("{file}", shlex.quote(file))  # in comments only: shell words
-    return text.replace("{name}", json.dumps(name)).replace("{command}", json.dumps(command))
+    text = text.replace("{name}", json.dumps(name)).replace("{command}", json.dumps(command))
+    # Last: a path or argument that holds "{name}" is not a placeholder.
+    own, progress = _own_checkpoint_lines(watch, resume_args) if watch else ("", "")
+    return text.replace("{own_checkpoints}", own, 1).replace("{progress}", progress, 1)
+
+
+def _own_checkpoint_lines(watch: str, resume_args: Sequence[str]) -> tuple[str, str]:
+    """The [checkpoint] lines and the [progress] block of a script that saves its own."""
+    own = (
+        "# The script saves its own checkpoints: each complete one is captured, and a\n"
+        "# restart puts the newest back (docs/own-script.md).\n"
+        f"watch = [{json.dumps(watch)}]\n"
+    )
+    if resume_args:
+        own += f"resume_args = [{', '.join(json.dumps(a) for a in resume_args)}]\n"
+    else:
+        # A directory of checkpoints (checkpoint-500/) is how the Trainer saves: its flag.
+        example = (
+            '["--resume_from_checkpoint", "{checkpoint}"]' if "*" in watch or watch.endswith("/")
+            else '["--resume", "{checkpoint}"]'
+        )  # fmt: skip
+        own += (
+            "# Fill in the flag your script resumes with ({checkpoint}: the restored path);\n"
+            "# without it a restart starts the script from the beginning.\n"
+            f"# resume_args = {example}\n"
+        )
+    progress = (
+        "[progress]                         # steps for lost work and each capture's step\n"
+        "# Fill in a regular expression over your script's step line, e.g. for\n"
+        "# `iter 200: loss 1.234`:\n"
+        "# pattern = 'iter (?P<step>\\d+): loss (?P<loss>[0-9.eE+-]+)'\n"
+        '# tensorboard = "runs"           # or: the folder of its TensorBoard event files\n\n'
+    )
+    return own, progress
