@@ -76,12 +76,16 @@ def test_trajectory_keeps_each_step_from_the_last_attempt_that_logged_it(tmp_pat
 
 def test_work_lost_sums_the_exit_files(tmp_path: Path) -> None:
     view = RecordView(_restarted(tmp_path).build())
-    assert view.work_lost() == {"steps_lost": 2, "seconds_lost": 2.5, "device_seconds_lost": 5.0}
-    assert work_lost([{"work": {"steps_lost": 1.0}}, {"work": None}, {}]) == {
-        "steps_lost": 1,
-        "seconds_lost": 0.0,
-        "device_seconds_lost": 0.0,
-    }
+    lost = view.work_lost()
+    assert (lost["steps_lost"], lost["seconds_lost"], lost["device_seconds_lost"]) == (2, 2.5, 5.0)
+    assert lost["steps_lost_range"] == [2, 2] and lost["lost"] == "2 steps, 2.5s (5.0 device-s)"
+    # An exit record without a figure lost nothing it can count: exactly 0 (older records).
+    summed = work_lost([{"work": {"steps_lost": 1.0}}, {"work": None}, {}])
+    assert (summed["steps_lost"], summed["seconds_lost"], summed["device_seconds_lost"]) == (
+        1,
+        0.0,
+        0.0,
+    )
 
 
 def test_checkpoints_metrics_and_last_outcome_come_from_the_events(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from acceptrun.cost.billing import billed_seconds, compute_cost, monthly_storage
 from acceptrun.cost.catalog import Catalog, Price, load_catalog, price_for
 from acceptrun.errors import UserError
 from acceptrun.record.liveness import dead_periods
+from acceptrun.record.lost import lost_work
 from acceptrun.record.models import stamp
 from acceptrun.record.status import RESPONSIBILITY, FailureClass, Responsibility
 from acceptrun.record.steplog import StepLog, StepRanges
@@ -658,6 +659,9 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "nodes": nodes,
         "node_seconds": round(billed * nodes, 3),
         "node_seconds_wasted": round(split_s["wasted"] * nodes, 3),
+        # The steps and time failures threw away, as the verdict, show and the report say
+        # it (record/lost.py); "wasted" is billed time, that lost time and redone steps.
+        "lost": lost_work([a.exit for seg in segments for a in seg.attempts if a.exit]).to_dict(),
         "compute": {
             "usd": round(compute_usd, 6),
             "split_s": split_s,

@@ -271,7 +271,7 @@ class RecordView:
                 out[step] = (float(value), attempt)
         return out
 
-    def work_lost(self) -> dict[str, float]:
+    def work_lost(self) -> dict[str, Any]:
         """Steps, seconds and device-seconds lost over all attempts (exit.json "work")."""
         return work_lost(self.attempts())
 
@@ -347,14 +347,10 @@ def read_attempts(record: RunRecord) -> list[dict[str, Any]]:
     return RecordView(record).attempts()
 
 
-def work_lost(attempts: list[dict[str, Any]]) -> dict[str, float]:
-    """Steps, seconds and device-seconds lost over all attempts (from exit.json "work")."""
-    totals = {"steps_lost": 0.0, "seconds_lost": 0.0, "device_seconds_lost": 0.0}
-    for a in attempts:
-        work = a.get("work") or {}
-        for key in totals:
-            value = work.get(key)
-            if isinstance(value, int | float):
-                totals[key] += value
-    totals["steps_lost"] = int(totals["steps_lost"])
-    return totals
+def work_lost(attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Steps (a range: exact, bounded or unknown), seconds and device-seconds lost over
+    all attempts, from exit.json "work", with the text every view prints (record/lost.py).
+    """
+    from acceptrun.record.lost import lost_work
+
+    return lost_work(attempts).to_dict()

@@ -26,6 +26,7 @@ from acceptrun.cost.billing import format_usd
 from acceptrun.inference.report import batch_html
 from acceptrun.notify.summary import delivery_rows
 from acceptrun.record.liveness import status_text, supervisor_state
+from acceptrun.record.lost import LostWork
 from acceptrun.record.status import CheckStatus
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
@@ -656,12 +657,9 @@ def _attempts(data: dict[str, Any]) -> list[str]:
     for a in attempts:
         work = a.get("work") or {}
         done = f"{work.get('steps_done', '-')} steps"
-        if work.get("steps_lost"):
-            # An attempt whose end went unrecorded: counted from its events, a lower bound;
-            # counted from a checkpoint whose step is an estimate: an upper bound.
-            least = "at least " if work.get("lost_at_least") else ""
-            least = least or ("at most " if work.get("lost_at_most") else "")
-            done += f", {least}{work['steps_lost']} lost ({format_duration(float(work.get('seconds_lost') or 0.0))})"
+        if a.get("outcome") != "success":  # exact, bounded or unknown: record/lost.py
+            lost = LostWork.of_work(work)
+            done += f", lost {lost.steps_text()} ({lost.seconds_text()})"
         evidence = a.get("evidence") or [a.get("reason")]
         reason = a.get("class_reason") or a.get("reason")
         cls = "pass" if a.get("outcome") == "success" else "fail"

@@ -132,7 +132,8 @@ def attempt_work(
     time the run's GPUs (or one CPU device per node) sat on work thrown away, and
     node-seconds that time times the run's nodes. Counted from a watched checkpoint whose
     step is an estimate (never later than the state it holds: supervisor/external.py),
-    the lost steps are at most that many (``lost_at_most``).
+    the lost steps are at most that many (``lost_at_most``). ``steps_lost_range`` is
+    the range record/lost.py prints: exact, bounded, or unknown, never an unknown as zero.
     """
     store = CheckpointStore(checkpoint_dir)
     latest = store.latest()
@@ -153,7 +154,10 @@ def attempt_work(
     lost_steps, lost_s = 0, 0.0
     if res.outcome != "success" and last is not None:
         if kept is None or kept < (watch.first_step or 0):
-            lost_steps = watch.steps
+            # Every step since the attempt began is redone: those its lines count, and at
+            # least those up to its last step from where it started (a line every N
+            # steps counts its first line as one step, though N ran before it).
+            lost_steps = max(watch.steps, last - (resume_step or 0))
             lost_s = ended - child.started_at
         else:
             lost_steps = max(0, last - kept)
@@ -164,12 +168,23 @@ def attempt_work(
             lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
     elif res.outcome != "success":
         lost_s = ended - child.started_at  # died before its first step: all of it
+    failed = res.outcome != "success"
+    # The range of steps lost (record/lost.py): the counted figure, plus the
+    # steps that may have run unseen after the last one logged (progress seen every N
+    # steps: up to N - 1); unknown when nothing said where a script without the client
+    # was; from 0 when the checkpoint's step is an estimate.
+    high: int | None = lost_steps
+    if failed and last is not None:
+        high = lost_steps + _stride(watch.events_path.parent, watch.attempt) - 1
+    elif failed and not watch.client:
+        high = None
+    low = 0 if work.get("lost_at_most") else lost_steps
     if spec.inference.enabled and res.outcome != "success":
         # A batch inference run keeps every committed shard (its step events are
         # shards): only the shards in flight, the time since the last commit, are lost.
         commits = [e.get("t") for e in watch.events if e.get("kind") == "shard_commit"]
         since = commits[-1] if commits else None
-        lost_steps = 0
+        lost_steps = low = high = 0
         lost_s = ended - (since if isinstance(since, int | float) else child.started_at)
     idle_since = None if stop is None else stop.detail.get("since")
     if res.outcome == "idle" and idle_since is not None:
@@ -181,11 +196,31 @@ def attempt_work(
     devices = max(spec.resources.gpus, 1) * nodes
     work.update(
         steps_lost=lost_steps,
+        steps_lost_range=[low, high],
         seconds_lost=round(lost_s, 3),
         device_seconds_lost=round(lost_s * devices, 3),
         node_seconds_lost=round(lost_s * nodes, 3),
     )
     return work
+
+
+def _stride(run_dir: Path, attempt: int) -> int:
+    """The widest gap between two steps this attempt logged one after the other (1: it
+    logged every step; 500: a progress line or a scalar every 500). A counter that went
+    back (a restart the step axis did not explain) is no gap."""
+    import numpy as np
+
+    from acceptrun.record.steplog import StepLog
+
+    widest, prev = 1, None
+    for chunk in StepLog(run_dir).chunks(1 << 16, attempt=attempt):
+        steps = chunk.step.astype(np.int64)
+        if prev is not None:
+            steps = np.concatenate(([prev], steps))
+        if steps.size > 1:
+            widest = max(widest, int(np.diff(steps).max()))
+        prev = int(steps[-1]) if steps.size else prev
+    return widest
 
 
 def signal_name(signum: int) -> str:

@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from acceptrun.capture import provenance
+from acceptrun.record.lost import lost_work
 from acceptrun.record.steplog import StepLog
+from acceptrun.record.view import read_attempts
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import load_spec
 from acceptrun.verdict.core import record_failure
@@ -59,6 +61,8 @@ class RunDiff:
     ``outputs`` both runs have."""
     notes: list[str] = field(default_factory=list)
     """What went wrong while comparing (run A's spec that no longer loads), one sentence each."""
+    lost: dict[str, str] = field(default_factory=dict)
+    """Each run's work lost to failures, as its record says it (record/lost.py), by run id."""
 
     @property
     def real_comparisons(self) -> int:
@@ -151,6 +155,7 @@ class RunDiff:
             "outputs": self.outputs,
             "provenance": [{"path": c.path, "a": c.a, "b": c.b} for c in self.provenance],
             **({"notes": self.notes} if self.notes else {}),
+            **({"lost": self.lost} if self.lost else {}),
         }
 
 
@@ -366,9 +371,23 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
         outputs.append({"name": name, "a": ha, "b": hb, "same": ha is not None and ha == hb})
         if ha is None or hb is None:
             differences.append(f"output {name}: only in run {a.run_id if ha else b.run_id}")
+    lost = {r.run_id: text for r in (a, b) if (text := _lost(r)) is not None}
     return RunDiff(
-        a.run_id, b.run_id, changes, data, metrics, loss, outputs, differences, compared, notes
-    )
+        a.run_id, b.run_id, changes, data, metrics, loss, outputs, differences, compared, notes,
+        lost,
+    )  # fmt: skip
+
+
+def _lost(record: RunRecord) -> str | None:
+    """The work a run's failures lost, as close wrote it in run.json (the same sum of its
+    exit records before it closed); None when no attempt failed."""
+    attempts = read_attempts(record)
+    if all(x.get("outcome") == "success" for x in attempts):
+        return None
+    work = record.state.get("work")
+    if isinstance(work, dict) and isinstance(work.get("lost"), str):
+        return str(work["lost"])
+    return lost_work(attempts).text()
 
 
 def format_run_diff(d: RunDiff) -> str:
@@ -376,6 +395,8 @@ def format_run_diff(d: RunDiff) -> str:
     lines = [f"{d.b} vs {d.a}: {d.conclusion}"]
     for text in d.differences:
         lines.append(f"  differs  {text}")
+    for run_id, text in d.lost.items():
+        lines.append(f"  lost     run {run_id}: {text}")
     if d.data["a"] or d.data["b"]:
         root = (d.data["a"] or d.data["b"] or {}).get("manifest_root")
         lines.append(f"  data     {'same manifest ' + str(root) if d.data['same'] else 'differs'}")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
-from acceptrun.record.view import read_attempts, work_lost
+from acceptrun.record.lost import lost_work
+from acceptrun.record.view import read_attempts
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import format_duration
 from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
@@ -120,20 +121,12 @@ def failures(given: CheckInput) -> list[Check]:
     failed = [a for a in attempts if a["outcome"] != "success"]
     if not failed:
         return []
-    lost = work_lost(attempts)
     text = "; ".join(
         f"attempt {a['attempt']}: {a.get('class', a['outcome'])} ({a.get('class_reason') or a['reason']})"
         for a in failed
     )
-    n = int(lost["steps_lost"])
-    # An attempt whose end its supervisor could not record (killed, a full disk) is counted
-    # from its events by `acceptrun resume`: steps it ran unrecorded are not in the figure.
-    least = any((a.get("work") or {}).get("lost_at_least") for a in failed)
-    # Counted from a checkpoint whose step is an estimate (an earlier step than the one it
-    # holds, never a later one): at most that many.
-    most = any((a.get("work") or {}).get("lost_at_most") for a in failed)
-    bound = "about " if least and most else "at least " if least else "at most " if most else ""
-    text += f"; lost {bound}{n} step{'' if n == 1 else 's'}, {format_duration(lost['seconds_lost'])} ({lost['device_seconds_lost']:.1f} device-s)"
+    # Exact, bounded or unknown (record/lost.py): the figure every view prints.
+    text += f"; lost {lost_work(attempts).text()}"
     return [Check("operations", "failures", PASS, False, text)]
 
 
