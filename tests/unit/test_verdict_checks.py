@@ -847,7 +847,7 @@ def test_format_verdict_marks_information_and_fixes(tmp_path: Path) -> None:
     text = format_verdict(rb.compute(), name="t")
     lines = text.splitlines()
     assert lines[0] == "REJECTED  t  20261201-120000-t-0001"
-    assert any(line.startswith("  – setup       provenance") for line in lines)
+    assert lines[1] == GROUPS["setup"] and lines[2].startswith("  – provenance")
     assert "fix: run through `acceptrun run` or `acceptrun.init()`" in text
     assert "the spec names no data (info)" in text
 

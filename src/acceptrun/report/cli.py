@@ -212,7 +212,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(show_dict(record), indent=2))
     else:
-        print(format_show(record))
+        print(format_show(record, explain=args.explain))
     return 0
 
 
@@ -220,4 +220,10 @@ def _register_show(sub: argparse._SubParsersAction[Any]) -> None:
     show = sub.add_parser("show", help="a run at a glance: verdict, attempts, steps, metrics")
     add_run_argument(show, default="latest")
     show.add_argument("--json", action="store_true")
+    show.add_argument(
+        "--explain",
+        action="store_true",
+        help="each verdict check's whole evidence (the model of the checkpoint interval, "
+        "every attempt's class), wrapped; the plain verdict gives one line a check",
+    )
     show.set_defaults(func=cmd_show)

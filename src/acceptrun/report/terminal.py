@@ -17,6 +17,7 @@ from acceptrun.cost.billing import format_bytes
 from acceptrun.inference.report import batch_lines
 from acceptrun.notify.summary import delivery_lines, delivery_rows
 from acceptrun.record.liveness import supervisor_state
+from acceptrun.record.lost import lost_work
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.serving.report import serving_lines
@@ -37,7 +38,7 @@ PART_NAMES = {
 }
 
 
-def format_show(record: RunRecord) -> str:
+def format_show(record: RunRecord, *, explain: bool = False) -> str:
     view = RecordView(record)  # run.json, events.jsonl and the exits, read once
     state = view.raw_state
     liveness = supervisor_state(record, state)  # record/liveness.py: derived, not written
@@ -86,20 +87,22 @@ def format_show(record: RunRecord) -> str:
         lines.append(
             f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
         )
+    if lost := _lost_line(state, view.attempts()):
+        lines.append(lost)
     for ev in view.events("step_counter_restarted"):  # supervisor/axis.py
         lines.append(
             f"axis     attempt {ev.get('attempt')}'s step counter started again at "
             f"{ev.get('first_step')} after resuming from step {ev.get('resumed_from')}: its "
             f"steps are shown as the script's + {ev.get('offset')}"
         )
+    for ev in view.events("progress_warning"):  # supervisor/counter.py: a counter went back
+        if ev.get("reason") in ("restarted", "unordered", "dropped"):
+            lines.append(f"progress attempt {ev.get('attempt')}: {ev.get('message')}")
     lines += delivery_lines(delivery_rows(view.events("notify")))  # notify/: time to detect
     if problems := view.event_problems():  # known events lacking a field: shown, not fatal
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         lines.append(f"events   {'; '.join(problems[:3])}{more}")
     if state.get("mode") == "tune":
-    for ev in view.events("progress_warning"):  # supervisor/counter.py: a counter went back
-        if ev.get("reason") in ("restarted", "unordered", "dropped"):
-            lines.append(f"progress attempt {ev.get('attempt')}: {ev.get('message')}")
         return printable("\n".join(lines + _format_tune(record)))
     lines += format_telemetry(stored.summary, _gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
@@ -110,13 +113,25 @@ def format_show(record: RunRecord) -> str:
         verdict = Verdict(
             str(decided.raw.get("run_id")), checks, str(decided.raw.get("decided_at"))
         )
-        lines += ["", format_verdict(verdict, name=str(state.get("name", "")))]
+        name = str(state.get("name", ""))
+        lines += ["", format_verdict(verdict, name=name, explain=explain)]
     else:
         lines += [
             "",
             "verdict  not decided yet (the run is still going, or it was interrupted before closing)",
         ]
     return printable("\n".join(lines))
+
+
+def _lost_line(state: dict[str, Any], attempts: list[dict[str, Any]]) -> str | None:
+    """The work failed attempts lost, as close wrote it in run.json (record/lost.py); a
+    run not closed yet sums its exit records with the same function. None: none failed."""
+    if all(a.get("outcome") == "success" for a in attempts):
+        return None
+    work = state.get("work")
+    if isinstance(work, dict) and isinstance(work.get("lost"), str):
+        return f"lost     {work['lost']}"
+    return f"lost     {lost_work(attempts).text()}"
 
 
 def printable(text: str) -> str:

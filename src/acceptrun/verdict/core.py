@@ -80,6 +80,10 @@ class Check:
     required: bool
     evidence: str
     fix: str | None = None
+    brief: str | None = None
+    """The finding in a few words for the terminal, when the evidence is long (the
+    checkpoint interval's model); the evidence stays whole in verdict.json, the report and
+    ``show --explain``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +93,7 @@ class Check:
             "required": self.required,
             "evidence": self.evidence,
             "fix": self.fix,
+            **({"brief": self.brief} if self.brief else {}),
         }
 
 
@@ -298,14 +303,63 @@ def check_mark(status: str, required: bool) -> tuple[str, str]:
     return _MARKS.get((str(status), bool(required)), ("?", str(status)))
 
 
-def format_verdict(verdict: Verdict, *, name: str = "") -> str:
-    """Terminal summary: the verdict, then one line per check with its evidence."""
+# Columns of a terminal verdict line: every line fits, the rest is one command away.
+WIDTH = 100
+CUT = " …"  # ends a finding cut to fit; `show --explain` and the report have all of it
+
+
+def format_verdict(verdict: Verdict, *, name: str = "", explain: bool = False) -> str:
+    """The verdict for a person: its label, then each group's checks, a line each.
+
+    Every line fits in :data:`WIDTH` columns: a check's finding (its ``brief``, else its
+    evidence) is cut at a clause or a word and ends with "…", and the last line says
+    where the rest is (``acceptrun show --explain RUN``, the report). With ``explain``
+    every check's whole evidence is printed, wrapped to the same width.
+    """
     lines = [f"{verdict.label}  {name + '  ' if name else ''}{verdict.run_id}"]
-    width = max((len(c.name) for c in verdict.checks), default=10)
+    width = min(max((len(c.name) for c in verdict.checks), default=10), 24)
+    lead = 4 + width + 2  # "  ✓ " + the name + two spaces
+    cut = False
+    group = None
     for c in verdict.checks:
+        if c.group != group:
+            group = c.group
+            lines.append(GROUPS.get(group, group))
         tag = "" if c.required or c.status == PASS else " (info)"
         mark = check_mark(c.status, c.required)[0]
-        lines.append(f"  {mark} {c.group:<11} {c.name:<{width}}  {c.evidence}{tag}")
+        head = f"  {mark} {c.name:<{width}}  "
+        if explain:
+            lines += _wrapped(head, c.evidence + tag, lead)
+        else:
+            text = _fit((c.brief or c.evidence) + tag, WIDTH - len(head))
+            cut = cut or text.endswith(CUT) or (c.brief is not None and c.brief != c.evidence)
+            lines.append(head + text)
         if c.status != PASS and c.fix and c.required:
-            lines.append(f"    {'':<11} {'':<{width}}  fix: {c.fix}")
+            lines += _wrapped(" " * lead + "fix: ", c.fix, lead + 5)
+    if cut:
+        lines.append(f"… the rest: acceptrun show --explain {verdict.run_id}, or its report")
     return "\n".join(lines)
+
+
+def _fit(text: str, room: int) -> str:
+    """``text`` in ``room`` columns: whole, or cut after its last clause ("; ") or word
+    that fits, ending with :data:`CUT`."""
+    if len(text) <= room:
+        return text
+    keep = room - len(CUT)
+    head = text[:keep]
+    for sep in ("; ", ", ", " "):
+        at = head.rfind(sep)
+        if at > keep // 3:
+            return head[:at].rstrip(" ,;") + CUT
+    return head + CUT
+
+
+def _wrapped(first: str, text: str, indent: int) -> list[str]:
+    """``first`` then ``text`` wrapped to :data:`WIDTH` columns, later lines indented."""
+    import textwrap
+
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=first, subsequent_indent=" " * indent,
+        break_on_hyphens=False, break_long_words=True,
+    ) or [first.rstrip()]  # fmt: skip

@@ -281,7 +281,13 @@ def interval_check(given: CheckInput) -> list[Check]:
             f"the optimum would cost {abs(diff):.2f} USD {'less' if diff >= 0 else 'more'} "
             "for this run's work (predicted)"
         )
-    return [Check("data", "checkpoint interval", status, required, "; ".join(parts), fix)]
+    # The terminal's line: the interval against the optimum; the model, its inputs and
+    # where each comes from stay in the evidence (the report, `show --explain`).
+    brief = (
+        f"every {format_duration(m.interval_s)} of step time, optimum "
+        f"{format_duration(best)}; predicted ETTR {now.ettr:.3f} (optimum {opt.ettr:.3f})"
+    )
+    return [Check("data", "checkpoint interval", status, required, "; ".join(parts), fix, brief)]
 
 
 def _seconds(value: float) -> str:
