@@ -13,6 +13,8 @@ itself. Each attempt of a black box therefore reads its steps through a
   (the script's step *k* is the run's step *resumed + k*);
 - the decision is a ``step_counter_restarted`` event (attempt, resumed-from step, the
   first step seen, the offset, where it was seen), which ``acceptrun show`` names;
+- a first step equal to the resumed step is ambiguous by the steps alone; TensorBoard's
+  reader tells a restart apart by wall time (:meth:`StepAxis.restarted`);
 - a first attempt, or one that resumed from nothing, is never offset.
 
 So the run's steps, its checkpoints' steps and their order are one counter, and the
@@ -64,3 +66,21 @@ class StepAxis:
                         },
                     )
             return step + self.offset
+
+    def restarted(self, first_step: int, source: str, why: str) -> None:
+        """Decide, before the first step is read, that the counter started again.
+
+        For a first step that the steps alone cannot place: equal to the resumed step,
+        it may be the script's step after a restart (told apart by wall time, for
+        TensorBoard: supervisor/progress.py). No-op once decided.
+        """
+        with self._lock:
+            if self.offset is not None or self.resume_step is None:
+                return
+            self.offset = self.resume_step
+            if self.on_event is not None:
+                self.on_event(
+                    "step_counter_restarted",
+                    {"resumed_from": self.resume_step, "first_step": first_step,
+                     "offset": self.offset, "source": source, "why": why},
+                )  # fmt: skip

@@ -62,6 +62,7 @@ from acceptrun._util.paths import confine, lexical_problem
 from acceptrun.checkpoint.files import SourceChanged, capture, put_back, sources_of
 from acceptrun.checkpoint.formats import whole, whole_dir
 from acceptrun.checkpoint.leftovers import watched_matches
+from acceptrun.checkpoint.redating import redate_in_order
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, RecordError, SpecError, UserError
 from acceptrun.supervisor.axis import StepAxis
@@ -473,21 +474,22 @@ class CheckpointWatcher:
         name, relative = self._name(path)
         step, dated = self._step_for(path, seen)
         existing = self.store.get(step)
-        if existing is not None:
-            if _same_content(existing, name, path):
-                seen.done = seen.sig
-                self.on_event(
-                    "checkpoint_capture_skipped",
-                    {"step": step, "source_path": path, "reason": "same content as stored"},
-                )
-                return
-            newest = self.store.list()
-            step = max(step, newest[-1].step if newest else step) + 1
+        if existing is not None and _same_content(existing, name, path):
+            seen.done = seen.sig
+            self.on_event(
+                "checkpoint_capture_skipped",
+                {"step": step, "source_path": path, "reason": "same content as stored"},
+            )
+            return
+        if self.store.taken(step):  # held by other content, or once was: never used again
+            held = "holds" if existing is not None else "held (deleted since)"
             dated = {
-                "by": f"numbered after the newest stored checkpoint (step {step - 1} held "
+                "by": f"numbered after the newest stored checkpoint (step {step} {held} "
                 "other content)",
                 "estimate": dated.get("estimate") or "the step it holds is stored already",
+                "pending": True,
             }
+            step = self.store.next_free_step()
         pending = bool(dated.pop("pending", True))  # a later report may prove its step
         meta = {**self.meta, "attempt": self.attempt, "source": "watched", "dated": dated}
         if relative:
@@ -676,8 +678,7 @@ class CheckpointWatcher:
                 "by": "the step the attempt resumed from",
                 "estimate": "no step was reported before the file was written",
             }
-        newest = self.store.list()
-        return (newest[-1].step + 1 if newest else 1), {
+        return self.store.next_free_step(), {
             "by": "numbered after the newest stored checkpoint",
             "estimate": "no step was reported before the file was written",
         }
@@ -762,21 +763,29 @@ class CheckpointWatcher:
         ``checkpoint_redated`` event) once a step logged after the file was written has
         been read; at the end of the attempt (``final``), with what is known then, its
         manifest still saying that the step is an estimate.
+
+        In a chain: a capture whose proven step another capture still holds on an
+        estimate (a TensorBoard script that logs and saves every 500 steps: each capture
+        dated one save behind until the next proves it) waits for that one to move, and
+        the moves of one pass are made newest first
+        (checkpoint/redating.py), so no capture stays one save behind.
+        A proven step held by a capture that is not an estimate, or by one retention
+        deleted, is never taken: the capture keeps its step and its estimate.
         """
-        for step, (mtime, path) in sorted(self._undated.items()):
+        moves: dict[int, tuple[int, dict[str, Any]]] = {}
+        for step, (mtime, _path) in sorted(self._undated.items()):
             if self.store.get(step) is None:  # retention removed it meanwhile
                 self._undated.pop(step)
                 continue
             known = self._covered(mtime) and self._next_step_after(mtime) is not None
             if not (known or final):
                 continue
-            self._undated.pop(step)
             before = self._step_events_before(mtime)
-            proven = int(before[-1]["step"]) if before else None
-            if proven is None or (proven != step and self.store.get(proven) is not None):
-                continue  # nothing better known, or that step holds another save: as it is
-            how = "the newest step reported before it was written"
-            dated: dict[str, Any] = {"by": how}
+            if not before:
+                self._undated.pop(step)  # nothing better known: as it is
+                continue
+            proven = int(before[-1]["step"])
+            dated: dict[str, Any] = {"by": "the newest step reported before it was written"}
             if proven != step:
                 dated["redated_from"] = step
             estimate, _ = self._estimate(before[-1], mtime)
@@ -787,19 +796,61 @@ class CheckpointWatcher:
                 )
             if estimate:
                 dated["estimate"] = estimate
-            try:
-                info = self.store.redate(step, proven, meta={"dated": dated})
-            except (AcceptrunError, OSError) as exc:
-                self._error(exc)
-                continue
-            self.captured = [proven if s == step else s for s in self.captured]
+            moves[step] = (proven, {"dated": dated})
+        if not moves:
+            return
+        room = self._make_room(moves, final)  # still estimates once moved
+        moves |= room
+        done, failed = redate_in_order(self.store, moves)
+        for step, exc in failed.items():
+            self._undated.pop(step, None)
+            self._error(exc)
+        for step, info in done.items():
+            mtime, path = self._undated.pop(step)
+            dated = moves[step][1]["dated"]
+            if step in room:  # moved up to make room: dated again once proven
+                self._undated[info.step] = (mtime, path)
+            self.captured = [info.step if s == step else s for s in self.captured]
             self.on_event(
                 "checkpoint_redated",
-                {"step": proven, "redated_from": step, "source_path": path, "dated_by": how,
-                 "estimate": bool(estimate)},
+                {"step": info.step, "redated_from": step, "source_path": path,
+                 "dated_by": dated["by"], "estimate": "estimate" in dated},
             )  # fmt: skip
-            if self.mirror is not None and proven != step:
+            if self.mirror is not None and info.step != step:
                 self.mirror.enqueue(info.step, info.path)
+        for step, (proven, _meta) in moves.items():
+            if step in done or step in failed or step in room:
+                continue
+            # Held by a capture still waiting for its own proof: retried when that moves.
+            if not final and proven in self._undated:
+                continue
+            self._undated.pop(step, None)  # held by a proven save, or once was: as it is
+
+    def _make_room(
+        self, moves: dict[int, tuple[int, dict[str, Any]]], final: bool
+    ) -> dict[int, tuple[int, dict[str, Any]]]:
+        """Moves up the captures that hold, on an estimate, a step now proven for another.
+
+        A capture written after the one proven to hold step P, and dated P itself only
+        because no later step was known when it was taken, holds P + 1 or later: it moves
+        to P + 1 (still an estimate, dated again once proven), so the earlier capture
+        takes P now rather than at the end of the attempt.
+        """
+        room: dict[int, tuple[int, dict[str, Any]]] = {}
+        for step, (proven, _meta) in moves.items():
+            holder = self._undated.get(proven)
+            if final or proven == step or holder is None or proven in moves:
+                continue
+            if holder[0] <= self._undated[step][0] or self.store.taken(proven + 1):
+                continue  # not written after it, or no room: it waits for its proof
+            dated = {
+                "by": f"written after the checkpoint proven to hold step {proven}",
+                "estimate": f"it holds step {proven + 1} or later, proven once a step "
+                "logged after it is read",
+                "redated_from": proven,
+            }
+            room[proven] = (proven + 1, {"dated": dated})
+        return room
 
     def _step_events_before(self, mtime: float) -> list[dict[str, Any]]:
         """Step events reported before the file was written (its newest ``mtime``).

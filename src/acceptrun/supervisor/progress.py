@@ -186,7 +186,7 @@ class ProgressReader:
             ]
         if prog.tensorboard is not None:
             root = Path(self.workdir or self.spec.workdir_path) / prog.tensorboard
-            self._tb = _TensorBoard.open(root, dict(prog.tags), self._warn)
+            self._tb = _TensorBoard.open(root, dict(prog.tags), self._warn, self.axis)
 
     @property
     def active(self) -> bool:
@@ -369,9 +369,34 @@ def _size(path: Path) -> int:
         return 0
 
 
+# Words of a TensorBoard tag that name the training loss, in any case and with any of "/",
+# "_", "-", "." or " " between them: loss, train/loss, Loss/train, train_loss,
+# training_loss, train_loss_step. A tag with any other word (val, eval, epoch) is not it.
+_LOSS_WORDS = frozenset(("loss", "train", "training", "step", "batch", "total"))
+_TAG_SEPARATORS = re.compile(r"[/_\-. ]+")
+# A first step equal to the resumed step is a restarted counter when reaching it took at
+# least this fraction of the time the previous attempt took for as many steps.
+RESTART_PACE = 0.5
+
+
+def is_loss_tag(tag: str) -> bool:
+    """Whether a TensorBoard tag is the training loss by its name (docs/own-script.md)."""
+    words = set(_TAG_SEPARATORS.split(tag.lower())) - {""}
+    return "loss" in words and words <= _LOSS_WORDS
+
+
 @dataclass
 class _TensorBoard:
-    """Incremental reader of the scalar events under one directory."""
+    """Incremental reader of the scalar events under one directory.
+
+    A resumed attempt's first scalar decides the step axis (supervisor/axis.py). One
+    below the resumed step is a restarted counter by the steps alone; one equal to it
+    is told apart by wall time: the script's writer starts a new event file, and a
+    counter that started again took, from the new file's first record, about as long to
+    reach that step as the previous attempt took for as many steps (read from the old
+    files' scalars), where a counter that went on logs it at once. With no pace to compare (no two old scalars), it is
+    taken as going on, and a warning says so.
+    """
 
     root: Path
     tags: dict[str, str]  # value name -> TensorBoard tag; empty: every scalar
@@ -381,9 +406,16 @@ class _TensorBoard:
     pending: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     held: tuple[int, int] | None = None  # (newest step, its number of values) at the last scan
     next_scan: float = 0.0
+    axis: StepAxis | None = None
+    warn: Any = None
+    started: float = field(default_factory=time.time)  # unix s: the attempt's start
+    born: float | None = None  # unix s: the first record of this attempt's first new file
+    pace: float | None = None  # seconds per step in the old files' newest, when known
 
     @classmethod
-    def open(cls, root: Path, tags: dict[str, str], warn: Any) -> _TensorBoard | None:
+    def open(
+        cls, root: Path, tags: dict[str, str], warn: Any, axis: StepAxis | None = None
+    ) -> _TensorBoard | None:
         try:  # an optional dependency: acceptrun[tensorboard]
             from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
                 EventFileLoader,
@@ -406,13 +438,20 @@ class _TensorBoard:
                         return float(array.reshape(()))
             return None
 
-        reader = cls(root, tags, EventFileLoader, to_value)
+        reader = cls(root, tags, EventFileLoader, to_value, axis=axis, warn=warn)
         # Files an earlier attempt wrote are read to their end now: their steps are not this
-        # attempt's (a restarted SummaryWriter starts a new file).
+        # attempt's (a restarted SummaryWriter starts a new file). Their pace is kept.
+        newest: list[tuple[float, int]] = []
         for path in reader._files():
             loader = reader.loaders[path] = EventFileLoader(str(path))
-            for _ in loader.Load():
-                pass
+            seen = [
+                (float(ev.wall_time), int(ev.step))
+                for ev in loader.Load()
+                if ev.HasField("summary") and len(ev.summary.value)
+            ]
+            if seen and (not newest or max(seen)[0] > max(newest)[0]):
+                newest = seen
+        reader.pace = _pace(newest)
         return reader
 
     def _files(self) -> list[Path]:
@@ -442,6 +481,8 @@ class _TensorBoard:
                 events = list(loader.Load())
             except Exception:  # a torn record at the end: read again next time
                 continue
+            if events and self.born is None:  # a writer's first record: its file_version
+                self.born = float(events[0].wall_time)
             for ev in events:
                 self._add(ev)
         if not self.pending:
@@ -453,7 +494,33 @@ class _TensorBoard:
                 self.held = (newest, len(self.pending[newest][1]))
                 break
             wall, values = self.pending.pop(step)
+            self._place(step, wall)
             yield step, wall, values
+
+    def _place(self, step: int, wall: float) -> None:
+        """Tell the axis a restarted counter whose first step equals the resumed step."""
+        axis = self.axis
+        if axis is None or axis.offset is not None or step != axis.resume_step or step <= 0:
+            return
+        # From the writer's start (its file's first record) where known: the import and
+        # start-up before it are no steps.
+        took = wall - (self.started if self.born is None else max(self.born, self.started))
+        if self.pace is None:
+            if self.warn is not None:
+                self.warn(
+                    f"progress.tensorboard: the first step after resuming from step {step} "
+                    f"is {step} itself, and the earlier attempt's pace is unknown, so it is "
+                    "taken as going on from the checkpoint; if the script's counter starts "
+                    "again at each resume, have it log its first scalar before step "
+                    f"{step} (or save its step in the checkpoint and resume its counter)"
+                )
+            return
+        if took >= RESTART_PACE * step * self.pace:
+            axis.restarted(
+                step, "tensorboard",
+                f"its first scalar, step {step}, came {took:.1f} s after the start; the "
+                f"earlier attempt took {step * self.pace:.1f} s for {step} steps",
+            )  # fmt: skip
 
     def _add(self, ev: Any) -> None:
         if not ev.HasField("summary"):
@@ -469,6 +536,14 @@ class _TensorBoard:
             wall, values = self.pending.setdefault(int(ev.step), (float(ev.wall_time), {}))
             name = by_tag.get(tag, tag)
             values[name] = number
-            if not self.tags and "loss" not in values and tag.rsplit("/", 1)[-1] == "loss":
-                values["loss"] = number  # "train/loss" is the loss the divergence check reads
+            if not self.tags and "loss" not in values and is_loss_tag(tag):
+                values["loss"] = number  # "Loss/train" is the loss the divergence check reads
             self.pending[int(ev.step)] = (max(wall, float(ev.wall_time)), values)
+
+
+def _pace(scalars: list[tuple[float, int]]) -> float | None:
+    """Seconds per step over (wall time, step) pairs of one event file, or None."""
+    if len(scalars) < 2:
+        return None
+    (w0, s0), (w1, s1) = min(scalars), max(scalars)
+    return (w1 - w0) / (s1 - s0) if s1 > s0 and w1 > w0 else None
