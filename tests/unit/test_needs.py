@@ -45,6 +45,9 @@ def test_an_s3_mirror_missing_in_the_workload_interpreter_is_refused_with_the_ex
     assert "checkpoint.mirror = 's3://bucket/ckpt' needs s3fs" in message
     assert "the workload's interpreter (/venv/bin/python)" in message
     assert "pip install 'acceptrun[s3]' (with /venv/bin/python -m pip)" in details["fix"]
+    how = 'the command\'s "python", found on PATH'
+    ok, message, _ = check_needs(spec, prov("torch"), "/venv/bin/python", how)
+    assert f"the workload's interpreter (/venv/bin/python, {how})" in message  # and how found
     ok, message, details = check_needs(spec, prov("torch", "s3fs"), "/venv/bin/python")
     assert ok == here("s3fs"), message  # acceptrun's own interpreter is asked too
     assert {c["where"] for c in details["checked"]} == {"acceptrun", "workload"}

@@ -76,12 +76,13 @@ def _normal(name: str) -> str:
 
 
 def check_needs(
-    spec: RunSpec, prov: dict[str, Any], python: str | None
+    spec: RunSpec, prov: dict[str, Any], python: str | None, how: str = ""
 ) -> tuple[bool, str, dict[str, Any]]:
     """Preflight's ``dependencies`` check: every need importable where it runs.
 
     ``python`` is the workload's interpreter (None: not a Python program, nothing of
-    acceptrun's runs inside it); its packages are provenance's list of them.
+    acceptrun's runs inside it), found as ``how`` says (``the command's "python", found
+    on PATH``); its packages are provenance's list of them.
     """
     packages = (prov.get("packages") or {}).get("list")
     workload = packages if isinstance(packages, dict) and python else None
@@ -97,7 +98,7 @@ def check_needs(
                 continue
             else:
                 found = _normal(need.module) in {_normal(n) for n in workload}
-                place = f"the workload's interpreter ({python})"
+                place = f"the workload's interpreter ({python}" + (f", {how})" if how else ")")
             checked.append({"feature": need.feature, "module": need.module,
                             "where": where, "found": found})  # fmt: skip
             if not found:

@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ __all__ = [
     "Preflight",
     "check_backend",
     "check_static",
+    "interpreter_source",
     "run_preflight",
     "storage_smoke",
     "workload_python",
@@ -134,23 +136,37 @@ def workload_python(spec: RunSpec) -> str | None:
     ``python train.py`` resolves ``python`` on the job's PATH; ``torchrun ...`` or a
     script resolves through its ``#!`` line. None when it is not Python.
     """
+    return interpreter_source(spec)[0]
+
+
+def interpreter_source(spec: RunSpec) -> tuple[str | None, str]:
+    """The workload's interpreter (None: not a Python program) and how it was found, in
+    words: ``the command's "python", found on PATH``. Preflight's version checks name both,
+    since a ``python`` on the job's PATH may be another environment than the user's."""
+    prog = _argv0(spec)
     program = resolve_program(spec)
-    if program is None:
-        return None
+    if prog is None or program is None:
+        return None, (f'the command\'s "{prog}" is not found' if prog
+                      else "the command starts with a shell builtin")  # fmt: skip
+    on_path = ", found on PATH" + (" from [env]" if "PATH" in spec.env else "")
     if Path(program).name.startswith("python"):
-        return program
+        return program, f'the command\'s "{prog}"' + ("" if "/" in prog else on_path)
     try:
         with open(program, "rb") as f:
             first = f.readline(256)
     except OSError:
-        return None
+        return None, f"{program} cannot be read"
     if first.startswith(b"#!"):
-        parts = first[2:].decode(errors="replace").split()
+        line = first[2:].decode(errors="replace").strip()
+        parts = line.split()
         if parts and Path(parts[0]).name == "env" and len(parts) > 1:
             parts = parts[1:]
         if parts and Path(parts[0]).name.startswith("python"):
-            return parts[0] if "/" in parts[0] else shutil.which(parts[0], path=_search_path(spec))
-    return None
+            how = f'the #! line "{line[:80]}" of {program}'
+            if "/" in parts[0]:
+                return parts[0], how
+            return shutil.which(parts[0], path=_search_path(spec)), how + on_path
+    return None, f'the command\'s "{prog}" ({program}) is not a Python program'
 
 
 def check_static(spec: RunSpec) -> None:
@@ -225,7 +241,7 @@ def run_preflight(record: RunRecord, spec: RunSpec, *, existing: str | None = No
     started = now_iso()
 
     t0 = time.perf_counter()
-    python = workload_python(spec)
+    python, how = interpreter_source(spec)
     prov = provenance.capture(
         python=python, cwd=spec.workdir_path, diff_path=record.file("git.diff"),
         exclude=[record.path.parent.parent],  # the workspace: acceptrun's files, not the code's
@@ -264,7 +280,7 @@ def run_preflight(record: RunRecord, spec: RunSpec, *, existing: str | None = No
     result.checks.append(_timed("storage", lambda: check_storage([record.path, ckpt_dir])))
     from acceptrun.capture.needs import check_needs
 
-    result.checks.append(_timed("dependencies", lambda: check_needs(spec, prov, python)))
+    result.checks.append(_timed("dependencies", lambda: check_needs(spec, prov, python, how)))
     gpus = prov.get("gpus", {})
     if spec.resources.gpus > 0 or (not gpus.get("absent") and gpus.get("count", 0) > 0):
         result.checks.append(_timed("device", lambda: check_device(python)))
@@ -378,12 +394,18 @@ def check_expectations(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, 
                 "ok": ok,
             }
         )
+    asked = _asked(spec, prov)  # the interpreter that python, packages and torch were read in
+    for row in rows:
+        if row["what"] in ("python", "torch CUDA") or row["what"].startswith("package "):
+            row["where"] = asked
     bad = [r for r in rows if not r["ok"]]
     if not rows:
         return True, "no expectations in the spec", {"rows": rows}
     if bad:
         text = "; ".join(
-            f"{r['what']}: expected {r['expected']}, found {r['found'] or 'nothing'}" for r in bad
+            f"{r['what']}: expected {r['expected']}, found {r['found'] or 'nothing'}"
+            + (f" in {r['where']}" if r.get("where") else "")
+            for r in bad
         )
         return False, text, {"rows": rows}
     return (
@@ -391,6 +413,17 @@ def check_expectations(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, 
         f"{len(rows)} met (" + ", ".join(f"{r['what']} {r['found']}" for r in rows) + ")",
         {"rows": rows},
     )
+
+
+def _asked(spec: RunSpec, prov: dict[str, Any]) -> str:
+    """``/usr/bin/python3 (the command's "python", found on PATH)``: the interpreter
+    provenance asked (the workload's, else acceptrun's own) and how it was found."""
+    python, how = interpreter_source(spec)
+    if python is None:
+        probed = prov.get("python")
+        recorded = probed.get("executable") if isinstance(probed, dict) else None
+        python, how = recorded or sys.executable, f"acceptrun's own interpreter: {how}"
+    return f"{python} ({how})"
 
 
 def check_resources(spec: RunSpec, prov: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
