@@ -17,8 +17,9 @@ itself. Each attempt of a black box therefore reads its steps through a
   reader tells a restart apart by wall time (:meth:`StepAxis.restarted`);
 - a first attempt, or one that resumed from nothing, is never offset.
 
-So the run's steps, its checkpoints' steps and their order are one counter, and the
-store's order by step is the order in which the checkpoints were committed.
+So the run's steps and its checkpoints' steps are one counter. Where a counter still
+goes back unnoticed, the store keeps the order in which checkpoints were committed
+(checkpoint/sequence.py): retention and resume follow that, never the steps alone.
 """
 
 from __future__ import annotations

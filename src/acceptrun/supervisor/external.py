@@ -23,9 +23,14 @@ each attempt the supervisor runs a :class:`CheckpointWatcher` on a thread of its
   again after a resume, supervisor/axis.py); else the newest step the attempt reported before
   the file's mtime (step events of the client or of ``progress.pattern``: never later
   than the step the file holds, so lost work is never under-counted); else the step
-  the attempt resumed from; else the newest stored step + 1. A step already stored is
-  never reused for other content: the same content is skipped, other content takes
-  the newest stored step + 1;
+  the attempt resumed from; else one past every step the store has used. A step is
+  never reused for other content, even after retention deleted its checkpoint
+  (:meth:`~acceptrun.checkpoint.store.CheckpointStore.taken`): the same content is
+  skipped, other content is numbered past every step the store has used;
+- a capture dated by an estimate (TensorBoard's scalars reach the disk late) is dated
+  again once a later step proves it, in a chain where a newer capture still holds its
+  step (:meth:`CheckpointWatcher._redate`); the store keeps the captures in the order
+  they were committed (checkpoint/sequence.py), which retention and resume follow;
 - at the end of the attempt a final pass captures a checkpoint written just before the
   exit: any, when the workload exited by itself (a status, not a signal); after a kill or
   a crash, only one whose format proves it whole (a directory: every file, and at least
