@@ -344,3 +344,35 @@ def test_random_captures_kills_and_restarts_keep_the_true_order(
     assert set(ops) == set(OPS) and sum(ops.values()) == SEEDS * STEPS, ops
     assert seen["checkpoint_redated"] >= SEEDS and proven >= SEEDS // 2, (seen, proven)
     tally("watched checkpoint order", tried=sum(ops.values()))
+
+
+@pytest.mark.parametrize("shape", ["fifo", "link", "directory", "garbage"])
+def test_a_commit_log_that_is_not_a_file_never_hangs_a_save(tmp_path: Path, shape: str) -> None:
+    """COMMITS made a FIFO, a link or a directory: the save fails naming it, at once;
+    lines that are not commit records are skipped."""
+    from acceptrun.checkpoint.sequence import COMMITS
+    from acceptrun.errors import RecordError
+
+    store = CheckpointStore(tmp_path / "ckpt", keep_last=2)
+    commit(store, 5)
+    log = tmp_path / "ckpt" / COMMITS
+    log.unlink()
+    secret = tmp_path / "elsewhere"
+    secret.write_text('{"seq": 9, "step": 77}\n')
+    if shape == "fifo":
+        os.mkfifo(log)
+    elif shape == "link":
+        log.symlink_to(secret)
+    elif shape == "directory":
+        log.mkdir()
+    else:
+        log.write_bytes(b'\xff\x00 not json\n{"seq": "x", "step": 1}\n{"seq": 2, "step": 3}\n')
+    assert not store.taken(77)  # a link is never read
+    if shape == "garbage":
+        commit(store, 6)
+        assert store.taken(3) and [i.step for i in store.ordered()] == [5, 6]
+        return
+    with pytest.raises(RecordError, match="COMMITS: the checkpoint store's commit log"):
+        commit(store, 6)
+    assert [i.step for i in store.list()] == [5]
+    assert secret.read_text() == '{"seq": 9, "step": 77}\n'

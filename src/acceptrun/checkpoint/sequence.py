@@ -21,20 +21,24 @@ and appends the new step under it. From that log:
   (the estimate was wrong; the checkpoint that truly holds it may take it).
 
 The log is read whole (one short line per commit) and read tolerantly: a line that is
-not a commit record is skipped, and a log that cannot be read at all (removed, not a
-regular file) leaves the manifests in the root as the only source, so a damaged log
-costs the memory of deleted steps, never a commit.
+not a commit record is skipped, and a log that cannot be read at all (removed, a link,
+not a regular file) leaves the manifests in the root as the only source, so a damaged
+log costs the memory of deleted steps. A commit that cannot append its line (``COMMITS``
+made a link, a FIFO or a directory) fails with a :class:`RecordError` naming the file
+and the fix, before anything of it appears: never a hang, never a step written unlogged.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_bytes_bounded
+from acceptrun.errors import RecordError
 
 __all__ = ["COMMITS", "CommitLog", "true_order"]
 
@@ -51,7 +55,7 @@ class CommitLog:
     def read(self) -> dict[int, int]:
         """Sequence number -> its current step (the last line for it wins)."""
         try:
-            raw = read_bytes_bounded(self.path, _LOG_MAX)
+            raw = read_bytes_bounded(self.path, _LOG_MAX, root=self.path.parent)
         except (OSError, ValueError):
             return {}
         out: dict[int, int] = {}
@@ -72,13 +76,26 @@ class CommitLog:
     def append(self, seq: int, step: int) -> None:
         """Record that commit ``seq`` holds ``step``: one line, fsynced before it returns."""
         line = json.dumps({"seq": seq, "step": step}, separators=(",", ":")) + "\n"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(self.path, flags, 0o644)
+        # Non-blocking and not through a link: a FIFO planted there must not hang a save.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise self._unusable(exc.strerror or str(exc)) from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise self._unusable("not a regular file")
             os.write(fd, line.encode())
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def _unusable(self, why: str) -> RecordError:
+        return RecordError(
+            f"{self.path}: the checkpoint store's commit log cannot be appended to ({why}); "
+            "move it away (a new one is started, and the steps it held are read from the "
+            "checkpoints left) and save again"
+        )
 
 
 def true_order(infos: Iterable[Any]) -> list[Any]:
