@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
+
+import pytest
 
 from acceptrun._util.console import RedactingStream
 from acceptrun._util.controls import LiveEcho
 from acceptrun._util.keyblock import BLOCK_MAX
 from acceptrun._util.redact import REDACTED, redact_argv, redact_spec, redact_text
+from acceptrun.cli.main import main
+from acceptrun.record.workspace import Workspace
 from campaign import tally
 from secret_shapes import SHAPES
 
@@ -195,3 +200,26 @@ def test_every_shape_as_an_argument_is_hidden_and_options_keep_their_rule() -> N
     assert redact_argv(["t.py", "--token", "abc123", "--api-key=xyz"]) == [
         "t.py", "--token", REDACTED, f"--api-key={REDACTED}",
     ]  # fmt: skip
+
+
+def test_logs_of_several_attempts_hide_a_key_block_behind_their_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[attempt N]`` before each line (several attempts, or --follow): a body line with a
+    prefix is no body line to the CLI's stream, so show_logs holds each log's blocks."""
+    ws = Workspace.create(tmp_path / "ws")
+    record = ws.create_run(
+        "keys", spec_text='name = "keys"\ncommand = ["true"]\n', state={"status": "closed"}
+    )
+    text = "".join(f"before\n{s.text}\nafter\n" for s in BLOCKS)
+    for n in (1, 2):
+        record.attempt_dir(n).mkdir(parents=True)
+        (record.attempt_dir(n) / "stdout.log").write_text(text)
+        (record.attempt_dir(n) / "stderr.log").write_text(BLOCKS[0].text)  # no END: cut short
+    rc = main(["--workspace", str(tmp_path / "ws"), "logs", record.run_id])
+    out = capsys.readouterr().out
+    leaks = [s.family for s in BLOCKS if s.needle in out]
+    tally("live echo", tried=len(BLOCKS), secrets=len(leaks))
+    assert rc == 0 and not leaks, out
+    assert out.count("[attempt 1] before\n") == len(BLOCKS) and "[attempt 2] after\n" in out
+    assert all(line.startswith("[attempt ") for line in out.splitlines()), out

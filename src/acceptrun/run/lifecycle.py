@@ -36,6 +36,7 @@ import psutil
 from acceptrun._util.confined import open_regular
 from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_json_atomic
+from acceptrun._util.keyblock import KeyBlocks, split_lines
 from acceptrun.capture.preflight import check_static
 from acceptrun.checkpoint.mirror import fetch, remote_steps
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of
@@ -628,6 +629,9 @@ def show_logs(
         have = ", ".join(map(str, _attempt_numbers(record))) or "none yet"
         raise UserError(f"run {record.run_id} has no attempt {attempt}; its attempts: {have}")
     tails: dict[tuple[int, str], _Tail] = {}
+    # A key block of a prefixed log: its lines are held and redacted here, per log, before
+    # the prefix (the CLI's stream knows a body line only without one).
+    blocks: dict[tuple[int, str], KeyBlocks] = {}
     while True:
         # run.json first: once it says closed, the logs read after it are complete.
         state = record.state
@@ -642,12 +646,16 @@ def show_logs(
                 tail = tails.setdefault(
                     (n, stream), _Tail(record.attempt_dir(n) / f"{stream}.log", record.path)
                 )
+                held = blocks.setdefault((n, stream), KeyBlocks())
                 for line in tail.lines(whole=whole):
-                    _emit(sink, n, line, prefixed)
+                    _emit(sink, n, line, prefixed, held)
         sink.flush()
         if not follow or closed or orphaned:
             break
         time.sleep(poll_s)
+    for (n, _stream), held in blocks.items():  # a block the log ended inside
+        _prefixed(sink, n, held.close())
+    sink.flush()
     if not numbers:
         _log.info(f"run {record.run_id} has no attempt yet ({_describe(state)})")
     if follow and orphaned:
@@ -670,9 +678,22 @@ class _RawLines:
         self.binary.flush()
 
 
-def _emit(out: IO[str] | _RawLines, attempt: int, line: bytes, prefixed: bool) -> None:
+def _emit(
+    out: IO[str] | _RawLines, attempt: int, line: bytes, prefixed: bool, blocks: KeyBlocks
+) -> None:
     if isinstance(out, _RawLines):
         out.line(attempt, line, prefixed)
         return
     text = line.decode("utf-8", errors="replace")
-    out.write(f"[attempt {attempt}] {text}\n" if prefixed else f"{text}\n")
+    if prefixed:
+        _prefixed(out, attempt, blocks.line(text + "\n"))
+    else:
+        out.write(f"{text}\n")  # the CLI's stream holds a key block itself
+
+
+def _prefixed(out: IO[str] | _RawLines, attempt: int, text: str) -> None:
+    """Each line of ``text`` (already redacted) after ``[attempt N]``."""
+    if isinstance(out, _RawLines):
+        return  # raw: nothing is held
+    for line in split_lines(text):
+        out.write(f"[attempt {attempt}] {line}")
