@@ -126,15 +126,23 @@ def test_storage_counts_checkpoints_and_what_is_left_behind(runs: dict[str, Any]
     assert storage["outputs"]["items"][0]["bytes"] == 4096
 
 
-def test_failed_preflight_is_all_waste(runs: dict[str, Any]) -> None:
+def test_a_run_refused_at_preflight_is_billed_no_compute(runs: dict[str, Any]) -> None:
+    """No process ran: 0 compute (was a billed minute), the checks' time on its own line,
+    and the verdict only the checks that ran (no "log steps" or "set progress.pattern")."""
     result = runs["failed"]
     assert result.exit_code == 2
     ledger = build_ledger(result.record)
     assert ledger["status"] == "failed_preflight" and ledger["accepted"] is False
-    split = ledger["compute"]["split_s"]
-    assert split["wasted"] == pytest.approx(ledger["billed_s"]) and ledger["billed_s"] == 60
-    assert split["productive"] == split["idle"] == split["checkpoint_stall"] == 0
+    assert ledger["billed_s"] == 0 and ledger["compute"]["usd"] == 0
+    assert set(ledger["compute"]["split_s"].values()) == {0}
+    assert ledger["preflight_refused_s"] == pytest.approx(ledger["wall_s"], abs=1e-3)
+    assert ledger["wall_s"] > 0
     assert ledger["compute"]["attempts"] == []
+    verdict = json.loads((result.record.path / "verdict.json").read_text())
+    groups = {c["group"] for c in verdict["checks"]}
+    assert groups <= {"setup", "data"}, verdict["checks"]
+    text = json.dumps(verdict)
+    assert "run.steps()" not in text and "progress.pattern" not in text, text
 
 
 def test_unpriced_run_keeps_the_seconds_at_zero_usd(runs: dict[str, Any], tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ The billed seconds are split four ways, and the parts always sum to the billed t
 - productive: step time of steps that were kept (not redone by a later attempt), less
   the checkpoint stall inside them;
 - wasted: work lost and redone after a failure (the attempts' ``work.seconds_lost``),
-  a failed attempt's time before its first step, and the whole of a run that failed
-  its preflight (its rounding included);
+  and a failed attempt's time before its first step. A run refused at preflight ran no
+  workload and is billed no compute: its checks' wall time is ``preflight_refused_s``;
 - idle: launch and preflight, each attempt's start-up before its first step (restore
   included), the restart backoff between attempts, the tail after the last step, the
   idle stretch that ended an attempt stopped for idleness (``limits.idle_window``), the
@@ -550,11 +550,15 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     detail = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
     attempts: list[dict[str, Any]] = []
     seg_rows: list[dict[str, Any]] = []
-    wall = billed = 0.0
+    wall = billed = preflight_s = 0.0
     for seg in segments:
         seg_end = seg.end if seg.end is not None else seg.start
         seg_wall = max(0.0, seg_end - seg.start)
         seg_billed = billed_seconds(seg.start, seg_end, price) if price else seg_wall
+        refused = failed_preflight and not seg.attempts
+        if refused:  # no workload ran: not compute; its preflight time is on its own line
+            seg_billed = 0.0
+            preflight_s += seg_wall
         seg_rows.append(
             {
                 "start": seg.start,
@@ -565,8 +569,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         )
         wall += seg_wall
         billed += seg_billed
-        if failed_preflight and not seg.attempts:
-            detail["wasted.failed_preflight"] += seg_wall
+        if refused:
             continue
         cursor, first = seg.start, True
         for a in seg.attempts:
@@ -653,6 +656,8 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         # compute (a resume opens a new segment); shown apart (docs/architecture.md, "Cost").
         "after_run": after,
         "interrupted": {"periods": dead, "seconds": round(sum(p["seconds"] or 0 for p in dead), 3)},
+        # A run refused before launch: the checks' wall time, not billed as compute.
+        "preflight_refused_s": round(preflight_s, 3) if failed_preflight else None,
         "wall_s": round(wall, 6),
         "billed_s": round(billed, 6),
         "device_seconds": round(billed * gpus * nodes, 3),

@@ -273,10 +273,30 @@ def registered_checks() -> tuple[CheckFn, ...]:
     )
 
 
+# The check functions of what happens before launch: all a run refused there is judged on
+# (no process ran, so no step, checkpoint, cost or exit check has anything to say).
+BEFORE_LAUNCH = frozenset({"provenance", "preflight", "spec_warnings", "data_verified"})
+
+
+def never_launched(record: RunRecord) -> bool:
+    """The run was refused (or stopped) before its workload started: no attempt began."""
+    kinds = {str(ev.get("kind")) for ev in record.events()}
+    if kinds & {"attempt_start", "workload_start"}:
+        return False
+    refused = {"preflight_failed", "stopped_before_launch"}
+    return bool(kinds & refused) or record.state.get("status") == "failed_preflight"
+
+
 def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
-    """Decide a run from its record. ``spec`` defaults to the frozen spec in the record."""
+    """Decide a run from its record. ``spec`` defaults to the frozen spec in the record.
+
+    A run refused before launch shows only the checks that ran (:data:`BEFORE_LAUNCH`).
+    """
     given = CheckInput.of(record, spec)
-    checks = [c for fn in registered_checks() for c in fn(given)]
+    fns = registered_checks()
+    if never_launched(record):
+        fns = tuple(fn for fn in fns if fn.__name__ in BEFORE_LAUNCH)
+    checks = [c for fn in fns for c in fn(given)]
     order = list(GROUPS)
     checks.sort(key=lambda c: order.index(c.group) if c.group in order else len(order))
     return Verdict(record.run_id, checks, now_iso())
