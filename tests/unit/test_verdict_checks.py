@@ -294,7 +294,7 @@ def test_throughput_in_range_passes(tmp_path: Path) -> None:
     assert (c.status, c.required, c.evidence) == (
         "pass",
         True,
-        "median 10 samples/s, expected 5 to 20",
+        "model throughput median 10 samples/s, expected 5 to 20",
     )
 
 
@@ -328,7 +328,7 @@ def test_throughput_without_a_range_is_information(tmp_path: Path) -> None:
     assert (c.status, c.required, c.evidence) == (
         "pass",
         False,
-        "median 10 samples/s (no range in the spec)",
+        "model throughput median 10 samples/s (no range in the spec)",
     )
 
 
@@ -376,7 +376,7 @@ def test_idle_gpu_below_the_limit_passes(tmp_path: Path) -> None:
     _gpu_samples(rb, util=95.0)
     c = rb.check("idle")
     assert (c.status, c.required) == ("pass", True)
-    assert c.evidence.startswith("0.0% of samples idle (GPU utilization below 5%")
+    assert c.evidence.startswith("device idle in 0.0% of samples (GPU utilization below 5%")
 
 
 def test_idle_gpu_above_the_limit_fails(tmp_path: Path) -> None:
@@ -651,7 +651,7 @@ def test_budget_against_the_priced_ledger(tmp_path: Path, budget: int, status: s
     assert c.evidence.endswith(" USD (lambda gpu_1x_h100)")
     cost = rb.check("cost")
     assert (cost.status, cost.required) == ("pass", False)
-    assert "(compute 83%, idle 17%)" in cost.evidence
+    assert "(compute 83%, no step 17%)" in cost.evidence  # the ledger's idle: no step ran
 
 
 def test_budget_without_a_priced_ledger_is_not_recorded(tmp_path: Path) -> None:

@@ -501,7 +501,7 @@ def format_ledger(ledger: dict[str, Any]) -> str:
         lines.append(
             f"  attempt {a['attempt']:<3} {a['outcome']:<10} {a['billed_s']:>8.1f} s "
             f"{_usd(a['usd']):>10}  productive {s['productive']:.1f}, wasted {s['wasted']:.1f}, "
-            f"idle {s['idle']:.1f}, stall {s['checkpoint_stall']:.2f}"
+            f"no step {s['idle']:.1f}, stall {s['checkpoint_stall']:.2f}"
         )
         if a.get("responsibility") not in (None, "none") and s["wasted"] > 0:
             ev = a.get("evidence") or {}

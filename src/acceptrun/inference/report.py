@@ -41,7 +41,7 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         ("error rate", f"{float(s.get('error_rate') or 0):.2%}"),
         (
-            "speed",
+            "wall throughput",
             f"{_rate(s.get('items_per_s'), 'items/s')}, {_rate(s.get('tokens_per_s'), 'tokens/s')} "
             f"over {s.get('seconds')} s of attempts",
         ),

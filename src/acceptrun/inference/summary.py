@@ -28,6 +28,7 @@ from acceptrun._util.durable import read_json, write_json_atomic
 from acceptrun._util.hashing import hash_file
 from acceptrun.inference.batch import manifest_dir
 from acceptrun.inference.items import iter_items
+from acceptrun.record.glossary import WALL_THROUGHPUT
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
 
@@ -230,7 +231,8 @@ def batch_checks(
     ips = s.get("items_per_s")
     tps = s.get("tokens_per_s")
     p50, p90, p99 = s.get("latency_p50"), s.get("latency_p90"), s.get("latency_p99")
-    speed = "-" if ips is None else f"{ips:,.1f} items/s"
+    # Wall throughput (record/glossary.py): over the attempts' wall time, not model time.
+    speed = "-" if ips is None else f"{WALL_THROUGHPUT} {ips:,.1f} items/s over the attempts"
     if tps is not None:
         speed += f", {tps:,.0f} tokens/s"
     if p50 is not None:

@@ -25,6 +25,7 @@ from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
 from acceptrun.inference.report import batch_html
 from acceptrun.notify.summary import delivery_rows
+from acceptrun.record.glossary import DEVICE_IDLE, MODEL_THROUGHPUT, label
 from acceptrun.record.liveness import status_text, supervisor_state
 from acceptrun.record.lost import LostWork
 from acceptrun.record.status import CheckStatus
@@ -546,7 +547,11 @@ def _time(data: dict[str, Any]) -> list[str]:
         )
     if summary.get("throughput"):
         rows.append(
-            ("throughput", ", ".join(f"{v:.4g} {u}" for u, v in summary["throughput"].items()))
+            (
+                MODEL_THROUGHPUT,
+                ", ".join(f"{v:.4g} {u}" for u, v in summary["throughput"].items())
+                + " (median while stepping)",
+            )
         )
     if summary.get("first_step_s") is not None:
         rows.append(
@@ -555,7 +560,7 @@ def _time(data: dict[str, Any]) -> list[str]:
     if summary.get("data_wait_share") is not None:
         rows.append(("data wait", f"{100 * summary['data_wait_share']:.1f}% of step time"))
     if summary.get("idle_share") is not None:
-        rows.append(("idle", f"{100 * summary['idle_share']:.1f}% of samples"))
+        rows.append((DEVICE_IDLE, f"{100 * summary['idle_share']:.1f}% of samples"))
     if summary.get("mfu") is not None:
         rows.append(("MFU", f"{100 * summary['mfu']:.1f}%"))
     drift = summary.get("drift")
@@ -627,7 +632,7 @@ def _cost(data: dict[str, Any]) -> list[str]:
     for k, v in split_s.items():
         rows.append(
             (
-                f"compute: {k.replace('_', ' ')}",
+                f"compute: {label(k)}",
                 f"{format_duration(float(v))}, {format_usd(float(split.get(k, 0.0)))} USD",
             )
         )

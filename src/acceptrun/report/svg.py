@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from acceptrun.record.glossary import colour, label
+
 __all__ = ["PALETTE", "Mark", "Series", "line_chart", "nice_ticks", "stacked_bar"]
 
 PALETTE = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4b5563")
@@ -288,7 +290,7 @@ def stacked_bar(
         if value <= 0:
             continue
         w = value / total * span
-        color = PALETTE[i % len(PALETTE)]
+        color = colour(name) or PALETTE[i % len(PALETTE)]  # a part's tone: record/glossary
         p.append(
             f'<rect x="{x:.1f}" y="24" width="{max(w, 0.5):.1f}" height="20" fill="{color}">'
             f"<title>{_e(name)}: {_e(unit(value))} ({100 * value / total:.1f}%)</title></rect>"
@@ -297,11 +299,11 @@ def stacked_bar(
     for i, (name, value) in enumerate(parts):
         col, row = i % 3, i // 3
         lx, ly = 8 + col * (span / 3), 62 + row * 18
-        color = PALETTE[i % len(PALETTE)]
+        color = colour(name) or PALETTE[i % len(PALETTE)]
         share = 100 * max(value, 0) / total
         p.append(f'<rect x="{lx:.1f}" y="{ly - 10}" width="10" height="10" fill="{color}"/>')
         p.append(
-            f'<text x="{lx + 14:.1f}" y="{ly}" class="legend">{_e(name.replace("_", " "))} '
+            f'<text x="{lx + 14:.1f}" y="{ly}" class="legend">{_e(label(name))} '
             f"{_e(unit(value))} ({share:.0f}%)</text>"
         )
     p.append("</svg>")

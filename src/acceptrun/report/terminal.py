@@ -16,6 +16,7 @@ from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
 from acceptrun.inference.report import batch_lines
 from acceptrun.notify.summary import delivery_lines, delivery_rows
+from acceptrun.record.glossary import MODEL_THROUGHPUT
 from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.lost import lost_work
 from acceptrun.record.view import RecordView
@@ -260,7 +261,7 @@ def format_telemetry(s: Summary, gpu_absent: str | None = None) -> list[str]:
             if s.mfu is not None
             else "; MFU - (set telemetry.flops_per_sample or flops_per_token)"
         )
-        lines.append(f"speed    {speed}{mfu}")
+        lines.append(f"speed    {MODEL_THROUGHPUT} {speed} (median while stepping){mfu}")
     for g in s.gpus:
         parts = [f"util {g['util_mean']:.0f}% mean" if g.get("util_mean") is not None else "util -"]
         if g.get("mem_peak") is not None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from acceptrun.cost.billing import format_bytes, format_usd
+from acceptrun.record.glossary import label
 from acceptrun.report.svg import stacked_bar
 from acceptrun.ui.board import Board
 from acceptrun.ui.pages import esc, layout
@@ -110,8 +111,7 @@ def _grouped(title: str, ledgers: Sequence[dict[str, Any]], key: Any) -> str:
             + f"<td class=num>${esc(format_usd(s['totals']['storage_usd']))}</td></tr>"
         )
     head = "".join(
-        f"<th>{esc(k.replace('_', ' '))}</th>"
-        for k in ("productive", "wasted", "idle", "checkpoint_stall")
+        f"<th>{esc(label(k))}</th>" for k in ("productive", "wasted", "idle", "checkpoint_stall")
     )
     return (
         f"<h2>{esc(title)}</h2><table><tr><th></th><th>runs</th><th>accepted</th><th>total</th>"

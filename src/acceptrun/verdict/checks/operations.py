@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
+from acceptrun.record.glossary import label as part_label
 from acceptrun.record.lost import lost_work
 from acceptrun.record.view import read_attempts
 from acceptrun.record.workspace import RunRecord
@@ -126,8 +127,10 @@ def failures(given: CheckInput) -> list[Check]:
         for a in failed
     )
     # Exact, bounded or unknown (record/lost.py): the figure every view prints.
-    text += f"; lost {lost_work(attempts).text()}"
-    return [Check("operations", "failures", PASS, False, text)]
+    lost = f"; lost {lost_work(attempts).text()}"
+    # On the terminal: each attempt's class and the work lost; the reasons in --explain.
+    brief = "; ".join(f"attempt {a['attempt']}: {a.get('class', a['outcome'])}" for a in failed)
+    return [Check("operations", "failures", PASS, False, text + lost, None, brief + lost)]
 
 
 def restarts(given: CheckInput) -> list[Check]:
@@ -238,18 +241,21 @@ def cost(given: CheckInput) -> list[Check]:
     split = compute.get("split_s", {})
     billed = sum(v for v in split.values() if isinstance(v, int | float))
     parts = ", ".join(
-        f"{k.replace('_', ' ')} {100 * v / billed:.0f}%"
+        f"{part_label(k)} {100 * v / billed:.0f}%"  # the ledger's idle is "no step": glossary
         for k, v in sorted(split.items(), key=lambda kv: -kv[1])
         if isinstance(v, int | float) and billed > 0
     )
     total = float(ledger.get("total_usd", usd))
     text = f"{format_usd(total)} USD in all; compute {format_usd(usd)} USD, billed {format_duration(billed)}"
     text += f" ({parts})" if parts else ""
+    brief = f"{format_usd(total)} USD, billed {format_duration(billed)}" + (
+        f" ({parts})" if parts else ""
+    )
     behind = (ledger.get("storage") or {}).get("left_behind") or {}
     left = float(behind.get("monthly_usd") or 0.0) + float(behind.get("mirror_monthly_usd") or 0.0)
     if left > 0:
         text += f"; left behind costs {format_usd(left)} USD/month"
-    return [Check("operations", "cost", PASS, False, f"{text} ({label})")]
+    return [Check("operations", "cost", PASS, False, f"{text} ({label})", None, brief)]
 
 
 def black_box_lost_work(given: CheckInput) -> list[Check]:

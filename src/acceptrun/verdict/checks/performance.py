@@ -9,6 +9,7 @@ Also, for a script without step events, that its step time was not checked.
 from __future__ import annotations
 
 from acceptrun._util.durable import read_jsonl
+from acceptrun.record.glossary import DEVICE_IDLE, MODEL_THROUGHPUT
 from acceptrun.record.view import run_timeline
 from acceptrun.spec.model import format_duration
 from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
@@ -63,7 +64,7 @@ def throughput(given: CheckInput) -> list[Check]:
         if value is None:
             return []
         return [Check("performance", "throughput", PASS, False,
-                      f"median {value:.4g} {unit} (no range in the spec)")]  # fmt: skip
+                      f"{MODEL_THROUGHPUT} median {value:.4g} {unit} (no range in the spec)")]  # fmt: skip
     lo, hi = acc.throughput
     if given.summary_failure is not None:
         return [Check("performance", "throughput", NOT_RECORDED, True, given.summary_failure,
@@ -75,7 +76,7 @@ def throughput(given: CheckInput) -> list[Check]:
                       f"no {unit} recorded ({seen})",
                       f"log {what} per step with run.log(step, {what}=...), or change acceptance.throughput_unit")]  # fmt: skip
     ok = lo <= value <= hi
-    evidence = f"median {value:.4g} {unit}, expected {lo:g} to {hi:g}"
+    evidence = f"{MODEL_THROUGHPUT} median {value:.4g} {unit}, expected {lo:g} to {hi:g}"
     fix = None
     if value < lo:
         fix = ("find the bottleneck in the report's time breakdown and hints (data wait, "
@@ -168,14 +169,18 @@ def idle(given: CheckInput) -> list[Check]:
     )  # fmt: skip
     ok = share <= limit
     required = on_gpu and not given.standalone
-    evidence = f"{100 * share:.1f}% of samples idle ({source}), at most {100 * limit:.0f}%"
+    evidence = (
+        f"{DEVICE_IDLE} in {100 * share:.1f}% of samples ({source}), at most {100 * limit:.0f}%"
+    )
+    brief = f"{DEVICE_IDLE} in {100 * share:.1f}% of samples, at most {100 * limit:.0f}%"
     if not required:
         evidence += "; a standalone run" if on_gpu else "; CPU only"
+        brief += "; a standalone run" if on_gpu else "; CPU only"
     fix = None if ok else (
         "the device sat idle: find the gaps in the report's GPU timeline (data, checkpoints, "
         "a stuck rank); telemetry.idle_action = \"stop\" ends idle runs early"
     )  # fmt: skip
-    return [Check("performance", "idle", PASS if ok else FAIL, required, evidence, fix)]
+    return [Check("performance", "idle", PASS if ok else FAIL, required, evidence, fix, brief)]
 
 
 def telemetry(given: CheckInput) -> list[Check]:
