@@ -78,6 +78,22 @@ def test_an_acceptance_metric_of_one_attempt_is_refused_for_its_framework(
     assert not [f for f in spec_findings(spec, detect_usage(spec)) if f.level == "error"]
 
 
+def test_max_downtime_on_a_run_that_serves_nothing_is_a_warning(tmp_path: Path) -> None:
+    from acceptrun.workload.usage import spec_findings
+
+    (tmp_path / "t.py").write_text("print('hi')\n")
+    text = 'name = "u"\ncommand = ["python", "t.py"]\n[acceptance]\nmax_downtime = "30s"\n'
+    spec = parse_spec(text, base_dir=tmp_path)
+    (found,) = [f for f in spec_findings(spec, detect_usage(spec))
+                if f.key == "acceptance.max_downtime"]  # fmt: skip
+    assert found.level == "warning" and "30 s has no effect" in found.message, found
+    served = text + '[serving]\nurl = "http://127.0.0.1:1/x"\nrequests = 4\n'
+    served += 'ready_url = "http://127.0.0.1:1/health"\nrate = 10\n'
+    spec = parse_spec(served, base_dir=tmp_path)
+    assert not [f for f in spec_findings(spec, detect_usage(spec))
+                if f.key == "acceptance.max_downtime"]  # fmt: skip
+
+
 def test_statically_registered_outputs_are_found(tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text(
         'import acceptrun\nrun.output("model", p)\nrun.output(name="x", path=q)\n'

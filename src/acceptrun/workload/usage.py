@@ -243,6 +243,11 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
                                'add progress.pattern with a (?P<loss>...) group, e.g. '
                                r'"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)", '
                                "or log it with run.log(step, loss=...)"))  # fmt: skip
+    if acc.max_downtime is not None and not spec.serving.enabled:
+        out.append(Finding("warning", "acceptance.max_downtime", f"{acc.max_downtime:g} s has "
+                           "no effect: only a serving run measures downtime, and this spec "
+                           "serves nothing", "remove it, or set [serving] url and its load "
+                           "(docs/inference.md)"))  # fmt: skip
     if acc.throughput and not client:
         unit = acc.throughput_unit
         key = unit.split("/")[0]
