@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.durable import read_bytes_bounded
+from acceptrun._util.durable import jsonl_line, read_bytes_bounded, write_appended
 from acceptrun.errors import RecordError
 
 __all__ = ["COMMITS", "CommitLog", "true_order"]
@@ -75,9 +75,9 @@ class CommitLog:
 
     def append(self, seq: int, step: int) -> None:
         """Record that commit ``seq`` holds ``step``: one line, fsynced before it returns."""
-        line = json.dumps({"seq": seq, "step": step}, separators=(",", ":")) + "\n"
+        line = jsonl_line({"seq": seq, "step": step})
         # Non-blocking and not through a link: a FIFO planted there must not hang a save.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             fd = os.open(self.path, flags, 0o644)
         except OSError as exc:
@@ -85,7 +85,7 @@ class CommitLog:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise self._unusable("not a regular file")
-            os.write(fd, line.encode())
+            write_appended(fd, line, self.path)  # after a line torn by a crash, a new one
             os.fsync(fd)
         finally:
             os.close(fd)
