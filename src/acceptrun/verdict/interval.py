@@ -283,9 +283,10 @@ def interval_check(given: CheckInput) -> list[Check]:
         )
     # The terminal's line: the interval against the optimum; the model, its inputs and
     # where each comes from stay in the evidence (the report, `show --explain`).
+    ettr_now = f"{ettr:.3f} measured" if ettr is not None else f"{now.ettr:.3f} predicted"
     brief = (
-        f"every {format_duration(m.interval_s)} of step time, optimum "
-        f"{format_duration(best)}; predicted ETTR {now.ettr:.3f} (optimum {opt.ettr:.3f})"
+        f"every {format_duration(m.interval_s)}, optimum {format_duration(best)}; "
+        f"ETTR {ettr_now}, {opt.ettr:.3f} at the optimum"
     )
     return [Check("data", "checkpoint interval", status, required, "; ".join(parts), fix, brief)]
 
