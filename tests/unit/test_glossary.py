@@ -7,11 +7,12 @@ that ``show`` prints), so a part added tomorrow is covered here.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from acceptrun.cost.ledger import PARTS
-from acceptrun.record.glossary import colour, label, tone
+from acceptrun.record.glossary import MODEL_THROUGHPUT, WALL_THROUGHPUT, colour, label, tone
 from acceptrun.report.svg import stacked_bar
 from acceptrun.report.terminal import PART_NAMES
 
@@ -43,3 +44,22 @@ def test_the_ledgers_idle_is_no_step_and_work_thrown_away_is_bad() -> None:
     assert tone("idle") == "watch" and colour("a part nobody named") is None
     legend = stacked_bar([("idle", 1.0), ("productive", 3.0)], title="t", unit=str)
     assert "no step" in legend and ">idle " not in legend
+
+
+def test_a_batch_runs_two_throughputs_are_named_for_what_they_measure(tmp_path: Path) -> None:
+    """A batch run showed "median 1493 samples/s" beside "164.1 items/s" with nothing
+    saying one is model time and the other wall time over the attempts."""
+    from acceptrun.inference.report import batch_lines
+    from acceptrun.inference.summary import batch_checks
+    from acceptrun.record.workspace import Workspace
+    from acceptrun.spec.model import parse_spec
+
+    text = 'name = "b"\ncommand = ["python", "x.py"]\n[inference]\ninput = "in.jsonl"\n'
+    ws = Workspace.create(tmp_path / "ws")
+    record = ws.create_run("b", spec_text=text, state={"status": "finished"})
+    summary = {"items": 10, "outputs": 10, "coverage": 1.0, "items_per_s": 164.1, "seconds": 2}
+    record.write_json("inference.json", summary)
+    (speed,) = [c for c in batch_checks(record, parse_spec(text)) if c[1] == "items/s"]
+    assert speed[4].startswith(f"{WALL_THROUGHPUT} 164.1 items/s over the attempts"), speed
+    assert any(f"{WALL_THROUGHPUT}: " in line for line in batch_lines(summary))
+    assert MODEL_THROUGHPUT != WALL_THROUGHPUT
