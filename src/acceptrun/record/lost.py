@@ -41,7 +41,8 @@ class LostWork:
 
     ``seconds`` is wall time since the newest checkpoint's step (or the attempt's start),
     ``device_seconds`` that time on every device of the run; ``seconds_at_least`` says the
-    time is a lower bound (an end its supervisor could not record).
+    time is a lower bound (an end its supervisor could not record), ``seconds_at_most``
+    an upper one (timed from the attempt's start: the checkpoint's step was not logged).
     """
 
     low: int
@@ -49,6 +50,7 @@ class LostWork:
     seconds: float
     device_seconds: float
     seconds_at_least: bool = False
+    seconds_at_most: bool = False
 
     @classmethod
     def of_work(cls, work: Mapping[str, Any] | None) -> LostWork:
@@ -62,15 +64,17 @@ class LostWork:
         n = _int(work.get("steps_lost"))
         seconds, device = _num(work.get("seconds_lost")), _num(work.get("device_seconds_lost"))
         least = bool(work.get("lost_at_least"))
+        most = bool(work.get("seconds_lost_at_most"))
         span = work.get("steps_lost_range")
         if isinstance(span, list | tuple) and len(span) == 2:
             low, high = _int(span[0]), span[1]
-            return cls(low, _int(high) if high is not None else None, seconds, device, least)
+            high = _int(high) if high is not None else None
+            return cls(low, high, seconds, device, least, most)
         if least:
             return cls(n, None, seconds, device, True)
         if work.get("lost_at_most"):
-            return cls(0, n, seconds, device)
-        return cls(n, n, seconds, device)
+            return cls(0, n, seconds, device, False, most)
+        return cls(n, n, seconds, device, False, most)
 
     @property
     def exact(self) -> bool:
@@ -89,6 +93,7 @@ class LostWork:
             self.seconds + other.seconds,
             self.device_seconds + other.device_seconds,
             self.seconds_at_least or other.seconds_at_least,
+            self.seconds_at_most or other.seconds_at_most,
         )
 
     def steps_text(self) -> str:
@@ -104,8 +109,11 @@ class LostWork:
         return f"between {low} and {_steps(high)}"
 
     def seconds_text(self) -> str:
-        """ "1m20s", or "at least 1m20s" for an end that went unrecorded."""
-        return ("at least " if self.seconds_at_least else "") + format_duration(self.seconds)
+        """ "1m20s"; "at least 1m20s" for an end that went unrecorded, "at most 1m20s" when
+        timed from an attempt's start (both: "about 1m20s")."""
+        least, most = self.seconds_at_least, self.seconds_at_most
+        bound = "about " if least and most else "at least " if least else "at most " if most else ""
+        return bound + format_duration(self.seconds)
 
     def text(self) -> str:
         """ "at most 499 steps, 1m20s (80.0 device-s)": the steps, then the time."""
@@ -119,6 +127,7 @@ class LostWork:
             "seconds_lost": round(self.seconds, 3),
             "device_seconds_lost": round(self.device_seconds, 3),
             "lost_at_least": self.seconds_at_least,
+            "seconds_lost_at_most": self.seconds_at_most,
             "lost": self.text(),
         }
 

@@ -165,7 +165,13 @@ def attempt_work(
             if lost_steps and isinstance(dated, dict) and dated.get("estimate"):
                 work["lost_at_most"] = True
             t_kept = watch.step_t(kept)  # read back from the step log: no step is kept
-            lost_s = ended - (t_kept if isinstance(t_kept, int | float) else child.started_at)
+            if not isinstance(t_kept, int | float):
+                # The checkpoint's step is not one this attempt logged (a counter that went
+                # back, progress seen every N steps): timed from the attempt's start, an
+                # upper bound, and said to be one.
+                t_kept = child.started_at
+                work["seconds_lost_at_most"] = True
+            lost_s = ended - t_kept
     elif res.outcome != "success":
         lost_s = ended - child.started_at  # died before its first step: all of it
     failed = res.outcome != "success"
