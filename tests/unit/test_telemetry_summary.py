@@ -150,7 +150,7 @@ def test_gpu_and_host_samples_give_figures_mfu_and_hints(tmp_path: Path) -> None
     text = "\n".join(s.hints)
     assert "GPU 0 power-capped 40% of the time: check the power limit" in text
     assert "GPU 0 memory peak 38% of 80 GiB: a larger batch may raise throughput" in text
-    assert "idle 30% of the sampled time (GPU utilization below 5%)" in text
+    assert "device idle 30% of the sampled time (GPU utilization below 5%)" in text
     assert "MFU is 5.0% of the peak" in text
     series = timelines(make_record(tmp_path / "t", events, samples, spec=spec))
     assert len(series["gpu"]) == 10 and len(series["host"]) == 10

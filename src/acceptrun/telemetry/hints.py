@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from acceptrun.record.glossary import DEVICE_IDLE
 from acceptrun.spec.model import format_duration
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def make_hints(summary: Summary, ev: Evidence) -> list[str]:
     if idle is not None and idle >= IDLE_SHARE and ev.idle_source is not None:
         what = "GPU utilization" if ev.idle_source == "gpu" else "workload CPU"
         hints.append(
-            f"idle {_pct(idle)} of the sampled time ({what} below {ev.idle_threshold:g}%): "
+            f"{DEVICE_IDLE} {_pct(idle)} of the sampled time ({what} below {ev.idle_threshold:g}%): "
             "look for waits outside the loop (evaluation, logging, I/O), or set "
             "limits.idle_window to stop idle runs"
         )
