@@ -660,7 +660,7 @@ class AcceptanceSpec:
         accepts="a positive duration",
     )
     max_downtime: Duration | None = doc(
-        'Longest acceptable time a serving run is without a ready server after its first '
+        "Longest acceptable time a serving run is without a ready server after its first "
         'ready, all outages added, e.g. "30s"; none: downtime is information only.',
         None,
         ge=0,
