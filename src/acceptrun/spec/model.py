@@ -805,7 +805,7 @@ class ServingSpec:
         reach=_READ_ONLY,
     )
     headers: dict[str, str] = doc(
-        'Extra request headers, e.g. { Authorization = "Bearer test" }.', factory=dict
+        'Extra request headers, e.g. { Authorization = "Bearer <token>" }.', factory=dict
     )
     ready_url: str | None = doc(
         "Health URL polled until it answers 2xx: the server is then ready, e.g. "
@@ -1033,7 +1033,7 @@ class NotifySpec:
     )
     slack: str | None = doc(
         'Slack (or Mattermost) incoming webhook: messages are {"text": ...}, e.g. '
-        '"https://hooks.slack.com/services/T0/B0/xyz". A secret: never shown or recorded.',
+        '"https://hooks.slack.com/services/<team>/<channel>/<secret>". A secret: never shown or recorded.',
         None,
         pattern=_HTTP_URL,
         accepts=_HTTP_ACCEPTS,
