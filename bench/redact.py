@@ -89,18 +89,20 @@ def _import_ms() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=200_000, help="calls a round (>= 1)")
     parser.add_argument("--baseline", metavar="REF", help="also time redact.py of this revision")
     args = parser.parse_args()
     n = args.repeats
+    if n < 1:
+        parser.error(f"--repeats {n}: give 1 or more")
     mods: list[Any] = [redact] + ([_revision(args.baseline)] if args.baseline else [])
     for mod in mods:
         mod.redact_text(SECRET_LINE)  # the first call compiles what is compiled lazily
     cases = [
         ("step event (redact_record)", lambda m: m.redact_record(STEP), n),
         ("checkpoint event (redact_record)", lambda m: m.redact_record(CHECKPOINT), n),
-        ("1 kB stderr line (redact_text)", lambda m: m.redact_text(LINE), n // 100),
-        ("1 kB line with a token", lambda m: m.redact_text(SECRET_LINE), n // 100),
+        ("1 kB stderr line (redact_text)", lambda m: m.redact_text(LINE), max(1, n // 100)),
+        ("1 kB line with a token", lambda m: m.redact_text(SECRET_LINE), max(1, n // 100)),
     ]
     head = f"{'':36s} {'this tree':>12s}" + (f" {args.baseline:>12s}" if args.baseline else "")
     print(head)

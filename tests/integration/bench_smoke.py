@@ -33,6 +33,7 @@ SMOKE: dict[str, list[str]] = {
     "checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
     "fuzz_campaign.py": ["--profile", "smoke", "--targets", "checkpoint", "--json"],
     "gpu_check_telemetry.py": ["{out}"],
+    "hostile_output.py": ["--repeats", "1", "--wall", "2"],
     "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
     "interval.py": ["--work", "3", "--mtbf", "2", "--mb", "1", "--scale"],
     "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
@@ -41,6 +42,7 @@ SMOKE: dict[str, list[str]] = {
     "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
     "recovery.py": ["--idle-seconds", "3", "--kills", "1", "--root", "{out}"],
+    "redact.py": ["--repeats", "200"],
     "run_lookup.py": ["--workspaces", "3", "--runs", "4", "--repeats", "2"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
     "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],

@@ -102,6 +102,7 @@ def test_the_restore_drill_passes_with_every_rank_s_sharded_load(drilled: Drille
 def test_the_drill_leaves_the_run_s_checkpoints_byte_identical(drilled: Drilled) -> None:
     assert sorted(drilled.before) == sorted(drilled.after)
     assert {name for name in drilled.before if "/" not in name} == {
+        "COMMITS",
         "LATEST",
         "OWNER.json",
         "step-8",

@@ -51,6 +51,9 @@ class LostWork:
     device_seconds: float
     seconds_at_least: bool = False
     seconds_at_most: bool = False
+    # exit.json's own "steps_lost" (the steps counted after the checkpoint), summed: the
+    # same word means the same figure in exit.json and run.json; the range says its bounds.
+    counted: int = 0
 
     @classmethod
     def of_work(cls, work: Mapping[str, Any] | None) -> LostWork:
@@ -69,12 +72,12 @@ class LostWork:
         if isinstance(span, list | tuple) and len(span) == 2:
             low, high = _int(span[0]), span[1]
             high = _int(high) if high is not None else None
-            return cls(low, high, seconds, device, least, most)
+            return cls(low, high, seconds, device, least, most, n)
         if least:
-            return cls(n, None, seconds, device, True)
+            return cls(n, None, seconds, device, True, counted=n)
         if work.get("lost_at_most"):
-            return cls(0, n, seconds, device, False, most)
-        return cls(n, n, seconds, device, False, most)
+            return cls(0, n, seconds, device, False, most, n)
+        return cls(n, n, seconds, device, False, most, n)
 
     @property
     def exact(self) -> bool:
@@ -94,6 +97,7 @@ class LostWork:
             self.device_seconds + other.device_seconds,
             self.seconds_at_least or other.seconds_at_least,
             self.seconds_at_most or other.seconds_at_most,
+            self.counted + other.counted,
         )
 
     def steps_text(self) -> str:
@@ -120,9 +124,10 @@ class LostWork:
         return f"{self.steps_text()}, {self.seconds_text()} ({self.device_seconds:.1f} device-s)"
 
     def to_dict(self) -> dict[str, Any]:
-        """What close writes into run.json ``work`` (``steps_lost`` is the lower bound)."""
+        """What close writes into run.json ``work``: ``steps_lost`` as each exit.json counts
+        it, summed; ``steps_lost_range`` its bounds; ``lost`` the text every view prints."""
         return {
-            "steps_lost": self.low,
+            "steps_lost": self.counted,
             "steps_lost_range": [self.low, self.high],
             "seconds_lost": round(self.seconds, 3),
             "device_seconds_lost": round(self.device_seconds, 3),
