@@ -273,3 +273,20 @@ def test_digests_ids_and_versions_in_a_record_are_kept(round_: int) -> None:
     assert redact_record(record) == record
     line = json.dumps(record)
     assert redact_text(line, secrets=()) == line
+
+
+def test_loading_the_rule_set_leaves_the_scripts_warnings_shown() -> None:
+    # detect-secrets' logger captures warnings into logging when it is made: a script's
+    # warnings then went nowhere once the redactor had loaded its rules (a real run's
+    # stderr: tests/integration/test_accelerate_upstream_loop.py).
+    import logging
+    import warnings
+
+    from acceptrun._util import secret_shapes
+
+    before = warnings.showwarning
+    secret_shapes.keeping_warnings(lambda: logging.captureWarnings(True))
+    assert warnings.showwarning is before
+    secret_shapes._scanner.cache_clear()  # load the rules again, here
+    assert hide_shapes("token ghp_R8kqZ2vT5mXw1yB7nC3dF6gH9jK0lP4sQ2aE") == "token <redacted>"
+    assert warnings.showwarning is before

@@ -47,7 +47,9 @@ string) and only the rules it names run on it.
 from __future__ import annotations
 
 import functools
+import logging
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -206,17 +208,40 @@ def left_out() -> list[tuple[str, str, str]]:
     return list(_scanner().left_out)
 
 
+def _rule_set_plugins() -> dict[str, Any]:
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+    plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    return plugins
+
+
+def keeping_warnings(load: Callable[[], Any]) -> Any:
+    """``load()``, with the process's warnings shown as they were before it.
+
+    detect-secrets' logger calls ``logging.captureWarnings(True)`` when it is made, which
+    hands every warning to a ``py.warnings`` logger; in a training script with no logging
+    set up, that logger prints nothing, so the script's own warnings (and acceptrun's to
+    it) vanished the moment the redactor first loaded its rules. Put back as it was.
+    """
+    shown = warnings.showwarning
+    try:
+        return load()
+    finally:
+        if warnings.showwarning is not shown:
+            logging.captureWarnings(False)
+            warnings.showwarning = shown
+
+
 @functools.cache
 def _scanner() -> _Scanner:
     # Imported here: the first text that may hold a secret pays for them, not startup.
     import re2  # type: ignore[import-untyped]
-    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     options = re2.Options()
     options.log_errors = False  # a rule RE2 refuses is listed, not printed from C++
     rules: list[_Rule] = []
     out: list[tuple[str, str, str]] = []
-    plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    plugins: dict[str, Any] = keeping_warnings(_rule_set_plugins)
     for family, plugin in sorted(plugins.items()):
         for rx in getattr(plugin, "denylist", None) or ():
             made = _from_rule_set(family, rx, re2, options)
