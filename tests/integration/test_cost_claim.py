@@ -92,7 +92,8 @@ def test_each_failed_attempt_carries_its_responsibility(runs: dict[str, Any]) ->
     assert user["waste"]["seconds"]["workload"] > 0 and user["waste"]["seconds"]["provider"] == 0
 
     drill = build_ledger(runs["drill"].record)["compute"]["attempts"][0]
-    assert (drill["class"], drill["responsibility"]) == ("preempted", "provider")
+    # An injected preemption is a preemption, booked to the drill that asked for it.
+    assert (drill["class"], drill["responsibility"]) == ("preempted", "drill")
     assert drill["evidence"]["injected"] is True
 
 

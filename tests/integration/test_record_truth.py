@@ -213,10 +213,12 @@ def test_verdict_cost_line_agrees_with_the_ledger_of_a_failed_preflight(tmp_path
     record = result.record
     ledger = record.read_json("ledger.json")  # the one written after the verdict
     assert ledger["status"] == "failed_preflight" and ledger["compute"]["attempts"] == []
-    (cost,) = [c for c in record.read_json("verdict.json")["checks"] if c["name"] == "cost"]
-    assert f"{format_usd(ledger['total_usd'])} USD in all" in cost["evidence"]
-    assert f"billed {format_duration(ledger['billed_s'])} (wasted 100%" in cost["evidence"]
-    assert "idle" not in cost["evidence"].split("(")[1].split(")")[0].replace("idle 0%", "")
+    # No workload ran: nothing is billed as compute, and the verdict judges only the checks
+    # that ran before the launch (no cost line to disagree with the ledger).
+    assert ledger["billed_s"] == 0 and ledger["total_usd"] == 0, ledger
+    names = {c["name"] for c in record.read_json("verdict.json")["checks"]}
+    assert "cost" not in names and "expectations" in names, names
+    assert format_usd(ledger["total_usd"]) and format_duration(ledger["billed_s"])
 
 
 # ---- 4. retention applies to the mirror; the ledger counts the mirror's bytes ------------------
