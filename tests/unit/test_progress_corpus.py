@@ -30,6 +30,16 @@ from campaign import tally
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "shapes"
 SHAPES = sorted(p.stem for p in CORPUS.glob("*.toml"))
+
+
+def _resumable(name: str) -> bool:
+    """Whether a script of this shape can resume past its first step line (not all can:
+    a log of one epoch has no resume point after its first line)."""
+    meta = tomllib.loads((CORPUS / f"{name}.toml").read_text())
+    return any(i > meta["truth"][0][0] for i in meta["resume_lines"])
+
+
+RESUMABLE = [name for name in SHAPES if _resumable(name)]
 _PIECE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
@@ -93,6 +103,11 @@ def _quiet(record: RunRecord, meta: dict[str, Any]) -> None:
         assert all(e["attempt"] == 2 and e["offset"] == e["resumed_from"] for e in restarted)
 
 
+def test_most_shapes_are_killed_and_resumed_too() -> None:
+    # The shapes left out of the resume test are named here, not skipped in silence.
+    assert len(RESUMABLE) >= 15, sorted(set(SHAPES) - set(RESUMABLE))
+
+
 def test_the_corpus_holds_fifteen_shapes_or_more() -> None:
     assert len(SHAPES) >= 15, SHAPES
     for name in SHAPES:
@@ -109,7 +124,7 @@ def test_each_shape_is_read_at_its_true_steps(tmp_path: Path, name: str) -> None
     tally(f"progress-corpus:{name}", tried=len(meta["truth"]))
 
 
-@pytest.mark.parametrize("name", SHAPES)
+@pytest.mark.parametrize("name", RESUMABLE)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_each_shape_killed_and_resumed_is_read_at_its_true_steps(
     tmp_path: Path, name: str, seed: int
@@ -120,8 +135,6 @@ def test_each_shape_killed_and_resumed_is_read_at_its_true_steps(
     # Killed at a random step line past the first resume point; resumed from the last
     # resume point before it, whose step is the save's: the step line just before it.
     starts = [i for i in meta["resume_lines"] if i > truth[0][0]]
-    if not starts:
-        pytest.skip(f"{name}: one epoch, no resume point past its first line")
     resume_line = rng.choice(starts)
     kill_line = rng.randint(resume_line, truth[-1][0])
     saved = max(s for i, s, _l in truth if i < resume_line)
