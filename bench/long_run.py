@@ -265,7 +265,7 @@ def wait_for_half(sup: subprocess.Popen[bytes], ws: Path, steps: int) -> Path | 
     from acceptrun.record.steplog import StepLog
 
     while sup.poll() is None:
-        found = list((ws / "runs").glob("*/run.json"))
+        found = list((ws / "runs").glob("[!.]*/run.json"))  # not a ".creating-*" record
         if found and StepLog(found[0].parent).count() >= steps // 2:
             return found[0].parent
         time.sleep(0.1)  # a poll of file sizes: the bench's own cost stays small

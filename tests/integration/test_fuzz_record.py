@@ -30,6 +30,7 @@ from tests.campaign import tally
 from acceptrun._util.durable import MAX_JSON_BYTES, MAX_JSONL_LINE_BYTES
 from acceptrun.cli.main import main
 from acceptrun.spec.load import MAX_TOML_BYTES
+from conftest import only_record_in
 
 pytestmark = pytest.mark.slow
 
@@ -74,8 +75,7 @@ def real_record(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         cwd=root, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    (run_id,) = [p.name for p in (ws / "runs").iterdir() if (p / "run.json").exists()]
-    return ws, run_id
+    return ws, only_record_in(ws).run_id
 
 
 def _files(record: Path) -> list[str]:

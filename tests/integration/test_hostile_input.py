@@ -28,6 +28,7 @@ from acceptrun.cli.main import main
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import RunRecord, new_run_id
 from acceptrun.supervisor.external import restore_watched
+from conftest import only_record_in
 
 SCRIPT_TAG = "<script>alert(1)</script>"
 MD_LINK = "[x](javascript:alert(1))"
@@ -77,8 +78,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunReco
         env={**os.environ, "SECRET": str(secret)},
     )  # fmt: skip
     assert proc.returncode in (0, 1), (proc.stdout, proc.stderr)
-    (path,) = [p for p in (ws / "runs").iterdir() if (p / "run.json").exists()]
-    return ws, RunRecord(path), secret
+    return ws, only_record_in(ws), secret
 
 
 pytestmark = pytest.mark.slow

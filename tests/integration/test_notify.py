@@ -33,6 +33,7 @@ from notify_receivers import (
 )
 
 from acceptrun.record.workspace import RunRecord
+from conftest import only_record_in
 
 PYTHON = sys.executable
 DEADLINE_S = 300.0  # a generous bound: only a broken delivery comes near it
@@ -81,11 +82,6 @@ def _job(tmp_path: Path, script: str, extra: str) -> tuple[Path, Path]:
     return spec, tmp_path / "ws" / ".acceptrun"
 
 
-def _record(ws: Path) -> RunRecord:
-    (path,) = [p for p in (ws / "runs").iterdir() if (p / "run.json").exists()]
-    return RunRecord(path)
-
-
 def _events(record: RunRecord, kind: str) -> list[dict[str, Any]]:
     return list(record.events(kind))
 
@@ -127,7 +123,7 @@ def test_a_divergence_is_told_after_a_failed_try_and_the_url_stays_secret(tmp_pa
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 1, done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         (diverged,) = _events(record, "diverged")
         bodies = {b["event"]: b for b in hook.bodies()}
         assert set(bodies) == {"divergence", "attempt_failed", "rejected"}, bodies
@@ -177,7 +173,7 @@ def test_a_failing_target_is_recorded_loudly(tmp_path: Path) -> None:
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 0, done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         (ev,) = _events(record, "notify")
         assert (ev["outcome"], ev["attempts"], ev["error"]) == (
             "failed",
@@ -203,7 +199,7 @@ def test_an_accepted_run_is_told_to_a_command_and_a_webhook(tmp_path: Path) -> N
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 0, done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         (verdict,) = _events(record, "verdict")
         (body,) = hook.bodies()
         assert body["event"] == "accepted" and body["title"] == f"run {record.run_id}: accepted"
@@ -240,7 +236,7 @@ def test_a_hang_is_told_by_email_over_starttls(tmp_path: Path) -> None:
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 1, done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         (hang,) = _events(record, "hang_detected")
         mails = {m["Subject"]: m for _, m in smtp.messages}
         assert len(mails) == 2, list(mails)
@@ -269,7 +265,7 @@ def test_each_budget_share_crossed_is_told_once(tmp_path: Path) -> None:
             """))  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 1, done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         warnings = {w["fraction"]: w for w in _events(record, "budget_warning")}
         assert set(warnings) == {0.25, 0.5}
         keys = sorted(b["title"] for b in hook.bodies())
@@ -312,8 +308,8 @@ def test_a_gone_supervisor_is_told_by_watch_once_and_the_resume_tells_its_own(
         )  # fmt: skip
         try:
             record = wait_until(
-                lambda: (ws / "runs").is_dir() and any((ws / "runs").glob("*/run.json"))
-                and _record(ws), DEADLINE_S, "the run record",
+                lambda: (ws / "runs").is_dir() and any((ws / "runs").glob("[!.]*/run.json"))
+                and only_record_in(ws), DEADLINE_S, "the run record",
             )  # fmt: skip
             wait_until(lambda: _events(record, "attempt_start"), DEADLINE_S, "attempt 1")
             # Once its watchdog runs, which ends the workload after the death (no orphan).
@@ -384,7 +380,7 @@ def test_an_idle_stop_is_told(tmp_path: Path) -> None:
             events = ["idle_stop"]
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
-        record = _record(ws)
+        record = only_record_in(ws)
         (stop,) = _events(record, "idle_stop")
         (body,) = hook.bodies()
         assert body["event"] == "idle_stop" and "sat idle" in body["title"]
@@ -406,7 +402,7 @@ def test_a_quarantined_checkpoint_is_told(tmp_path: Path) -> None:
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 0, done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         (quarantine,) = _events(record, "checkpoint_quarantine")
         bodies = {b["event"]: b for b in hook.bodies()}
         assert set(bodies) == {"checkpoint_quarantined", "attempt_failed", "accepted"}, bodies
@@ -434,7 +430,7 @@ def test_a_mirror_falling_behind_is_told_while_the_run_goes_on(tmp_path: Path) -
         command_events = ["mirror_behind"]
         """)  # fmt: skip
     done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
-    record = _record(ws)
+    record = only_record_in(ws)
     failed = [e for e in _events(record, "mirror_failed") if e.get("state") == "pending"]
     assert failed and failed[0]["step"] == 2, done.stdout + done.stderr
     (line,) = told.read_text().splitlines()  # once, though the upload failed each retry
@@ -472,7 +468,7 @@ def test_a_secret_in_the_evidence_is_redacted_in_the_message(tmp_path: Path) -> 
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", str(spec), cwd=spec.parent)
         assert done.returncode == 1, done.stdout + done.stderr
-        record = _record(ws)
+        record = only_record_in(ws)
         bodies = {b["event"]: b for b in hook.bodies()}
         assert set(bodies) == {"attempt_failed", "rejected"}, bodies
         raw = json.dumps(list(hook.bodies()))
@@ -512,7 +508,7 @@ def test_a_receiver_that_never_answers_blocks_neither_supervision_nor_training(
             """)  # fmt: skip
         done = _cli("--workspace", str(ws), "run", "--inject", "kill@step=4", str(spec),
                     cwd=spec.parent)  # fmt: skip
-        record = _record(ws)
+        record = only_record_in(ws)
         assert done.returncode == 0, done.stdout + done.stderr
         assert record.state["verdict"] == "accepted"
         # The first message reached the receiver, which never answered it before the run

@@ -28,6 +28,7 @@ from acceptrun.cli.main import main
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.ui import Board
 from campaign import tally
+from conftest import only_record_in
 
 pytestmark = pytest.mark.slow
 
@@ -68,8 +69,7 @@ def failed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Run
     )  # fmt: skip
     out = (proc.stdout + proc.stderr).decode("utf-8", errors="surrogateescape")
     assert proc.returncode == 1, out[-3000:]
-    (path,) = [p for p in (ws / "runs").iterdir() if (p / "run.json").exists()]
-    yield ws, RunRecord(path), out
+    yield ws, only_record_in(ws), out
 
 
 def _main(capfd: pytest.CaptureFixture[str], ws: Path, *args: str) -> str:
