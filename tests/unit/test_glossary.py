@@ -49,9 +49,9 @@ def test_the_ledgers_idle_is_no_step_and_work_thrown_away_is_bad() -> None:
 def test_a_batch_runs_two_throughputs_are_named_for_what_they_measure(tmp_path: Path) -> None:
     """A batch run showed "median 1493 samples/s" beside "164.1 items/s" with nothing
     saying one is model time and the other wall time over the attempts."""
-    from acceptrun.inference.report import batch_lines
     from acceptrun.inference.summary import batch_checks
     from acceptrun.record.workspace import Workspace
+    from acceptrun.report.sections.inference import batch_lines
     from acceptrun.spec.model import parse_spec
 
     text = 'name = "b"\ncommand = ["python", "x.py"]\n[inference]\ninput = "in.jsonl"\n'

@@ -23,7 +23,6 @@ from acceptrun._util.durable import write_atomic
 from acceptrun._util.units import format_bytes
 from acceptrun.capture import provenance as provmod
 from acceptrun.cost.billing import format_usd
-from acceptrun.inference.report import batch_html
 from acceptrun.notify.summary import delivery_rows
 from acceptrun.record.glossary import DEVICE_IDLE, MODEL_THROUGHPUT, label
 from acceptrun.record.liveness import status_text, supervisor_state
@@ -31,8 +30,9 @@ from acceptrun.record.lost import LostWork
 from acceptrun.record.status import CheckStatus
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
+from acceptrun.report.sections.inference import batch_html
+from acceptrun.report.sections.serving import serving_html
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
-from acceptrun.serving.report import serving_html
 from acceptrun.spec.model import format_duration
 from acceptrun.verdict.core import GROUPS, PASS, check_mark
 

@@ -14,14 +14,14 @@ from typing import Any
 from acceptrun._util.controls import escape_controls
 from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
-from acceptrun.inference.report import batch_lines
 from acceptrun.notify.summary import delivery_lines, delivery_rows
 from acceptrun.record.glossary import MODEL_THROUGHPUT
 from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.lost import lost_work
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
-from acceptrun.serving.report import serving_lines
+from acceptrun.report.sections.inference import batch_lines
+from acceptrun.report.sections.serving import serving_lines
 from acceptrun.spec.model import format_duration
 from acceptrun.telemetry.summary import Summary, load_summary
 from acceptrun.verdict.core import Check, Verdict, format_verdict

@@ -1,6 +1,6 @@
 """A batch inference run's figures in `acceptrun show` and in the HTML report.
 
-Both read ``inference.json`` (written at close by :mod:`.summary`); a run without it
+Both read ``inference.json`` (written at close by :mod:`acceptrun.inference.summary`); a run without it
 shows nothing here.
 """
 

@@ -1,6 +1,6 @@
 """A serving run's figures in `acceptrun show` and in the HTML report.
 
-Both read ``serving.json`` (the service over every attempt, :mod:`.service`) and the
+Both read ``serving.json`` (the service over every attempt, :mod:`acceptrun.serving.service`) and the
 ledger; the report also reads ``serving/requests.jsonl`` for a latency histogram and
 latency over time beside the load level, each attempt's requests placed at their time
 since the first attempt's load started. A run without ``serving.json`` shows nothing here.

@@ -1,0 +1,1 @@
+"""A run kind's own section of the report: batch inference, serving (read from their facts)."""
