@@ -38,7 +38,7 @@ from corpus_replay import pieces
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.lost import LostWork
 from acceptrun.record.workspace import RunRecord
-from acceptrun.telemetry.summary import timelines
+from acceptrun.telemetry.timelines import timelines
 from campaign import tally
 from conftest import PYTHON, Project
 

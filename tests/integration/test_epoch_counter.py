@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from acceptrun.record.workspace import RunRecord
-from acceptrun.telemetry.summary import timelines
+from acceptrun.telemetry.timelines import timelines
 from conftest import Project
 
 PATTERN = r"'Epoch: \[(?P<epoch>\d+)\]\[\s*(?P<batch>\d+)/(?P<total>\d+)\]\tLoss (?P<loss>\S+)'"

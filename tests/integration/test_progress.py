@@ -18,7 +18,8 @@ import pytest
 from acceptrun.cost.ledger import build_ledger
 from acceptrun.record.workspace import RunRecord
 from acceptrun.report.top import run_row
-from acceptrun.telemetry.summary import summarize, timelines
+from acceptrun.telemetry.summary import summarize
+from acceptrun.telemetry.timelines import timelines
 from conftest import PYTHON, Project, wait_for
 
 PATTERN = r"'iter (?P<step>\d+): loss (?P<loss>\S+)'"

@@ -15,14 +15,8 @@ import pytest
 from acceptrun._util.durable import append_jsonl
 from acceptrun.record.steplog import StepWriter
 from acceptrun.record.workspace import RunRecord, Workspace
-from acceptrun.telemetry.summary import (
-    CHART_POINTS,
-    SUMMARY_FILE,
-    load_summary,
-    summarize,
-    timelines,
-    write_summary,
-)
+from acceptrun.telemetry.summary import SUMMARY_FILE, load_summary, summarize, write_summary
+from acceptrun.telemetry.timelines import CHART_POINTS, timelines
 
 T0 = 1_796_000_000.0
 
@@ -237,11 +231,12 @@ def test_the_histogram_of_microseconds_gives_the_figures_of_every_float(
     """The steady step times as a histogram of whole microseconds (memory that does not
     grow with steps, and a second read for the drift and the rates) and as a float64
     array of every one give the same figures."""
-    from acceptrun.telemetry.summary import _load, _summarize
+    from acceptrun.telemetry.inputs import read_run
+    from acceptrun.telemetry.summary import _summarize
 
     path = as_format_2(tmp_path, messy_events(seed))
-    hist, hist_facts = _summarize(_load(path))
-    flat, flat_facts = _summarize(_load(path), whole=False)
+    hist, hist_facts = _summarize(read_run(path))
+    flat, flat_facts = _summarize(read_run(path), whole=False)
     assert hist.step_time is not None and flat.step_time is not None
     for k in ("p50", "p90", "p99", "n"):
         assert hist.step_time[k] == flat.step_time[k]

@@ -11,7 +11,8 @@ import pytest
 from acceptrun._util.durable import append_jsonl
 from acceptrun.record.workspace import Workspace
 from acceptrun.telemetry.peaks import match_gpu, peak_tflops
-from acceptrun.telemetry.summary import BREAKDOWN_PARTS, summarize, timelines
+from acceptrun.telemetry.summary import BREAKDOWN_PARTS, summarize
+from acceptrun.telemetry.timelines import timelines
 
 GIB = 1 << 30
 
