@@ -208,8 +208,8 @@ OVERHEAD_WORKER = """
 import json, os, sys, time
 from pathlib import Path
 import acceptrun
-from acceptrun.inference.batch import BatchJob, encode_output
-from acceptrun.inference.items import iter_shards
+from acceptrun.workload.batch import BatchJob, encode_output
+from acceptrun.workload.items import iter_shards
 from acceptrun.spec.model import InferenceSpec
 
 root, reps, shard_size = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

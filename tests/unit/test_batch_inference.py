@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from acceptrun.errors import SpecError, UserError
-from acceptrun.inference.items import iter_items, iter_shards
 from acceptrun.inference.summary import percentile
 from acceptrun.spec.model import parse_spec
+from acceptrun.workload.items import iter_items, iter_shards
 
 # ---- the input and the spec (no process) -----------------------------------------------------
 

@@ -26,11 +26,11 @@ from typing import Any
 
 from acceptrun._util.durable import read_json, write_json_atomic
 from acceptrun._util.hashing import hash_file
-from acceptrun.inference.batch import manifest_dir
-from acceptrun.inference.items import iter_items
 from acceptrun.record.glossary import WALL_THROUGHPUT
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
+from acceptrun.workload.batch import manifest_dir
+from acceptrun.workload.items import iter_items
 
 __all__ = ["batch_checks", "percentile", "summarize_batch", "write_batch_manifest"]
 

@@ -98,7 +98,7 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
                 shard.commit([model(x) for x in shard.values])
         """
         if self._batch is None:
-            from acceptrun.inference.batch import BatchJob
+            from acceptrun.workload.batch import BatchJob
 
             self._batch = BatchJob(self, self.spec.inference)
         return self._batch

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from acceptrun._util.durable import read_json, write_atomic, write_json_atomic
 from acceptrun._util.hashing import hash_bytes, hash_file
 from acceptrun.errors import UserError
-from acceptrun.inference.items import Item, ShardInput, iter_shards
 from acceptrun.record.workspace import now_iso
+from acceptrun.workload.items import Item, ShardInput, iter_shards
 
 if TYPE_CHECKING:
     from acceptrun.spec.model import InferenceSpec
@@ -82,7 +82,7 @@ def _resolve(value: str) -> str:
 class Shard:
     """One shard of the input: its items, their failures, and its commit.
 
-    ``items`` are :class:`~acceptrun.inference.items.Item` (``id``, ``index``,
+    ``items`` are :class:`~acceptrun.workload.items.Item` (``id``, ``index``,
     ``value``); ``values`` the plain values, ``ids`` their ids, in the same order.
     """
 
@@ -113,8 +113,12 @@ class Shard:
     def fail(self, item: Item | Any, error: BaseException | str) -> None:
         """List ``item`` (an Item or its id) as failed with ``error``; it gets no output.
 
-        >>> try: out.append(model(item.value))
-        ... except ValueError as exc: shard.fail(item, exc)
+        ::
+
+            try:
+                out.append(model(item.value))
+            except ValueError as exc:
+                shard.fail(item, exc)
         """
         item_id = item.id if isinstance(item, Item) else item
         if item_id not in set(self.ids):
