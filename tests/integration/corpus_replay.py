@@ -11,8 +11,7 @@ after that step's line (``resume_lines``), as a script resuming from its epoch s
 With ``--stop-after L`` attempt 1 waits after printing line L, for the injected kill.
 
 The pace is the test's: before a save it waits until acceptrun has read the line it
-printed last (in the attempt's step log) and then ``PACE_S``, and after it
-until the save is captured (one more watched ``checkpoint_commit``), so each capture's
+printed last (in the attempt's step log), and after it until the save is captured (one more watched ``checkpoint_commit``), so each capture's
 true step and the kill's place between two saves are known exactly.
 """
 
@@ -31,7 +30,6 @@ from pathlib import Path
 _PIECE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _STRUCT = {"i8": "q", "f8": "d", "f4": "f", "us4": "I"}  # steplog.py's codecs
 _GUARD_S = 60.0
-PACE_S = 1.0  # seconds between the line a save holds and the save: 4 supervisor polls  # a hang guard only: the test's own timeout ends a stuck run first
 
 
 def pieces(log: Path) -> list[bytes]:
@@ -93,13 +91,11 @@ def _read(step: int, attempt: int) -> bool:
 
 
 def save(step: int, attempt: int) -> None:
+    # At once after the line is read: acceptrun dates a capture by the lines its tee had
+    # read before the file's mtime, however soon after them the save comes. (Waiting for
+    # the read makes that order certain; a real script's save that beats the tee's read
+    # of its own line, on a starved machine, is dated one line earlier, as an estimate.)
     _wait(f"step {step} to be read", lambda: _read(step, attempt))
-    # A save takes a moment after the line in a real script too. acceptrun dates a capture
-    # by the steps its watcher had seen before the file's mtime: a line goes from the step
-    # log to the supervisor's poll (POLL_S 0.25 s, supervisor/core.py) to the watcher's
-    # (settle/4: 0.075 s here), so a save within that chain of the line is dated earlier
-    # (never later); PACE_S leaves room for both polls on a busy machine.
-    time.sleep(PACE_S)
     before = _commits()
     os.makedirs("out", exist_ok=True)
     Path("out/ckpt.tmp").write_text(json.dumps({"step": step}))

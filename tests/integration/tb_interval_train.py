@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from corpus_replay import PACE_S, _read, _wait  # beside this script: its sys.path[0]
+from corpus_replay import _read, _wait  # beside this script: its sys.path[0]
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -58,11 +58,9 @@ for i in range(stop):
         scalar(done, 1.0 / done)
         if not (attempt == 1 and saved):
             if attempt == 1:
-                # The save comes once acceptrun has read its scalar, and a moment after: a
-                # capture written within the supervisor's and the watcher's polls of the
-                # step it holds is dated on an estimate (corpus_replay.py says why).
+                # The save comes once acceptrun has read its scalar: a capture dated
+                # before that is an estimate until a later scalar proves its step.
                 _wait(f"step {done} to be read", lambda d=done: _read(d, attempt))
-                time.sleep(PACE_S)
             tmp = "out/.ckpt.json.tmp"
             with open(tmp, "w") as f:
                 json.dump({"iters": done, "attempt": attempt}, f)

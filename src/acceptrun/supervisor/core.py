@@ -377,12 +377,17 @@ class Supervisor:
         return str(path)
 
     def _start_watcher(
-        self, watcher: CheckpointWatcher | None, pid: int, watch: AttemptWatch
+        self,
+        watcher: CheckpointWatcher | None,
+        pid: int,
+        watch: AttemptWatch,
+        progress: ProgressReader | None,
     ) -> CheckpointWatcher | None:
         """Start polling (its own thread) once the workload runs."""
         if watcher is not None:
             watcher.pid = pid
             watcher.events = watch.step_window  # the recent steps, with their positions
+            watcher.progress = progress  # the step lines, with the time each arrived
             watcher.start()
         return watcher
 
@@ -503,7 +508,8 @@ class Supervisor:
         axis = StepAxis(
             attempt, resume_step, lambda kind, fields: self._event(kind, attempt, fields)
         )
-        progress = self._progress_reader(attempt, adir, axis)  # before the start: marks what is old
+        # Before the start: it marks what is in the logs already as old.
+        progress = self._progress_reader(attempt, adir, axis, child)
         step_faults = _black_box_step_faults(env, attempt) if progress is not None else []
         watcher = self._new_watcher(attempt, resume_step, axis)  # notes old files before the start
         try:
@@ -546,7 +552,7 @@ class Supervisor:
             number=attempt, adir=adir, env=env, child=child, watch=watch,
             resume_step=resume_step, oom_before=oom_before, progress=progress,
             step_faults=step_faults, watchdog=watchdog,
-            watcher=self._start_watcher(watcher, child.pid, watch),  # its thread
+            watcher=self._start_watcher(watcher, child.pid, watch, progress),  # its thread
             serving=self._start_serving(attempt, child, adir),  # a serving run's load, its thread
         )  # fmt: skip
 
@@ -777,7 +783,7 @@ class Supervisor:
             a.watch.poll()  # its checkpoint_commit events, for the lost-work accounting
 
     def _progress_reader(
-        self, attempt: int, adir: Path, axis: StepAxis | None = None
+        self, attempt: int, adir: Path, axis: StepAxis | None, child: ChildProcess
     ) -> ProgressReader | None:
         """A reader of the attempt's step lines or TensorBoard files; None for a client script."""
         prog = self.spec.progress
@@ -785,7 +791,7 @@ class Supervisor:
             return None
         reader = ProgressReader(
             self.record, self.spec, attempt, adir / "stdout.log", adir / "stderr.log",
-            say=self.say, axis=axis,
+            say=self.say, axis=axis, arrivals=child.arrivals,
         )  # fmt: skip
         return reader if reader.active else None
 

@@ -45,7 +45,6 @@ adds ``checkpoint.resume_args`` ("{checkpoint}" = the restored path) to the argv
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import math
 import os
@@ -57,7 +56,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -72,6 +71,9 @@ from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, RecordError, SpecError, UserError
 from acceptrun.supervisor.axis import StepAxis
 
+if TYPE_CHECKING:
+    from acceptrun.supervisor.progress import ProgressReader
+
 __all__ = [
     "CheckpointWatcher",
     "check_resume_args",
@@ -82,7 +84,6 @@ __all__ = [
 ]
 
 PLACEHOLDER = "{checkpoint}"
-HISTORY_S = 3600.0  # seconds of step history kept to date a file (its mtime) by steps
 _WRITE_MODES = ("w", "a", "+")  # psutil open_files() modes that can change the file
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 _SHELL_LIST = set(";&|<>`\n")  # a list, pipeline or redirection: appended args land elsewhere
@@ -293,9 +294,9 @@ class CheckpointWatcher:
         self._thread: threading.Thread | None = None
         self._errors: set[str] = set()
         self._t0: float | None = None  # time.monotonic() when the capture in progress began
-        # (unix time, number of the attempt's events read by then), one per poll that saw
-        # the number change, for HISTORY_S seconds: which steps preceded a file's mtime.
-        self._history: collections.deque[tuple[float, int]] = collections.deque()
+        # The reader of the script's step lines, when they are its progress: the lines
+        # that arrived before a file was written date it (ProgressReader.log_steps_before).
+        self.progress: ProgressReader | None = None
         # Captures whose step is an estimate: step -> (the file's mtime, its path).
         self._undated: dict[int, tuple[float, str]] = {}
 
@@ -316,7 +317,6 @@ class CheckpointWatcher:
 
     def start(self) -> None:
         """Note what is there already (not captured) unless done, then poll on a thread."""
-        self._note_events()
         if not self._noted:
             self.note_existing()
         if self.mirror is not None:
@@ -365,7 +365,6 @@ class CheckpointWatcher:
     def _scan(self, *, final: bool | None, why_not: str = "") -> None:
         """One look at every match; ``final`` None while running, else the last pass."""
         now = time.monotonic()
-        self._note_events()
         if self._undated:
             self._redate()
         current = self._matches()
@@ -641,14 +640,6 @@ class CheckpointWatcher:
         got = self.events()
         return got if isinstance(got, tuple) else (len(got), list(got))
 
-    def _note_events(self) -> None:
-        wall, count = time.time(), self._window()[0]
-        if not self._history or self._history[-1][1] != count:
-            self._history.append((wall, count))
-        # Keep one entry older than the window: the count before anything recent.
-        while len(self._history) > 2 and self._history[1][0] < wall - HISTORY_S:
-            self._history.popleft()
-
     def _step_for(self, path: str, seen: _Seen) -> tuple[int, dict[str, Any]]:
         """The capture's step, and how it was known (``dated`` in its manifest's meta).
 
@@ -728,17 +719,10 @@ class CheckpointWatcher:
 
     def _next_step_after(self, mtime: float) -> int | None:
         """The first step whose logging call came after ``mtime`` (client, TensorBoard)."""
-        _, recent = self._window()
-        steps = [
-            e["step"]
-            for e in recent
-            if e.get("kind") == "step"
-            and isinstance(e.get("step"), int)
-            and e.get("source") != "log"
-            and isinstance(e.get("t"), int | float)
-            and e["t"] > mtime
+        after = [
+            e["step"] for e in self._recent_steps() if e.get("source") != "log" and e["t"] > mtime
         ]
-        return min(steps) if steps else None
+        return min(after) if after else None
 
     def _covered(self, mtime: float) -> bool:
         """Whether every step logged before ``mtime`` is known by now.
@@ -751,13 +735,8 @@ class CheckpointWatcher:
         """
         if self.spec.progress.tensorboard is None:
             return True
-        _, recent = self._window()
         return any(
-            e.get("kind") == "step"
-            and e.get("source") == "tensorboard"
-            and isinstance(e.get("t"), int | float)
-            and e["t"] >= mtime
-            for e in recent
+            e.get("source") == "tensorboard" and e["t"] >= mtime for e in self._recent_steps()
         )
 
     def _redate(self, *, final: bool = False) -> None:
@@ -858,30 +837,29 @@ class CheckpointWatcher:
         return room
 
     def _step_events_before(self, mtime: float) -> list[dict[str, Any]]:
-        """Step events reported before the file was written (its newest ``mtime``).
+        """Step events reported before the file was written (its newest ``mtime``), oldest first.
 
-        Each with a time no later than the mtime. A parsed line's time is an estimate
-        (the time it was read, spread over the lines read together), so a line counts
-        only if the supervisor had read it at a poll before the mtime (a line printed
-        after the save cannot have been read before it began); both err towards an
-        earlier step, which over-counts lost work rather than hiding it. The client's
-        and TensorBoard's times are those of the logging call itself, whenever read.
+        The client's and TensorBoard's step times are those of the logging call itself,
+        whenever read. An output line counts when the supervisor's tee had read it before
+        the mtime (a line printed after the save began cannot have been), whatever time
+        its event was given (ProgressReader.steps_before). A line still in the pipe at
+        the mtime is not counted, which errs towards an earlier step: it over-counts lost
+        work rather than hiding it.
         """
-        known = 0
-        for wall, count in reversed(self._history):
-            if wall <= mtime:
-                known = count
-                break
-        total, recent = self._window()
-        first = total - len(recent)  # the number of the first event in the window
+        if self.progress is not None:
+            return self.progress.steps_before(mtime)
+        return [e for e in self._recent_steps() if e["t"] <= mtime]
+
+    def _recent_steps(self) -> list[dict[str, Any]]:
+        """The attempt's newest step events with an integer step and a time, oldest first:
+        the progress reader's as it writes them, else the client's read back."""
+        recent = self.progress.recent_steps() if self.progress is not None else self._window()[1]
         return [
             e
-            for i, e in enumerate(recent)
+            for e in recent
             if e.get("kind") == "step"
             and isinstance(e.get("step"), int)
             and isinstance(e.get("t"), int | float)
-            and e["t"] <= mtime
-            and (e.get("source") != "log" or first + i < known)
         ]
 
     def _metrics_at(self, seen: _Seen) -> dict[str, float]:

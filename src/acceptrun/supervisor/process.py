@@ -14,6 +14,7 @@ child subreaper) finds it, and :meth:`ChildProcess.finish` kills it with the res
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import signal
@@ -31,9 +32,46 @@ from acceptrun.supervisor.containment import Containment
 from acceptrun.supervisor.lease import die_with_supervisor
 from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_ID
 
-__all__ = ["UNBUFFERED", "ChildProcess", "python_output"]
+__all__ = ["UNBUFFERED", "Arrivals", "ChildProcess", "python_output"]
 
 _CHUNK = 64 * 1024  # bytes per read from the child's pipes
+_ARRIVALS_KEPT = 1 << 16  # chunks whose arrival time is kept per log (about 1 MiB of state)
+
+
+class Arrivals:
+    """When the output tee read each chunk of one log: its end offset in the file, and the
+    unix time the pipe handed it over.
+
+    A line's arrival is the earliest time it is known to have been printed by: what the
+    checkpoint watcher dates a save by (a step line read before the file was written was
+    printed before it; supervisor/external.py). The tee stamps, writes and notes a chunk
+    under :attr:`lock`, and a reader takes its own time under it too
+    (:meth:`read_time`): every chunk stamped before that time is then in the file.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._ends: list[int] = []
+        self._times: list[float] = []
+
+    def note(self, end: int, t: float) -> None:
+        """The chunk ending at byte ``end`` arrived at ``t`` (call it holding :attr:`lock`)."""
+        self._ends.append(end)
+        self._times.append(t)
+        if len(self._ends) > 2 * _ARRIVALS_KEPT:  # the oldest half: lines read long ago
+            del self._ends[:_ARRIVALS_KEPT], self._times[:_ARRIVALS_KEPT]
+
+    def read_time(self) -> float:
+        """Now, after every chunk stamped before now is in the file."""
+        with self.lock:
+            return time.time()
+
+    def time_of(self, end: int) -> float | None:
+        """The arrival of the byte before offset ``end`` (None: not kept, or not yet read)."""
+        with self.lock:
+            i = bisect.bisect_left(self._ends, end)
+            return self._times[i] if i < len(self._times) else None
+
 
 UNBUFFERED = "PYTHONUNBUFFERED"
 
@@ -86,6 +124,8 @@ class ChildProcess:
         self.started_mono = 0.0  # time.monotonic() at start
         self._threads: list[threading.Thread] = []
         self._exited = threading.Event()
+        # When each chunk of the logs was read (the progress reader's line times).
+        self.arrivals = {stdout_path: Arrivals(), stderr_path: Arrivals()}
 
     @property
     def pid(self) -> int:
@@ -142,8 +182,11 @@ class ChildProcess:
         # Logs are flushed per chunk so `tail -f` and a crash both see everything.
         out = getattr(term, "buffer", None) if self.echo else None
         log: IO[bytes] | None = None
+        arrivals = self.arrivals[path]
+        end = 0
         try:
             log = open(path, "ab")  # noqa: SIM115 - closed below, or dropped on a write error
+            end = os.fstat(log.fileno()).st_size
         except OSError as exc:
             self._log_lost(path, exc)
         fd = pipe.fileno()
@@ -155,15 +198,19 @@ class ChildProcess:
             if not chunk:
                 break
             if log is not None:
-                try:
-                    log.write(chunk)
-                    log.flush()
-                except OSError as exc:
-                    # Keep draining the pipe: a full log must not block the workload.
-                    self._log_lost(path, exc)
-                    with contextlib.suppress(OSError):
-                        log.close()
-                    log = None
+                with arrivals.lock:
+                    arrived = time.time()
+                    try:
+                        log.write(chunk)
+                        log.flush()
+                        end += len(chunk)
+                        arrivals.note(end, arrived)
+                    except OSError as exc:
+                        # Keep draining the pipe: a full log must not block the workload.
+                        self._log_lost(path, exc)
+                        with contextlib.suppress(OSError):
+                            log.close()
+                        log = None
             if out is not None:
                 with contextlib.suppress(OSError, ValueError):
                     out.write(chunk)

@@ -41,7 +41,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.axis import StepAxis
 from acceptrun.supervisor.counter import COUNTER_GROUPS, StepClock
+from acceptrun.supervisor.process import Arrivals
 
 __all__ = ["ProgressReader", "match_line"]
 
@@ -58,25 +59,33 @@ TB_POLL_S = 1.0  # seconds between scans of the TensorBoard directory (a directo
 POLL_S = 0.25  # seconds between the reader thread's polls
 READ_MAX = 1 << 20  # bytes read from one log per poll; unread output beyond it is skipped
 POLL_BUDGET_S = 0.5  # seconds of matching per poll; the lines left wait for the next poll
+RECENT_STEPS = 4096  # steps kept with the time they were reported by, to date saves by
+LINES_WAIT_S = 5.0  # seconds a save's dating waits for the lines that arrived before it
+_ARRIVED = "\0arrived"  # a step's first line's arrival, carried beside its values
 FINAL_BUDGET_S = 2.0  # seconds of matching at the attempt's end; the lines left are dropped
 STOP_JOIN_S = 30.0  # hang guard on the thread's end: one poll is budget + one line's match
 _NON_FINITE = re.compile(r"\b(?:nan|inf(?:inity)?)\b", re.I)
 _MAX_LINE = 64 * 1024  # bytes: a longer "line" (a progress bar without newlines) is cut
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass
 class _LogTail:
-    """New complete lines of one growing log file."""
+    """New complete lines of one growing log file, each with the time it arrived."""
 
     path: Path
     offset: int = 0
+    arrivals: Arrivals | None = None  # when the tee read each chunk (supervisor/process.py)
     partial: bytes = b""
     skipped: int = 0  # bytes never read: written faster than the reader reads
     cut: bool = False  # the next read starts inside a line (after a skip): drop its head
-    pending: deque[str] = field(default_factory=deque)  # lines read, not matched yet
+    pending: deque[tuple[str, float | None]] = field(default_factory=deque)  # not matched yet
+    read_at: float = 0.0  # unix s: every chunk the tee read before it was in the last read
 
-    def lines(self, final: bool = False) -> list[str]:
-        """New complete lines, from at most :data:`READ_MAX` bytes of the log."""
+    def lines(self, final: bool = False) -> list[tuple[str, float | None]]:
+        """New complete lines, from at most :data:`READ_MAX` bytes of the log, each with
+        the unix time the tee read its end (None where not known)."""
+        self.read_at = time.time() if self.arrivals is None else self.arrivals.read_time()
         try:
             with open(self.path, "rb") as f:
                 unread = os.fstat(f.fileno()).st_size - self.offset
@@ -90,20 +99,33 @@ class _LogTail:
                 data = f.read(READ_MAX)
         except FileNotFoundError:
             return []
+        base = self.offset - len(self.partial)  # the file offset of data's first byte
         self.offset += len(data)
         data = self.partial + data
         # \r ends a line too: progress bars (tqdm) redraw one line with carriage returns.
-        parts = re.split(rb"\r\n|\r|\n", data)
+        parts, start = [], 0
+        for m in _LINE_END.finditer(data):
+            parts.append((data[start : m.start()], base + m.end()))
+            start = m.end()
+        rest = data[start:]
         if self.cut:  # the tail of a skipped line is no line
-            self.cut = len(parts) == 1
-            self.skipped += len(parts.pop(0))
+            self.cut = not parts
             if not parts:
+                self.skipped += len(rest)
                 return []
-        self.partial = b"" if final else parts.pop()
-        if len(self.partial) > _MAX_LINE:
-            parts.append(self.partial)
-            self.partial = b""
-        return [p[:_MAX_LINE].decode("utf-8", errors="replace") for p in parts if p]
+            self.skipped += len(parts.pop(0)[0])
+        if final or len(rest) > _MAX_LINE:
+            parts.append((rest, base + len(data)))
+            rest = b""
+        self.partial = rest
+        return [
+            (p[:_MAX_LINE].decode("utf-8", errors="replace"), self._arrival(end))
+            for p, end in parts
+            if p
+        ]
+
+    def _arrival(self, end: int) -> float | None:
+        return None if self.arrivals is None else self.arrivals.time_of(end)
 
 
 def match_line(pattern: UserPattern, line: str) -> dict[str, Any] | None:
@@ -158,6 +180,7 @@ class ProgressReader:
     say: Any = None  # callable(str) for a warning, or None
     workdir: Path | None = None  # where progress.tensorboard is read; None: the spec's workdir
     axis: StepAxis | None = None  # the run's step of each reported step (supervisor/axis.py)
+    arrivals: Mapping[Path, Arrivals] | None = None  # the tee's read times (ChildProcess)
     last_step: int | None = None
     last_t: float | None = None
     diverged: dict[str, Any] | None = None
@@ -169,15 +192,27 @@ class ProgressReader:
     _stopping: threading.Event = field(default_factory=threading.Event)
     _skip_warned: bool = False
     _clocks: list[StepClock] = field(default_factory=list)  # one per log: its own counter
+    # The newest steps written, each with the time it is known to have been reported by
+    # (a line's arrival, a scalar's own time): what the checkpoint watcher dates a save by.
+    _recent: deque[tuple[float, dict[str, Any]]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_STEPS)
+    )
+    _read_through: float = 0.0  # unix s: every line that arrived before it is in _log_steps
+    _progressed: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
         prog = self.spec.progress
         if prog.pattern is not None:
             self._pattern = compile_user_pattern(prog.pattern, where="progress.pattern")
+            arrivals = self.arrivals or {}
             if prog.stream in ("stdout", "both"):
-                self._tails.append(_LogTail(self.stdout, _size(self.stdout)))
+                self._tails.append(
+                    _LogTail(self.stdout, _size(self.stdout), arrivals.get(self.stdout))
+                )
             if prog.stream in ("stderr", "both"):
-                self._tails.append(_LogTail(self.stderr, _size(self.stderr)))
+                self._tails.append(
+                    _LogTail(self.stderr, _size(self.stderr), arrivals.get(self.stderr))
+                )
             self._clocks = [
                 StepClock(
                     epoch_length=prog.epoch_length, first_epoch=prog.first_epoch, warn=self._told
@@ -215,10 +250,37 @@ class ProgressReader:
     def stop(self) -> bool:
         """End the thread; False when it did not end within :data:`STOP_JOIN_S` seconds."""
         self._stopping.set()
+        with self._progressed:
+            self._progressed.notify_all()  # a watcher waiting on a line: it waits no more
         if self._thread is None:
             return True
         self._thread.join(STOP_JOIN_S)
         return not self._thread.is_alive()
+
+    def steps_before(self, t: float, wait_s: float = LINES_WAIT_S) -> list[dict[str, Any]]:
+        """The step events reported before ``t`` (unix s), oldest first.
+
+        What the checkpoint watcher dates a save written at ``t`` by. An output line
+        counts when the tee had read it before ``t`` (it was printed before), a
+        TensorBoard scalar by its own time. Waits up to ``wait_s`` seconds for the lines
+        that arrived before ``t`` to be matched (a poll or two), so a save made within a
+        poll of its step line is dated by that line, not by the one before it; past the
+        wait (a reader far behind) or once the reader stopped, what is known. A line whose
+        arrival is no longer known (read long before) counts by its event's time.
+        """
+        deadline = time.monotonic() + wait_s
+        with self._progressed:
+            while self._tails and self._read_through < t and not self._stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._progressed.wait(left)
+            return [dict(ev) for known, ev in self._recent if known <= t]
+
+    def recent_steps(self) -> list[dict[str, Any]]:
+        """The newest step events written (at most :data:`RECENT_STEPS`), oldest first."""
+        with self._progressed:
+            return [dict(ev) for _known, ev in self._recent]
 
     def _pump(self) -> None:
         while self.diverged is None and not self._stopping.wait(POLL_S):
@@ -236,10 +298,13 @@ class ProgressReader:
         now = time.time()
         found: dict[int, dict[str, Any]] = {}
         budget = time.monotonic() + (FINAL_BUDGET_S if final else POLL_BUDGET_S)
+        through = now
         for tail, clock in zip(self._tails, self._clocks, strict=True):
             if final or not tail.pending:
                 tail.pending.extend(tail.lines(final))
             self._match_pending(tail, clock, found, budget)
+            # Lines left for the next poll: what arrived before this read is not all in.
+            through = min(through, self._read_through if tail.pending else tail.read_at)
             if final and tail.pending:
                 self._warn(
                     f"progress.pattern: {len(tail.pending):,} lines of {tail.path.name} were "
@@ -272,6 +337,9 @@ class ProgressReader:
                     break
         self._last_poll = now
         self.record.flush_events()
+        with self._progressed:
+            self._read_through = max(self._read_through, through)
+            self._progressed.notify_all()
         return self.diverged
 
     def _match_pending(
@@ -283,12 +351,16 @@ class ProgressReader:
         """
         assert self._pattern is not None
         while tail.pending:
-            values = match_line(self._pattern, tail.pending.popleft())
+            line, arrived = tail.pending.popleft()
+            values = match_line(self._pattern, line)
             if values is not None and not _counter_at_zero(values):
                 step = clock.read(values)  # takes the counter groups out of values
                 if step is not None:
                     values["step"] = self._run_step(step, "log")
-                    found.setdefault(values["step"], {}).update(values)
+                    entry = found.setdefault(values["step"], {})
+                    entry.update(values)
+                    if arrived is not None:  # the step's first line: when it was printed by
+                        entry.setdefault(_ARRIVED, arrived)
             if time.monotonic() >= budget:
                 return
 
@@ -305,10 +377,13 @@ class ProgressReader:
         per = (now - t0) / advanced if advanced > 0 else 0.0
         for values in new:
             t = t0 + (values["step"] - s0) * per if advanced > 0 else now
-            if self._emit(values.pop("step"), t, values, "log"):
+            arrived = values.pop(_ARRIVED, None)
+            if self._emit(values.pop("step"), t, values, "log", arrived):
                 return
 
-    def _emit(self, step: int, t: float, values: dict[str, Any], source: str) -> bool:
+    def _emit(
+        self, step: int, t: float, values: dict[str, Any], source: str, arrived: float | None = None
+    ) -> bool:
         """Write one step event; True when its loss diverged."""
         event: dict[str, Any] = {"t": round(t, 6), "attempt": self.attempt, "step": step}
         if self.last_step is not None and self.last_t is not None and step > self.last_step:
@@ -329,6 +404,8 @@ class ProgressReader:
             for k, v in event.items()
         }
         self.record.event("step", defer=True, **clean)
+        with self._progressed:
+            self._recent.append((t if arrived is None else arrived, {"kind": "step", **clean}))
         loss = values.get("loss")
         if isinstance(loss, float):
             self._check_divergence(step, loss, source)
