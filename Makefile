@@ -73,7 +73,7 @@ OTHER_PYTHONS ?= 3.12 3.13
 PYTHONS_INTEGRATION ?= tests/integration/test_supervisor.py tests/integration/test_client.py \
   tests/integration/test_steplog_torn.py tests/integration/test_torn_log.py \
   tests/integration/test_hostile_paths.py tests/integration/test_watched_habits.py \
-  tests/integration/test_versions.py tests/integration/test_durable.py \
+  tests/integration/test_versions.py tests/integration/test_durable_crashes.py \
   tests/integration/test_watchdog_identity.py
 test-pythons:
 	@for v in $(OTHER_PYTHONS); do \

@@ -10,8 +10,8 @@ files of 0-2 MB whose content is a function of the step, plus a small JSON file)
 that many saves; without it, it saves until killed.
 
 :func:`run_campaign` starts the worker, kills it after a random delay, and checks the
-store's promises after every kill. ``tests/test_checkpoint_store.py`` runs it with 50 kills;
-``bench/kill_campaign.py`` with any number.
+store's promises after every kill. ``tests/integration/test_checkpoint_store_crashes.py``
+runs it with 50 kills; ``bench/kill_campaign.py`` with any number.
 """
 
 from __future__ import annotations

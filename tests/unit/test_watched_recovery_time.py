@@ -1,11 +1,5 @@
-"""The restore drill of a script's own (watched) checkpoints, and `acceptrun drill` on it.
-
-Real ``acceptrun run`` / ``acceptrun ckpt drill`` processes over tests/watched_train.py, a
-nanoGPT-shaped loop that knows nothing of acceptrun: it rewrites ``out/ckpt.pt`` and
-resumes from it with ``--init_from=resume``. The drill puts the captured checkpoint back
-into a scratch copy, resumes the script there and must see a step after the
-checkpoint's; the user's working directory and outputs are hashed before and after.
-"""
+"""The restore drill's recovery time is never shorter than the gap it contains (the drill
+of real watched runs: tests/integration/test_watched_drill.py)."""
 
 from __future__ import annotations
 

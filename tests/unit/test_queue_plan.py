@@ -1,9 +1,6 @@
-"""The local queue: scheduler rules, then real workers running real ``acceptrun run``s.
-
-Workers are child processes (``acceptrun worker --slots N``) on CPU slots; jobs are tiny
-specs whose workload writes its environment to a file or takes steps with the client
-API and checkpoints through the store (no torch, so each run starts in about 2 s).
-"""
+"""The local queue's scheduler rules: priority then FIFO, backfill, the shadow of unknown
+runtimes, preemption, jobs larger than the worker (real workers:
+tests/integration/test_queue.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Durable writes: atomic replace under SIGKILL and full disks, torn JSONL lines."""
+"""Durable writes under crashes: SIGKILL during a write, a full disk, concurrent appends, a
+forked child's held records (the writers' rules: tests/unit/test_durable.py)."""
 
 from __future__ import annotations
 

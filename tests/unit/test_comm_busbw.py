@@ -1,4 +1,5 @@
-"""acceptrun bench comm: all-reduce bandwidth with real gloo processes on loopback."""
+"""acceptrun bench comm's figures: bus bandwidth by nccl-tests' definition, the note over
+100 percent (real gloo processes: tests/integration/test_comm.py)."""
 
 from __future__ import annotations
 

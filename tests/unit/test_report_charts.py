@@ -1,4 +1,5 @@
-"""The HTML report of a real run, opened in headless Chromium; the SVG charts; md and json."""
+"""The report's SVG charts: round ticks over the range, escaped text, lines broken at gaps
+(the report in Chromium: tests/integration/test_report_html.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``acceptrun ui`` without a process: the board server in a thread over records written here."""
+"""``acceptrun ui`` without a process: the board server in a thread over records written here
+(token, thinning, the SSE feed, two workspaces, a live run's logs)."""
 
 from __future__ import annotations
 

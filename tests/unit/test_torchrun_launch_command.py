@@ -1,11 +1,6 @@
-"""Multi-process runs through torchrun: launch, rank-aware events and checkpoints, resume.
-
-Real torchrun agents and real gloo ranks on CPU (2 processes) run examples/ddp/train.py:
-a run to completion with one step event per step and both ranks' state in every
-checkpoint; a rank SIGKILLed mid-run, restarted by the supervisor for the whole group and
-resumed bit for bit; a graceful stop that checkpoints the same step on both ranks; and the
-commands that cannot be launched through torchrun.
-"""
+"""torchrun without a run: the launch command, what it cannot start, rank variables, scaling
+efficiency, a store committing files another rank wrote (real ranks:
+tests/integration/test_torchrun.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""tools/proc_cpu.py: the hook logs real child interpreters' CPU (kinds: tests/unit)."""
+"""tools/proc_cpu.py: the hook logs real child interpreters' CPU (kinds:
+tests/unit/test_proc_cpu_kinds.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""tools/proc_cpu.py: what kind of process each logged argv was (the hook: tests/integration)."""
+"""tools/proc_cpu.py: what kind of process each logged argv was (the hook:
+tests/integration/test_proc_cpu_hook.py)."""
 
 from __future__ import annotations
 

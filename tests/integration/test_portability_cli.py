@@ -1,4 +1,5 @@
-"""Portability findings: what ties a spec to one provider or machine, and how to move it."""
+"""`acceptrun portability` on a spec file, as a user runs it (the findings:
+tests/unit/test_portability.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""acceptrun tune: the batch search, real memory limits, the sweep on the tiny target."""
+"""acceptrun tune's batch search and config: the largest batch, candidates by halvings,
+validation and the best file, a bad target named (real memory limits and the sweep:
+tests/integration/test_tune.py)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The Slurm backend against a real single-node Slurm (tools/slurm_local.py).
-
-One cluster is started for the module. Jobs run a tiny torch loop through the client
-API with checkpoints; the tests requeue, signal and cancel them with Slurm's own
-commands and read the run records the jobs leave behind.
-"""
+"""Specs the Slurm backend cannot run are refused (a real Slurm:
+tests/integration/test_slurm.py)."""
 
 from __future__ import annotations
 

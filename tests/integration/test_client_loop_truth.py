@@ -1,12 +1,12 @@
-"""The client API either does what a script asks or says loudly that it did not.
+"""The client API in real training loops either does what a script asks or says loudly
+that it did not.
 
 Each test runs real scripts under the real supervisor (or the real client API), and each
 failed on the code before the fix it covers: plain values dropped on restore, faults
 that never fired in a ``run.log`` loop, a step lost to ``break``, checkpoint metrics of
 the step before, an optimizer that pickles differently after a resume, a restore drill
 that wrote into the working tree, the same exception retried blindly, an injected kill
-described as an unexplained SIGKILL.
-"""
+described as an unexplained SIGKILL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Data order that resumes exactly: sampler, consumer-side counting, bit-exact training."""
+"""Data order that resumes exactly, in-process: the sampler and epoch loops resumed mid-epoch,
+the batch sampler's form, loaders it cannot resume refused (workers and bit-exact
+training: tests/integration/test_resumable_loader.py)."""
 
 from __future__ import annotations
 

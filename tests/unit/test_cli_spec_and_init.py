@@ -1,4 +1,5 @@
-"""The ``acceptrun`` command: bad input, preflight stops, spec tools, listing, data, imports."""
+"""The ``acceptrun`` command in-process: a bad spec refused before any record, ``spec check``
+and ``spec schema``, ``init``'s starter (real processes: tests/integration/test_cli.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""summarize() and timelines() over records written as real files, and over a real restart."""
+"""summarize() over a real restart: its time is counted as restart time (over records
+written as files: tests/unit/test_telemetry_summary.py)."""
 
 from __future__ import annotations
 

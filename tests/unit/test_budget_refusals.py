@@ -1,5 +1,5 @@
-"""Budgets on real runs: warning at 80%, a graceful stop (checkpoint first) before the
-budget is passed, bad budgets refused before launch, and the verdict's cost lines."""
+"""Budgets refused before launch: less than one billing increment, an unknown instance with
+its near matches (the graceful stop of a real run: tests/integration/test_budget.py)."""
 
 from __future__ import annotations
 

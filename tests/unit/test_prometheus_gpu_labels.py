@@ -1,5 +1,5 @@
-"""The Prometheus endpoint: a real run serves /metrics on a free port while it runs (scraped
-over HTTP and parsed with prometheus_client's parser), announces it, and frees it at the end."""
+"""The Prometheus endpoint's GPU metrics: the gpu label, unknown values left out (a real
+run's endpoint: tests/integration/test_prometheus.py)."""
 
 from __future__ import annotations
 

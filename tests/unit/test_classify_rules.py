@@ -1,10 +1,6 @@
-"""Failure classes of real child processes: real exit statuses, signals and stderr logs.
-
-Each test runs a small script as a child process, reads its stderr log with
-``stderr_tail`` and its events from ``events.jsonl``, and classifies the result the way
-the supervisor does. CUDA failures cannot happen on a CPU machine: there the scripts
-raise or print the exact messages torch and the CUDA runtime write.
-"""
+"""Failure classification's rules without a child process: stop causes, retry limits of the
+OOM classes, the cgroup's OOM-kill count, the stderr tail's whole lines, a resumed script
+failing before its first step (real exits: tests/integration/test_classify.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Idle detection: a real run that stops working is stopped gracefully (checkpoint first) and
-its record says it was idle; the detector's streaks, sources and actions."""
+"""Idle detection's detector: streaks, sources and actions (a real idle run stopped
+gracefully: tests/integration/test_idle.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Host and GPU samplers: a real supervised run writes telemetry.jsonl by the contract, the
-process tree is measured, a failing sampler is recorded once and sampling goes on, and
-the NVML sampler decodes what a GPU reports (through a stand-in: this machine has none)."""
+"""The host sampler in real runs: a supervised run writes telemetry.jsonl by the contract
+with the GPU absent, the whole process tree is measured, gpu = false is kept, a zombie is
+not counted (the samplers' faults and NVML fields: tests/unit/test_telemetry_sampler.py)."""
 
 from __future__ import annotations
 

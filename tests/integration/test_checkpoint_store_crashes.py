@@ -1,4 +1,6 @@
-"""Checkpoint store: commit protocol, verification, quarantine, retention, full disk, SIGKILL."""
+"""Checkpoint store under crashes: stale staging removed, a full disk keeps the previous
+checkpoint, SIGKILL campaigns lose no commit (the protocol itself:
+tests/unit/test_checkpoint_store.py)."""
 
 from __future__ import annotations
 

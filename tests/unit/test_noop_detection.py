@@ -1,5 +1,6 @@
-"""No silent no-ops: keys that cannot act for the command warn, keys that would make the
-verdict lie refuse, and commands that need the client refuse a black box up front."""
+"""No silent no-ops, without a run: which keys a script uses, an acceptance metric its
+framework logs once, max_downtime on a run that serves nothing, registered outputs found
+statically (the warnings and refusals of real runs: tests/integration/test_noop_warnings.py)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Serving runs: real servers on loopback under a real `acceptrun run`, and the load generator.
-
-The servers are tests/serving_server.py (standard library) and the example FastAPI server
-(examples/serving/server.py, skipped when FastAPI, uvicorn or torch are missing). Every
-wait is on readiness or on the run's end, never on a guess.
-"""
+"""Serving measures without a server process: the arrival schedule, the serving section's
+errors, cut loads and downtime, max_downtime, request lines (real servers:
+tests/integration/test_serving.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The record tells the truth: diff, workspace discovery and its .gitignore, provenance,
-mirror retention, the ledger of CPU and failed-preflight runs, git-ignored data.
-
-Real files, real git repositories and real ``acceptrun`` processes in ``tmp_path``.
-"""
+"""The record tells the truth, in-process: what diff claims (reproduced, bitwise, compared),
+mirror retention that keeps the newest verified step, a workspace that never ignores its
+project (real processes: tests/integration/test_record_truth.py)."""
 
 from __future__ import annotations
 
@@ -122,7 +120,7 @@ def test_retention_deletes_from_a_local_path_mirror_too(tmp_path: Path) -> None:
 
 
 def test_the_newest_verified_step_in_the_mirror_is_never_deleted(tmp_path: Path) -> None:
-    from test_checkpoint_mirror import make_checkpoint
+    from test_checkpoint_mirror_local import make_checkpoint
 
     from acceptrun.checkpoint.mirror import Mirror, remote_steps
 

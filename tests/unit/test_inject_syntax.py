@@ -1,4 +1,6 @@
-"""Injected faults: the syntax, and each action done for real in a supervised run."""
+"""Injected faults: the syntax, attempt selection, a fault after checkpoint waiting for its
+commit, a bad fault refused before any record (each action done for real:
+tests/integration/test_inject.py)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ uninterrupted (the reference), and again SIGKILLed by the test at random moments
 shard commits (the supervisor restarts it; committed shards are skipped, a half-written
 one is redone), which must end with byte-identical output shards. Also: failed items
 listed with their errors, the coverage and error-rate checks rejecting a run, a
-half-written shard left on disk never counting, two ranks without overlap, and the input
-forms (text, JSONL with an id field, a directory, an fsspec URL).
-"""
+half-written shard left on disk never counting, two ranks without overlap, a cost per item
+limit, and a SIGTERM that finishes the shard in hand (the input forms and the section's
+rules, without a process: tests/unit/test_batch_inference.py)."""
 
 from __future__ import annotations
 

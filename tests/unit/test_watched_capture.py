@@ -1,11 +1,6 @@
-"""A script's own checkpoints as acceptrun checkpoints: capture, put back, resume flags.
-
-Real ``acceptrun run`` processes over scripts that know nothing of acceptrun: a
-nanoGPT-shaped loop that rewrites ``out/ckpt.pt`` in place and resumes with
-``--init_from=resume`` (tests/watched_train.py), the same loop saving Hugging Face style
-``out/checkpoint-<N>/`` directories, and a writer that holds its file open across long
-pauses. Kills come from the test once a capture is recorded, never after a guessed sleep.
-"""
+"""A script's own checkpoints captured and put back, without a run: resume flags under
+torchrun, the step from a name, a file refused until complete (real runs:
+tests/integration/test_watched_checkpoints.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Provenance over real things: git repositories, interpreters, probe subprocesses."""
+"""Provenance's text: URLs redacted, diffs in a stable order, damaged parts tolerated, the
+probe timeout read from the environment (real git and interpreters:
+tests/integration/test_provenance.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Checkpoint mirror: uploads to a real S3-compatible server (moto on loopback), fetch on a
-fresh machine, corruption on either side, an outage in the middle of a run, and plain
-local-path and memory:// mirrors."""
+"""Checkpoint mirror over a local path and memory://: LATEST never moves back, a step
+deleted before upload is skipped, pending steps resume in a later attempt, bad settings
+name the fix (S3 on loopback: tests/integration/test_checkpoint_mirror.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""acceptrun gc: retention and age rules across a workspace, dry run first."""
+"""acceptrun gc skips a running run whose supervisor is alive (a real process; the rules:
+tests/unit/test_gc.py)."""
 
 from __future__ import annotations
 
