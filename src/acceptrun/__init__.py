@@ -20,7 +20,8 @@ from acceptrun.workload.contract import ENV_VARS
 
 if TYPE_CHECKING:
     from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
-    from acceptrun.workload.run import Run, init
+    from acceptrun.run.standalone import init
+    from acceptrun.workload.run import Run
 
 from acceptrun._version import __version__
 
@@ -29,10 +30,14 @@ def __getattr__(name: str) -> object:
     # Imported on first use: the client (init, Run) only by a training script, so that the
     # `acceptrun` command does not load it; the torch-backed helpers so that
     # `import acceptrun` stays light.
-    if name in ("Run", "init"):
-        from acceptrun.workload import run
+    if name == "init":
+        from acceptrun.run.standalone import init
 
-        return getattr(run, name)
+        return init
+    if name == "Run":
+        from acceptrun.workload.run import Run
+
+        return Run
     if name in ("ResumableLoader", "ResumableSampler"):
         from acceptrun.checkpoint import loader
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import acceptrun.workload.run
+import acceptrun.run.standalone
 from acceptrun.record.workspace import RunRecord
+from acceptrun.workload.run import Run
 
 
 @pytest.mark.slow
@@ -22,15 +23,15 @@ def test_client_module_example_records_a_standalone_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(acceptrun.workload.run, "_active", None)  # a run of its own
+    monkeypatch.setattr(acceptrun.run.standalone, "_active", None)  # a run of its own
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # init() installs the run's
     finder = doctest.DocTestFinder(recurse=False)
-    (test,) = finder.find(acceptrun.workload.run)
+    (test,) = finder.find(acceptrun.run.standalone)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test, clear_globs=False)
     assert (runner.failures, runner.tries) == (0, 7)
     run = test.globs["run"]
-    assert isinstance(run, acceptrun.workload.run.Run) and run.finished and not run.supervised
+    assert isinstance(run, Run) and run.finished and not run.supervised
     record = RunRecord(run.run_dir)
     assert record.state["status"] != "running"  # closed by finish(): verdict written
     assert [e["name"] for e in record.events("metric")] == ["eval/accuracy"]

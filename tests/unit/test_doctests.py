@@ -30,7 +30,7 @@ UNIT = [
     "acceptrun.telemetry.idle",
     "acceptrun.telemetry.order",
 ]
-INTEGRATION = ["acceptrun.workload.run"]  # tests/integration/test_client_doctest.py
+INTEGRATION = ["acceptrun.run.standalone"]  # tests/integration/test_client_doctest.py
 CHECKED_PACKAGES = ("workload",)  # every example in these is in UNIT or INTEGRATION
 
 

@@ -42,7 +42,8 @@ from typing import Any, NoReturn
 from acceptrun.checkpoint.files import CaptureStats, capture, put_back, sources_of
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunRuntimeError, UserError
-from acceptrun.workload.run import Run, init
+from acceptrun.run.standalone import init
+from acceptrun.workload.run import Run
 
 __all__ = ["FrameworkRun"]
 

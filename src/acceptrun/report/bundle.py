@@ -387,7 +387,7 @@ def build_bundle(record: RunRecord, path: Path, *, include_logs: bool = False) -
     large log costs disk there, never memory. Example:
     ``build_bundle(ws.get_run("latest"), Path("run.tar.gz")).files``.
     """
-    from acceptrun import __version__
+    from acceptrun._version import __version__
 
     try:
         state = record.state

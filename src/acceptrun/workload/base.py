@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +25,20 @@ __all__ = ["RunBase"]
 class RunBase:
     """What the run's parts share: the record, the attempt, ranks, the spec and the loop's state."""
 
-    def __init__(self, record: RunRecord, *, attempt: int, supervised: bool) -> None:
+    def __init__(
+        self,
+        record: RunRecord,
+        *,
+        attempt: int,
+        supervised: bool,
+        on_finish: Callable[[str], None] | None = None,
+    ) -> None:
         self.record = record
         self.run_id = record.run_id
         self.run_dir = record.path
         self.attempt = attempt
         self.supervised = supervised
+        self.on_finish = on_finish  # called by finish() with the status, after workload_end
         self.resume_from: str | None = os.environ.get(ENV_RESUME_FROM) or None
         self.checkpoint_dir = Path(os.environ.get(ENV_CHECKPOINT_DIR) or record.checkpoints_dir)
         self.finished = False

@@ -18,23 +18,10 @@
 
 Under ``acceptrun run`` the supervisor passes the run directory in the environment (see
 :data:`~acceptrun.workload.contract.ENV_VARS`) and this module appends events to its
-``events.jsonl``. Started as a plain ``python train.py`` it creates a standalone run in
-the nearest workspace, so the same script is recorded either way; the verdict and the
-report of a standalone run are imported only when it finishes. Nothing here imports torch
-until the first checkpoint is saved or restored. A standalone run, recorded in a
-workspace of its own:
-
->>> import tempfile
->>> run = init("doc-example", workspace=tempfile.mkdtemp())
->>> start = run.restore(epoch=0)                      # plain values are state too
->>> for step in run.steps(start, 3):
-...     with run.data_wait():
-...         batch = [step, step + 1]
-...     run.log(step, loss=1.0 / (step + 1), samples=len(batch))
->>> run.metric("eval/accuracy", 0.75)
->>> run.finish()
->>> [e["step"] for e in run.record.events("step")]
-[0, 1, 2]
+``events.jsonl``. Started as a plain ``python train.py`` the run is a standalone one
+(:mod:`acceptrun.run.standalone` creates its record and closes it when it finishes), so
+the same script is recorded either way. Nothing here imports torch until the first
+checkpoint is saved or restored.
 
 In a run of several processes (``resources.processes``, started through torchrun) every
 rank calls the same API. Rank 0 records the run: step, metric, output and lifecycle
@@ -54,33 +41,22 @@ The :class:`Run` is made of parts, one concern each: :mod:`~acceptrun.workload.l
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import shutil
-import signal
-import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import write_atomic
 from acceptrun._util.hashing import hash_file
 from acceptrun._util.redact import redact_text
-from acceptrun.errors import AcceptrunFileNotFoundError, AcceptrunRuntimeError, AcceptrunValueError
-from acceptrun.record.lease import end_lease, start_lease
-from acceptrun.record.workspace import RunRecord, find_workspace, now_iso
+from acceptrun.errors import AcceptrunFileNotFoundError, AcceptrunValueError
 from acceptrun.workload.base import _number
 from acceptrun.workload.checkpointing import Checkpointing
-from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_DIR
 from acceptrun.workload.loop import StepLoop
 from acceptrun.workload.signals import StopHandling
 from acceptrun.workload.watch import WorkloadWatch
 
-__all__ = ["Run", "init"]
-
-_active: Run | None = None
+__all__ = ["Run"]
 
 
 class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
@@ -188,108 +164,9 @@ class Run(StepLoop, StopHandling, Checkpointing, WorkloadWatch):
         self.record.event(
             "workload_end", sync=True, attempt=self.attempt, status=status, **self._rank_field()
         )
-        if not self.supervised:
-            from acceptrun.run.close import close_standalone
-
-            close_standalone(self.record, status=status)
-            end_lease(self.record)  # closed: this process lets go of its record
+        if self.on_finish is not None:
+            self.on_finish(status)  # a standalone run closes its record (run/standalone.py)
 
     def __repr__(self) -> str:
         mode = "supervised" if self.supervised else "standalone"
         return f"<Run {self.run_id} attempt={self.attempt} {mode}>"
-
-
-def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = None) -> Run:
-    """Attach to the supervisor's run, or create a standalone run when there is none.
-
-    Calling it twice returns the same :class:`Run`. ``name`` and ``workspace`` apply to
-    standalone runs only (default name: the script's file name).
-
-    ::
-
-        run = acceptrun.init()
-    """
-    global _active
-    if _active is not None and not _active.finished:
-        return _active
-    run_dir = os.environ.get(ENV_RUN_DIR)
-    world = os.environ.get("WORLD_SIZE")
-    if not run_dir and world not in (None, "", "1"):
-        raise AcceptrunRuntimeError(
-            f"WORLD_SIZE={world}: a run of several processes is recorded by the supervisor; "
-            "start it with `acceptrun run spec.toml` and resources.processes in the spec, "
-            "not with torchrun directly"
-        )
-    if run_dir:
-        record = RunRecord(run_dir)
-        if not record.exists("run.json"):
-            raise AcceptrunRuntimeError(f"${ENV_RUN_DIR} is {run_dir!r}, which is not a run record")
-        run = Run(record, attempt=int(os.environ.get(ENV_ATTEMPT, "1")), supervised=True)
-    else:
-        run = Run(_create_standalone(name, workspace), attempt=1, supervised=False)
-    # Loading the frozen spec teaches this process its secrets (spec/load.py learns them):
-    # a mirror or data URL's password the workload quotes, in an exception say, is then
-    # hidden in every event it writes, as it is in the supervisor's.
-    _ = run.spec  # the property loads (and caches) it
-    if run.rank == 0:
-        size: dict[str, Any] = {"world_size": run.world_size} if run.ranks.distributed else {}
-        run.record.event(
-            "workload_start", attempt=run.attempt, pid=os.getpid(), resume_from=run.resume_from,
-            **size,
-        )  # fmt: skip
-    atexit.register(run._at_exit)
-    _before_interpreter_shutdown(run._before_shutdown)
-    previous = sys.excepthook
-    if previous is sys.__excepthook__:
-        sys.excepthook = run._excepthook
-    if threading.current_thread() is threading.main_thread() and run.supervised:
-        signal.signal(signal.SIGTERM, run._on_stop_signal)
-    if run.supervised and run.ranks.distributed:
-        from acceptrun.workload.distributed import die_with_parent
-
-        die_with_parent()  # a rank must not outlive the torchrun agent the supervisor kills
-    if run.supervised and not run.drill:
-        run._start_watch_aids()
-    _active = run
-    return run
-
-
-def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | None) -> RunRecord:
-    """A run record for a plain ``python train.py``: spec from argv, provenance now."""
-    from acceptrun.capture import provenance
-    from acceptrun.spec.model import RunSpec
-
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "python"
-    command = [sys.executable, *sys.argv]
-    spec = RunSpec(name=name or script, command=command, workdir=os.getcwd())
-    spec.source = "standalone: " + " ".join(command)
-    ws = find_workspace(None if workspace is None else Path(workspace), create=True)
-    record = ws.create_run(
-        spec.name,
-        spec_text=spec.to_toml(secrets=False),
-        state={"mode": "standalone", "status": "running", "started_at": now_iso(), "attempts": 1},
-    )
-    # This process keeps the record: if it dies without closing it (kill -9, the OOM
-    # killer), readers show the run interrupted, not running for ever (record/lease.py).
-    start_lease(record, role="standalone")
-    prov = provenance.capture(diff_path=record.file("git.diff"), exclude=[ws.root])
-    record.write_json("provenance.json", prov)
-    return record
-
-
-def _before_interpreter_shutdown(hook: Callable[[], None]) -> None:
-    """Call ``hook`` when the interpreter starts to exit, while thread pools still take work.
-
-    threading runs its exit hooks (``threading._register_atexit``, in reverse order) before
-    it joins threads and before atexit's handlers; concurrent.futures registers one that
-    stops every pool. Importing concurrent.futures.thread first puts that one earlier, so
-    ``hook`` runs before it. Where the hook cannot be registered (another Python, or the
-    interpreter already exiting), :meth:`Run.finish` closes the checkpoints at atexit.
-    """
-    import concurrent.futures.thread  # noqa: F401  (registers its own exit hook now)
-
-    register = getattr(threading, "_register_atexit", None)
-    if register is None:
-        return
-    with contextlib.suppress(RuntimeError):  # "can't register atexit after shutdown"
-        register(hook)
