@@ -16,8 +16,8 @@ from acceptrun import errors
 from acceptrun.checkpoint.state import stage
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import Workspace
+from acceptrun.run import standalone as run_module
 from acceptrun.spec.model import load_spec
-from acceptrun.workload import run as run_module
 from acceptrun.workload.run import Run
 
 
