@@ -70,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every command group, or only ``command``'s (a name in COMMANDS)."""
-    from acceptrun import __version__
+    from acceptrun._version import __version__
 
     p = _Parser(
         prog="acceptrun",
