@@ -1,14 +1,17 @@
-"""export_run into a real local MLflow store, read back with MLflow's own client."""
+"""export_run and `acceptrun export mlflow` into a real local MLflow store, read back with
+MLflow's own client."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 from acceptrun._util.durable import append_jsonl
 from acceptrun.backends.mlflow import export_run
+from acceptrun.cli.main import main
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import Workspace
 from acceptrun.run.launch import launch
@@ -106,3 +109,26 @@ def test_a_file_store_uri_is_refused_with_the_fix(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError, match="sqlite:///"):
         export_run(record.path, tracking_uri=(tmp_path / "mlruns").as_uri())
+
+
+@pytest.mark.slow
+def test_export_mlflow_prints_the_mlflow_run_and_its_store(
+    project: Project, store: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    ws = str(project.workspace)
+    spec = project.spec(name="tiny", command=[sys.executable, "-c", "pass"])
+    assert main(["--workspace", ws, "run", "-q", str(spec)]) == 0
+    capsys.readouterr()
+    uri = store[0]
+    code = main(
+        ["--workspace", ws, "export", "mlflow", "latest", "--tracking-uri", uri,
+         "--experiment", "exp-1"]
+    )  # fmt: skip
+    assert code == 0
+    line = capsys.readouterr().out.strip()
+    assert "to MLflow run " in line and f"experiment 'exp-1', at {uri}" in line
+    mlflow_id = line.split("to MLflow run ")[1].split(",")[0]
+    got = MlflowClient(tracking_uri=uri).get_run(mlflow_id)
+    assert got.data.tags["acceptrun.run_id"] == line.split()[2]

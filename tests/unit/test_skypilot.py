@@ -1,4 +1,4 @@
-"""`acceptrun export skypilot`: task YAML checked by SkyPilot's own parser; `export mlflow`."""
+"""`acceptrun export skypilot`: task YAML checked by SkyPilot's own parser."""
 
 from __future__ import annotations
 
