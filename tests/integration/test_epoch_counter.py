@@ -122,3 +122,39 @@ stream = "stdout"
     for point in timelines(record.path)["steps"]:
         curve.setdefault(point["step"], set()).add(round(point["loss"], 6))
     assert curve == {step: {loss} for step, loss in truth()}
+
+
+TWO_COUNTERS = """
+import sys
+for step in range(0, 45, 5):
+    print(f"step {step} loss {1.0 / (1 + step):.4f}", flush=True)
+for step in range(22, 30):  # a second counter the pattern also reads: cannot be ordered
+    print(f"step {step} loss 0.5", flush=True)
+sys.exit("died after the second counter began")
+"""
+
+
+def test_lines_that_cannot_be_ordered_make_the_lost_work_unknown_from_their_step(
+    project: Project,
+) -> None:
+    """Step lines dropped as unordered after step 40: the attempt's lost work, run.json's
+    figure and the verdict say that what ran after step 40 is unknown, never a count."""
+    spec = project.spec(
+        TWO_COUNTERS,
+        extra="""
+[limits]
+max_restarts = 0
+[progress]
+pattern = 'step (?P<step>\\d+) loss (?P<loss>\\S+)'
+""",
+    )
+    proc = project.cli("run", str(spec), timeout=600)
+    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = project.only_record()
+    work = json.loads((record.path / "attempts" / "1" / "exit.json").read_text())["work"]
+    assert work["steps_unknown_after"] == 40 and work["steps_lost_range"][1] is None, work
+    assert "progress unknown after step 40" in record.state["work"]["lost"]
+    warned = {e["reason"]: e for e in record.events("progress_warning")}
+    assert warned["unordered"]["unknown_after"] == 40 and warned["dropped"]["dropped"] == 8
+    explained = " ".join(project.cli("show", "--explain", record.path.name).stdout.split())
+    assert "unknown after step 40" in explained and "8 step lines were dropped" in explained

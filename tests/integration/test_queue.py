@@ -32,7 +32,8 @@ PYTHON = sys.executable
 ENV_JOB = textwrap.dedent(
     """
     import json, os, sys, time
-    keys = ("ACCEPTRUN_SLOTS", "CUDA_VISIBLE_DEVICES", "ACCEPTRUN_QUEUE_JOB", "ACCEPTRUN_RUN_ID")
+    keys = ("ACCEPTRUN_SLOTS", "CUDA_VISIBLE_DEVICES", "ACCEPTRUN_QUEUE_JOB", "ACCEPTRUN_RUN_ID",
+            "PYTHONUNBUFFERED")
     with open(sys.argv[1], "w") as f:
         json.dump({k: os.environ.get(k) for k in keys}, f)
     deadline = time.time() + float(sys.argv[2])
@@ -207,6 +208,8 @@ def test_gpu_worker_gives_each_job_its_gpus(queue: Queue) -> None:
     )
     assert json.loads((queue.root / "one.json").read_text())["CUDA_VISIBLE_DEVICES"] == "5"
     assert json.loads((queue.root / "two.json").read_text())["CUDA_VISIBLE_DEVICES"] == "7,9"
+    # A direct job's output reaches its log live, as under a supervisor (python_unbuffered).
+    assert json.loads((queue.root / "one.json").read_text())["PYTHONUNBUFFERED"]
     assert jobs[one.id].kind == "gpu" and jobs[two.id].slots == 2 and jobs[cpu.id].kind == "cpu"
 
 

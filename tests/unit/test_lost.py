@@ -39,3 +39,14 @@ def test_a_sum_with_an_unknown_part_has_no_upper_bound() -> None:
     assert (total.low, total.high, total.steps_text()) == (5, None, "at least 5 steps")
     assert not total.exact and total.known
     assert lost_work([]).text() == "0 steps, 0.0s (0.0 device-s)"
+
+
+def test_progress_unknown_after_a_step_is_said_and_kept_through_a_sum() -> None:
+    """Lines dropped as unordered after step 40: no upper bound, and the step it ran from."""
+    work = {"steps_lost": 7, "steps_lost_range": [7, None], "steps_unknown_after": 40}
+    one = LostWork.of_work(work)
+    assert one.steps_text() == "at least 7 steps (progress unknown after step 40)"
+    both = one + LostWork.of_work({"steps_lost": 3, "steps_lost_range": [3, 3]})
+    assert both.unknown_after == 40 and both.high is None
+    assert both.to_dict()["steps_unknown_after"] == 40
+    assert "progress unknown after step 40" in both.to_dict()["lost"]

@@ -270,9 +270,13 @@ class Worker:
 
     def _direct_command(self, spec_file: Path, env: dict[str, str]) -> tuple[list[str], Path]:
         from acceptrun.spec.model import load_spec
+        from acceptrun.supervisor.process import python_output
 
         spec = load_spec(spec_file)
         env.update(spec.env)
+        # Live output in its log, as under a supervisor: PYTHONUNBUFFERED unless the
+        # spec decides (python_unbuffered, or the variable in its [env]).
+        python_output(env, spec.env, spec.python_unbuffered)
         return list(spec.command), spec.workdir_path
 
     def _wait_child(self, proc: subprocess.Popen[bytes]) -> None:

@@ -242,6 +242,9 @@ class IdleStopEvent(IdleEvent, total=False):
 class ProgressWarningEvent(Event, total=False):
     attempt: Required[int]
     message: Required[str]
+    reason: str  # restarted | unordered | dropped (supervisor/counter.py); absent: other
+    dropped: int  # step lines dropped by the attempt's end (reason dropped)
+    unknown_after: int  # progress unknown after this step (reasons unordered, dropped)
 
 
 class SupervisorLostEvent(Event, total=False):

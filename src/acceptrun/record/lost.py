@@ -18,7 +18,9 @@ Steps lost are a range ``[low, high]``:
 - at least ``low`` (``high`` None): an attempt whose end went unrecorded, counted from
   its events (supervisor/lease.py);
 - unknown (``low == 0``, ``high`` None): a script whose progress is not read (a black box
-  without ``progress``) or that failed before anything said where it was.
+  without ``progress``) or that failed before anything said where it was;
+- unknown after step N (``unknown_after``): step lines that could not be ordered were
+  dropped from step N on (supervisor/counter.py), so what ran after N is not known.
 
 >>> LostWork(0, 499, 12.0, 12.0).steps_text()
 'at most 499 steps'
@@ -54,6 +56,7 @@ class LostWork:
     # exit.json's own "steps_lost" (the steps counted after the checkpoint), summed: the
     # same word means the same figure in exit.json and run.json; the range says its bounds.
     counted: int = 0
+    unknown_after: int | None = None  # the first step after which progress was unknown
 
     @classmethod
     def of_work(cls, work: Mapping[str, Any] | None) -> LostWork:
@@ -69,10 +72,12 @@ class LostWork:
         least = bool(work.get("lost_at_least"))
         most = bool(work.get("seconds_lost_at_most"))
         span = work.get("steps_lost_range")
+        after = work.get("steps_unknown_after")
+        after = int(after) if isinstance(after, int) and not isinstance(after, bool) else None
         if isinstance(span, list | tuple) and len(span) == 2:
             low, high = _int(span[0]), span[1]
             high = _int(high) if high is not None else None
-            return cls(low, high, seconds, device, least, most, n)
+            return cls(low, high, seconds, device, least, most, n, after)
         if least:
             return cls(n, None, seconds, device, True, counted=n)
         if work.get("lost_at_most"):
@@ -98,14 +103,20 @@ class LostWork:
             self.seconds_at_least or other.seconds_at_least,
             self.seconds_at_most or other.seconds_at_most,
             self.counted + other.counted,
-        )
+            min((s for s in (self.unknown_after, other.unknown_after) if s is not None),
+                default=None),
+        )  # fmt: skip
 
     def steps_text(self) -> str:
         """ "40 steps", "at most 499 steps", "between 3 and 502 steps", "at least 7 steps",
-        "an unknown number of steps": what every view prints for the steps lost."""
+        "an unknown number of steps", "at least 7 steps (progress unknown after step 40)":
+        what every view prints for the steps lost."""
         low, high = self.low, self.high
         if high is None:
-            return f"at least {_steps(low)}" if low else "an unknown number of steps"
+            text = f"at least {_steps(low)}" if low else "an unknown number of steps"
+            if self.unknown_after is not None:
+                text += f" (progress unknown after step {self.unknown_after})"
+            return text
         if low == high:
             return _steps(low)
         if low == 0:
@@ -133,6 +144,7 @@ class LostWork:
             "device_seconds_lost": round(self.device_seconds, 3),
             "lost_at_least": self.seconds_at_least,
             "seconds_lost_at_most": self.seconds_at_most,
+            **({} if self.unknown_after is None else {"steps_unknown_after": self.unknown_after}),
             "lost": self.text(),
         }
 

@@ -744,8 +744,9 @@ class Supervisor:
         if a.serving is not None:
             a.serving.settle(res, returncode)  # served: success; never ready: not_ready
         res.work = attempt_work(
-            self.spec, self.checkpoint_dir, a.watch, a.child, a.resume_step, res, stop
-        )
+            self.spec, self.checkpoint_dir, a.watch, a.child, a.resume_step, res, stop,
+            unknown_after=None if a.progress is None else a.progress.unknown_after,
+        )  # fmt: skip
         if self.spec.outputs:
             from acceptrun.supervisor.outputs import check_declared_outputs
 

@@ -124,6 +124,7 @@ def attempt_work(
     resume_step: int | None,
     res: AttemptResult,
     stop: Stop | None = None,
+    unknown_after: int | None = None,
 ) -> dict[str, Any]:
     """Work done and lost by an attempt: what the cost ledger and the report count.
 
@@ -134,6 +135,9 @@ def attempt_work(
     step is an estimate (never later than the state it holds: supervisor/external.py),
     the lost steps are at most that many (``lost_at_most``). ``steps_lost_range`` is
     the range record/lost.py prints: exact, bounded, or unknown, never an unknown as zero.
+    ``unknown_after``: the step after which the script's progress could not be read (its
+    step lines could not be ordered: supervisor/counter.py); the steps lost have no upper
+    bound then, and the work says from which step (``steps_unknown_after``).
     """
     store = CheckpointStore(checkpoint_dir)
     latest = store.latest()
@@ -185,6 +189,9 @@ def attempt_work(
     elif failed and not watch.client:
         high = None
     low = 0 if work.get("lost_at_most") else lost_steps
+    if unknown_after is not None:
+        work["steps_unknown_after"] = unknown_after
+        high = None if failed else high
     if spec.inference.enabled and res.outcome != "success":
         # A batch inference run keeps every committed shard (its step events are
         # shards): only the shards in flight, the time since the last commit, are lost.

@@ -184,6 +184,7 @@ class ProgressReader:
     last_step: int | None = None
     last_t: float | None = None
     diverged: dict[str, Any] | None = None
+    unknown_after: int | None = None  # progress unknown after this step: lines dropped
     _tails: list[_LogTail] = field(default_factory=list)
     _pattern: UserPattern | None = None
     _last_poll: float = field(default_factory=time.time)
@@ -197,6 +198,7 @@ class ProgressReader:
     _recent: deque[tuple[float, dict[str, Any]]] = field(
         default_factory=lambda: deque(maxlen=RECENT_STEPS)
     )
+    _newest: int | None = None  # the newest step matched, emitted or not yet
     _read_through: float = 0.0  # unix s: every line that arrived before it is in _log_steps
     _progressed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -235,7 +237,17 @@ class ProgressReader:
             self.say(message)
 
     def _told(self, reason: str, message: str) -> None:
-        """A warning of the step clock (supervisor/counter.py), with its reason."""
+        """A warning of the step clock (supervisor/counter.py), with its reason.
+
+        Lines that cannot be ordered are dropped from then on: the last step, the lost
+        work and the step times after the newest step read so far are unknown, and the
+        attempt's work says from which step (``unknown_after``; record/lost.py).
+        """
+        if reason == "unordered" and self.unknown_after is None:
+            newest = max(s for s in (self.last_step, self._newest, -1) if s is not None)
+            self.unknown_after = newest if newest >= 0 else None
+            self._warn(message, reason=reason, unknown_after=self.unknown_after)
+            return
         self._warn(message, reason=reason)
 
     def start(self) -> None:
@@ -323,7 +335,7 @@ class ProgressReader:
             self._warn(
                 f"progress.pattern: {dropped:,} step lines of attempt {self.attempt} were "
                 "dropped: their counter went back and could not be ordered",
-                reason="dropped", dropped=dropped,
+                reason="dropped", dropped=dropped, unknown_after=self.unknown_after,
             )  # fmt: skip
         new = [v for s, v in sorted(found.items()) if self.last_step is None or s > self.last_step]
         if new:
@@ -357,6 +369,7 @@ class ProgressReader:
                 step = clock.read(values)  # takes the counter groups out of values
                 if step is not None:
                     values["step"] = self._run_step(step, "log")
+                    self._newest = max(values["step"], self._newest or values["step"])
                     entry = found.setdefault(values["step"], {})
                     entry.update(values)
                     if arrived is not None:  # the step's first line: when it was printed by

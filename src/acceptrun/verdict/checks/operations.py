@@ -259,13 +259,31 @@ def cost(given: CheckInput) -> list[Check]:
 
 
 def black_box_lost_work(given: CheckInput) -> list[Check]:
-    """A script without step events loses all of a failed attempt, uncounted (information)."""
+    """Lost work a black box's progress does not measure (information): none of it without
+    step events, none after step N when its step lines could not be ordered."""
     what = given.black_box
-    if what is None or "step" in given.event_kinds():
+    if what is None:
         return []
-    return [Check("operations", "lost work", NOT_RECORDED, False,
-                  f"not measured in steps: {what} without step events loses all of a "
-                  "failed attempt; set progress.pattern so lost steps are counted")]  # fmt: skip
+    if "step" not in given.event_kinds():
+        return [Check("operations", "lost work", NOT_RECORDED, False,
+                      f"not measured in steps: {what} without step events loses all of a "
+                      "failed attempt; set progress.pattern so lost steps are counted")]  # fmt: skip
+    unordered = [
+        e for e in given.record.events("progress_warning")
+        if e.get("reason") in ("unordered", "dropped") and isinstance(e.get("unknown_after"), int)
+    ]  # fmt: skip
+    if not unordered:
+        return []
+    first = min(unordered, key=lambda e: int(e["unknown_after"]))
+    dropped = sum(int(e.get("dropped") or 0) for e in unordered if e.get("reason") == "dropped")
+    brief = f"unknown after step {first['unknown_after']}"
+    evidence = (
+        f"{brief}: in attempt {first.get('attempt')} the step counter went back to a count "
+        f"that cannot be ordered, so {dropped or 'its'} step lines were dropped; the last "
+        "step, the steps lost and the step times after it are not known"
+    )
+    fix = "make progress.pattern match one counter, or name its epoch with (?P<epoch>\\d+)"
+    return [Check("operations", "lost work", NOT_RECORDED, False, evidence, fix, brief)]
 
 
 def drill_check(given: CheckInput, drill: str) -> Check:
