@@ -16,19 +16,35 @@ checkpoints) without starting a process. Calls chain; ``build()`` returns the
 
 Times are unix seconds from ``T0``, advancing ``step_time`` per step, so a test can
 compute every expected figure by hand.
+
+Beside it: :func:`run_with_checkpoints` (a record made by the workspace, with real
+committed checkpoints, for gc and retention) and :func:`make_checkpoint` (a checkpoint
+written by hand in the store's format, for the mirror tests of both tiers).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.durable import write_atomic, write_json_atomic
+from acceptrun._util.hashing import hash_bytes
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.record.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 
-__all__ = ["T0", "RecordBuilder"]
+__all__ = [
+    "T0",
+    "RecordBuilder",
+    "assert_same_checkpoint",
+    "make_checkpoint",
+    "run_with_checkpoints",
+    "steps_on_disk",
+    "tree",
+]
 
 T0 = 1_796_000_000.0  # unix seconds of run_start
 
@@ -147,3 +163,78 @@ class RecordBuilder:
     def _state(self) -> dict[str, Any]:
         found = self.record.read_json("run.json")
         return found if isinstance(found, dict) else {}
+
+
+# ---- a workspace's run with real checkpoints (gc, retention) ---------------------------
+
+
+def run_with_checkpoints(
+    ws: Workspace,
+    workdir: Path,
+    name: str,
+    steps: list[int],
+    *,
+    extra: str = "",
+    metrics: dict[int, float] | None = None,
+    **state: Any,
+) -> RunRecord:
+    """A real record with committed checkpoints of 1 KiB * step index, then ``state``."""
+    spec = f'name = "{name}"\ncommand = [{json.dumps(sys.executable)}, "-c", "pass"]\n'
+    spec += f"workdir = {json.dumps(str(workdir))}\n{extra}"
+    record = ws.create_run(name, spec_text=spec, state={"mode": "supervised"})
+    store = CheckpointStore(record.checkpoints_dir, keep_last=100)
+    for n, step in enumerate(steps, 1):
+        writer = store.begin(step)
+        writer.write_bytes("weights.bin", bytes(1024 * n))
+        loss = (metrics or {}).get(step)
+        store.commit(writer, metrics={"loss": loss} if loss is not None else None)
+    record.update_state(**state)
+    return record
+
+
+def steps_on_disk(record: RunRecord) -> list[int]:
+    return [i.step for i in CheckpointStore(record.checkpoints_dir).list()]
+
+
+# ---- checkpoints written by hand (the mirror tests of both tiers) ----------------------
+
+
+def make_checkpoint(root: Path, step: int, files: dict[str, bytes] | None = None) -> Path:
+    """A committed checkpoint in the store's format: files, MANIFEST.json last, LATEST."""
+    if files is None:
+        files = {
+            "model.safetensors": secrets.token_bytes(64 * 1024),
+            "optim/state.bin": secrets.token_bytes(4096),
+            "meta.json": json.dumps({"step": step}).encode(),
+        }
+    step_dir = root / f"step-{step}"
+    entries = {}
+    for rel, data in files.items():
+        (step_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (step_dir / rel).write_bytes(data)
+        entries[rel] = {"size": len(data), "hash": hash_bytes(data)}
+    manifest = {
+        "kind": "acceptrun.checkpoint",
+        "schema": 1,
+        "step": step,
+        "created_at": now_iso(),
+        "algorithm": "xxh3_128",
+        "files": entries,
+        "total_bytes": sum(e["size"] for e in entries.values()),
+        "metrics": {"loss": 1.0 / (step + 1)},
+        "meta": {},
+    }
+    write_json_atomic(step_dir / "MANIFEST.json", manifest)
+    write_atomic(root / "LATEST", f"step-{step}\n")
+    return step_dir
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (directories implied)."""
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def assert_same_checkpoint(local: Path, restored: Path) -> None:
+    assert tree(restored) == tree(local)

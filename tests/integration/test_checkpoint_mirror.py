@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pytest
-from mirror_checkpoints import assert_same_checkpoint, make_checkpoint, tree
 
 from acceptrun._util.durable import read_json
 from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
 from acceptrun.errors import RecordError, UserError
+from builders import assert_same_checkpoint, make_checkpoint, tree
 
 if TYPE_CHECKING:
     from s3server import S3Server

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from mirror_checkpoints import make_checkpoint, tree
 from tests.campaign import tally
 
 from acceptrun.backends.kubernetes import KubernetesOptions, export_manifests
@@ -32,6 +31,7 @@ from acceptrun.errors import RecordError, UserError
 from acceptrun.record.workspace import RunRecord
 from acceptrun.run.launch import launch
 from acceptrun.spec.model import load_spec
+from builders import make_checkpoint, tree
 
 if TYPE_CHECKING:
     pass

@@ -13,10 +13,10 @@ from typing import Any
 
 import fsspec
 import pytest
-from mirror_checkpoints import assert_same_checkpoint, make_checkpoint
 
 from acceptrun._util.durable import read_json
 from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
+from builders import assert_same_checkpoint, make_checkpoint
 
 Events = list[tuple[str, dict[str, Any]]]
 

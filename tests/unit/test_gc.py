@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,38 +12,11 @@ import pytest
 from acceptrun.checkpoint.store import LATEST, QUARANTINE, CheckpointStore
 from acceptrun.cli.main import main
 from acceptrun.errors import UserError
-from acceptrun.record.workspace import RunRecord, Workspace, now_iso
+from acceptrun.record.workspace import Workspace, now_iso
 from acceptrun.run.retention import GcOptions, format_gc, parse_age, plan_gc
+from builders import run_with_checkpoints, steps_on_disk
 
 DAY = 86400.0
-
-
-def make_run(
-    ws: Workspace,
-    tmp_path: Path,
-    name: str,
-    steps: list[int],
-    *,
-    extra: str = "",
-    metrics: dict[int, float] | None = None,
-    **state: Any,
-) -> RunRecord:
-    """A real record with committed checkpoints of 1 KiB * step index, then ``state``."""
-    spec = f'name = "{name}"\ncommand = [{json.dumps(sys.executable)}, "-c", "pass"]\n'
-    spec += f"workdir = {json.dumps(str(tmp_path))}\n{extra}"
-    record = ws.create_run(name, spec_text=spec, state={"mode": "supervised"})
-    store = CheckpointStore(record.checkpoints_dir, keep_last=100)
-    for n, step in enumerate(steps, 1):
-        writer = store.begin(step)
-        writer.write_bytes("weights.bin", bytes(1024 * n))
-        loss = (metrics or {}).get(step)
-        store.commit(writer, metrics={"loss": loss} if loss is not None else None)
-    record.update_state(**state)
-    return record
-
-
-def steps_on_disk(record: RunRecord) -> list[int]:
-    return [i.step for i in CheckpointStore(record.checkpoints_dir).list()]
 
 
 def dir_bytes(path: Path) -> int:
@@ -71,7 +42,7 @@ def ws(tmp_path: Path) -> Workspace:
 def test_dry_run_lists_and_deletes_nothing(
     ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    record = make_run(ws, tmp_path, "a", [10, 20, 30, 40], **finished("accepted"))
+    record = run_with_checkpoints(ws, tmp_path, "a", [10, 20, 30, 40], **finished("accepted"))
     before = sorted(p.relative_to(record.path) for p in record.path.rglob("*"))
 
     code, out = gc(capsys, ws)
@@ -86,7 +57,7 @@ def test_dry_run_lists_and_deletes_nothing(
 def test_apply_frees_exactly_the_planned_bytes_and_records_events(
     ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    record = make_run(
+    record = run_with_checkpoints(
         ws, tmp_path, "b", [10, 20, 30, 40, 50], extra="[checkpoint]\nkeep_every = 20\n",
         **finished("rejected"),
     )  # fmt: skip
@@ -115,7 +86,7 @@ def test_apply_frees_exactly_the_planned_bytes_and_records_events(
 
 def test_keep_best_is_kept_like_the_store_keeps_it(ws: Workspace, tmp_path: Path) -> None:
     losses = {10: 3.0, 20: 0.5, 30: 2.0, 40: 1.0, 50: 1.5}
-    record = make_run(
+    record = run_with_checkpoints(
         ws, tmp_path, "best", list(losses), metrics=losses,
         extra='[checkpoint]\nkeep_best = "loss:min"\n', **finished("accepted"),
     )  # fmt: skip
@@ -128,8 +99,8 @@ def test_keep_best_is_kept_like_the_store_keeps_it(ws: Workspace, tmp_path: Path
 def test_old_accepted_run_keeps_its_newest_verified_checkpoint(
     ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    old = make_run(ws, tmp_path, "old", [10, 20, 30], **finished("accepted", 40))
-    recent = make_run(ws, tmp_path, "new", [10, 20], **finished("accepted", 1))
+    old = run_with_checkpoints(ws, tmp_path, "old", [10, 20, 30], **finished("accepted", 40))
+    recent = run_with_checkpoints(ws, tmp_path, "new", [10, 20], **finished("accepted", 1))
     # The newest checkpoint of the old run is corrupt: the one before is its lineage.
     (old.checkpoints_dir / "step-30" / "weights.bin").write_bytes(b"garbage")
 
@@ -156,7 +127,7 @@ def test_old_rejected_run(
     flags: list[str],
     left: list[int],
 ) -> None:
-    record = make_run(ws, tmp_path, "rej", [10, 20, 30], **finished("rejected", 40))
+    record = run_with_checkpoints(ws, tmp_path, "rej", [10, 20, 30], **finished("rejected", 40))
     gc(capsys, ws, "--older-than", "30d", "--apply", *flags)
     assert steps_on_disk(record) == left
     assert (record.checkpoints_dir / LATEST).exists() == bool(left)
@@ -165,7 +136,7 @@ def test_old_rejected_run(
 def test_quarantine_is_kept_unless_asked(
     ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    record = make_run(ws, tmp_path, "q", [10, 20, 30], **finished("accepted"))
+    record = run_with_checkpoints(ws, tmp_path, "q", [10, 20, 30], **finished("accepted"))
     store = CheckpointStore(record.checkpoints_dir)
     moved = store.quarantine(record.checkpoints_dir / "step-10", "failed verification: test")
     qbytes = dir_bytes(moved)
@@ -195,7 +166,7 @@ def test_bad_older_than_names_the_value(ws: Workspace, capsys: pytest.CaptureFix
 
 
 def test_table_without_prices_shows_bytes_and_dash(ws: Workspace, tmp_path: Path) -> None:
-    make_run(ws, tmp_path, "t", [10, 20, 30], **finished("accepted"))
+    run_with_checkpoints(ws, tmp_path, "t", [10, 20, 30], **finished("accepted"))
     plans = plan_gc(ws, GcOptions())
     for plan in plans:
         plan.price_per_gib_month = None
@@ -218,10 +189,14 @@ def test_storage_price_from_the_catalog(
         'source = "test"\ndate = "2026-01-01"\n'
     )  # USD per GiB-month chosen so that 1 KiB costs 1 USD a month
     cost = '[cost]\nprovider = "test"\ninstance = "box"\n'
-    priced = make_run(ws, tmp_path, "p", [10, 20, 30], extra=cost, **finished("accepted"))
-    plain = make_run(ws, tmp_path, "u", [10, 20, 30], **finished("accepted"))
+    priced = run_with_checkpoints(
+        ws, tmp_path, "p", [10, 20, 30], extra=cost, **finished("accepted")
+    )
+    plain = run_with_checkpoints(ws, tmp_path, "u", [10, 20, 30], **finished("accepted"))
     bad = '[cost]\nprovider = "test"\ninstance = "nope"\n'
-    broken = make_run(ws, tmp_path, "x", [10, 20, 30], extra=bad, **finished("accepted"))
+    broken = run_with_checkpoints(
+        ws, tmp_path, "x", [10, 20, 30], extra=bad, **finished("accepted")
+    )
     nbytes = dir_bytes(priced.checkpoints_dir / "step-10")
 
     _, out = gc(capsys, ws)

@@ -27,7 +27,7 @@ ME = os.getpid()
 STARTED = psutil.Process(ME).create_time()
 
 
-def make_run(
+def run_with_lease(
     tmp_path: Path, status: str, lease: dict[str, Any] | None, events: tuple[float, ...] = ()
 ) -> Path:
     run = tmp_path / "run"
@@ -49,19 +49,19 @@ def lease(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_closed_run_has_ended(tmp_path: Path) -> None:
-    run = make_run(tmp_path, "finished", lease(pid=1, started=0.0))
+    run = run_with_lease(tmp_path, "finished", lease(pid=1, started=0.0))
     assert supervisor_state(run).state == "ended"
     assert shown_status(run, "finished") == "finished"
 
 
 def test_the_same_pid_and_start_time_here_is_alive(tmp_path: Path) -> None:
-    run = make_run(tmp_path, "running", lease(renewed_at=0.0))  # old renewal: the pid decides
+    run = run_with_lease(tmp_path, "running", lease(renewed_at=0.0))  # old renewal: the pid decides
     assert supervisor_state(run).state == "alive"
     assert interruption(run, "running") is None
 
 
 def test_a_reused_pid_is_gone_and_the_last_event_is_the_last_sign(tmp_path: Path) -> None:
-    run = make_run(
+    run = run_with_lease(
         tmp_path, "running", lease(started=STARTED - 3600, renewed_at=100.0), (50.0, 200.0)
     )
     state = supervisor_state(run)
@@ -71,7 +71,9 @@ def test_a_reused_pid_is_gone_and_the_last_event_is_the_last_sign(tmp_path: Path
 
 
 def test_the_lease_renewal_counts_as_a_sign_of_life(tmp_path: Path) -> None:
-    run = make_run(tmp_path, "preflight", lease(started=STARTED - 3600, renewed_at=300.0), (200.0,))
+    run = run_with_lease(
+        tmp_path, "preflight", lease(started=STARTED - 3600, renewed_at=300.0), (200.0,)
+    )
     assert last_sign_of_life(run) == 300.0
 
 
@@ -82,12 +84,12 @@ def test_the_lease_renewal_counts_as_a_sign_of_life(tmp_path: Path) -> None:
 def test_another_hosts_lease_is_judged_by_its_age(
     tmp_path: Path, age: float, expected: str
 ) -> None:
-    run = make_run(tmp_path, "running", lease(host="elsewhere", renewed_at=time.time() - age))
+    run = run_with_lease(tmp_path, "running", lease(host="elsewhere", renewed_at=time.time() - age))
     assert supervisor_state(run).state == expected
 
 
 def test_a_lease_ended_without_a_close_is_gone(tmp_path: Path) -> None:
-    run = make_run(tmp_path, "closing", lease(ended_at=time.time()))
+    run = run_with_lease(tmp_path, "closing", lease(ended_at=time.time()))
     assert supervisor_state(run).gone
 
 
@@ -111,7 +113,7 @@ def test_the_workload_sees_its_supervisor_alive_or_gone() -> None:
 
 
 def test_reports_say_interrupted_with_the_last_sign_of_life(tmp_path: Path) -> None:
-    run = make_run(tmp_path, "running", lease(started=STARTED - 3600, renewed_at=0.0), (1e9,))
+    run = run_with_lease(tmp_path, "running", lease(started=STARTED - 3600, renewed_at=0.0), (1e9,))
     sup = supervisor_state(run).to_dict()
     assert sup["state"] == "gone" and sup["last_sign_of_life"] == 1e9
     text = status_text({"status": "running"}, sup)
@@ -120,7 +122,7 @@ def test_reports_say_interrupted_with_the_last_sign_of_life(tmp_path: Path) -> N
 
 
 def test_a_standalone_runs_lease_names_its_process_not_a_supervisor(tmp_path: Path) -> None:
-    run = make_run(
+    run = run_with_lease(
         tmp_path, "running", lease(role="standalone", started=STARTED - 3600, renewed_at=0.0)
     )
     state = supervisor_state(run)
@@ -129,7 +131,7 @@ def test_a_standalone_runs_lease_names_its_process_not_a_supervisor(tmp_path: Pa
     text = status_text({"status": "running"}, state.to_dict())
     assert text.startswith("interrupted (its process is gone;")
     (tmp_path / "alive").mkdir()
-    alive = make_run(tmp_path / "alive", "running", lease(role="standalone"))
+    alive = run_with_lease(tmp_path / "alive", "running", lease(role="standalone"))
     assert supervisor_state(alive).state == "alive"
 
 
@@ -137,7 +139,7 @@ def test_the_lease_writer_records_its_role_and_ends(tmp_path: Path) -> None:
     from acceptrun.record.lease import end_lease, start_lease
     from acceptrun.record.workspace import RunRecord
 
-    path = make_run(tmp_path, "running", None)
+    path = run_with_lease(tmp_path, "running", None)
     record = RunRecord(path)
     start_lease(record, role="standalone")
     try:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from mirror_checkpoints import make_checkpoint
-
 from acceptrun._util.durable import read_json
 from acceptrun.checkpoint.mirror import Mirror, remote_steps
+from builders import make_checkpoint
 
 PASSWORD = "SEKRIT0MIRRORSTATE0rrrr"
 

@@ -11,6 +11,7 @@ import pytest
 
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.verdict.diff import diff_runs, format_run_diff
+from builders import make_checkpoint
 
 # ---- 1. diff says what it compared ---------------------------------------------------------
 
@@ -120,8 +121,6 @@ def test_retention_deletes_from_a_local_path_mirror_too(tmp_path: Path) -> None:
 
 
 def test_the_newest_verified_step_in_the_mirror_is_never_deleted(tmp_path: Path) -> None:
-    from test_checkpoint_mirror_local import make_checkpoint
-
     from acceptrun.checkpoint.mirror import Mirror, remote_steps
 
     url = str(tmp_path / "mirror")
