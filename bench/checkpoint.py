@@ -60,8 +60,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from acceptrun.checkpoint.restore import load_into
 from acceptrun.checkpoint.saver import Checkpointer
-from acceptrun.checkpoint.state import TENSORS, load_into
+from acceptrun.checkpoint.state import TENSORS
 from acceptrun.checkpoint.store import CheckpointStore
 
 

@@ -37,10 +37,10 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from acceptrun.checkpoint import state as state_module
+from acceptrun.checkpoint import staging as state_module
 from acceptrun.checkpoint.overlap import Overlap
 from acceptrun.checkpoint.saver import Checkpointer
-from acceptrun.checkpoint.state import stage
+from acceptrun.checkpoint.staging import stage
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.workload.distributed import RankGroup, RankInfo
 

@@ -16,7 +16,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
-from acceptrun.checkpoint.state import load_into, stage, write_staged
+from acceptrun.checkpoint.restore import load_into
+from acceptrun.checkpoint.staging import stage, write_staged
 
 
 @pytest.fixture(autouse=True)

@@ -19,16 +19,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from acceptrun.checkpoint.state import (
-    STATE,
-    TENSORS,
+from acceptrun.checkpoint.restore import load_into
+from acceptrun.checkpoint.staging import (
     Staged,
     StagingBuffers,
     StateChangedDuringCopy,
-    load_into,
     stage,
     write_staged,
 )
+from acceptrun.checkpoint.state import STATE, TENSORS
 from acceptrun.errors import RecordError, UserError
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
@@ -669,8 +668,8 @@ def test_a_checkpoint_restores_where_the_safetensors_package_is_not_installed(
 def test_a_restore_hashes_the_tensors_as_it_reads_them(tmp_path: Path) -> None:
     """One pass: the store leaves TENSORS' hash to the loader, which checks it before
     any object changes; a flipped byte is caught there, and nothing is loaded."""
-    from acceptrun.checkpoint.state import TensorsHashMismatch
     from acceptrun.checkpoint.store import CheckpointStore
+    from acceptrun.checkpoint.tensorfile import TensorsHashMismatch
 
     seed_all(0)
     objs = make(init_seed=1)

@@ -23,7 +23,7 @@ from acceptrun.errors import UserError
 
 
 def test_a_value_that_cannot_be_restored_is_named() -> None:
-    from acceptrun.checkpoint.state import restore_values
+    from acceptrun.checkpoint.restore import restore_values
 
     hidden, history = torch.zeros(2, 3), [1]
     with pytest.raises(UserError, match=r"cannot restore 'hidden'.*shape \(4, 3\)"):

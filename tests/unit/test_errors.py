@@ -13,7 +13,7 @@ import pytest
 
 import acceptrun
 from acceptrun import errors
-from acceptrun.checkpoint.state import stage
+from acceptrun.checkpoint.staging import stage
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import Workspace
 from acceptrun.run import standalone as run_module

@@ -23,7 +23,8 @@ import pytest
 import torch
 from hypothesis import settings
 
-from acceptrun.checkpoint.state import load_into, stage, write_staged
+from acceptrun.checkpoint.restore import load_into
+from acceptrun.checkpoint.staging import stage, write_staged
 from acceptrun.checkpoint.store import MANIFEST, QUARANTINE, CheckpointStore, CheckpointWriter
 from acceptrun.errors import AcceptrunError
 

@@ -35,7 +35,7 @@ from acceptrun._util.durable import (
     read_jsonl,
 )
 from acceptrun.capture.data import load_manifest
-from acceptrun.checkpoint.state import _read_meta
+from acceptrun.checkpoint.restore import _read_meta
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.cost.catalog import load_catalog
 from acceptrun.errors import AcceptrunError

@@ -3,7 +3,9 @@
 - :mod:`~acceptrun.checkpoint.store`: atomic ``step-<N>/`` directories, manifests with
   content hashes, LATEST, verification, quarantine, retention (no torch import);
 - :mod:`~acceptrun.checkpoint.state`: PyTorch state without pickle (safetensors + JSON),
-  RNG states, device mapping;
+  RNG states, device mapping: staged and written by :mod:`~acceptrun.checkpoint.staging`,
+  loaded by :mod:`~acceptrun.checkpoint.restore`, the file itself in
+  :mod:`~acceptrun.checkpoint.tensorfile`;
 - :mod:`~acceptrun.checkpoint.loader`: a sampler and loader wrapper that resume data order
   exactly;
 - :mod:`~acceptrun.checkpoint.saver`: async saves (stage, then persist in the background);

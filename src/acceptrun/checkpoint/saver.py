@@ -1,6 +1,6 @@
 """Asynchronous checkpoint saves: stage on the training thread, persist in the background.
 
-The training loop is blocked only while :func:`~acceptrun.checkpoint.state.stage` copies
+The training loop is blocked only while :func:`~acceptrun.checkpoint.staging.stage` copies
 the state into host memory (into reused buffers, pinned for CUDA tensors). With
 ``overlap`` (the default; ``[checkpoint] staging = "overlap"``) even less: when the
 objects hold a torch.optim optimizer, the parameters and optimizer state in host memory
@@ -8,7 +8,7 @@ objects hold a torch.optim optimizer, the parameters and optimizer state in host
 next forward and backward, and the next ``step()`` of any torch.optim optimizer waits for
 that copy (a global step pre-hook); the loop is blocked only if it gets there first. A
 tensor changed in place some other way before it was copied fails the save loudly
-(:class:`~acceptrun.checkpoint.state.StateChangedDuringCopy`) rather than write a
+(:class:`~acceptrun.checkpoint.staging.StateChangedDuringCopy`) rather than write a
 snapshot that is not its step's. A background thread then writes the safetensors and
 JSON files through the store (hashing as it writes), commits the manifest and LATEST,
 applies retention, and hands the checkpoint to the mirror. The next save, or the end of the run, waits for it; a failure is recorded as
@@ -40,15 +40,10 @@ from acceptrun._util.durable import storage_fault
 from acceptrun._util.units import format_bytes
 from acceptrun.checkpoint.mirror import Mirror
 from acceptrun.checkpoint.overlap import Overlap
-from acceptrun.checkpoint.state import (
-    BinarySink,
-    Staged,
-    StagingBuffers,
-    rank_dir,
-    stage,
-    write_staged,
-)
+from acceptrun.checkpoint.staging import Staged, StagingBuffers, stage, write_staged
+from acceptrun.checkpoint.state import rank_dir
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
+from acceptrun.checkpoint.tensorfile import BinarySink
 from acceptrun.errors import AcceptrunError, DiskFullError
 
 __all__ = ["CheckpointDiskFullError", "CheckpointError", "Checkpointer"]

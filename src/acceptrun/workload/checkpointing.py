@@ -248,13 +248,9 @@ class Checkpointing(RunBase):
         resume = self.resume_from
         if not resume:
             return 0
-        from acceptrun.checkpoint.state import (
-            TENSORS,
-            TensorsHashMismatch,
-            load_into,
-            load_ranked,
-            restore_values,
-        )
+        from acceptrun.checkpoint.restore import load_into, load_ranked, restore_values
+        from acceptrun.checkpoint.state import TENSORS
+        from acceptrun.checkpoint.tensorfile import TensorsHashMismatch
 
         store = self._store()
         expect = None
