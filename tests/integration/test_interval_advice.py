@@ -118,7 +118,7 @@ def test_spec_check_warns_a_long_run_without_an_interval(project: Project) -> No
     spec = project.spec(WORKLOAD, extra='[limits]\nwall_time = "12h"\n')
     check = project.cli("spec", "check", str(spec), check_rc=0)
     assert "warning: checkpoint interval: a run of up to 12h00m sets none" in check.stderr
-    assert "`acceptrun plan SPEC --save 30s` prints the optimum" in check.stderr
+    assert "`acceptrun ckpt plan SPEC --save 30s` prints the optimum" in check.stderr
 
 
 def test_m_comes_from_the_workspaces_history_of_the_spec(project: Project) -> None:

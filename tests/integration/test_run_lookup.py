@@ -112,7 +112,7 @@ def test_every_command_that_takes_a_run_finds_one_in_a_sibling_workspace(
 def test_a_command_that_acts_only_here_says_so(
     folders: dict[str, Any], words: tuple[str, ...], refs: tuple[str, ...]
 ) -> None:
-    from acceptrun.record.cli import HERE_ONLY
+    from acceptrun.cli.record import HERE_ONLY
 
     proc = _cli(folders["a"], folders["config"], *words, *[folders["id_b"]] * len(refs))
     assert proc.returncode == 2, (proc.stdout, proc.stderr)

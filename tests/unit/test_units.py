@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from acceptrun._util import units
+from acceptrun.cli import tune as tune_cli
 from acceptrun.cost import billing
 from acceptrun.errors import UserError
 from acceptrun.spec import model
-from acceptrun.tune import cli as tune_cli
 
 
 @pytest.mark.parametrize(

@@ -117,7 +117,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.record.registry:_warn", "terminal", exempt=_WARN),
     Sink("acceptrun.record.lease:SupervisorLease._write", "terminal", exempt=_WARN),
     Sink("acceptrun.run.lifecycle:_resume_lock", "file", exempt=_LOCK),
-    Sink("acceptrun.run.cli:cmd_init", "file", exempt="raw=True: a new spec for the user, from their answers; nothing from a record"),
+    Sink("acceptrun.cli.run:cmd_init", "file", exempt="raw=True: a new spec for the user, from their answers; nothing from a record"),
     Sink("acceptrun.run.reproduce:prepare", "file", exempt="raw=True: the spec to run again, the user's own (its secrets are needed to run)"),
     Sink("acceptrun.run.drills.restore:_scratch_copy", "file", exempt="a scratch copy of a checkpoint's files for a drill, removed after it"),
     Sink("acceptrun.notify.secrets:keep_secrets", "file", exempt="raw=True: secrets/<run>.json, KEPT_WHOLE (0600)"),
@@ -166,8 +166,8 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.ui.server:BoardHandler._stream", "socket", redacted_by="ui.server._redacted, and live.log_feed redacts each line before JSON encodes it"),
     Sink("acceptrun.ui.server:_start_resume", "process", redacted_by="logpump.start (the resume's output, through redact_text into its log)"),
     Sink("acceptrun.cli.main:_main", "terminal", exempt=_CLI_OUT),
-    Sink("acceptrun.backends.cli:cmd_export_skypilot", "terminal", exempt=_CLI_OUT),
-    Sink("acceptrun.backends.cli:cmd_export_kubernetes", "terminal", exempt="the manifests, whose [env] secrets go to a 0600 Secret file (raw=True) by design; the rest through the CLI's RedactingStream"),
+    Sink("acceptrun.cli.backends:cmd_export_skypilot", "terminal", exempt=_CLI_OUT),
+    Sink("acceptrun.cli.backends:cmd_export_kubernetes", "terminal", exempt="the manifests, whose [env] secrets go to a 0600 Secret file (raw=True) by design; the rest through the CLI's RedactingStream"),
     Sink("acceptrun.backends.kubernetes_node:run_node", "process", exempt="the node's own `acceptrun run`, with the pod's environment"),
     Sink("acceptrun.backends.mlflow:_Progress.advance", "terminal", exempt="a count of files exported, on stderr"),
     Sink("acceptrun.backends.mlflow:export_run", "file", redacted_by="redact_spec (the spec artifact is written from the redacted spec)"),
@@ -183,7 +183,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.tune.comm:main", "terminal", exempt="a benchmark worker's result line"),
     Sink("acceptrun.tune.scaling:run_scaling", "file", exempt=_TEMP),
     Sink("acceptrun.tune.sweep:run_child", "process", exempt="a trial of the user's spec, its log in the sweep's own directory (the trial's stdout/stderr, its own output)"),
-    Sink("acceptrun.tune.cli:cmd_tune", "terminal", exempt=_CLI_OUT),
+    Sink("acceptrun.cli.tune:cmd_tune", "terminal", exempt=_CLI_OUT),
     Sink("acceptrun.tune.trial:main", "terminal", exempt="a trial's result line (numbers), read by the sweep"),
 )
 

@@ -24,16 +24,22 @@ one is searched, and a miss says so.
 from __future__ import annotations
 
 import os
+from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
 
 from acceptrun.errors import WorkspaceError
 from acceptrun.record.workspace import ENV_WORKSPACE, RunRecord, Workspace, find_workspace
 
-__all__ = ["LATEST", "Found", "find_run", "looks_like_path"]
+__all__ = ["LATEST", "Found", "find_run", "looks_like_path", "workspace_of"]
 
 LATEST = ("latest", "last", "@")
 SHOWN = 5  # workspaces or runs named in a message, at most
+
+
+def workspace_of(args: Namespace, create: bool = False) -> Workspace:
+    """The workspace of a command: ``--workspace``, else the nearest ``.acceptrun/``."""
+    return find_workspace(args.workspace, create=create)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""``acceptrun scaling``: the same spec at 1, 2, ... processes, and how well it scales.
+"""``acceptrun bench scaling``: the same spec at 1, 2, ... processes, and how well it scales.
 
 Each process count is a real, short ``acceptrun run`` of the spec (its own record, the
 spec's name with ``-scaling-p<N>``): ``resources.processes = N``, at most ``--steps``
@@ -8,7 +8,7 @@ samples/s when the workload logs ``samples`` (all ranks' samples of the step), e
 steps/s. Efficiency is thr(N) / (N/B x thr(B)) for the smallest count B (1 by default):
 1.0 is perfect linear scaling.
 
-    $ acceptrun scaling examples/ddp/spec.toml --processes 1,2 --steps 200
+    $ acceptrun bench scaling examples/ddp/spec.toml --processes 1,2 --steps 200
     processes  throughput        efficiency  steps  run
             1  20714 samples/s         1.00    200  20261130-...-ddp-scaling-p1-3f0a
             2  21866 samples/s         0.53    200  20261130-...-ddp-scaling-p2-9b1c
@@ -18,26 +18,29 @@ runs each layout (``resources.nodes`` x ``resources.processes``; a run of severa
 is one srun step per attempt, docs/multi-node.md). Efficiency compares total processes
 the same way, against the first layout: ``1x2,2x1`` says what crossing nodes costs::
 
-    $ sbatch -N 2 --wrap "acceptrun scaling spec.toml --layouts 1x2,2x1 --steps 100"
+    $ sbatch -N 2 --wrap "acceptrun bench scaling spec.toml --layouts 1x2,2x1 --steps 100"
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import json
-import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.argtypes import MAX_STEP, file_arg, positive_int, text
-from acceptrun._util.console import configure_console, format_table, get_logger, quieted
+from acceptrun._util.console import format_table, get_logger, quieted
 from acceptrun.errors import UserError
 
-__all__ = ["ScalingPoint", "register", "run_scaling"]
+__all__ = [
+    "DEFAULT_STEPS",
+    "ScalingPoint",
+    "format_scaling",
+    "parse_counts",
+    "parse_layouts",
+    "run_scaling",
+]
 
 _log = get_logger(__name__)
 
@@ -73,58 +76,6 @@ class ScalingPoint:
             "efficiency": self.efficiency,
             "nodes": self.nodes,
         }
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add ``scaling``."""
-    p = sub.add_parser(
-        "scaling",
-        help="run a spec at 1, 2, ... processes: throughput and scaling efficiency",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "spec", type=file_arg, help="the run spec (its command is launched through torchrun)"
-    )
-    p.add_argument(
-        "--processes",
-        type=text(),
-        default="1,2",
-        help="comma-separated process counts, e.g. 1,2,4 (default 1,2)",
-    )
-    p.add_argument(
-        "--layouts",
-        type=text(),
-        help="instead of --processes: NODESxPROCESSES per node, e.g. 1x2,2x1 (several "
-        "nodes: run it inside a Slurm allocation of that many nodes)",
-    )
-    p.add_argument(
-        "--steps",
-        type=positive_int(MAX_STEP),
-        default=DEFAULT_STEPS,
-        help=f"at most this many steps per run (default {DEFAULT_STEPS})",
-    )
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    p.add_argument("-v", "--verbose", action="store_true", help="show the runs' own output")
-    p.set_defaults(func=cmd_scaling)
-
-
-def cmd_scaling(args: argparse.Namespace) -> int:
-    layouts = parse_layouts(args.layouts) if args.layouts else None
-    counts = parse_counts(args.processes)
-    if args.steps < 1:
-        raise UserError(f"--steps {args.steps}: give a number of steps of 1 or more, e.g. 50")
-    if args.json:  # stdout is one JSON document; progress lines would only be noise
-        configure_console(logging.WARNING)
-    points = run_scaling(
-        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose,
-        layouts=layouts,
-    )  # fmt: skip
-    if args.json:
-        print(json.dumps([p.to_dict() for p in points], indent=2))
-    else:
-        print(format_scaling(points))
-    return 0 if all(p.throughput is not None for p in points) else 1
 
 
 def parse_counts(text: str) -> list[int]:

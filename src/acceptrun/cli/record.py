@@ -19,13 +19,6 @@ _log = get_logger(__name__)
 _say = _log.info
 
 
-def workspace_of(args: argparse.Namespace, create: bool = False) -> Any:
-    """The workspace of a command: ``--workspace``, else the nearest ``.acceptrun/``."""
-    from acceptrun.record.workspace import find_workspace
-
-    return find_workspace(args.workspace, create=create)
-
-
 RUN_HELP = (
     "run id, unique prefix or latest (looked up here, then in your other workspaces), "
     "or the run's directory"
@@ -129,6 +122,7 @@ def cmd_ls_all(args: argparse.Namespace) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from acceptrun.record.liveness import interrupted_note, interruption
+    from acceptrun.record.lookup import workspace_of
     from acceptrun.spec.model import format_duration
 
     if args.all:
@@ -173,8 +167,9 @@ def unlisted_runs(ws: Any, listed: set[str]) -> list[str]:
 
 
 def cmd_index_rebuild(args: argparse.Namespace) -> int:
-    ws = workspace_of(args)
-    ws.index_note = None
+    from acceptrun.record.lookup import workspace_of
+
+    ws = workspace_of(args)  # a new Workspace: its index_note is the rebuild's alone
     count, skipped = ws.rebuild_index()
     if ws.index_note:
         print(ws.index_note)

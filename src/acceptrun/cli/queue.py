@@ -16,7 +16,7 @@ from typing import Any
 
 from acceptrun._util.argtypes import MAX_DURATION_S, file_arg, finite_float, integer, positive_int
 from acceptrun._util.console import get_logger
-from acceptrun.record.cli import HERE_ONLY, add_run_argument
+from acceptrun.cli.record import HERE_ONLY, add_run_argument
 
 __all__ = ["register"]
 
@@ -334,9 +334,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )  # fmt: skip
     worker.set_defaults(func=cmd_worker)
 
-    cancel = sub.add_parser(
-        "cancel", help="cancel a job: a queued one leaves the queue, a running one is stopped"
-    )
+    cancel = sub.add_parser("cancel", help="cancel a job: out of the queue, or stopped if running")
     add_run_argument(
         cancel,
         "job",

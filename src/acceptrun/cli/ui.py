@@ -30,7 +30,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from acceptrun.ui.server import is_loopback, make_server
 
     if args.all:
-        from acceptrun.record.cli import listed_workspaces
+        from acceptrun.cli.record import listed_workspaces
 
         listed, notes = listed_workspaces()  # the user's own (notes: gone, other users')
         found = [ws for _, ws in listed]
@@ -71,9 +71,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``ui``."""
-    p = sub.add_parser(
-        "ui", help="a local web board: runs, live runs, compare, queue and pool, spend"
-    )
+    p = sub.add_parser("ui", help="a local web board: runs, live runs, compare, queue, spend")
     where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--workspace", dest="ui_workspace", type=path_arg, metavar="DIR",

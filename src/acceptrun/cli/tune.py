@@ -1,4 +1,5 @@
-"""Commands of the training-efficiency playbook: ``acceptrun tune`` and ``acceptrun bench comm``.
+"""Commands of the training-efficiency playbook: ``acceptrun tune``, ``acceptrun bench comm``
+and ``acceptrun bench scaling`` (``acceptrun scaling`` until the next release).
 
 Registered through ``acceptrun.cli.main.COMMANDS``. Nothing here imports torch at
 import time: ``acceptrun --help`` stays light; the trials and the communication
@@ -205,12 +206,12 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``tune`` and ``bench comm`` to the top-level subparsers."""
+    """Add ``tune`` and ``bench`` (``comm``, ``scaling``), and the old name ``scaling``."""
     from acceptrun.tune.sweep import AXES
 
     tune = sub.add_parser(
         "tune",
-        help="find a faster training configuration: precision, batch, compile, optimizer, ...",
+        help="find a faster training configuration: precision, batch, ...",
     )
     tune.add_argument(
         "target",
@@ -269,49 +270,122 @@ def register(sub: Any) -> None:
     tune.add_argument("--json", action="store_true", help="print tune.json instead of the table")
     tune.set_defaults(func=cmd_tune)
 
-    bench = sub.add_parser("bench", help="benchmarks of the machine: communication")
+    bench = sub.add_parser("bench", help="benchmarks: communication, scaling over processes")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="ACTION")
     comm = bench_sub.add_parser(
         "comm", help="all-reduce algbw/busbw by size, DDP bucket sweep, scaling 1..N processes"
     )
-    comm.add_argument(
-        "--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo"
-    )
-    comm.add_argument(
+    _comm_arguments(comm)
+    scaling = bench_sub.add_parser(
+        "scaling", help="run a spec at 1, 2, ... processes: throughput and scaling efficiency",
+        description=_scaling_doc(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    _scaling_arguments(scaling)
+    # The name before `bench scaling`, kept for a release: no help= keeps it out of the list.
+    old = sub.add_parser("scaling", description=_scaling_doc(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    _scaling_arguments(old)
+    old.set_defaults(renamed="bench scaling")
+
+
+def _comm_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo")
+    p.add_argument(
         "--procs",
         type=positive_int(4096),
         help="processes per node (default: GPUs for nccl, 2 for gloo)",
     )
-    comm.add_argument(
+    p.add_argument(
         "--nodes",
         type=positive_int(100_000),
         default=1,
         help="nodes (default 1); more runs the workers with srun inside a Slurm allocation",
     )
-    comm.add_argument("--sizes", type=text(), help="message sizes, e.g. 4KiB,1MiB,64MiB")
-    comm.add_argument("--buckets", type=text(), help="DDP bucket_cap_mb values, e.g. 1,5,25")
-    comm.add_argument(
+    p.add_argument("--sizes", type=text(), help="message sizes, e.g. 4KiB,1MiB,64MiB")
+    p.add_argument("--buckets", type=text(), help="DDP bucket_cap_mb values, e.g. 1,5,25")
+    p.add_argument(
         "--iters", type=positive_int(MAX_ITERS), default=10, help="timed all-reduces per size"
     )
-    comm.add_argument(
+    p.add_argument(
         "--warmup", type=count(MAX_ITERS), default=3, help="untimed all-reduces per size"
     )
-    comm.add_argument(
+    p.add_argument(
         "--ddp-steps", type=positive_int(MAX_ITERS), default=8, help="timed DDP steps per setting"
     )
-    comm.add_argument(
+    p.add_argument(
         "--timeout",
         type=finite_float(above=0.0, most=MAX_DURATION_S, example="300"),
         default=300.0,
         help="seconds for the whole benchmark",
     )
-    comm.add_argument(
+    p.add_argument(
         "--out",
         type=file_arg,
         metavar="FILE",
         help="also write the figures as JSON; an existing FILE is replaced only when it is an "
         "earlier benchmark's, or with --force",
     )
-    comm.add_argument("--force", action="store_true", help="replace FILE even when it is not one")
-    comm.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    comm.set_defaults(func=cmd_bench_comm)
+    p.add_argument("--force", action="store_true", help="replace FILE even when it is not one")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=cmd_bench_comm)
+
+
+# ---- bench scaling ---------------------------------------------------------------------------
+
+
+def _scaling_doc() -> str | None:
+    from acceptrun.tune import scaling
+
+    return scaling.__doc__
+
+
+def _scaling_arguments(p: argparse.ArgumentParser) -> None:
+    from acceptrun.tune.scaling import DEFAULT_STEPS
+
+    p.add_argument(
+        "spec", type=file_arg, help="the run spec (its command is launched through torchrun)"
+    )
+    p.add_argument(
+        "--processes",
+        type=text(),
+        default="1,2",
+        help="comma-separated process counts, e.g. 1,2,4 (default 1,2)",
+    )
+    p.add_argument(
+        "--layouts",
+        type=text(),
+        help="instead of --processes: NODESxPROCESSES per node, e.g. 1x2,2x1 (several "
+        "nodes: run it inside a Slurm allocation of that many nodes)",
+    )
+    p.add_argument(
+        "--steps",
+        type=positive_int(MAX_STEP),
+        default=DEFAULT_STEPS,
+        help=f"at most this many steps per run (default {DEFAULT_STEPS})",
+    )
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the runs' own output")
+    p.set_defaults(func=cmd_scaling)
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    import logging
+
+    from acceptrun._util.console import configure_console
+    from acceptrun.tune.scaling import format_scaling, parse_counts, parse_layouts, run_scaling
+
+    layouts = parse_layouts(args.layouts) if args.layouts else None
+    counts = parse_counts(args.processes)
+    if args.steps < 1:
+        raise UserError(f"--steps {args.steps}: give a number of steps of 1 or more, e.g. 50")
+    if args.json:  # stdout is one JSON document; progress lines would only be noise
+        configure_console(logging.WARNING)
+    points = run_scaling(
+        args.spec, counts, steps=args.steps, workspace=args.workspace, echo=args.verbose,
+        layouts=layouts,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps([p.to_dict() for p in points], indent=2))
+    else:
+        print(format_scaling(points))
+    return 0 if all(p.throughput is not None for p in points) else 1

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``top``."""
     p = sub.add_parser(
         "top",
-        help="running runs, live: step, throughput, ETA, GPU or process use, cost so far",
+        help="running runs, live: step, throughput, ETA, use, cost so far",
     )
     p.add_argument(
         "-n",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.argtypes import dir_arg, file_arg, path_arg, port, text
-from acceptrun.record.cli import add_run_argument
+from acceptrun.cli.record import add_run_argument
 
 __all__ = ["register"]
 
@@ -145,7 +145,7 @@ def cmd_export_wheel(args: argparse.Namespace) -> int:
 
 def cmd_export_mlflow(args: argparse.Namespace) -> int:
     from acceptrun.backends.mlflow import default_tracking_uri, export_run
-    from acceptrun.record.cli import open_run
+    from acceptrun.cli.record import open_run
 
     record = open_run(args, args.run)
     mlflow_id = export_run(record.path, args.tracking_uri, args.experiment)
@@ -163,8 +163,7 @@ _FORCE_HELP = "replace FILE even when it is not an earlier export (the spec neve
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     export = sub.add_parser(
         "export",
-        help="export a spec as a SkyPilot task or Kubernetes manifests, or a run's record into "
-        "MLflow",
+        help="a spec to SkyPilot or Kubernetes; a run's record to MLflow",
     )
     export_sub = export.add_subparsers(dest="export_command", required=True, metavar="TARGET")
     sky = export_sub.add_parser(

@@ -52,9 +52,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``watch``."""
-    p = sub.add_parser(
-        "watch", help="follow workspaces; tell [notify] targets when a run's supervisor is gone"
-    )
+    p = sub.add_parser("watch", help="tell [notify] targets when a run's supervisor is gone")
     where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--workspace", dest="watch_workspace", metavar="DIR",

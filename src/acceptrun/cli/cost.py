@@ -8,8 +8,8 @@ from typing import Any
 
 from acceptrun._util.argtypes import MAX_DURATION_S, finite_float, text, usd
 from acceptrun._util.console import get_logger
+from acceptrun.cli.record import add_run_argument, find, listed_workspaces
 from acceptrun.errors import AcceptrunError
-from acceptrun.record.cli import add_run_argument, find, listed_workspaces, workspace_of
 
 __all__ = ["register"]
 
@@ -19,6 +19,7 @@ _say = _log.info
 
 def cmd_prices(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import format_prices, load_catalog
+    from acceptrun.record.lookup import workspace_of
 
     root = None
     try:
@@ -39,6 +40,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         summarize,
         waste_by,
     )
+    from acceptrun.record.lookup import workspace_of
 
     since = parse_since(args.since) if args.since else None
     if args.all:
@@ -62,6 +64,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 def cmd_cost_claim(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
     from acceptrun.cost.report import claim, format_claim, parse_since, select_ledgers
+    from acceptrun.record.lookup import workspace_of
 
     since = parse_since(args.since) if args.since else None
     ws = workspace_of(args)
@@ -162,9 +165,7 @@ def cmd_cost_whatif(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     prices = sub.add_parser("prices", help="the price catalog: instances, prices, billing rules")
     prices.set_defaults(func=cmd_prices)
-    cost = sub.add_parser(
-        "cost", help="what runs cost: totals, split, cost per accepted run; show, add, whatif"
-    )
+    cost = sub.add_parser("cost", help="what runs cost: totals, split, per accepted run; whatif")
     cost.add_argument(
         "--since",
         type=text(most=100),

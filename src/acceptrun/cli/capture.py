@@ -9,7 +9,7 @@ from typing import Any
 
 from acceptrun._util.argtypes import file_arg, path_arg, text
 from acceptrun._util.console import get_logger
-from acceptrun.record.cli import add_run_argument, open_run
+from acceptrun.cli.record import add_run_argument, open_run
 
 __all__ = ["register"]
 

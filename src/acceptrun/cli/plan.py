@@ -1,4 +1,4 @@
-"""``acceptrun plan``: how often to checkpoint, before spending money.
+"""``acceptrun ckpt plan``: how often to checkpoint, before spending money.
 
 The interval model of :mod:`acceptrun.cost.interval` for figures given on the command
 line, or taken from a spec and its recorded runs (:mod:`acceptrun.verdict.interval`
@@ -7,7 +7,7 @@ cost to expect, and the same for the interval the spec sets. ``--simulate N`` ch
 event by event and adds what the closed form does not model (an asynchronous persist
 window, Weibull interruptions).
 
->>> acceptrun plan --gpus 512 --save 40s --restart 10m --work 14d --usd-per-hour 1100
+>>> acceptrun ckpt plan --gpus 512 --save 40s --restart 10m --work 14d --usd-per-hour 1100
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from acceptrun._util.argtypes import duration, file_arg, finite_float, positive_
 from acceptrun._util.units import format_duration
 from acceptrun.errors import UserError
 
-__all__ = ["cmd_plan", "register"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "cmd_plan", "interval_warnings"]
 
 
 # --simulate N: each round of the simulation (one per interruption) touches a few numpy
@@ -41,7 +41,7 @@ MAX_GPUS = 1_000_000  # far past any one job's (the largest reported are ~10^5)
 
 def _recorded(args: argparse.Namespace, spec: Any) -> Any:
     """The measured inputs of the newest finished run of ``spec``'s name, or None."""
-    from acceptrun.record.cli import workspace_of
+    from acceptrun.record.lookup import workspace_of
     from acceptrun.record.workspace import RunRecord
     from acceptrun.telemetry.summary import load_summary
     from acceptrun.verdict.core import CheckInput
@@ -132,7 +132,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "work": '--work "14d" (the failure-free compute the run needs)',
         }
         raise UserError(
-            "acceptrun plan needs " + "; ".join(how[k] for k in missing)
+            "acceptrun ckpt plan needs " + "; ".join(how[k] for k in missing)
             + (f" ({args.spec} has no finished run to measure them from)" if args.spec else "")
         )  # fmt: skip
     save, restart, M, work = (float(inputs[k][0]) for k in ("save", "restart", "mtbf", "work"))  # type: ignore[arg-type]
@@ -147,7 +147,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "fewer --gpus), or a shorter --save or --restart"
         ) from None
     except ValueError as exc:  # a figure the model refuses, from a spec or a recorded run
-        raise UserError(f"acceptrun plan: {exc}; check the spec's and its runs' figures") from None
+        raise UserError(
+            f"acceptrun ckpt plan: {exc}; check the spec's and its runs' figures"
+        ) from None
     out["inputs"] = {
         k: {"seconds": v, "from": src} for k, (v, src) in inputs.items() if v is not None
     }
@@ -286,13 +288,15 @@ def _text(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    p = sub.add_parser(
-        "plan",
-        help="how often to checkpoint: the optimum interval, ETTR and cost (before a run)",
-        description="The checkpoint-interval model (docs/checkpoint-interval.md) for the "
-        "figures given, or a spec's: its recorded runs give the save and restart costs.",
-    )
+HELP = "how often to checkpoint: the optimum interval, ETTR and cost (before a run)"
+DESCRIPTION = (
+    "The checkpoint-interval model (docs/checkpoint-interval.md) for the figures given, or a "
+    "spec's: its recorded runs give the save and restart costs."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``ckpt plan`` (and of ``plan``, its name until the next release)."""
     positive, zero_ok = duration(), duration(zero_ok=True)
     p.add_argument(
         "spec", nargs="?", type=file_arg, help="a spec: its interval, price and recorded runs"
@@ -371,7 +375,7 @@ def interval_warnings(args: argparse.Namespace, spec: Any, usage: str = "client"
                 f"(the optimum for a save of {m.save_s:.3g} s and M = {format_duration(mtbf)}, "
                 f"{mtbf_from})"
                 if m is not None and m.save_s
-                else "checkpoint.every (`acceptrun plan SPEC --save 30s` prints the optimum)"
+                else "checkpoint.every (`acceptrun ckpt plan SPEC --save 30s` prints the optimum)"
             )
             out.append(
                 f"checkpoint interval: a run of up to {format_duration(longest)} sets none "
@@ -395,7 +399,7 @@ def interval_warnings(args: argparse.Namespace, spec: Any, usage: str = "client"
         out.append(
             f"checkpoint interval: {what} is {current / best:.2g}x the optimum "
             f"{format_duration(best)} for a save of {m.save_s:.3g} s ({found[0]}) and "
-            f"M = {format_duration(mtbf)} ({mtbf_from}); `acceptrun plan {args.file}` shows "
+            f"M = {format_duration(mtbf)} ({mtbf_from}); `acceptrun ckpt plan {args.file}` shows "
             "what each costs"
         )
     return out

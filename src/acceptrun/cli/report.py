@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.argtypes import file_arg
-from acceptrun.record.cli import add_run_argument, find, open_run
+from acceptrun.cli.record import add_run_argument, find, open_run
 
 __all__ = ["register"]
 
@@ -122,9 +122,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def _register_bundle(sub: argparse._SubParsersAction[Any]) -> None:
-    bundle = sub.add_parser(
-        "bundle", help="one redacted archive of a run for support or a colleague (.tar.gz)"
-    )
+    bundle = sub.add_parser("bundle", help="one redacted archive of a run, for support (.tar.gz)")
     add_run_argument(bundle, default="latest")
     bundle.add_argument(
         "-o",
@@ -147,7 +145,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     _register_show(sub)
     _register_bundle(sub)
     report = sub.add_parser(
-        "report", help="a run's report: verdict, five tests, charts, cost, lineage (HTML)"
+        "report", help="a run's report (HTML): verdict, five tests, charts, cost"
     )
     add_run_argument(report, default="latest")
     report.add_argument(
@@ -170,9 +168,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     report.add_argument("--open", action="store_true", help="open it in the browser")
     report.set_defaults(func=cmd_report)
 
-    rep = sub.add_parser(
-        "reproduce", help="run a recorded run again: its frozen spec, at its commit, with its diff"
-    )
+    rep = sub.add_parser("reproduce", help="run a recorded run again: frozen spec, commit and diff")
     add_run_argument(rep)
     rep.add_argument(
         "--worktree",
@@ -182,24 +178,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     rep.add_argument("-q", "--quiet", action="store_true", help="do not echo the workload's output")
     rep.set_defaults(func=cmd_reproduce)
 
-    diff = sub.add_parser(
-        "diff", help="did RUN_B reproduce RUN_A? data, metrics, loss curve, outputs, environment"
-    )
+    diff = sub.add_parser("diff", help="did RUN_B reproduce RUN_A? data, metrics, curve, outputs")
     add_run_argument(diff, "run_a", help="the original run (id, prefix or directory)")
     add_run_argument(diff, "run_b", help="the repeat (id, prefix or directory)")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=cmd_diff)
 
     port = sub.add_parser(
-        "portability", help="what ties a spec or run to one provider or machine, and how to move it"
+        "portability", help="what ties a spec or run to one machine, and how to move it"
     )
     add_run_argument(port, "target", help="a spec file, or a run id / prefix / latest / directory")
     port.add_argument("--json", action="store_true")
     port.set_defaults(func=cmd_portability)
 
-    howto = sub.add_parser(
-        "howto", help="the commands to repeat a run on another machine, from its record"
-    )
+    howto = sub.add_parser("howto", help="the commands to repeat a run on another machine")
     add_run_argument(howto, default="latest")
     howto.set_defaults(func=cmd_howto)
 
