@@ -32,15 +32,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from notify_receivers import (  # lives with the tests that use it
     CORRUPTS,
     MIRROR_LAGS,
     WebhookReceiver,
     release,
-    wait_until,
     watchdog_of,
 )
+
+from conftest import wait_for  # the suite's one wait
 
 PY = sys.executable
 
@@ -138,11 +140,11 @@ def one_run(root: Path, kind: str) -> list[dict[str, Any]]:
                                     str(spec)], cwd=root, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)  # fmt: skip
             try:
-                wait_until(lambda: _events(ws, "attempt_start"), 300, "attempt 1")
-                wait_until(lambda: watchdog_of(sup.pid), 300, "the watchdog")  # no orphan after
+                wait_for(lambda: _events(ws, "attempt_start"), 300, what="attempt 1")
+                wait_for(lambda: watchdog_of(sup.pid), 300, what="the watchdog")  # no orphan after
                 sup.send_signal(signal.SIGKILL)
                 sup.wait(60)
-                wait_until(lambda: _events(ws, "notify"), 300, "the delivery")
+                wait_for(lambda: _events(ws, "notify"), 300, what="the delivery")
             finally:
                 for proc in (sup, watch):
                     if proc.poll() is None:

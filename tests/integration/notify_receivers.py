@@ -28,7 +28,6 @@ __all__ = [
     "SmtpReceiver",
     "WebhookReceiver",
     "release",
-    "wait_until",
     "watchdog_of",
 ]
 
@@ -112,18 +111,6 @@ def release(fifo: Path) -> None:
             pass
 
     threading.Thread(target=open_it, name="release-fifo", daemon=True).start()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until truthy; AssertionError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class WebhookReceiver:

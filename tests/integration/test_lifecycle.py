@@ -26,6 +26,7 @@ import pytest
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.cli.main import main
 from acceptrun.record.workspace import RunRecord, Workspace, user_at_host
+from conftest import wait_for
 
 TRAIN = textwrap.dedent(
     """
@@ -74,15 +75,6 @@ def make_job(tmp_path: Path, *, mirror: Path | None = None, grace: str = "300s")
         f'[limits]\nmax_restarts = 1\nrestart_backoff = 0\ngrace_period = "{grace}"\n'
     )
     return job
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def steps(record: RunRecord, attempt: int | None = None) -> list[int]:

@@ -28,12 +28,11 @@ from notify_receivers import (
     MIRROR_LAGS,
     SmtpReceiver,
     WebhookReceiver,
-    wait_until,
     watchdog_of,
 )
 
 from acceptrun.record.workspace import RunRecord
-from conftest import only_record_in
+from conftest import only_record_in, wait_for
 
 PYTHON = sys.executable
 DEADLINE_S = 300.0  # a generous bound: only a broken delivery comes near it
@@ -307,16 +306,18 @@ def test_a_gone_supervisor_is_told_by_watch_once_and_the_resume_tells_its_own(
             cwd=spec.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            record = wait_until(
+            record = wait_for(
                 lambda: (ws / "runs").is_dir() and any((ws / "runs").glob("[!.]*/run.json"))
-                and only_record_in(ws), DEADLINE_S, "the run record",
+                and only_record_in(ws), DEADLINE_S, what="the run record",
             )  # fmt: skip
-            wait_until(lambda: _events(record, "attempt_start"), DEADLINE_S, "attempt 1")
+            wait_for(lambda: _events(record, "attempt_start"), DEADLINE_S, what="attempt 1")
             # Once its watchdog runs, which ends the workload after the death (no orphan).
-            wait_until(lambda: watchdog_of(sup.pid), DEADLINE_S, "the watchdog")
+            wait_for(lambda: watchdog_of(sup.pid), DEADLINE_S, what="the watchdog")
             sup.send_signal(signal.SIGKILL)
             sup.wait(timeout=60)
-            (body,) = wait_until(lambda: hook.bodies("supervisor_gone"), DEADLINE_S, "the message")
+            (body,) = wait_for(
+                lambda: hook.bodies("supervisor_gone"), DEADLINE_S, what="the message"
+            )
         finally:
             for proc in (sup, watch):
                 if proc.poll() is None:
