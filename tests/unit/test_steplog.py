@@ -27,9 +27,9 @@ from acceptrun.record.steplog import (
     MISSING_F8,
     StepLog,
     StepTail,
-    StepWriter,
     repair_torn,
 )
+from acceptrun.record.stepwriter import StepWriter
 from acceptrun.record.workspace import RunRecord
 
 T0 = 1_796_000_000.0

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from acceptrun._util.durable import append_jsonl
-from acceptrun.record.steplog import StepWriter
+from acceptrun.record.stepwriter import StepWriter
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.telemetry.summary import SUMMARY_FILE, load_summary, summarize, write_summary
 from acceptrun.telemetry.timelines import CHART_POINTS, timelines

@@ -191,7 +191,7 @@ class RunRecord:
         one that cannot be a record (no integer step) stays a JSON line in events.jsonl.
         """
         if self._steps is None:
-            from acceptrun.record.steplog import StepWriter
+            from acceptrun.record.stepwriter import StepWriter
 
             self._steps = StepWriter(self.path)
         attempt = record.get("attempt")

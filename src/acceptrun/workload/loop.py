@@ -92,7 +92,7 @@ class StepLoop(RunBase):
         Inside :meth:`steps` the values join the step's event, written when the step
         ends. Outside it, each call writes a step event timed from the previous call.
         Cost: about 10 us per step (``bench/long_run.py`` prints it); step records are held
-        for at most 0.2 s and written together (:class:`~acceptrun.record.steplog.StepWriter`).
+        for at most 0.2 s and written together (:class:`~acceptrun.record.stepwriter.StepWriter`).
         On a GPU, the ``.item()`` that produces a loss value is the expensive part (a
         device sync), not this call. The names ``t``, ``kind``, ``attempt`` and ``step`` are
         the event's own and cannot be values.
