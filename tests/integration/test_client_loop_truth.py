@@ -21,7 +21,7 @@ from acceptrun._util.hashing import hash_file
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
 from acceptrun.run.launch import LaunchResult, launch
-from acceptrun.verdict.core import compute_verdict
+from acceptrun.verdict.decide import compute_verdict
 from conftest import PYTHON, Project
 
 LIMITS = '[limits]\nrestart_backoff = 0\ngrace_period = "5s"\n'

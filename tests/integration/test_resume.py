@@ -221,7 +221,7 @@ def test_ckpt_commands_and_restore_drill(
     assert drill["ok"] and drill["step"] == 23
     # The drill logged nothing into the run: its steps are not the run's.
     assert max(e["step"] for e in record.events("step")) == 23
-    from acceptrun.verdict.core import compute_verdict
+    from acceptrun.verdict.decide import compute_verdict
 
     verdict = compute_verdict(record)
     assert verdict.accepted, [c for c in verdict.checks if c.status != "pass"]

@@ -19,7 +19,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
-from acceptrun.verdict.core import compute_verdict
+from acceptrun.verdict.decide import compute_verdict
 from conftest import PYTHON, Project
 
 TRAIN = Path(__file__).with_name("watched_train.py")

@@ -15,7 +15,8 @@ from tests.unit.verdict_records import VerdictRecord
 from acceptrun._util.hashing import hash_file
 from acceptrun.spec.model import load_spec
 from acceptrun.verdict import GROUPS, compute_verdict, format_verdict
-from acceptrun.verdict.core import BEST_EFFORT_FAILED, Check, registered_checks
+from acceptrun.verdict.core import BEST_EFFORT_FAILED, Check
+from acceptrun.verdict.decide import registered_checks
 from acceptrun.verdict.diff import diff_runs, format_run_diff
 
 # ---- the registry --------------------------------------------------------------------------

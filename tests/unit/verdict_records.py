@@ -20,7 +20,8 @@ from typing import Any
 
 from tests.builders import T0, RecordBuilder
 
-from acceptrun.verdict.core import Check, Verdict, compute_verdict
+from acceptrun.verdict.core import Check, Verdict
+from acceptrun.verdict.decide import compute_verdict
 
 __all__ = ["T0", "VerdictRecord"]
 

@@ -50,7 +50,7 @@ def _verdict(record: RunRecord, view: RecordView) -> dict[str, Any]:
     decided = view.verdict()  # a newer format raises RecordError naming the fix
     if decided is not None:
         return {**decided.raw, "provisional": False}
-    from acceptrun.verdict.core import compute_verdict
+    from acceptrun.verdict.decide import compute_verdict
 
     if record.state.get("status") not in ("finished", "failed_preflight"):
         why = "The run has not closed: this verdict was computed now, from the record so far."

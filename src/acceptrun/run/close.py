@@ -22,7 +22,8 @@ from acceptrun.record.lease import end_lease
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 from acceptrun.spec.model import RunSpec, load_spec
-from acceptrun.verdict.core import Verdict, compute_verdict, read_attempts, run_timeline, work_lost
+from acceptrun.verdict.core import Verdict, read_attempts, run_timeline, work_lost
+from acceptrun.verdict.decide import compute_verdict
 
 __all__ = ["close_run", "close_standalone", "run_cleanup"]
 

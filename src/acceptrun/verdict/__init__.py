@@ -4,6 +4,7 @@
 >>> print(format_verdict(compute_verdict(record)))
 """
 
-from acceptrun.verdict.core import GROUPS, Check, Verdict, compute_verdict, format_verdict
+from acceptrun.verdict.core import GROUPS, Check, Verdict, format_verdict
+from acceptrun.verdict.decide import compute_verdict
 
 __all__ = ["GROUPS", "Check", "Verdict", "compute_verdict", "format_verdict"]

@@ -8,8 +8,9 @@ required check whose evidence is missing is never a pass.
 Checks are grouped by the five acceptance tests of docs/architecture.md (``GROUPS``):
 setup, data (and checkpoints), performance (and observability), operations and exit,
 plus the results the spec asks for (metrics and outputs). Each group's check functions
-live in one module of :mod:`acceptrun.verdict.checks`; :func:`registered_checks` lists
-them all, and this module runs them (:func:`compute_verdict`) and formats the result.
+live in one module of :mod:`acceptrun.verdict.checks`; :mod:`acceptrun.verdict.decide`
+lists them all and runs them (``compute_verdict``); this module holds the types they share
+(:class:`Check`, :class:`CheckInput`, :class:`Verdict`) and formats the result.
 Figures about time (first step, throughput, data wait, idle share) come from
 :func:`acceptrun.telemetry.summary.summarize`; what the record lacks is ``not_recorded``,
 never a pass.
@@ -19,9 +20,6 @@ neighbouring record read for a drill) never loses the verdict and never fails si
 the checks that needed it are ``not_recorded`` with evidence "<part> failed: <error>;
 see events", and a ``best_effort_failed`` event (component, error, traceback) is
 appended to the run's events.jsonl.
-
->>> v = compute_verdict(RunRecord(".acceptrun/runs/20261130-015953-sumx-0b29"))
->>> print(format_verdict(v))
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from acceptrun.record.status import CheckStatus
 from acceptrun.record.view import read_attempts, run_timeline, work_lost
-from acceptrun.record.workspace import RunRecord, now_iso
+from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec, load_spec
 
 if TYPE_CHECKING:
@@ -46,10 +44,8 @@ __all__ = [
     "CheckInput",
     "Verdict",
     "check_mark",
-    "compute_verdict",
     "format_verdict",
     "read_attempts",
-    "registered_checks",
     "run_timeline",
     "work_lost",
 ]
@@ -226,80 +222,6 @@ def record_failure(record: RunRecord, component: str, exc: BaseException) -> str
     except OSError as write_exc:
         return f"{component} failed: {error}; recording it in events.jsonl failed too: {write_exc}"
     return f"{component} failed: {error}; see events"
-
-
-def registered_checks() -> tuple[CheckFn, ...]:
-    """Every check function, in the order their checks are listed within a group.
-
-    A check is one function ``(CheckInput) -> list[Check]`` in the module of its group
-    (:mod:`acceptrun.verdict.checks`) and one line here. The verdict sorts the checks by
-    group, keeping this order inside each group; functions whose checks span groups
-    (inference, serving) come last so that they follow each group's own checks.
-    """
-    from acceptrun.verdict.checks import data, exit, operations, performance, results, setup
-
-    return (
-        setup.provenance,
-        setup.preflight,
-        setup.first_step,
-        setup.spec_warnings,
-        data.data_verified,
-        data.last_checkpoint,
-        data.restore_drill,
-        data.black_box_checkpoints,
-        data.checkpoint_interval,
-        operations.exit_status,
-        operations.resumed,
-        operations.failures,
-        operations.restarts,
-        operations.drills,
-        operations.cleanup,
-        operations.injected_faults,
-        operations.budget,
-        operations.cost,
-        operations.black_box_lost_work,
-        performance.runtime,
-        performance.throughput,
-        performance.data_wait,
-        performance.idle,
-        performance.telemetry,
-        performance.black_box_step_time,
-        results.metrics,
-        results.outputs,
-        results.black_box_outputs,
-        exit.portability,
-        results.inference,
-        results.serving,
-    )
-
-
-# The check functions of what happens before launch: all a run refused there is judged on
-# (no process ran, so no step, checkpoint, cost or exit check has anything to say).
-BEFORE_LAUNCH = frozenset({"provenance", "preflight", "spec_warnings", "data_verified"})
-
-
-def never_launched(record: RunRecord) -> bool:
-    """The run was refused (or stopped) before its workload started: no attempt began."""
-    kinds = {str(ev.get("kind")) for ev in record.events()}
-    if kinds & {"attempt_start", "workload_start"}:
-        return False
-    refused = {"preflight_failed", "stopped_before_launch"}
-    return bool(kinds & refused) or record.state.get("status") == "failed_preflight"
-
-
-def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
-    """Decide a run from its record. ``spec`` defaults to the frozen spec in the record.
-
-    A run refused before launch shows only the checks that ran (:data:`BEFORE_LAUNCH`).
-    """
-    given = CheckInput.of(record, spec)
-    fns = registered_checks()
-    if never_launched(record):
-        fns = tuple(fn for fn in fns if fn.__name__ in BEFORE_LAUNCH)
-    checks = [c for fn in fns for c in fn(given)]
-    order = list(GROUPS)
-    checks.sort(key=lambda c: order.index(c.group) if c.group in order else len(order))
-    return Verdict(record.run_id, checks, now_iso())
 
 
 # A check's mark and word, by status and whether the verdict needs it: the failure cross

@@ -670,7 +670,7 @@ def _judge_preempt(r: Restart | None, k2: int, same: str, equal: bool, tail: str
 
 def _decide_again(record: RunRecord) -> str:
     """The drill run's verdict once its drill events exist (it was decided at close before)."""
-    from acceptrun.verdict.core import compute_verdict
+    from acceptrun.verdict.decide import compute_verdict
 
     verdict = compute_verdict(record)
     label = "accepted" if verdict.accepted else "rejected"
