@@ -45,6 +45,7 @@ __all__ = [
 _log = get_logger(__name__)  # each check's outcome, as `acceptrun run` shows it
 
 SMOKE_BYTES = 8 * 1024 * 1024  # written, fsynced and read back per directory
+_SHELL_LIST = set(";&|<>`\n")  # a list, pipeline or redirection: appended args land elsewhere
 _SHELL_WORDS = {
     "cd",
     "exec",
@@ -195,13 +196,13 @@ def check_static(spec: RunSpec) -> None:
             launch_command(spec)
         except SpecError as exc:
             problems.extend(exc.problems)
-    if spec.checkpoint.resume_args:
-        from acceptrun.supervisor.external import check_resume_args
-
-        try:  # appended args that would land after a pipe or a redirection
-            check_resume_args(spec)
-        except SpecError as exc:
-            problems.extend(exc.problems)
+    if spec.checkpoint.resume_args and spec.shell and _SHELL_LIST & set(spec.command[2]):
+        problems.append(  # they are appended to the command: after a pipe, they miss the script
+            f"checkpoint.resume_args: {spec.checkpoint.resume_args!r} are appended to the "
+            f"command, but {spec.command[2]!r} is a shell list, pipeline or redirection, so "
+            'they would not reach the script; write the command as a list (["python", '
+            '"train.py", ...]) or as one simple command, and redirect in the script'
+        )
     if spec.data.path and "://" not in spec.data.path:
         path = Path(spec.resolve_path(spec.data.path))
         if not path.exists():
@@ -214,7 +215,7 @@ def check_static(spec: RunSpec) -> None:
                 f"`acceptrun data snapshot {spec.data.path} -o {spec.data.manifest}`"
             )
     if spec.serving.payload:  # a serving run's request bodies: read now, not mid-load
-        from acceptrun.serving.driver import load_bodies
+        from acceptrun.serving.load import load_bodies
 
         try:
             load_bodies(spec.resolve_path(spec.serving.payload))

@@ -32,16 +32,16 @@ from typing import Any
 
 import psutil
 
-from acceptrun._util.durable import loads_json, read_jsonl, write_atomic, write_json_atomic
+from acceptrun._util.durable import read_jsonl, write_atomic, write_json_atomic
 from acceptrun._util.userregex import UserPattern, compile_user_pattern
 from acceptrun.record.status import AttemptOutcome
 from acceptrun.record.workspace import RunRecord
-from acceptrun.serving.load import LoadPlan, RequestResult, run_load
+from acceptrun.serving.load import LoadPlan, RequestResult, load_bodies, run_load
 from acceptrun.serving.service import REQUESTS_FILE, attempt_file, write_service
 from acceptrun.serving.summary import summarize
 from acceptrun.spec.model import RunSpec
 
-__all__ = ["ServingDriver", "load_bodies"]
+__all__ = ["ServingDriver"]
 
 READY_POLL_S = 0.1  # seconds between readiness probes
 TAIL_LINES = 12  # stderr lines kept as evidence when the server never becomes ready
@@ -50,23 +50,6 @@ TAIL_LINES = 12  # stderr lines kept as evidence when the server never becomes r
 ENDED_ON_ITS_OWN = frozenset(
     {AttemptOutcome.SUCCESS, AttemptOutcome.FAILED, AttemptOutcome.SIGNALED}
 )
-
-
-def load_bodies(path: str | None) -> list[bytes]:
-    """Request bodies from a JSONL file (each line re-serialised compactly); [b""] without one."""
-    if path is None:
-        return [b""]
-    bodies = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            bodies.append(json.dumps(loads_json(line), separators=(",", ":")).encode())
-        except ValueError as exc:  # not JSON, or nested too deep
-            raise ValueError(f"{path}:{n}: not JSON ({exc}); one request body a line") from None
-    if not bodies:
-        raise ValueError(f"{path}: no request body; write one JSON value a line")
-    return bodies
 
 
 class ServingDriver(threading.Thread):

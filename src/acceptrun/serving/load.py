@@ -1,4 +1,4 @@
-"""acceptrun's load generator: open-loop (Poisson) or closed-loop HTTP load, standard library only.
+"""acceptrun's load generator: open-loop (Poisson) or closed-loop HTTP load, and its bodies.
 
 Open loop (``rate``): the send times are drawn before the load starts (exponential gaps
 for Poisson arrivals, as MLPerf Inference's Server scenario; even gaps for "uniform") and
@@ -9,10 +9,10 @@ requests that queued behind the stall (no coordinated omission, the wrk2 approac
 Closed loop (``concurrency``): N clients each send the next request when the last one
 answered; latency is measured from the actual send (what closed-loop tools report).
 
-HTTP/1.1 over asyncio streams, keep-alive connections reused from an idle pool, bodies
-read by Content-Length, chunked encoding or until close. With ``stream`` the body is read
-as server-sent events: each ``data:`` event other than ``[DONE]`` is one token, which
-gives the time to first token (TTFT) and the inter-token latencies (ITL).
+HTTP/1.1 over asyncio streams (no HTTP package), keep-alive connections reused from an
+idle pool, bodies read by Content-Length, chunked encoding or until close. With ``stream``
+the body is read as server-sent events: each ``data:`` event other than ``[DONE]`` is one
+token, which gives the time to first token (TTFT) and the inter-token latencies (ITL).
 
 >>> plan = LoadPlan(url="http://127.0.0.1:8000/", rate=50.0, requests=100)
 >>> results = run_load(plan)  # doctest: +SKIP
@@ -21,18 +21,39 @@ gives the time to first token (TTFT) and the inter-token latencies (ITL).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import ssl
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["LoadPlan", "RequestResult", "arrival_schedule", "run_load"]
+from acceptrun._util.durable import loads_json
+
+__all__ = ["LoadPlan", "RequestResult", "arrival_schedule", "load_bodies", "run_load"]
 
 MAX_CONNECTIONS = 512  # open loop: requests beyond this wait for a connection (still timed)
 READ_CHUNK = 65536  # bytes
+
+
+def load_bodies(path: str | None) -> list[bytes]:
+    """Request bodies from a JSONL file (each line re-serialised compactly); [b""] without one."""
+    if path is None:
+        return [b""]
+    bodies = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            bodies.append(json.dumps(loads_json(line), separators=(",", ":")).encode())
+        except ValueError as exc:  # not JSON, or nested too deep
+            raise ValueError(f"{path}:{n}: not JSON ({exc}); one request body a line") from None
+    if not bodies:
+        raise ValueError(f"{path}: no request body; write one JSON value a line")
+    return bodies
 
 
 @dataclass(kw_only=True)

@@ -68,7 +68,7 @@ from acceptrun.checkpoint.formats import whole, whole_dir
 from acceptrun.checkpoint.leftovers import watched_matches
 from acceptrun.checkpoint.redating import redate_in_order
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
-from acceptrun.errors import AcceptrunError, RecordError, SpecError, UserError
+from acceptrun.errors import AcceptrunError, RecordError, UserError
 from acceptrun.supervisor.axis import StepAxis
 
 if TYPE_CHECKING:
@@ -76,7 +76,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointWatcher",
-    "check_resume_args",
     "restore_watched",
     "step_from_name",
     "step_in_content",
@@ -86,7 +85,6 @@ __all__ = [
 PLACEHOLDER = "{checkpoint}"
 _WRITE_MODES = ("w", "a", "+")  # psutil open_files() modes that can change the file
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
-_SHELL_LIST = set(";&|<>`\n")  # a list, pipeline or redirection: appended args land elsewhere
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
@@ -144,27 +142,6 @@ def _newest_mtime(path: Path) -> float:
     if not path.is_dir():
         return path.stat().st_mtime
     return max((f.stat().st_mtime for f in path.rglob("*") if f.is_file()), default=0.0)
-
-
-def check_resume_args(spec: Any) -> None:
-    """Raise :class:`SpecError` when ``checkpoint.resume_args`` cannot reach the script.
-
-    They are appended to the command; in a shell list, pipeline or redirection
-    (``python train.py > log``) they would go to the last command or the file instead.
-    """
-    if not spec.checkpoint.resume_args or not spec.shell:
-        return
-    line = spec.command[2]
-    if _SHELL_LIST & set(line):
-        raise SpecError(
-            spec.source,
-            [
-                f"checkpoint.resume_args: {spec.checkpoint.resume_args!r} are appended to the "
-                f"command, but {line!r} is a shell list, pipeline or redirection, so they "
-                'would not reach the script; write the command as a list (["python", '
-                '"train.py", ...]) or as one simple command, and redirect in the script'
-            ],
-        )
 
 
 def with_resume_args(argv: Sequence[str], spec: Any, checkpoint: str) -> list[str]:
