@@ -1,18 +1,25 @@
 """Cost over many runs, one run's ledger as a table, and what-if projections.
 
 The headline figure is **cost per accepted run**: everything the selected runs cost
-(compute, storage, people, switching), divided by the runs that were accepted. Ledgers
-are read from each record's ``ledger.json`` and rebuilt when missing or stale (an input
-file changed, or the catalog now prices the run differently).
+(compute, storage, people, switching), divided by the runs that were accepted. Over a
+workspace, each run's ledger is read from the index (:func:`select_ledgers`: the digest
+of its ledger.json that close wrote there, :func:`acceptrun.record.index.ledger_digest`);
+one run's ledger from its record's ``ledger.json`` (:func:`ledger_for`), rebuilt when
+missing or stale (an input file changed, or the catalog now prices the run differently).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
+import os
 import re
-from collections.abc import Callable, Iterable
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, overload
 
 from acceptrun._util.console import format_table
 from acceptrun.cost.billing import (
@@ -32,7 +39,8 @@ from acceptrun.cost.ledger import (
     ledger_inputs,
     price_of_run,
 )
-from acceptrun.errors import RecordError, UserError
+from acceptrun.errors import RecordError, UserError, WorkspaceError
+from acceptrun.record import index
 from acceptrun.record.status import RESPONSIBILITY, RUN_LIVE, Responsibility
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.spec.model import format_duration
@@ -124,6 +132,52 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+class LedgerSet(Sequence[dict[str, Any]]):
+    """Ledgers chosen from the index: their figures at hand, their digests read when asked.
+
+    :func:`summarize` and :func:`waste_by` add up the figures (the index's columns,
+    :data:`acceptrun.record.index.COST_FIGURES`) without reading a digest; an item is the
+    run's digest (:func:`acceptrun.record.index.ledger_digest`), which reads like its
+    ledger. The digests are read from the index on the first item asked for.
+    """
+
+    def __init__(self, rows: list[index.CostRow]) -> None:
+        self.rows = rows
+        self._digests: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> LedgerSet: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | LedgerSet:
+        if isinstance(i, slice):
+            return LedgerSet(self.rows[i])
+        if self._digests is None:
+            self._digests = _digests(self.rows)
+        digest: dict[str, Any] = json.loads(self._digests[i])
+        return digest
+
+
+def _digests(rows: list[index.CostRow]) -> list[str]:
+    """The digest of each row: its own, else read from its workspace's index."""
+    wanted: dict[Path, list[str]] = {}
+    for r in rows:
+        if not r.digest:
+            wanted.setdefault(Path(r.path).parent.parent / "index.sqlite", []).append(r.run_id)
+    found: dict[str, str] = {}
+    for where, run_ids in wanted.items():
+        found.update(index.read_digests(where, run_ids))
+    return [r.digest or found.get(r.run_id, "{}") for r in rows]
+
+
+def _rows_of(ledgers: Iterable[dict[str, Any]]) -> list[index.CostRow]:
+    """The index's rows of ledgers read from records (or a LedgerSet's own)."""
+    return ledgers.rows if isinstance(ledgers, LedgerSet) else [index.cost_row(x) for x in ledgers]
+
+
 def select_ledgers(
     ws: Workspace,
     catalog: Catalog | None = None,
@@ -132,94 +186,174 @@ def select_ledgers(
     spec: str | None = None,
     provider: str | None = None,
     gpu: str | None = None,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Ledgers of the workspace's ended runs that match; and the ids of live runs left out."""
-    chosen, live = [], []
-    for run_id in ws.run_ids():
-        record = RunRecord(ws.runs_dir / run_id)
-        try:
-            state = record.state
-        except (RecordError, ValueError):
-            continue  # a damaged record has no cost to count; `acceptrun ls` shows it
-        if spec is not None and state.get("name") != spec:
+) -> tuple[LedgerSet, list[str]]:
+    """Ledgers of the workspace's ended runs that match; and the ids of live runs left out.
+
+    Read from the index (one query): each closed run's figures and digest, written when
+    its ledger.json was (:mod:`acceptrun.record.index`). A run the catalog would now
+    price differently, or that has no cost row yet (an index of an older release), is
+    read from its record (:func:`ledger_for`) and its row written back. Without a usable
+    index, every record is read.
+    """
+    catalog = catalog if catalog is not None else _load_catalog(ws)
+    chosen: list[index.CostRow] = []
+    live: list[str] = []
+    refreshed: list[dict[str, Any]] = []
+    alike: dict[str | None, bool] = {}  # price JSON -> priced alike by the catalog now
+    for row in _cost_rows(ws):
+        if spec is not None and row.name != spec:
             continue
-        if since is not None:
-            created = str(state.get("created_at", ""))
-            try:
-                if parse_since(created) < since:
-                    continue
-            except UserError:
+        if since is not None and not _created_since(row.created_at, since):
+            continue
+        if row.status in LIVE:
+            live.append(row.run_id)
+            continue
+        if row.price not in alike:
+            alike[row.price] = row.digest is not None and _priced_alike(row, catalog)
+        if row.digest is None or not alike[row.price]:
+            found = _from_record(row, catalog)
+            if found is None:
                 continue
-        if state.get("status") in LIVE:
-            live.append(run_id)
-            continue
-        ledger = ledger_for(record, catalog)
-        price = ledger.get("price") or {}
-        if provider is not None and price.get("provider") != provider:
-            continue
-        if gpu is not None and gpu.lower() not in str(price.get("gpu") or "").lower():
-            continue
-        chosen.append(ledger)
-    return chosen, live
+            refreshed.append(found)
+            row = index.cost_row(found, path=row.path)
+        if provider is not None or gpu is not None:
+            price = json.loads(row.price or "null") or {}
+            if provider is not None and price.get("provider") != provider:
+                continue
+            if gpu is not None and gpu.lower() not in str(price.get("gpu") or "").lower():
+                continue
+        chosen.append(row)
+    if refreshed and os.path.isfile(ws.index_path):
+        with contextlib.suppress(sqlite3.Error, WorkspaceError, OSError):  # a cache: never fatal
+            index.put_costs(ws.index_path, refreshed)
+    return LedgerSet(chosen), live
+
+
+def _cost_rows(ws: Workspace) -> list[index.CostRow]:
+    """The index's rows with their figures; without a usable index, the runs' own rows
+    (no figures: each is read from its record, as :meth:`Workspace.list_runs` says why)."""
+    if os.path.lexists(ws.index_path) and not ws.index_problem():
+        with contextlib.suppress(sqlite3.DatabaseError, WorkspaceError):
+            return index.read_costs(ws.index_path)
+    listed = ws.list_runs()  # rebuilds a missing index, else reads the records
+    if ws.index_note is None:
+        return index.read_costs(ws.index_path)
+    return [
+        index.CostRow(
+            r.run_id,
+            r.name,
+            r.status,
+            r.created_at,
+            r.path,
+            None,
+            None,
+            accepted=False,
+            priced=False,
+            claims=0,
+            figures=(),
+        )
+        for r in listed
+    ]
+
+
+def _load_catalog(ws: Workspace) -> Catalog:
+    from acceptrun.cost.catalog import load_catalog
+
+    return load_catalog(ws.root)
+
+
+def _created_since(created: str, since: datetime) -> bool:
+    try:
+        return parse_since(created) >= since
+    except UserError:
+        return False
+
+
+def _priced_alike(row: index.CostRow, catalog: Catalog) -> bool:
+    """Whether the catalog still prices a run as its ledger says, read without its spec.
+
+    A price the spec sets alone (``price_per_hour``, provider "custom") and a spec with no
+    ``[cost]`` owe the catalog nothing; a run the catalog could not price (its reason is
+    the spec's ``cost.*`` field the catalog did not know) is checked again from its record.
+    """
+    price = json.loads(row.price or "null")
+    if not isinstance(price, dict):
+        reason = json.loads(_digests([row])[0]).get("unpriced_reason")
+        return not str(reason or "").startswith("cost.")
+    if price.get("source") == "spec" and price.get("provider") == "custom":
+        return True
+    try:
+        entry = catalog.lookup(str(price.get("provider")), str(price.get("instance")))
+    except UserError:  # gone from the catalog since: the record says what that means
+        return False
+    keys: tuple[str, ...] = ("increment_s", "minimum_s", "storage_per_gib_month")
+    if price.get("source") != "spec":  # the catalog's own price: all of it must agree
+        keys += ("price_per_hour",)
+    return all(price.get(k) == getattr(entry, k) for k in keys)
+
+
+def _from_record(row: index.CostRow, catalog: Catalog) -> dict[str, Any] | None:
+    """The run's ledger from its record (built when stale), None for a damaged record."""
+    record = RunRecord(row.path)
+    try:
+        if record.state.get("status") in LIVE:  # the index's row is older than run.json
+            return None
+        return ledger_for(record, catalog)
+    except (RecordError, ValueError, FileNotFoundError):
+        return None  # no cost to count; `acceptrun ls` shows it
+
+
+# Where each summed figure goes in :func:`summarize`'s answer.
+_AT = {f: i for i, f in enumerate(index.COST_FIGURES)}
 
 
 def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Totals over ledgers: money by kind, the compute split, runs and accepted runs."""
+    """Totals over ledgers: money by kind, the compute split, runs and accepted runs.
+
+    The figures are added up column by column (``acceptrun cost`` over 10,000 runs reads
+    them from the index: no ledger is decoded).
+    """
+    rows = _rows_of(ledgers)
+    figures = [r.figures for r in rows]
+    sums = [math.fsum(col) for col in zip(*figures, strict=True)] or [0.0] * len(_AT)
+
+    def got(figure: str) -> float:
+        return sums[_AT[figure]]
+
     keys = ("compute_usd", "storage_usd", "human_usd", "switching_usd")
-    totals = dict.fromkeys(keys, 0.0)
-    split_usd = dict.fromkeys(PARTS, 0.0)
-    split_s = dict.fromkeys(PARTS, 0.0)
-    detail_usd: dict[str, float] = {}
-    detail_s: dict[str, float] = {}
-    waste_usd = dict.fromkeys(RESPONSIBLE, 0.0)
-    waste_s = dict.fromkeys(RESPONSIBLE, 0.0)
-    runs = accepted = unpriced = 0
-    billed = device = left_bytes = left_monthly = mirror_bytes = mirror_monthly = 0.0
-    for ledger in ledgers:
-        runs += 1
-        accepted += ledger.get("accepted") is True
-        unpriced += not ledger.get("priced")
-        for k in keys:
-            totals[k] += ledger["totals"][k]
-        comp = ledger["compute"]
-        per_s = comp["usd"] / ledger["billed_s"] if ledger["billed_s"] else 0.0
-        for k in PARTS:
-            split_usd[k] += comp["split_usd"][k]
-            split_s[k] += comp["split_s"][k]
-        for k, v in comp["detail_s"].items():
-            detail_s[k] = detail_s.get(k, 0.0) + v
-            detail_usd[k] = detail_usd.get(k, 0.0) + v * per_s
-        for k in RESPONSIBLE:
-            # A ledger written before a key existed ("drill") has none of it.
-            waste_usd[k] += comp["waste"]["usd"].get(k, 0.0)
-            waste_s[k] += comp["waste"]["seconds"].get(k, 0.0)
-        billed += ledger["billed_s"]
-        device += ledger["device_seconds"]
-        left = ledger["storage"]["left_behind"]
-        left_bytes += left["bytes"]
-        left_monthly += left["monthly_usd"]
-        mirror_bytes += left.get("mirror_bytes", 0)
-        mirror_monthly += left.get("mirror_monthly_usd", 0.0)
+    totals = {k: got(f"totals.{k}") for k in keys}
+    usd, billed = _AT["compute.usd"], _AT["billed_s"]
+    per_s = [f[usd] / f[billed] if f[billed] else 0.0 for f in figures]
+    details = [f for f in index.COST_FIGURES if f.startswith(index.DETAIL)]
+    detail_s = {f.removeprefix(index.DETAIL): got(f) for f in details}
+    detail_usd = {
+        f.removeprefix(index.DETAIL): math.fsum(
+            x[_AT[f]] * p for x, p in zip(figures, per_s, strict=True)
+        )
+        for f in details
+    }
     total = sum(totals.values())
+    accepted = sum(r.accepted for r in rows)
+    left = "storage.left_behind"
     return {
-        "runs": runs,
+        "runs": len(rows),
         "accepted": accepted,
-        "unpriced": unpriced,
+        "unpriced": sum(not r.priced for r in rows),
         "totals": totals,
         "total_usd": total,
         "cost_per_accepted_run": total / accepted if accepted else None,
-        "billed_s": billed,
-        "device_seconds": device,
-        "split_usd": split_usd,
-        "split_s": split_s,
+        "billed_s": got("billed_s"),
+        "device_seconds": got("device_seconds"),
+        "split_usd": {k: got(f"compute.split_usd.{k}") for k in PARTS},
+        "split_s": {k: got(f"compute.split_s.{k}") for k in PARTS},
         "detail_usd": detail_usd,
         "detail_s": detail_s,
-        "waste_usd": waste_usd,
-        "waste_s": waste_s,
-        "left_behind_bytes": left_bytes,
-        "left_behind_monthly_usd": left_monthly,
-        "mirror_left_bytes": mirror_bytes,
-        "mirror_monthly_usd": mirror_monthly,
+        "waste_usd": {k: got(f"compute.waste.usd.{k}") for k in RESPONSIBLE},
+        "waste_s": {k: got(f"compute.waste.seconds.{k}") for k in RESPONSIBLE},
+        "left_behind_bytes": got(f"{left}.bytes"),
+        "left_behind_monthly_usd": got(f"{left}.monthly_usd"),
+        "mirror_left_bytes": got(f"{left}.mirror_bytes"),
+        "mirror_monthly_usd": got(f"{left}.mirror_monthly_usd"),
     }
 
 
@@ -299,43 +433,64 @@ def _waste_line(summary: dict[str, Any]) -> str:
     )
 
 
-def _week(ledger: dict[str, Any]) -> str:
+def _week(ledger: dict[str, Any] | index.CostRow) -> str:
     """The ISO week a run was created in (``2026-W49``)."""
+    created = ledger.created_at if isinstance(ledger, index.CostRow) else ledger.get("created_at")
     try:
-        d = datetime.fromisoformat(str(ledger.get("created_at")).replace("Z", "+00:00"))
+        d = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
     except ValueError:
         return "unknown"
     year, week, _ = d.isocalendar()
     return f"{year}-W{week:02d}"
 
 
-def _provider(ledger: dict[str, Any]) -> str:
-    return str((ledger.get("price") or {}).get("provider") or "no provider")
+def _provider(ledger: dict[str, Any] | index.CostRow) -> str:
+    price = (
+        json.loads(ledger.price or "null")
+        if isinstance(ledger, index.CostRow)
+        else ledger.get("price")
+    )
+    return str((price or {}).get("provider") or "no provider")
 
 
-GROUPS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "run": lambda led: str(led.get("run_id")),
+def _run_id(ledger: dict[str, Any] | index.CostRow) -> str:
+    return ledger.run_id if isinstance(ledger, index.CostRow) else str(ledger.get("run_id"))
+
+
+def _name(ledger: dict[str, Any] | index.CostRow) -> str:
+    return ledger.name if isinstance(ledger, index.CostRow) else str(ledger.get("name"))
+
+
+# How a ledger (or its index row) is grouped: by run, ISO week, provider or spec name.
+GROUPS: dict[str, Callable[[dict[str, Any] | index.CostRow], str]] = {
+    "run": _run_id,
     "week": _week,
     "provider": _provider,
+    "spec": _name,
 }
+
+
+def group_ledgers(ledgers: Iterable[dict[str, Any]], group: str) -> dict[str, LedgerSet]:
+    """Ledgers by ``group`` (``GROUPS``), each group's figures ready to :func:`summarize`."""
+    key = GROUPS[group]
+    out: dict[str, list[index.CostRow]] = {}
+    for row in _rows_of(ledgers):
+        out.setdefault(key(row), []).append(row)
+    return {name: LedgerSet(rows) for name, rows in out.items()}
 
 
 def waste_by(ledgers: Iterable[dict[str, Any]], group: str) -> list[dict[str, Any]]:
     """Wasted USD and seconds by responsibility, per run, week or provider (``GROUPS``)."""
-    key = GROUPS[group]
-    rows: dict[str, dict[str, Any]] = {}
-    for led in ledgers:
-        name = key(led)
-        row = rows.setdefault(name, {
-            group: name, "runs": 0,
-            "usd": dict.fromkeys(RESPONSIBLE, 0.0), "seconds": dict.fromkeys(RESPONSIBLE, 0.0),
+    at = {(u, k): _AT[f"compute.waste.{u}.{k}"] for u in ("usd", "seconds") for k in RESPONSIBLE}
+    rows = []
+    for name, found in group_ledgers(ledgers, group).items():
+        figures = [r.figures for r in found.rows]
+        rows.append({
+            group: name, "runs": len(figures),
+            "usd": {k: math.fsum(f[at["usd", k]] for f in figures) for k in RESPONSIBLE},
+            "seconds": {k: math.fsum(f[at["seconds", k]] for f in figures) for k in RESPONSIBLE},
         })  # fmt: skip
-        row["runs"] += 1
-        waste = led["compute"]["waste"]
-        for k in RESPONSIBLE:
-            row["usd"][k] += waste["usd"].get(k, 0.0)  # an older ledger: no "drill"
-            row["seconds"][k] += waste["seconds"].get(k, 0.0)
-    return [rows[k] for k in sorted(rows, reverse=group == "week")]
+    return sorted(rows, key=lambda r: r[group], reverse=group == "week")
 
 
 def format_waste(ledgers: list[dict[str, Any]]) -> str:

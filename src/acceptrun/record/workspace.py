@@ -138,7 +138,10 @@ class RunRecord:
         return (self.path / name).exists()
 
     def write_json(self, name: str, obj: Any) -> None:
+        """Write a JSON file of the record; a ledger.json refreshes the index's cost row."""
         write_json_atomic(self.path / name, obj)
+        if name == index.LEDGER_FILE:  # `acceptrun cost` reads the index, not the ledgers
+            Workspace(self.path.parent.parent).index_run(self)
 
     def read_json(self, name: str, default: Any = None) -> Any:
         """A JSON file of the record, ``default`` when it is not there.

@@ -1,16 +1,26 @@
 """The spend page: cost per accepted run by week and by spec, the split, what is left behind.
 
-Everything comes from :mod:`acceptrun.cost.report` over the ledgers of closed runs (the
-same as ``acceptrun cost``); live runs are counted apart.
+Everything comes from :mod:`acceptrun.cost.report` over the closed runs' figures in the
+workspaces' indexes (the same as ``acceptrun cost``: no record is opened, whatever the
+number of runs); live runs are counted apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from acceptrun.cost.billing import format_bytes, format_usd
+from acceptrun.cost.ledger import RESPONSIBLE
+from acceptrun.cost.report import (
+    LedgerSet,
+    group_ledgers,
+    select_ledgers,
+    summarize,
+    waste_by,
+    where_the_money_went,
+)
 from acceptrun.record.glossary import label
+from acceptrun.record.index import COST_FIGURES
 from acceptrun.report.svg import stacked_bar
 from acceptrun.ui.board import Board
 from acceptrun.ui.pages import esc, layout
@@ -22,13 +32,11 @@ __all__ = ["spend_page"]
 
 
 def spend_page(board: Board) -> str:
-    from acceptrun.cost.report import select_ledgers, summarize, where_the_money_went
-
-    ledgers: list[dict[str, Any]] = []
+    ledgers = LedgerSet([])
     live: list[str] = []
     for _, ws in board.workspaces:
         found, running = select_ledgers(ws)
-        ledgers += found
+        ledgers.rows += found.rows
         live += running
     s = summarize(ledgers)
     body = ["<h1>Spend</h1>"]
@@ -52,24 +60,15 @@ def spend_page(board: Board) -> str:
     parts = [(k, float(v)) for k, v in s["split_usd"].items()]
     parts.append(("storage", float(s["totals"]["storage_usd"])))
     body.append(stacked_bar(parts, title="The split (USD)", unit=lambda v: f"${format_usd(v)}"))
-    body.append(_grouped("By week", ledgers, _week))
-    body.append(_grouped("By spec", ledgers, lambda led: str(led.get("name"))))
+    body.append(_grouped("By week", ledgers, "week"))
+    body.append(_grouped("By spec", ledgers, "spec"))
     body += _waste(ledgers)
     body += _left_behind(ledgers, s)
     return layout("spend", "spend", body)
 
 
-def _week(ledger: dict[str, Any]) -> str:
-    from acceptrun.cost.report import GROUPS
-
-    return GROUPS["week"](ledger)
-
-
-def _waste(ledgers: Sequence[dict[str, Any]]) -> list[str]:
+def _waste(ledgers: LedgerSet) -> list[str]:
     """Wasted spend by whose failure it was, per week, provider and run (cost.report.waste_by)."""
-    from acceptrun.cost.ledger import RESPONSIBLE
-    from acceptrun.cost.report import waste_by
-
     out = [
         "<h2>Wasted, by whose failure</h2>",
         "<p>Provider: preemption, a lost node, a GPU fault. Workload: the run's code, data "
@@ -92,12 +91,8 @@ def _waste(ledgers: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _grouped(title: str, ledgers: Sequence[dict[str, Any]], key: Any) -> str:
-    from acceptrun.cost.report import summarize
-
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for led in ledgers:
-        groups.setdefault(key(led), []).append(led)
+def _grouped(title: str, ledgers: LedgerSet, group: str) -> str:
+    groups = group_ledgers(ledgers, group)
     rows = []
     for name in sorted(groups, reverse=title == "By week"):
         s = summarize(groups[name])
@@ -119,14 +114,13 @@ def _grouped(title: str, ledgers: Sequence[dict[str, Any]], key: Any) -> str:
     )
 
 
-def _left_behind(ledgers: Sequence[dict[str, Any]], s: dict[str, Any]) -> list[str]:
+def _left_behind(ledgers: LedgerSet, s: dict[str, Any]) -> list[str]:
     mirrors = (
         f"; mirrors hold {format_bytes(s['mirror_left_bytes'])}" if s["mirror_left_bytes"] else ""
     )
-    rows = sorted(
-        (led for led in ledgers if (led.get("storage") or {}).get("left_behind", {}).get("bytes")),
-        key=lambda led: -float(led["storage"]["left_behind"]["bytes"]),
-    )
+    at = COST_FIGURES.index("storage.left_behind.bytes")
+    kept = sorted((r for r in ledgers.rows if r.figures[at]), key=lambda r: -r.figures[at])
+    rows = LedgerSet(kept[:50])  # the digests of the 50 shown alone are read
     out = [
         "<h2>Left behind in storage</h2>",
         f"<p>{esc(format_bytes(s['left_behind_bytes']))} kept, "
@@ -137,7 +131,7 @@ def _left_behind(ledgers: Sequence[dict[str, Any]], s: dict[str, Any]) -> list[s
         out.append(
             "<table><tr><th>run</th><th>checkpoints</th><th>outputs</th><th>per month</th><th>where</th></tr>"
         )
-        for led in rows[:50]:
+        for led in rows:
             lb = led["storage"]["left_behind"]
             out.append(
                 f"<tr><td>{esc(led.get('run_id'))}</td><td class=num>{esc(format_bytes(lb.get('checkpoint_bytes', 0)))}</td>"
