@@ -33,13 +33,16 @@ from typing import Any
 
 from acceptrun._util.durable import write_atomic, write_json_atomic
 from acceptrun._util.hashing import hash_bytes
-from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 
 __all__ = [
     "T0",
+    "Events",
     "RecordBuilder",
     "assert_same_checkpoint",
+    "commit_step",
+    "entries",
     "make_checkpoint",
     "run_with_checkpoints",
     "steps_on_disk",
@@ -165,6 +168,37 @@ class RecordBuilder:
         return found if isinstance(found, dict) else {}
 
 
+# ---- a checkpoint store's steps (the store's tests of both tiers) ----------------------
+
+
+class Events:
+    """An on_event sink that remembers (kind, fields) pairs."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, kind: str, fields: dict[str, Any]) -> None:
+        self.seen.append((kind, fields))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [f for k, f in self.seen if k == kind]
+
+
+def commit_step(
+    store: CheckpointStore, step: int, data: bytes | None = None, **metrics: float
+) -> CheckpointInfo:
+    """Commit ``step``: model.bin (``data``, or a text naming the step) and state.json."""
+    writer = store.begin(step)
+    writer.write_bytes("model.bin", data if data is not None else f"weights {step}".encode())
+    writer.write_json("state.json", {"step": step})
+    return store.commit(writer, metrics=metrics)
+
+
+def entries(root: Path) -> list[str]:
+    """The names directly under ``root``, sorted."""
+    return sorted(p.name for p in root.iterdir())
+
+
 # ---- a workspace's run with real checkpoints (gc, retention) ---------------------------
 
 
@@ -208,19 +242,19 @@ def make_checkpoint(root: Path, step: int, files: dict[str, bytes] | None = None
             "meta.json": json.dumps({"step": step}).encode(),
         }
     step_dir = root / f"step-{step}"
-    entries = {}
+    listed = {}
     for rel, data in files.items():
         (step_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (step_dir / rel).write_bytes(data)
-        entries[rel] = {"size": len(data), "hash": hash_bytes(data)}
+        listed[rel] = {"size": len(data), "hash": hash_bytes(data)}
     manifest = {
         "kind": "acceptrun.checkpoint",
         "schema": 1,
         "step": step,
         "created_at": now_iso(),
         "algorithm": "xxh3_128",
-        "files": entries,
-        "total_bytes": sum(e["size"] for e in entries.values()),
+        "files": listed,
+        "total_bytes": sum(e["size"] for e in listed.values()),
         "metrics": {"loss": 1.0 / (step + 1)},
         "meta": {},
     }

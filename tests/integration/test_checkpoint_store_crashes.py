@@ -9,48 +9,21 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import ckpt_kill_worker
 
 from acceptrun.checkpoint.sequence import COMMITS
 from acceptrun.checkpoint.store import (
     LATEST,
-    CheckpointInfo,
     CheckpointStore,
 )
-
-
-class Events:
-    """An on_event sink that remembers (kind, fields) pairs."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-
-    def __call__(self, kind: str, fields: dict[str, Any]) -> None:
-        self.seen.append((kind, fields))
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [f for k, f in self.seen if k == kind]
-
-
-def save(
-    store: CheckpointStore, step: int, data: bytes | None = None, **metrics: float
-) -> CheckpointInfo:
-    writer = store.begin(step)
-    writer.write_bytes("model.bin", data if data is not None else f"weights {step}".encode())
-    writer.write_json("state.json", {"step": step})
-    return store.commit(writer, metrics=metrics)
-
-
-def entries(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir())
+from builders import Events, commit_step, entries
 
 
 def test_remove_stale_staging(tmp_path: Path) -> None:
     events = Events()
     store = CheckpointStore(tmp_path, on_event=events)
-    save(store, 1)
+    commit_step(store, 1)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -86,7 +59,7 @@ def test_remove_stale_staging(tmp_path: Path) -> None:
 def test_full_disk_keeps_previous_checkpoint(tmp_path: Path) -> None:
     """RLIMIT_FSIZE makes write(2) fail with EFBIG, as a full disk fails with ENOSPC."""
     store = CheckpointStore(tmp_path)
-    before = save(store, 1, data=b"good weights")
+    before = commit_step(store, 1, data=b"good weights")
     script = textwrap.dedent(
         f"""
         import resource, signal, sys

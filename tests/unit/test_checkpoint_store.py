@@ -1,4 +1,5 @@
-"""Checkpoint store: commit protocol, verification, quarantine, retention, full disk, SIGKILL."""
+"""Checkpoint store: commit protocol, verification, quarantine, retention, redating (under
+crashes: tests/integration/test_checkpoint_store_crashes.py)."""
 
 from __future__ import annotations
 
@@ -16,40 +17,14 @@ from acceptrun.checkpoint.store import (
     LATEST,
     MANIFEST,
     QUARANTINE,
-    CheckpointInfo,
     CheckpointStore,
 )
 from acceptrun.errors import RecordError, UserError
-
-
-class Events:
-    """An on_event sink that remembers (kind, fields) pairs."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-
-    def __call__(self, kind: str, fields: dict[str, Any]) -> None:
-        self.seen.append((kind, fields))
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [f for k, f in self.seen if k == kind]
-
-
-def save(
-    store: CheckpointStore, step: int, data: bytes | None = None, **metrics: float
-) -> CheckpointInfo:
-    writer = store.begin(step)
-    writer.write_bytes("model.bin", data if data is not None else f"weights {step}".encode())
-    writer.write_json("state.json", {"step": step})
-    return store.commit(writer, metrics=metrics)
+from builders import Events, commit_step, entries
 
 
 def steps(store: CheckpointStore) -> list[int]:
     return [i.step for i in store.list()]
-
-
-def entries(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir())
 
 
 def test_commit_round_trip(tmp_path: Path) -> None:
@@ -100,7 +75,7 @@ def test_commit_round_trip(tmp_path: Path) -> None:
 def test_list_is_numeric_and_skips_what_is_not_a_checkpoint(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=10)
     for step in (100, 9, 10):
-        save(store, step)
+        commit_step(store, step)
     (tmp_path / "step-7").mkdir()  # no manifest: never committed
     (tmp_path / "step-08").mkdir()  # not a plain step number
     (tmp_path / "notes.txt").write_text("hi")
@@ -146,7 +121,7 @@ def test_commit_refuses_unhashed_files_and_bad_metrics(tmp_path: Path) -> None:
 
 def test_abort_removes_staging(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
-    save(store, 1)
+    commit_step(store, 1)
     writer = store.begin(2)
     writer.write_bytes("model.bin", b"half")
     store.abort(writer)
@@ -206,8 +181,8 @@ def test_verify_names_each_fault(
     tmp_path: Path, corrupt: Any, expected: str, still_listed: bool
 ) -> None:
     store = CheckpointStore(tmp_path)
-    save(store, 1)
-    save(store, 2, data=os.urandom(4096))
+    commit_step(store, 1)
+    commit_step(store, 2, data=os.urandom(4096))
     corrupt(tmp_path / "step-2")
     result = store.verify(2)
     assert not result.ok
@@ -222,8 +197,8 @@ def test_verify_names_each_fault(
 
 def test_missing_manifest_means_no_checkpoint(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
-    save(store, 1)
-    save(store, 2)
+    commit_step(store, 1)
+    commit_step(store, 2)
     (tmp_path / "step-2" / MANIFEST).unlink()
     assert steps(store) == [1]
     latest = store.latest()
@@ -240,7 +215,7 @@ def test_latest_verified_quarantines_and_falls_back(tmp_path: Path) -> None:
     events = Events()
     store = CheckpointStore(tmp_path, keep_last=3, on_event=events)
     for step in (1, 2, 3):
-        save(store, step)
+        commit_step(store, step)
     corrupt_flip(tmp_path / "step-3")
     corrupt_extra(tmp_path / "step-2")
 
@@ -274,7 +249,7 @@ def test_latest_verified_defers_and_skips_what_its_caller_checks(tmp_path: Path)
     quarantined is repointed at the one that verifies."""
     store = CheckpointStore(tmp_path, keep_last=3)
     for step in (1, 2, 3):
-        save(store, step)
+        commit_step(store, step)
     corrupt_flip(tmp_path / "step-3")  # model.bin: the deferred file
     info = store.latest_verified(quarantine=False, defer=lambda name: name == "model.bin")
     assert info is not None and info.step == 3  # its size holds: the caller hashes it
@@ -292,7 +267,7 @@ def test_latest_verified_defers_and_skips_what_its_caller_checks(tmp_path: Path)
 def test_commit_without_retention_leaves_the_pruning_to_the_caller(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=2)
     for step in (1, 2):
-        save(store, step)
+        commit_step(store, step)
     writer = store.begin(3)
     writer.write_bytes("model.bin", b"weights 3")
     store.commit(writer, retain=False)
@@ -304,8 +279,8 @@ def test_commit_without_retention_leaves_the_pruning_to_the_caller(tmp_path: Pat
 def test_latest_verified_none_good(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     assert store.latest_verified() is None  # empty root
-    save(store, 1)
-    save(store, 2)
+    commit_step(store, 1)
+    commit_step(store, 2)
     corrupt_missing(tmp_path / "step-1")
     corrupt_garbage_manifest(tmp_path / "step-2")  # the LATEST target, unlisted
     assert store.latest_verified() is None
@@ -317,9 +292,9 @@ def test_latest_verified_none_good(tmp_path: Path) -> None:
 def test_resave_same_step_quarantines_the_older_copy(tmp_path: Path) -> None:
     events = Events()
     store = CheckpointStore(tmp_path, on_event=events)
-    save(store, 1)
-    save(store, 2, data=b"first attempt")
-    info = save(store, 2, data=b"second attempt")
+    commit_step(store, 1)
+    commit_step(store, 2, data=b"first attempt")
+    info = commit_step(store, 2, data=b"second attempt")
     assert (info.path / "model.bin").read_bytes() == b"second attempt"
     assert store.verify(2).ok
     (old,) = (tmp_path / QUARANTINE).iterdir()
@@ -336,8 +311,8 @@ def test_resave_same_step_quarantines_the_older_copy(tmp_path: Path) -> None:
 def test_redate_stores_the_same_files_under_the_step_now_known(tmp_path: Path) -> None:
     events = Events()
     store = CheckpointStore(tmp_path, keep_last=2, on_event=events)
-    save(store, 3)
-    old = save(store, 4, data=b"the state of step 20", loss=0.5)
+    commit_step(store, 3)
+    old = commit_step(store, 4, data=b"the state of step 20", loss=0.5)
     info = store.redate(4, 20, meta={"dated": {"by": "tensorboard"}})
     assert steps(store) == [3, 20]  # one checkpoint more never pushed one out
     assert (info.path / "model.bin").read_bytes() == b"the state of step 20"
@@ -354,9 +329,9 @@ def test_redate_stores_the_same_files_under_the_step_now_known(tmp_path: Path) -
 
 def test_redate_leaves_latest_on_a_newer_save_and_refuses_a_taken_step(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=5)
-    save(store, 1)
-    save(store, 2)
-    save(store, 30)
+    commit_step(store, 1)
+    commit_step(store, 2)
+    commit_step(store, 30)
     store.redate(2, 10, meta={})
     assert steps(store) == [1, 10, 30]
     assert (tmp_path / LATEST).read_text() == "step-30\n"
@@ -369,7 +344,7 @@ def test_redate_leaves_latest_on_a_newer_save_and_refuses_a_taken_step(tmp_path:
 
 def test_redate_to_the_same_step_only_amends_the_meta(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
-    old = save(store, 5)
+    old = commit_step(store, 5)
     info = store.redate(5, 5, meta={"dated": {"by": "steps"}})
     assert info.path == old.path and info.files == old.files
     assert info.meta == {**old.meta, "dated": {"by": "steps"}}
@@ -380,7 +355,7 @@ def test_retention_keep_last(tmp_path: Path) -> None:
     events = Events()
     store = CheckpointStore(tmp_path, keep_last=2, on_event=events)
     for step in range(1, 7):
-        save(store, step)
+        commit_step(store, step)
     assert steps(store) == [5, 6]
     deleted = events.of("checkpoint_delete")
     assert [d["step"] for d in deleted] == [1, 2, 3, 4]
@@ -391,26 +366,26 @@ def test_retention_keep_last(tmp_path: Path) -> None:
 def test_retention_keep_every_and_best(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=2, keep_every=3)
     for step in range(1, 7):
-        save(store, step)
+        commit_step(store, step)
     assert steps(store) == [3, 5, 6]
 
     best = CheckpointStore(tmp_path / "best", keep_last=2, keep_best=("loss", "min"))
     losses = {1: 3.0, 2: 0.5, 3: 2.0, 4: 1.0, 5: 4.0, 6: 5.0}
     for step, loss in losses.items():
-        save(best, step, loss=loss)
-    save(best, 7)  # no loss: not a candidate, still kept as one of the newest
+        commit_step(best, step, loss=loss)
+    commit_step(best, 7)  # no loss: not a candidate, still kept as one of the newest
     assert steps(best) == [2, 6, 7]
 
     biggest = CheckpointStore(tmp_path / "max", keep_last=1, keep_best=("acc", "max"))
     for step, acc in {1: 0.1, 2: 0.9, 3: 0.5}.items():
-        save(biggest, step, acc=acc)
+        commit_step(biggest, step, acc=acc)
     assert steps(biggest) == [2, 3]
 
 
 def test_retention_never_deletes_latest_target_or_newer(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=2)
     for step in range(1, 6):
-        save(store, step)
+        commit_step(store, step)
     (tmp_path / LATEST).write_text("step-4\n")
     store_1 = CheckpointStore(tmp_path, keep_last=1)
     assert store_1.apply_retention() == []  # 4 is the resume point, 5 is newer
@@ -421,7 +396,7 @@ def test_retention_never_deletes_latest_target_or_newer(tmp_path: Path) -> None:
 def test_retention_ignores_an_uncommitted_newest(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=2)
     for step in (1, 2, 3):
-        save(store, step)
+        commit_step(store, step)
     assert steps(store) == [2, 3]
     corrupt_garbage_manifest(tmp_path / "step-3")
     assert store.apply_retention() == []  # step-3 is not committed: 2 is the only good one

@@ -5,39 +5,12 @@ tests/integration/test_provenance.py)."""
 from __future__ import annotations
 
 import copy
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acceptrun.capture import provenance
 from acceptrun.capture.provenance import Change
-
-
-def git(repo: Path, *args: str) -> str:
-    cmd = [
-        "git",
-        "-c", "user.name=Test",
-        "-c", "user.email=test@example.com",
-        "-c", "commit.gpgsign=false",
-        "-c", "init.defaultBranch=main",
-        *args,
-    ]  # fmt: skip
-    return subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A committed repository with a text file and a binary file."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    git(root, "init", "-q")
-    (root / "train.py").write_text("lr = 0.1\n")
-    (root / "weights.bin").write_bytes(bytes(range(256)))
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "first")
-    return root
 
 
 @pytest.mark.parametrize(
