@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +209,15 @@ def test_an_old_name_exits_as_the_new_form_and_names_it_on_stderr(
     else:
         assert was_err.splitlines()[0].startswith(note) and was_err.count("\n") >= 1
         assert was_err.split("\n", 1)[1] == now_err  # the rest word for word
+
+
+def test_the_command_list_in_the_docs_has_every_heading_command_and_old_name() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "commands.md").read_text()
+    block = text.split("```\n", 2)[1]
+    for heading, names in GROUPS.items():
+        assert f"\n{heading}\n" in f"\n{block}"
+        section = block.split(f"{heading}\n", 1)[1].split("\n\n", 1)[0]
+        for name in names:
+            assert re.search(rf"(acceptrun |\||/ ){name}\b", section), (heading, name)
+    for old, new in RENAMED.items():
+        assert f"| `acceptrun {old}` | `acceptrun {new}` |" in text

@@ -68,7 +68,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "tune": ("tune", "bench"),
 }
 # Old names, kept working for a release (every option and exit code of the old form) with
-# a note on stderr naming the new form; out of the grouped help, listed in docs/cli.md.
+# a note on stderr naming the new form; out of the grouped help, listed in docs/commands.md.
 # Each module registers its old names beside the new form (``renamed=`` in the defaults).
 RENAMED: dict[str, str] = {"plan": "ckpt plan", "scaling": "bench scaling"}
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
@@ -117,7 +117,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="acceptrun",
         formatter_class=_formatter,
         description="Turn GPU time into accepted runs: spec, provenance, verified data, supervision, verdict.",
-        epilog="`acceptrun COMMAND --help` for a command's options; docs/cli.md for all.",
+        epilog="`acceptrun COMMAND --help` for a command's options; docs/commands.md for all.",
     )
     p.add_argument("--version", action="version", version=f"acceptrun {__version__}")
     p.add_argument(

@@ -190,7 +190,7 @@ def with_efficiency(points: list[ScalingPoint]) -> list[ScalingPoint]:
 
 
 def format_scaling(points: list[ScalingPoint]) -> str:
-    """The table ``acceptrun scaling`` prints."""
+    """The table ``acceptrun bench scaling`` prints."""
     rows: list[tuple[object, ...]] = []
     for p in points:
         thr = "-" if p.throughput is None else f"{p.throughput:.6g} {p.unit}"

@@ -63,7 +63,7 @@ ENV_VARS = {
     ENV_DRILL: "set by `acceptrun ckpt drill`: restore, run one step, record the result, exit",
     ENV_INJECT: "faults to inject for drills, e.g. kill@step=40 (acceptrun run --inject)",
     ENV_HEARTBEAT_S: f"seconds between heartbeat events (default {HEARTBEAT_S:g})",
-    ENV_MAX_STEPS: "run.steps() yields at most this many steps (set by `acceptrun scaling`)",
+    ENV_MAX_STEPS: "run.steps() yields at most this many steps (set by `acceptrun bench scaling`)",
     ENV_INJECT_RANK: "the rank that fires injected step faults in a multi-process run (default 0)",
 }
 
