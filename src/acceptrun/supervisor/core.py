@@ -69,6 +69,7 @@ from acceptrun.supervisor.outcome import (
 )
 from acceptrun.supervisor.process import UNBUFFERED, ChildProcess, python_output
 from acceptrun.supervisor.progress import ProgressReader
+from acceptrun.supervisor.sidetask import SideTask, StartSideTask
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
 from acceptrun.supervisor.watch import RECENT_STEPS, AttemptWatch
 from acceptrun.workload.contract import (
@@ -111,7 +112,7 @@ class _Attempt:
     step_faults: list[Any]  # kill/term@step=N the supervisor fires for a black box
     watchdog: Watchdog
     watcher: CheckpointWatcher | None
-    serving: Any  # serving.driver.ServingDriver of a serving run
+    side: SideTask | None  # a serving run's load test (serving/driver.py), its thread
     poll: PollState = field(init=False)
     stop_sent_at: float | None = None  # monotonic s of the SIGTERM; inf once killed
     diverged_kill: bool = False  # a black box SIGKILLed for a diverged loss
@@ -135,8 +136,10 @@ class Supervisor:
         price: Any = None,
         billing_start: float | None = None,
         prometheus_port: int | None = None,
+        side_task: StartSideTask | None = None,
     ) -> None:
         self.record = record
+        self.side_task = side_task  # started beside each attempt (supervisor/sidetask.py)
         self.spec = spec
         self.echo = echo
         self.say = say
@@ -425,18 +428,16 @@ class Supervisor:
         watcher.note_existing()
         return watcher
 
-    def _start_serving(self, attempt: int, child: ChildProcess, adir: Path) -> Any:
-        """A ServingDriver thread beside the server (spec.serving), or None for other runs."""
-        if not self.spec.serving.enabled:
+    def _start_side_task(self, attempt: int, child: ChildProcess, adir: Path) -> SideTask | None:
+        """The side task beside the attempt (a serving run's load), started; None without one."""
+        if self.side_task is None:
             return None
-        from acceptrun.serving.driver import ServingDriver
-
-        driver = ServingDriver(
-            self.record, self.spec, attempt, launched_at=child.started_at,
-            logs=(adir / "stdout.log", adir / "stderr.log"), pid=child.pid,
+        task = self.side_task(
+            attempt, launched_at=child.started_at, pid=child.pid,
+            logs=(adir / "stdout.log", adir / "stderr.log"),
         )  # fmt: skip
-        driver.start()
-        return driver
+        task.start()
+        return task
 
     def _event(self, kind: str, attempt: int, fields: dict[str, Any]) -> None:
         self.record.event(kind, sync=True, attempt=attempt, **fields)
@@ -553,7 +554,7 @@ class Supervisor:
             resume_step=resume_step, oom_before=oom_before, progress=progress,
             step_faults=step_faults, watchdog=watchdog,
             watcher=self._start_watcher(watcher, child.pid, watch, progress),  # its thread
-            serving=self._start_serving(attempt, child, adir),  # a serving run's load, its thread
+            side=self._start_side_task(attempt, child, adir),  # a serving run's load, its thread
         )  # fmt: skip
 
     def _track(self, attempt: int, child: ChildProcess, *, force: bool = False) -> None:
@@ -604,8 +605,8 @@ class Supervisor:
     def _stop_causes(self, a: _Attempt, deadline: float | None) -> list[StopCause]:
         """The reasons to end this attempt, in the order each poll asks them (supervisor/stops.py)."""
         causes: list[StopCause] = []
-        if a.serving is not None:
-            causes.append(stops.ServingDone(a.serving.finished, lambda: a.serving.stop_reason))
+        if (side := a.side) is not None:
+            causes.append(stops.ServingDone(side.finished, lambda: side.stop_reason))
         causes.append(stops.UserStop(lambda: self._stop_reason))
         causes.append(
             stops.Budget(lambda n: self._stop_reason if self._budget_exhausted(n) else None)
@@ -741,8 +742,8 @@ class Supervisor:
             res.failure = dataclasses.replace(
                 res.failure, evidence=[stop.evidence, *res.failure.evidence]
             )
-        if a.serving is not None:
-            a.serving.settle(res, returncode)  # served: success; never ready: not_ready
+        if a.side is not None:
+            a.side.settle(res, returncode)  # served: success; never ready: not_ready
         res.work = attempt_work(
             self.spec, self.checkpoint_dir, a.watch, a.child, a.resume_step, res, stop,
             unknown_after=None if a.progress is None else a.progress.unknown_after,
@@ -767,9 +768,9 @@ class Supervisor:
                 containment=None if held is None else held.mechanism,
                 reason="still running when the attempt ended (outside its process group)",
             )  # fmt: skip
-        if a.serving is not None:  # the server is gone: end the load, keep what it measured
-            a.serving.server_exited()
-            a.serving.join(self.spec.serving.request_timeout + 30.0)
+        if a.side is not None:  # the server is gone: end the load, keep what it measured
+            a.side.server_exited()
+            a.side.join(self.spec.serving.request_timeout + 30.0)
         self.telemetry.end()
         if a.progress is not None and a.progress.stop():  # a thread that did not end: no read
             a.progress.poll(final=True)  # the lines written just before the exit
