@@ -8,6 +8,7 @@ close step decides the verdict from the record alone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -30,12 +31,13 @@ from acceptrun.record.workspace import RunRecord, find_workspace, now_iso, user_
 from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
+from acceptrun.supervisor.sidetask import StartSideTask
 from acceptrun.verdict.core import Verdict
 from acceptrun.workload.contract import ENV_INJECT
 from acceptrun.workload.inject import parse_faults
 from acceptrun.workload.usage import detect_usage, raise_errors, spec_findings
 
-__all__ = ["LaunchResult", "launch"]
+__all__ = ["LaunchResult", "launch", "side_task"]
 
 _log = get_logger(__name__)  # the run's progress; the supervisor's lines come through it too
 
@@ -57,6 +59,15 @@ class LaunchResult:
         if not self.preflight_ok:
             return 2
         return 0 if self.verdict.accepted else 1
+
+
+def side_task(record: RunRecord, spec: RunSpec) -> StartSideTask | None:
+    """A serving run's load test beside each attempt (serving/driver.py); None for other runs."""
+    if not spec.serving.enabled:
+        return None
+    from acceptrun.serving.driver import ServingDriver  # a serving run's alone
+
+    return functools.partial(ServingDriver, record, spec)
 
 
 class _StoppedBeforeLaunch(Exception):
@@ -203,6 +214,7 @@ def launch(
             price=price,
             billing_start=billing_start,
             prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
+            side_task=side_task(record, spec),
         ).run()
         verdict = close_run(record, ws, spec, after_verdict=told)
         return LaunchResult(record, spec, verdict, True, result)

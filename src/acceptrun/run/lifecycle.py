@@ -47,6 +47,7 @@ from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.status import RUN_CLOSED, RUN_SUPERVISED
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso, user_at_host
 from acceptrun.run.close import close_run
+from acceptrun.run.launch import side_task
 from acceptrun.spec.model import RunSpec, format_duration, load_spec
 from acceptrun.supervisor import Supervisor
 from acceptrun.supervisor.lease import take_over
@@ -346,8 +347,9 @@ def resume_run(
         # they do for `acceptrun run`.
         env = {k: v for k, v in os.environ.items() if k != ENV_INJECT}
         supervisor = Supervisor(
-            record, spec, echo=echo, say=_log.info, base_env=env, first_attempt=first
-        )
+            record, spec, echo=echo, say=_log.info, base_env=env, first_attempt=first,
+            side_task=side_task(record, spec),
+        )  # fmt: skip
         ckpt_dir = supervisor.checkpoint_dir
 
         def on_event(kind: str, fields: dict[str, Any]) -> None:
