@@ -37,6 +37,7 @@ from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 
 __all__ = [
+    "LAMBDA_SPEC",
     "T0",
     "Events",
     "RecordBuilder",
@@ -272,3 +273,33 @@ def tree(root: Path) -> dict[str, bytes]:
 
 def assert_same_checkpoint(local: Path, restored: Path) -> None:
     assert tree(restored) == tree(local)
+
+
+# ---- specs ---------------------------------------------------------------------------
+
+# A spec tied to Lambda in every way portability names: mounts, paths, buckets, an image,
+# pinned GPUs and driver (the portability tests of both tiers).
+LAMBDA_SPEC = """
+name = "lam"
+command = "cd /lambda/nfs/team/proj && nvidia-smi && python train.py --data=/lambda/nfs/data/tokens && aws s3 sync out s3://ckpts-us-east-1/lam"
+workdir = "."
+env = { HF_HOME = "/lambda/nfs/hf-cache", AWS_REGION = "us-east-1", RUN_NOTE = "plain text" }
+
+[resources]
+gpus = 8
+gpu_types = ["H100"]
+
+[expect]
+cuda = "12.4"
+driver = ">=550"
+
+[data]
+path = "/lambda/nfs/data/tokens"
+
+[checkpoint]
+dir = "/home/ubuntu/ckpt"
+every_steps = 500
+
+[skypilot]
+image_id = "docker:123456789012.dkr.ecr.us-east-1.amazonaws.com/train:latest"
+"""

@@ -11,33 +11,9 @@ from pathlib import Path
 from acceptrun.verdict.portability import (
     BLOCKER,
 )
+from builders import LAMBDA_SPEC
 
 PYTHON = sys.executable
-
-LAMBDA_SPEC = """
-name = "lam"
-command = "cd /lambda/nfs/team/proj && nvidia-smi && python train.py --data=/lambda/nfs/data/tokens && aws s3 sync out s3://ckpts-us-east-1/lam"
-workdir = "."
-env = { HF_HOME = "/lambda/nfs/hf-cache", AWS_REGION = "us-east-1", RUN_NOTE = "plain text" }
-
-[resources]
-gpus = 8
-gpu_types = ["H100"]
-
-[expect]
-cuda = "12.4"
-driver = ">=550"
-
-[data]
-path = "/lambda/nfs/data/tokens"
-
-[checkpoint]
-dir = "/home/ubuntu/ckpt"
-every_steps = 500
-
-[skypilot]
-image_id = "docker:123456789012.dkr.ecr.us-east-1.amazonaws.com/train:latest"
-"""
 
 
 def test_portability_cli_on_a_spec_file(tmp_path: Path) -> None:

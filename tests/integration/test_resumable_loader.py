@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +12,11 @@ from typing import Any, BinaryIO
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from acceptrun.checkpoint.loader import ResumableLoader, ResumableSampler
 from acceptrun.checkpoint.restore import load_into
 from acceptrun.checkpoint.staging import stage, write_staged
+from loader_data import Indexed, make_loader, take
 
 
 @pytest.fixture(autouse=True)
@@ -31,21 +30,6 @@ def no_cuda_garbage_for_workers() -> None:
     gc.collect()
 
 
-class Indexed(Dataset[dict[str, torch.Tensor]]):
-    """Sample ``i`` is a function of ``i`` alone (no randomness in workers)."""
-
-    def __init__(self, n: int, dim: int = 4) -> None:
-        self.n, self.dim = n, dim
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        g = torch.Generator().manual_seed(index)
-        x = torch.randn(self.dim, generator=g)
-        return {"index": torch.tensor(index), "x": x, "y": x.sum(0, keepdim=True)}
-
-
 class DirWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -55,25 +39,6 @@ class DirWriter:
     def open(self, name: str) -> Iterator[BinaryIO]:
         with open(self.path / name, "xb") as f:
             yield f
-
-
-def make_loader(
-    n: int = 20, batch_size: int = 3, *, workers: int = 0, seed: int = 7, drop_last: bool = False
-) -> ResumableLoader:
-    data = Indexed(n)
-    loader = DataLoader(
-        data,
-        batch_size=batch_size,
-        sampler=ResumableSampler(data, seed=seed),
-        num_workers=workers,
-        drop_last=drop_last,
-        **({"prefetch_factor": 2} if workers else {}),
-    )
-    return ResumableLoader(loader)
-
-
-def take(batches: Iterator[Any], n: int) -> list[list[int]]:
-    return [b["index"].tolist() for b in itertools.islice(batches, n)]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
