@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptrun.supervisor.external import SIDECAR_SKEW_S, step_in_content
+from acceptrun.supervisor.dating import SIDECAR_SKEW_S, step_in_content
 
 
 def test_a_trainer_directory_is_dated_by_its_trainer_state(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from acceptrun.checkpoint.files import SourceChanged, capture, put_back
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import RecordError
 from acceptrun.spec.model import load_spec
-from acceptrun.supervisor.external import step_from_name, with_resume_args
+from acceptrun.supervisor.dating import step_from_name
+from acceptrun.supervisor.external import with_resume_args
 from acceptrun.workload.distributed import launch_command
 from conftest import Project
 

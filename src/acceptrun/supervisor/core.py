@@ -389,8 +389,8 @@ class Supervisor:
         """Start polling (its own thread) once the workload runs."""
         if watcher is not None:
             watcher.pid = pid
-            watcher.events = watch.step_window  # the recent steps, with their positions
-            watcher.progress = progress  # the step lines, with the time each arrived
+            watcher.dating.events = watch.step_window  # the recent steps it dates by
+            watcher.dating.progress = progress  # the steps as read, each with its time
             watcher.start()
         return watcher
 
