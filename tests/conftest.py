@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,6 +273,50 @@ def wait_for(
             detail = f"\n{explain()}" if explain is not None else ""
             pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}{detail}")
         time.sleep(interval)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``acceptrun ARGV`` in this process: the exit code, stdout and stderr."""
+    from acceptrun.cli.main import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_no_run_left(project: Project) -> None:
+    runs = project.runs_dir
+    assert not runs.exists() or not any(runs.iterdir()), sorted(runs.iterdir())
+
+
+def assert_one_message(err: str, error_type: str) -> str:
+    """The CLI printed exactly one ``Type: message`` and no traceback; returns the message."""
+    assert "Traceback" not in err
+    assert err.startswith(f"{error_type}: "), err
+    assert err.count("Error: ") == 1, err
+    return err
+
+
+Metrics = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape_metrics(url: str) -> Metrics:
+    """A Prometheus endpoint's samples by name, parsed by prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out: Metrics = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def metric_value(metrics: Metrics, name: str) -> float:
+    """The one sample of ``name``."""
+    ((_, v),) = metrics[name]
+    return v
 
 
 def only_record_in(workspace: Path) -> RunRecord:

@@ -11,29 +11,10 @@ from typing import Any
 
 import pytest
 
-from acceptrun.cli.main import main
 from acceptrun.record.workspace import RunRecord
+from conftest import assert_no_run_left, assert_one_message, run_main
 
 PYTHON = sys.executable
-
-
-def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_no_run_left(project: Any) -> None:
-    runs = project.runs_dir
-    assert not runs.exists() or not any(runs.iterdir()), sorted(runs.iterdir())
-
-
-def assert_one_message(err: str, error_type: str) -> str:
-    """The CLI printed exactly one ``Type: message`` and no traceback; returns the message."""
-    assert "Traceback" not in err
-    assert err.startswith(f"{error_type}: "), err
-    assert err.count("Error: ") == 1, err
-    return err
 
 
 # ---- bad input: exit 2, one message, no run record -------------------------------------------

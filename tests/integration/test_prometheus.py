@@ -13,9 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import wait_for
+from conftest import metric_value, scrape_metrics, wait_for
 
 # Runs until the test has scraped (it creates "done"), so the run is as short as can be.
 LOOP = """
@@ -31,21 +30,6 @@ for step in run.steps(100000):
         pass
     run.log(step, loss=1.0 / (step + 1), samples=16, tokens=2048)
 """
-
-
-def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return out
-
-
-def value(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
-    ((_, v),) = metrics[name]
-    return v
 
 
 def _events(run_dir: Path) -> list[dict]:
@@ -77,16 +61,16 @@ def test_a_running_run_serves_metrics_on_a_free_port(tmp_path: Path) -> None:
             url = found[0]["url"] if found else None
             time.sleep(0.1)
         assert url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
-        first = scrape(url)
+        first = scrape_metrics(url)
         while "acceptrun_step" not in first or "acceptrun_host_cpu_percent" not in first:
             assert time.monotonic() < deadline, first.keys()
             time.sleep(0.2)
-            first = scrape(url)
+            first = scrape_metrics(url)
         # The next sample with a later step (the telemetry interval is 0.25 s).
         second = wait_for(
             lambda: (
-                (s := scrape(url))
-                and value(s, "acceptrun_step") > value(first, "acceptrun_step")
+                (s := scrape_metrics(url))
+                and metric_value(s, "acceptrun_step") > metric_value(first, "acceptrun_step")
                 and s
             ),
             what="a scrape with a later acceptrun_step",
@@ -100,28 +84,31 @@ def test_a_running_run_serves_metrics_on_a_free_port(tmp_path: Path) -> None:
     assert proc.returncode == 0, (out, err)
     assert f"prometheus metrics at {url}" in err  # announced on the terminal, once
     assert err.count("prometheus metrics at") == 1
-    assert value(second, "acceptrun_step") > value(first, "acceptrun_step") >= 0
+    assert metric_value(second, "acceptrun_step") > metric_value(first, "acceptrun_step") >= 0
     ((labels, one),) = second["acceptrun_run_info"]
     (run_dir,) = (ws / "runs").glob("2*")
     assert one == 1 and labels == {"run_id": run_dir.name, "name": "prom"}
-    last_t = value(second, "acceptrun_last_step_timestamp_seconds")
+    last_t = metric_value(second, "acceptrun_last_step_timestamp_seconds")
     assert abs(last_t - time.time()) < 60
-    assert value(second, "acceptrun_attempt") == 1 and value(second, "acceptrun_restarts") == 0
-    assert value(second, "acceptrun_process_rss_bytes") > 0
-    assert value(second, "acceptrun_process_count") >= 1
+    assert (
+        metric_value(second, "acceptrun_attempt") == 1
+        and metric_value(second, "acceptrun_restarts") == 0
+    )
+    assert metric_value(second, "acceptrun_process_rss_bytes") > 0
+    assert metric_value(second, "acceptrun_process_count") >= 1
     assert (
         0
-        < value(second, "acceptrun_host_memory_used_bytes")
-        <= value(second, "acceptrun_host_memory_total_bytes")
+        < metric_value(second, "acceptrun_host_memory_used_bytes")
+        <= metric_value(second, "acceptrun_host_memory_total_bytes")
     )
     assert "acceptrun_host_cpu_percent" in second and "acceptrun_idle_seconds" in second
-    assert 0 < value(second, "acceptrun_step_time_seconds") < 5
-    ratio = value(second, "acceptrun_tokens_per_second") / value(
+    assert 0 < metric_value(second, "acceptrun_step_time_seconds") < 5
+    ratio = metric_value(second, "acceptrun_tokens_per_second") / metric_value(
         second, "acceptrun_samples_per_second"
     )
     assert abs(ratio - 128) < 1e-6  # 2048 tokens / 16 samples, both over the same step
-    assert 0 < value(second, "acceptrun_data_wait_share") < 1
-    assert 0 < value(second, "acceptrun_loss") <= 1
+    assert 0 < metric_value(second, "acceptrun_data_wait_share") < 1
+    assert 0 < metric_value(second, "acceptrun_loss") <= 1
     assert not any(k.startswith("acceptrun_gpu_") for k in second)  # no GPU here
     # Shut down with the run: the port no longer answers.
     with pytest.raises(urllib.error.URLError):

@@ -3,28 +3,9 @@ run's endpoint: tests/integration/test_prometheus.py)."""
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
-
 from acceptrun.telemetry.prometheus import MetricsServer
 from acceptrun.telemetry.sampler import LiveState
-
-
-def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return out
-
-
-def value(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
-    ((_, v),) = metrics[name]
-    return v
+from conftest import metric_value, scrape_metrics
 
 
 def test_gpu_metrics_carry_the_gpu_label_and_unknown_values_are_left_out() -> None:
@@ -40,7 +21,7 @@ def test_gpu_metrics_carry_the_gpu_label_and_unknown_values_are_left_out() -> No
     server = MetricsServer(live, 0)
     url = server.start()
     try:
-        metrics = scrape(url)
+        metrics = scrape_metrics(url)
     finally:
         server.close()
     assert sorted(metrics["acceptrun_gpu_utilization_percent"], key=lambda x: x[0]["gpu"]) == [
@@ -50,6 +31,9 @@ def test_gpu_metrics_carry_the_gpu_label_and_unknown_values_are_left_out() -> No
     assert metrics["acceptrun_gpu_power_watts"] == [({"gpu": "0"}, 300.5)]
     assert "acceptrun_gpu_sm_active_percent" not in metrics
     assert "acceptrun_host_load1" not in metrics and "acceptrun_step" not in metrics
-    assert value(metrics, "acceptrun_host_cpu_percent") == 12.5
-    assert value(metrics, "acceptrun_attempt") == 2 and value(metrics, "acceptrun_restarts") == 1
-    assert value(metrics, "acceptrun_cost_usd") == 1.25
+    assert metric_value(metrics, "acceptrun_host_cpu_percent") == 12.5
+    assert (
+        metric_value(metrics, "acceptrun_attempt") == 2
+        and metric_value(metrics, "acceptrun_restarts") == 1
+    )
+    assert metric_value(metrics, "acceptrun_cost_usd") == 1.25
