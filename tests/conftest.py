@@ -14,12 +14,15 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
 
 from acceptrun.record.workspace import RunRecord
+
+if TYPE_CHECKING:
+    from acceptrun.run.launch import LaunchResult
 
 # Fuzz profiles: "ci" (default) keeps each fuzz test to a few seconds; HYPOTHESIS_PROFILE=deep
 # tries thousands of cases (bench/fuzz_campaign.py); "smoke" (5 cases) only proves, in the
@@ -273,6 +276,34 @@ def wait_for(
             detail = f"\n{explain()}" if explain is not None else ""
             pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}{detail}")
         time.sleep(interval)
+
+
+def launch_job(
+    root: Path,
+    workspace: Path,
+    name: str,
+    script: str,
+    *,
+    extra: str = "",
+    inject: list[str] | None = None,
+) -> LaunchResult:
+    """``acceptrun run`` in this process of a job folder ``root/name``: ``script`` as work.py,
+    one quick restart and a 2 s grace, then ``extra`` spec text; os.environ put back after."""
+    from acceptrun.run.launch import launch
+
+    job = root / name
+    job.mkdir()
+    (job / "work.py").write_text(script)
+    (job / "spec.toml").write_text(
+        f'name = {toml_str(name)}\ncommand = [{toml_str(PYTHON)}, "work.py"]\n'
+        f'[limits]\nmax_restarts = 1\nrestart_backoff = 0\ngrace_period = "2s"\n{extra}'
+    )
+    saved = dict(os.environ)
+    try:
+        return launch(job / "spec.toml", workspace=workspace, echo=False, inject=inject or [])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -9,15 +9,13 @@ per hour, so the figures read as seconds.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acceptrun.cli.main import main
-from acceptrun.run.launch import LaunchResult, launch
-from conftest import PYTHON, toml_str
+from conftest import launch_job
 
 # First attempt: a SIGTERM from outside the supervisor (the process sends it to itself,
 # as a provider's reclaim would); the restart finds the marker and succeeds.
@@ -41,31 +39,15 @@ if not marker.exists():
 PRICE = "[cost]\nprice_per_hour = 3600\n"
 
 
-def _launch(root: Path, ws: Path, name: str, script: str, inject: list[str]) -> LaunchResult:
-    job = root / name
-    job.mkdir()
-    (job / "work.py").write_text(script)
-    (job / "spec.toml").write_text(
-        f'name = {toml_str(name)}\ncommand = [{toml_str(PYTHON)}, "work.py"]\n'
-        f'[limits]\nmax_restarts = 1\nrestart_backoff = 0\ngrace_period = "2s"\n{PRICE}'
-    )
-    saved = dict(os.environ)
-    try:
-        return launch(job / "spec.toml", workspace=ws, echo=False, inject=inject)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("claim")
     ws = root / ".acceptrun"
     return {
         "ws": ws,
-        "preempted": _launch(root, ws, "preempted", PREEMPTED, []),
-        "user": _launch(root, ws, "user", USER_ERROR, []),
-        "drill": _launch(root, ws, "drill", DRILL, ["term@time=1s"]),
+        "preempted": launch_job(root, ws, "preempted", PREEMPTED, extra=PRICE),
+        "user": launch_job(root, ws, "user", USER_ERROR, extra=PRICE),
+        "drill": launch_job(root, ws, "drill", DRILL, extra=PRICE, inject=["term@time=1s"]),
     }
 
 

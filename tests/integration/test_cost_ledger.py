@@ -7,7 +7,6 @@ figures read as seconds and the rounding up to a minute is plain to see.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,7 @@ from acceptrun._util.units import format_usd
 from acceptrun.cli.main import main
 from acceptrun.cost.ledger import PARTS, build_ledger
 from acceptrun.record.workspace import RunRecord
-from acceptrun.run.launch import LaunchResult, launch
-from conftest import PYTHON, toml_str
+from conftest import launch_job
 
 # Steps of ~50 ms; a blocking checkpoint after steps 2 and 5; an output at the end.
 WORKLOAD = """
@@ -41,30 +39,14 @@ run.output("model", "model.bin")
 PRICE = "[cost]\nprice_per_hour = 3600\n"
 
 
-def _launch(root: Path, ws: Path, name: str, extra: str, inject: list[str]) -> LaunchResult:
-    job = root / name
-    job.mkdir()
-    (job / "work.py").write_text(WORKLOAD)
-    (job / "spec.toml").write_text(
-        f'name = {toml_str(name)}\ncommand = [{toml_str(PYTHON)}, "work.py"]\n'
-        f'[limits]\nmax_restarts = 1\nrestart_backoff = 0\ngrace_period = "2s"\n{extra}'
-    )
-    saved = dict(os.environ)
-    try:
-        return launch(job / "spec.toml", workspace=ws, echo=False, inject=inject)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Three runs in one workspace: killed and resumed, clean, failed preflight."""
     root = tmp_path_factory.mktemp("cost")
     ws = root / ".acceptrun"
-    killed = _launch(root, ws, "killed", PRICE, ["kill@step=4"])
-    clean = _launch(root, ws, "clean", PRICE, [])
-    failed = _launch(root, ws, "pf", PRICE + '[expect]\npython = "<3.0"\n', [])
+    killed = launch_job(root, ws, "killed", WORKLOAD, extra=PRICE, inject=["kill@step=4"])
+    clean = launch_job(root, ws, "clean", WORKLOAD, extra=PRICE)
+    failed = launch_job(root, ws, "pf", WORKLOAD, extra=PRICE + '[expect]\npython = "<3.0"\n')
     return {"ws": ws, "killed": killed, "clean": clean, "failed": failed}
 
 
@@ -146,7 +128,7 @@ def test_a_run_refused_at_preflight_is_billed_no_compute(runs: dict[str, Any]) -
 
 
 def test_unpriced_run_keeps_the_seconds_at_zero_usd(runs: dict[str, Any], tmp_path: Path) -> None:
-    result = _launch(tmp_path, tmp_path / ".acceptrun", "free", "", [])
+    result = launch_job(tmp_path, tmp_path / ".acceptrun", "free", WORKLOAD)
     ledger = build_ledger(result.record)
     assert not ledger["priced"] and "no [cost]" in ledger["unpriced_reason"]
     assert ledger["total_usd"] == 0 and ledger["billed_s"] == ledger["wall_s"] > 0
