@@ -82,10 +82,12 @@ def cmd_cost_claim(args: argparse.Namespace) -> int:
 
 def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
     from acceptrun.cost.catalog import load_catalog
-    from acceptrun.cost.report import format_by_workspace, select_ledgers, summarize
+    from acceptrun.cost.report import LedgerSet, format_by_workspace, select_ledgers, summarize
 
     workspaces, notes = listed_workspaces()
-    rows, every, live = [], [], []
+    rows: list[dict[str, Any]] = []
+    every: list[Any] = []  # each workspace's index rows: summed without decoding a ledger
+    live: list[str] = []
     for project, ws in workspaces:
         try:
             ledgers, running = select_ledgers(
@@ -96,9 +98,9 @@ def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
             notes.append(f"skipped {ws.root} ({project}): {exc}")
             continue
         rows.append({"project": project, "workspace": str(ws.root), **summarize(ledgers)})
-        every += ledgers
+        every += ledgers.rows
         live += running
-    total = summarize(every)
+    total = summarize(LedgerSet(every))
     if args.json:
         print(
             json.dumps({"workspaces": rows, "total": total, "live": live, "notes": notes}, indent=2)

@@ -493,7 +493,7 @@ def waste_by(ledgers: Iterable[dict[str, Any]], group: str) -> list[dict[str, An
     return sorted(rows, key=lambda r: r[group], reverse=group == "week")
 
 
-def format_waste(ledgers: list[dict[str, Any]]) -> str:
+def format_waste(ledgers: Sequence[dict[str, Any]]) -> str:
     """``acceptrun cost --by-responsibility``: the waste split per week, provider and run."""
     lines = []
     for group in ("week", "provider", "run"):
