@@ -13,7 +13,8 @@ messages below name it as "its process".
 
 A reader asks :func:`supervisor_state`:
 
-- ``ended``: run.json says the run is closed (a verdict was written);
+- ``ended``: run.json says the run is closed (a verdict was written); its ``liveness``,
+  written at close, says who kept it and when it was last alive: nothing else is read;
 - ``alive``: on this host, the lease's pid runs and started when the lease says (a pid
   reused by another process started later); on another host, the lease was renewed
   within :data:`STALE_AFTER_S`;
@@ -38,7 +39,7 @@ from typing import Any
 
 from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import loads_json, read_bytes_bounded
-from acceptrun.record.status import RUN_CLOSED, RunStatus
+from acceptrun.record.status import RUN_CLOSED, RUN_OWNED, RunStatus
 from acceptrun.record.workspace import now_iso
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "dead_periods",
     "interrupted_note",
     "interruption",
+    "is_live",
     "last_sign_of_life",
     "read_lease",
     "shown_status",
@@ -120,7 +122,12 @@ def supervisor_state(
         state = loaded if isinstance(loaded, dict) else {}
     status = str(state.get("status"))
     if status in RUN_CLOSED:
-        return SupervisorLiveness("ended", None, f"the run is {status}")
+        closed = state.get("liveness")
+        closed = closed if isinstance(closed, dict) else {}
+        seen = closed.get("last_sign_of_life")
+        keeper = "standalone" if closed.get("keeper") == "standalone" else "supervisor"
+        seen = float(seen) if isinstance(seen, int | float) else None
+        return SupervisorLiveness("ended", seen, f"the run is {status}", keeper)
     lease = read_lease(run_dir)
     now = time.time() if now is None else now
     # Who keeps the record: the lease says; without one, a standalone run's own process.
@@ -134,6 +141,15 @@ def supervisor_state(
         # created (nothing supervises it yet), failed (a tune sweep): not ours to judge
         return SupervisorLiveness("alive" if alive else "ended", None, detail)
     return SupervisorLiveness("gone", last_sign_of_life(run_dir, lease), detail, keeper)
+
+
+def is_live(record: Any, state: dict[str, Any]) -> bool:
+    """Whether the run is going now: a status its keeper works in (run.json ``state``),
+    and the keeper alive by :func:`supervisor_state` (its lease, on this host or
+    another). ``top``, the board's pages and its live feeds all ask this."""
+    if state.get("status") not in RUN_OWNED:
+        return False  # closed, created, interrupted: nothing more to read
+    return supervisor_state(record, state).state == "alive"
 
 
 def _lease_alive(

@@ -27,7 +27,7 @@ from acceptrun.notify.summary import delivery_rows
 from acceptrun.record.glossary import DEVICE_IDLE, MODEL_THROUGHPUT, label
 from acceptrun.record.liveness import status_text, supervisor_state
 from acceptrun.record.lost import LostWork
-from acceptrun.record.status import CheckStatus
+from acceptrun.record.status import RUN_CLOSED, RUN_LIVE, CheckStatus
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
 from acceptrun.report.sections.inference import batch_html
@@ -46,19 +46,23 @@ SCHEMA = 1
 
 
 def _verdict(record: RunRecord, view: RecordView) -> dict[str, Any]:
-    """verdict.json as decided at close; a run not closed yet is decided now (and says so)."""
+    """verdict.json as decided at close; a run not closed yet is decided now (and says so).
+
+    A closed run is never decided again here: without its verdict.json it shows none.
+    """
     decided = view.verdict()  # a newer format raises RecordError naming the fix
     if decided is not None:
         return {**decided.raw, "provisional": False}
+    if record.state.get("status") in RUN_CLOSED:
+        why = (
+            f"{record.file('verdict.json')} is missing from this closed run: its verdict was "
+            "decided once, at close, and is not decided again here (not accepted). Restore "
+            "verdict.json from a copy of the record."
+        )
+        return {"accepted": False, "checks": [], "provisional": True, "provisional_why": why}
     from acceptrun.verdict.decide import compute_verdict
 
-    if record.state.get("status") not in ("finished", "failed_preflight"):
-        why = "The run has not closed: this verdict was computed now, from the record so far."
-    else:
-        why = (
-            f"{record.file('verdict.json')} is missing from this closed run: this verdict "
-            "was computed now from the record, not the one decided at close."
-        )
+    why = "The run has not closed: this verdict was computed now, from the record so far."
     return {**compute_verdict(record).to_dict(), "provisional": True, "provisional_why": why}
 
 
@@ -143,10 +147,33 @@ def _summary_and_timelines(record: RunRecord) -> tuple[dict[str, Any] | None, di
         return {"error": f"{type(exc).__name__}: {exc}"}, {}
 
 
-def report_data(record: RunRecord) -> dict[str, Any]:
-    """Everything the report shows, as plain JSON-able data (``--format json``)."""
-    from acceptrun.verdict.portability import check_run
+def _portability_data(record: RunRecord, state: dict[str, Any]) -> dict[str, Any]:
+    """portability.json as written at close; a run still going is checked now (and says so).
 
+    A closed run is never checked again here: the checkout may have changed since, and
+    the verdict's exit check read what close wrote.
+    """
+    from acceptrun.verdict.portability import PORTABILITY_FILE, check_run, recorded_portability
+
+    try:
+        found = recorded_portability(record)
+        if found is not None:
+            return found.to_dict()
+        if state.get("status") not in RUN_LIVE:
+            why = f"not recorded at close (no {PORTABILITY_FILE})"
+            return {"error": f"{why}; `acceptrun portability {record.run_id}` checks it now"}
+        return {**check_run(record).to_dict(), "provisional": True}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "findings": []}
+
+
+def report_data(record: RunRecord) -> dict[str, Any]:
+    """Everything the report shows, as plain JSON-able data (``--format json``).
+
+    A closed run's data is what close wrote (verdict.json, summary.json, ledger.json,
+    portability.json, run.json): the same report at any later time, with no git, verdict,
+    summary or ledger computed.
+    """
     view = RecordView(record)  # events.jsonl and the exits, read once
     state = view.raw_state
     prov = record.read_json("provenance.json") or {}
@@ -155,10 +182,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
     origin = float(events[0]["t"]) if events else None
     metrics = view.metrics()
     per_attempt = view.per_attempt_metrics()
-    try:
-        portability: dict[str, Any] = check_run(record).to_dict()
-    except Exception as exc:
-        portability = {"error": f"{type(exc).__name__}: {exc}", "findings": []}
+    portability = _portability_data(record, state)
     gpu_absent = [
         s.get("reason") for s in _telemetry_lines(record) if s.get("kind") == "gpu_absent"
     ]

@@ -25,7 +25,7 @@ from typing import Any
 
 from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import loads_json
-from acceptrun.record.liveness import interruption
+from acceptrun.record.liveness import interruption, is_live
 from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import RunRecord, Workspace
 
@@ -55,20 +55,6 @@ def _tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
             if isinstance(obj, dict):
                 out.append(obj)
     return out
-
-
-def _alive(record: RunRecord, state: dict[str, Any], events: list[dict[str, Any]]) -> bool:
-    if state.get("status") not in LIVE_STATES:
-        return False
-    if state.get("mode") == "standalone":
-        import psutil
-
-        starts = [e for e in events if e.get("kind") == "workload_start"]
-        pid = starts[-1].get("pid") if starts else None
-        return isinstance(pid, int) and psutil.pid_exists(pid)
-    from acceptrun.run.lifecycle import inspect_supervisor
-
-    return inspect_supervisor(record, state).alive
 
 
 def _epoch(iso: Any) -> float | None:
@@ -171,7 +157,7 @@ def live_rows(ws: Workspace, now: float | None = None) -> list[dict[str, Any]]:
             continue
         if state.get("status") not in LIVE_STATES:
             continue
-        if not _alive(record, state, _tail(record.events_path)):
+        if not is_live(record, state):
             # A supervisor that died leaves its run interrupted (record/liveness.py): shown,
             # with its last sign of life, until `acceptrun resume` or retention acts on it.
             gone = interruption(record, str(state.get("status")))

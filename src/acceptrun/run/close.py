@@ -3,12 +3,19 @@
 Called once the last attempt has ended (supervised runs) or when a standalone script
 exits. Everything here reads the record and writes whole files, so closing again (for
 example after a crash of the supervisor) gives the same result.
+
+Close decides once and writes what it decided, which every view of the closed run then
+reads (docs/architecture.md, "What a run writes at close"): ledger.json (built once),
+portability.json (the checkout as it was), verdict.json, the final run.json with its
+liveness at close, summary.json, report.html and the run's row in the index.
 """
 
 from __future__ import annotations
 
 import glob
+import os
 import shutil
+import socket
 import subprocess
 import time
 import traceback
@@ -174,6 +181,49 @@ def _ledger(record: RunRecord) -> None:
     _best_effort(record, "ledger", lambda: build_ledger(record))
 
 
+def _closed_ledger(record: RunRecord, accepted: bool) -> None:
+    """ledger.json as built for the verdict, with the run's final status and verdict.
+
+    Not built again: its figures end at the last attempt's exit (or the refusal before
+    launch), never at the verdict (cost/ledger.py). Its inputs are stamped anew, since
+    close wrote run.json and events.jsonl after the build, so readers take it as current.
+    """
+
+    def write() -> None:
+        from acceptrun.cost.ledger import LEDGER_FILE, ledger_inputs
+
+        ledger = record.read_json(LEDGER_FILE)
+        if isinstance(ledger, dict):  # else the build failed: recorded, `acceptrun cost` retries
+            status = record.state.get("status")
+            closed = {"status": status, "accepted": accepted, "inputs": ledger_inputs(record)}
+            record.write_json(LEDGER_FILE, {**ledger, **closed})
+
+    _best_effort(record, "ledger", write)
+
+
+def _portability(record: RunRecord) -> None:
+    """Write portability.json (git against the checkout as it is now, once): the verdict's
+    exit check and every view read it; when it fails the exit check says why."""
+
+    def write() -> None:
+        from acceptrun.verdict.portability import write_portability
+
+        write_portability(record)
+
+    _best_effort(record, "portability", write)
+
+
+def _liveness_at_close(record: RunRecord) -> dict[str, Any]:
+    """Who kept the run as it closed: what record/liveness answers for a closed run."""
+    return {
+        "state": "ended",
+        "keeper": "standalone" if record.state.get("mode") == "standalone" else "supervisor",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "last_sign_of_life": round(time.time(), 3),
+    }
+
+
 def _finalize(
     record: RunRecord,
     workspace: Workspace,
@@ -183,6 +233,7 @@ def _finalize(
 ) -> Verdict:
     _ledger(record)  # the verdict's cost lines read it
     _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
+    _portability(record)  # the verdict's exit check reads it
     verdict = compute_verdict(record, spec)
     record.write_json("verdict.json", {**stamp(), **verdict.to_dict()})
     tl = run_timeline(record)
@@ -196,11 +247,12 @@ def _finalize(
         ended_at=now_iso(),
         duration_s=duration,
         steps=tl["steps"],
+        liveness=_liveness_at_close(record),
     )
     record.event("verdict", sync=True, verdict="accepted" if verdict.accepted else "rejected")
     if after_verdict is not None:
         _best_effort(record, "notify", after_verdict)
-    _ledger(record)  # again, now that it can say whether the run was accepted
+    _closed_ledger(record, verdict.accepted)  # the last of close's own events is written
     _summary(record)  # last of the run's events is written: show and report read it
     _report(record)
     workspace.index_run(record)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.errors import AcceptrunError, UserError, WorkspaceError
+from acceptrun.record import liveness
 from acceptrun.record.status import RUN_LIVE
 from acceptrun.record.workspace import IndexRow, RunRecord, Workspace
 
@@ -221,13 +222,9 @@ def run_cost(record_path: Path) -> float | None:
 
 
 def is_live(record: RunRecord, state: dict[str, Any]) -> bool:
-    """Whether the run is running now (its supervisor, or its standalone process, is alive)."""
-    if state.get("status") not in LIVE_STATES:
-        return False
-    from acceptrun.report.top import _alive, _tail
-
+    """Whether the run is running now (record/liveness.py: its keeper's lease)."""
     try:
-        return _alive(record, state, _tail(record.events_path))
+        return liveness.is_live(record, state)
     except Exception:  # a record that cannot tell is shown as not live, never an error page
         return False
 

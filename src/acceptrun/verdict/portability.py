@@ -19,6 +19,11 @@ Severity:
 - ``note``: worth knowing when moving (a pinned GPU model, a bucket in one region, a
   CUDA build of torch); nothing to do to repeat it on a like machine.
 
+A run is checked once, as it closes (:func:`write_portability`, called by run/close.py
+before the verdict): ``portability.json`` in the record holds what was found then, and
+the verdict's exit check and every view of the closed run read it
+(:func:`recorded_portability`), never the checkout as it is later.
+
 >>> report = check_spec_file("spec.toml")
 >>> print(format_portability(report))
 """
@@ -34,13 +39,15 @@ from typing import Any
 from acceptrun._util.git import run_git
 from acceptrun._util.hashing import hash_file
 from acceptrun._util.paths import inside
-from acceptrun.errors import GitError
+from acceptrun.errors import GitError, RecordError
+from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec, load_spec
 
 __all__ = [
     "BLOCKER",
     "NOTE",
+    "PORTABILITY_FILE",
     "WARNING",
     "Finding",
     "GitState",
@@ -50,7 +57,12 @@ __all__ = [
     "check_spec_file",
     "format_portability",
     "git_state",
+    "portability_of",
+    "recorded_portability",
+    "write_portability",
 ]
+
+PORTABILITY_FILE = "portability.json"  # the findings as the run closed (write_portability)
 
 BLOCKER, WARNING, NOTE = "blocker", "warning", "note"
 _ORDER = {BLOCKER: 0, WARNING: 1, NOTE: 2}
@@ -174,6 +186,12 @@ class PortabilityReport:
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == WARNING]
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PortabilityReport:
+        """The report :meth:`to_dict` wrote (``portability.json``)."""
+        findings = [Finding(**{k: str(f[k]) for k in _FINDING_KEYS}) for f in data["findings"]]
+        return cls(str(data["subject"]), findings)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "subject": self.subject,
@@ -183,7 +201,37 @@ class PortabilityReport:
         }
 
 
+_FINDING_KEYS = ("severity", "kind", "where", "value", "why", "fix")
+
+
 # ---- entry points --------------------------------------------------------------------------
+
+
+def write_portability(record: RunRecord) -> PortabilityReport:
+    """Check the run as it closes and write ``portability.json``: what its views read."""
+    report = check_run(record)
+    record.write_json(PORTABILITY_FILE, {**stamp(), **report.to_dict()})
+    return report
+
+
+def recorded_portability(record: RunRecord) -> PortabilityReport | None:
+    """The findings written as the run closed; None when it has no portability.json
+    (a run still going, or one closed by an older release)."""
+    data = record.read_json(PORTABILITY_FILE)
+    if data is None:
+        return None
+    try:
+        return PortabilityReport.from_dict(data)
+    except (KeyError, TypeError) as exc:
+        raise RecordError(
+            f"{record.file(PORTABILITY_FILE)} is damaged ({type(exc).__name__}: {exc}); "
+            f"`acceptrun portability {record.run_id}` checks the run again"
+        ) from None
+
+
+def portability_of(record: RunRecord) -> PortabilityReport:
+    """The findings written at close when there are some, else checked now."""
+    return recorded_portability(record) or check_run(record)
 
 
 def check_spec_file(path: str | Path) -> PortabilityReport:

@@ -16,10 +16,10 @@ _WARNINGS_SHOWN = 4
 
 def portability(given: CheckInput) -> list[Check]:
     """No portability blocker; warnings and notes counted (`acceptrun portability RUN`)."""
-    from acceptrun.verdict.portability import check_run
+    from acceptrun.verdict.portability import portability_of
 
     try:
-        report = check_run(given.record)
+        report = portability_of(given.record)  # portability.json, written as the run closes
     except Exception as exc:  # recorded: a verdict is never lost to a failed portability check
         return [Check("exit", "portability", NOT_RECORDED, False,
                       given.record_failure("portability", exc),
