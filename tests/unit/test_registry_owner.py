@@ -174,7 +174,7 @@ def test_every_argument_that_names_a_run_is_declared_as_one() -> None:
                     *(parser.get_default("run_refs_here") or ()))  # fmt: skip
         if dest not in declared:
             missed.append(f"acceptrun {' '.join(words)} {dest}")
-    assert not missed, f"declare these with record.cli.add_run_argument: {missed}"
+    assert not missed, f"declare these with cli.record.add_run_argument: {missed}"
 
 
 def test_the_declaration_lists_the_commands_that_take_a_run() -> None:

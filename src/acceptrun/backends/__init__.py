@@ -5,7 +5,7 @@
   after a requeue.
 - :mod:`acceptrun.backends.skypilot`: a SkyPilot task YAML for a spec
   (``acceptrun export skypilot``).
-- :mod:`acceptrun.backends.cli`: the ``acceptrun export`` commands.
+- :mod:`acceptrun.cli.backends`: the ``acceptrun export`` commands.
 
 Nothing is imported here: each backend loads only when used.
 """

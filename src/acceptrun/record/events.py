@@ -709,7 +709,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     # telemetry, tune, inference, serving
     _E("prometheus", PrometheusEvent, "the Prometheus endpoint is serving", "telemetry/sampler"),
     _E("prometheus_failed", PrometheusFailedEvent, "the Prometheus endpoint could not start", "telemetry/sampler"),
-    _E("trial", TrialEvent, "one tune trial measured", "tune/cli"),
+    _E("trial", TrialEvent, "one tune trial measured", "cli/tune"),
     _E("shard_commit", ShardCommitEvent, "a batch inference shard was committed", "workload/batch"),
     _E("shard_redo", ShardRedoEvent, "a batch inference shard is done again", "workload/batch"),
     _E("serving_ready", ServingReadyEvent, "the server answered its readiness probe", "serving/driver"),

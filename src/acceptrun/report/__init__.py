@@ -1,7 +1,7 @@
 """Reports of a run: the terminal view (``acceptrun show``), the HTML and Markdown report.
 
 Names are imported on first use, so that registering the report commands
-(``acceptrun.report.cli``) keeps ``acceptrun --help`` fast.
+(``acceptrun.cli.report``) keeps ``acceptrun --help`` fast.
 """
 
 from __future__ import annotations

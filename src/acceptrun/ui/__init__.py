@@ -6,7 +6,7 @@ series; :mod:`~acceptrun.ui.pages` renders the layout and the run pages,
 the others; :mod:`~acceptrun.ui.live` serves
 the live feeds (server-sent events); :mod:`~acceptrun.ui.server` is the HTTP server and
 its security rules; :mod:`~acceptrun.ui.assets` holds the stylesheet and the one script;
-:mod:`~acceptrun.ui.cli` registers the command. Standard library only.
+:mod:`~acceptrun.cli.ui` registers the command. Standard library only.
 
 >>> server = make_server(Board.for_workspaces([find_workspace()]), token="s3cret")
 >>> server.serve_forever()
@@ -24,7 +24,7 @@ __all__ = ["Board", "BoardServer", "RunFilter", "make_server"]
 
 
 def __getattr__(name: str) -> object:
-    # Imported on first use: every `acceptrun` command registers `ui` (ui/cli.py), and the
+    # Imported on first use: every `acceptrun` command registers `ui` (cli/ui.py), and the
     # server with its pages and the report's stylesheet is only needed by `acceptrun ui`.
     if name in ("Board", "RunFilter"):
         from acceptrun.ui import board
