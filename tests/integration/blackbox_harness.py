@@ -1,6 +1,7 @@
 """Run an unmodified script under ``acceptrun run`` and kill it at a point the record shows.
 
-Shared by the tests of black-box habits (test_watched_habits.py, test_figures_habits.py):
+Shared by the tests of black-box habits (test_watched_habits.py, test_figures_habits.py)
+and of watched checkpoints (test_watched_checkpoints.py):
 the script blocks at a known point (``signal.pause()``), the test waits for the event
 that says acceptrun saw what the kill is about, then SIGKILLs the workload. Nothing here
 depends on the machine's speed.

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blackbox_harness import events as run_events
+from blackbox_harness import start
 
 from acceptrun.checkpoint.store import CheckpointStore
 from conftest import PYTHON, Project, wait_for
@@ -28,39 +30,13 @@ PATTERN = r"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)"
 EVERY = 25  # iterations between the script's saves
 
 
-def _events(project: Project) -> list[dict[str, Any]]:
-    ids = project.run_ids()
-    if not ids:
-        return []
-    path = project.runs_dir / ids[0] / "events.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line still being written
-    return out
-
-
-def _start(project: Project, spec: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [PYTHON, "-m", "acceptrun", "--workspace", str(project.workspace), "run", "-q", str(spec)],
-        cwd=project.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def _kill_after_commits(project: Project, n: int, attempt: int = 1) -> list[dict[str, Any]]:
     """SIGKILL the attempt's workload once ``n`` watched checkpoints are committed."""
 
     def commits() -> list[dict[str, Any]] | None:
         found = [
             e
-            for e in _events(project)
+            for e in run_events(project)
             if e["kind"] == "checkpoint_commit"
             and e.get("source") == "watched"
             and e.get("attempt") == attempt
@@ -69,7 +45,7 @@ def _kill_after_commits(project: Project, n: int, attempt: int = 1) -> list[dict
 
     wait_for(commits, timeout=180, interval=0.05, what=f"{n} watched checkpoint(s)")
     start = next(
-        e for e in _events(project) if e["kind"] == "attempt_start" and e["attempt"] == attempt
+        e for e in run_events(project) if e["kind"] == "attempt_start" and e["attempt"] == attempt
     )
     os.kill(start["pid"], signal.SIGKILL)
     return commits() or []
@@ -117,12 +93,12 @@ def _nanogpt_spec(
 def test_killed_script_resumes_from_its_own_checkpoint(project: Project, reference: str) -> None:
     """(a) nanoGPT shape, SIGKILLed: attempt 2 starts from the captured ckpt.pt, bit-exact."""
     spec = _nanogpt_spec(project)
-    proc = _start(project, spec)
+    proc = start(project, spec)
     _kill_after_commits(project, 1)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     rec = project.only_record()
-    events = _events(project)
+    events = run_events(project)
 
     starts = {e["attempt"]: e for e in events if e["kind"] == "attempt_start"}
     assert starts[1]["restored"] is None
@@ -228,7 +204,7 @@ def test_slow_writer_is_never_captured_half_written(project: Project, tmp_path: 
         mirror = {json.dumps(str(mirror))}
         """,
     )
-    proc = _start(project, spec)
+    proc = start(project, spec)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     rec = project.only_record()
@@ -255,7 +231,7 @@ def test_corrupt_newest_capture_is_quarantined_and_the_one_before_used(
 ) -> None:
     """(c) `acceptrun resume` after a kill: the newest capture fails verification."""
     spec = _nanogpt_spec(project, extra="max_restarts = 0")
-    proc = _start(project, spec)
+    proc = start(project, spec)
     _kill_after_commits(project, 2)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out  # killed, not restarted: rejected
@@ -271,7 +247,7 @@ def test_corrupt_newest_capture_is_quarantined_and_the_one_before_used(
 
     resumed = project.cli("resume", rec.run_id, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    events = _events(project)
+    events = run_events(project)
     quarantined = [e for e in events if e["kind"] == "checkpoint_quarantine"]
     assert [e["step"] for e in quarantined] == [newest.step]
     start2 = next(e for e in events if e["kind"] == "attempt_start" and e["attempt"] == 2)
@@ -300,13 +276,13 @@ def test_hugging_face_directories_resume_with_the_restored_path(
         restart_backoff = "0s"
         """,
     )
-    proc = _start(project, spec)
+    proc = start(project, spec)
     commits = _kill_after_commits(project, 1)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     rec = project.only_record()
     assert commits[0]["step"] % EVERY == 0  # the number in the directory's name
-    events = _events(project)
+    events = run_events(project)
     start2 = next(e for e in events if e["kind"] == "attempt_start" and e["attempt"] == 2)
     step = start2["resume_step"]
     where = project.root / "out" / f"checkpoint-{step}"
@@ -371,7 +347,7 @@ def test_checkpoint_written_just_before_the_exit(
     project.cli("run", "-q", str(spec), timeout=120, check_rc=0 if captured else 1)
     rec = project.only_record()
     infos = CheckpointStore(rec.checkpoints_dir).list()
-    events = _events(project)
+    events = run_events(project)
     missed = [e for e in events if e["kind"] == "checkpoint_not_captured"]
     if captured:
         assert [i.step for i in infos] == [1] and not missed
