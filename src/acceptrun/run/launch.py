@@ -27,7 +27,13 @@ from acceptrun.errors import UserError
 from acceptrun.notify.notifier import start_notifier
 from acceptrun.notify.secrets import keep_secrets
 from acceptrun.record.lease import start_lease
-from acceptrun.record.workspace import RunRecord, find_workspace, now_iso, user_at_host
+from acceptrun.record.workspace import (
+    RunRecord,
+    Workspace,
+    find_workspace,
+    now_iso,
+    user_at_host,
+)
 from acceptrun.run.close import close_run
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor import Supervisor, SupervisorResult
@@ -121,24 +127,96 @@ def launch(
     """
     spec = load_spec(spec_path)
     check_static(spec)
-    # ---- keys that cannot take effect (acceptrun.workload.usage): errors refuse, warnings record ----
+    # Keys that cannot take effect (acceptrun.workload.usage): errors refuse, warnings record.
     usage = detect_usage(spec)
     findings = spec_findings(spec, usage)
     raise_errors(spec, findings)
-    # ---- end of usage ----
     if prometheus_port is not None and not 0 <= prometheus_port <= 65535:
         raise UserError(
             f"--prometheus-port {prometheus_port} is not a TCP port; use 0 to 65535 (0: a free one)"
         )
-    # ---- injected faults (acceptrun.workload.inject) ----
+    faults, base_env = _faults(inject)
+    ws = find_workspace(workspace, create=True, anchor=Path(spec_path).resolve().parent)
+    _check_run_id(ws, spec, run_id)
+    # Unknown provider/instance, or a budget below one billing increment: bad input.
+    price = price_for(spec.cost, load_catalog(ws.root))
+    check_budget(price, spec.limits.budget_usd)
+    billing_start = time.time()  # the launch: what an on-demand bill counts from
+    record = _create_record(ws, spec, spec_path, faults, run_id)
+    # Follows events.jsonl from here on and tells the [notify] targets (notify/notifier.py).
+    notifier = start_notifier(record, spec)
+    told = None if notifier is None else notifier.close
+    try:
+        _log.info(f"run {record.run_id}")
+        _log.info(f"record {record.path}")
+        if on_record is not None:
+            on_record(record)
+        record.event("run_start", sync=True, spec_hash=spec.hash)
+        record.audit("run", spec=str(Path(spec_path).resolve()))
+        record.event("usage", sync=True, **usage.to_dict())
+        for finding in findings:  # warnings only: errors were refused above
+            _log.info(str(finding))
+            record.event("spec_warning", sync=True, **finding.to_dict())
+        refused = _preflight(record, ws, spec, existing, told)
+        if refused is not None:
+            return refused
+        record.update_state(started_at=now_iso())
+        result = Supervisor(
+            record,
+            spec,
+            echo=echo,
+            say=_log.info,
+            base_env=base_env,
+            price=price,
+            billing_start=billing_start,
+            prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
+            side_task=side_task(record, spec),
+        ).run()
+        verdict = close_run(record, ws, spec, after_verdict=told)
+        return LaunchResult(record, spec, verdict, True, result)
+    finally:
+        if notifier is not None:
+            notifier.close()  # nothing left when the close did it; else what is left, recorded
+
+
+def _preflight(
+    record: RunRecord,
+    ws: Workspace,
+    spec: RunSpec,
+    existing: str | None,
+    told: Callable[[], object] | None,
+) -> LaunchResult | None:
+    """Preflight inside the record; the closed run when it refused or a signal stopped it."""
+    try:
+        with _stop_signals_raise():
+            preflight = run_preflight(record, spec, existing=existing)
+    except _StoppedBeforeLaunch as exc:
+        _log.info(f"{exc} during preflight: the run was not launched")
+        record.event("stopped_before_launch", sync=True, signal=str(exc))
+        verdict = close_run(record, ws, spec, status="stopped", after_verdict=told)
+        return LaunchResult(record, spec, verdict, False, None, interrupted=True)
+    if not preflight.ok:
+        record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
+        verdict = close_run(record, ws, spec, status="failed_preflight", after_verdict=told)
+        return LaunchResult(record, spec, verdict, False, None)
+    return None
+
+
+def _faults(inject: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The injected faults (acceptrun.workload.inject) and the workload's environment."""
     faults = [str(f) for f in parse_faults(inject)]
     # The faults of this run only: one inherited from an outer run must not leak in.
     base_env = {k: v for k, v in os.environ.items() if k != ENV_INJECT}
     if faults:
         base_env[ENV_INJECT] = ",".join(faults)
-    # ---- end of injected faults ----
-    ws = find_workspace(workspace, create=True, anchor=Path(spec_path).resolve().parent)
-    if run_id is not None and (
+    return faults, base_env
+
+
+def _check_run_id(ws: Workspace, spec: RunSpec, run_id: str | None) -> None:
+    """A ``--run-id`` that is a free run id, and whose checkpoint store is not there yet."""
+    if run_id is None:
+        return
+    if (
         # At most 200 characters: a directory name (255 bytes at most) with room for
         # the ".creating-" prefix of its creation.
         not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", run_id)
@@ -149,14 +227,16 @@ def launch(
             "'.', '_', '-'); "
             "leave it out and acceptrun picks a new one"
         )
-    # Unknown provider/instance, or a budget below one billing increment: bad input.
-    price = price_for(spec.cost, load_catalog(ws.root))
-    check_budget(price, spec.limits.budget_usd)
-    if run_id is not None and spec.checkpoint.dir and "://" not in spec.checkpoint.dir:
+    if spec.checkpoint.dir and "://" not in spec.checkpoint.dir:
         # The one way a new run's store can exist already: a reused run id. Said before
         # a record is made (create_run_store checks again, for a race).
         check_fresh(Path(spec.resolve_path(spec.checkpoint.dir)) / run_id, run_id)
-    billing_start = time.time()  # the launch: what an on-demand bill counts from
+
+
+def _create_record(
+    ws: Workspace, spec: RunSpec, spec_path: str | Path, faults: list[str], run_id: str | None
+) -> RunRecord:
+    """The run's record, its checkpoint store, its lease and its secrets, before preflight."""
     record = ws.create_run(
         spec.name,
         spec_text=spec.to_toml(secrets=False),
@@ -178,46 +258,4 @@ def launch(
         create_run_store(record, spec)  # its OWNER.json: this run's, empty
     start_lease(record)  # supervisor.json, renewed until the close (record/lease.py)
     keep_secrets(record, spec)  # [notify] URLs: beside the record, never in it (notify/secrets.py)
-    # Follows events.jsonl from here on and tells the [notify] targets (notify/notifier.py).
-    notifier = start_notifier(record, spec)
-    told = None if notifier is None else notifier.close
-    try:
-        _log.info(f"run {record.run_id}")
-        _log.info(f"record {record.path}")
-        if on_record is not None:
-            on_record(record)
-        record.event("run_start", sync=True, spec_hash=spec.hash)
-        record.audit("run", spec=str(Path(spec_path).resolve()))
-        record.event("usage", sync=True, **usage.to_dict())
-        for finding in findings:  # warnings only: errors were refused above
-            _log.info(str(finding))
-            record.event("spec_warning", sync=True, **finding.to_dict())
-        try:
-            with _stop_signals_raise():
-                preflight = run_preflight(record, spec, existing=existing)
-        except _StoppedBeforeLaunch as exc:
-            _log.info(f"{exc} during preflight: the run was not launched")
-            record.event("stopped_before_launch", sync=True, signal=str(exc))
-            verdict = close_run(record, ws, spec, status="stopped", after_verdict=told)
-            return LaunchResult(record, spec, verdict, False, None, interrupted=True)
-        if not preflight.ok:
-            record.event("preflight_failed", sync=True, checks=[c.name for c in preflight.failures])
-            verdict = close_run(record, ws, spec, status="failed_preflight", after_verdict=told)
-            return LaunchResult(record, spec, verdict, False, None)
-        record.update_state(started_at=now_iso())
-        result = Supervisor(
-            record,
-            spec,
-            echo=echo,
-            say=_log.info,
-            base_env=base_env,
-            price=price,
-            billing_start=billing_start,
-            prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
-            side_task=side_task(record, spec),
-        ).run()
-        verdict = close_run(record, ws, spec, after_verdict=told)
-        return LaunchResult(record, spec, verdict, True, result)
-    finally:
-        if notifier is not None:
-            notifier.close()  # nothing left when the close did it; else what is left, recorded
+    return record
