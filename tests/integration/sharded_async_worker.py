@@ -40,6 +40,7 @@ from safetensors.torch import save_file
 from sharded_worker import build, full_tensors, init_group, rank_argv, state, train_step
 
 from acceptrun.checkpoint import CheckpointStore, sharded
+from acceptrun.checkpoint.sharded import saving as sharded_save
 from acceptrun.errors import RecordError
 
 HOLD_S = 120  # seconds a held background write waits for the training thread at most
@@ -150,7 +151,7 @@ def overlap_mode(rank: int, store: CheckpointStore, world: int, out: Path) -> No
     if rank == 0:
         save_file(ref, str(out / "ref-1.safetensors"))
     go, stepped, held_at_step = threading.Event(), threading.Event(), []
-    real_run = sharded._Deferred.run
+    real_run = sharded_save._Deferred.run
 
     def held_run(self: Any, handle: Any) -> None:
         # Let go by the step's first pre-hook, the copy still waits until acceptrun's hook
@@ -162,7 +163,7 @@ def overlap_mode(rank: int, store: CheckpointStore, world: int, out: Path) -> No
             pass  # both are set by the training thread: poll the two
         real_run(self, handle)
 
-    sharded._Deferred.run = held_run  # type: ignore[method-assign]
+    sharded_save._Deferred.run = held_run  # type: ignore[method-assign]
 
     def let_go(*_args: Any) -> None:
         held_at_step.append(not go.is_set())

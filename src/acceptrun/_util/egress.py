@@ -150,9 +150,9 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.checkpoint.store:CheckpointWriter.write_json", "file", exempt="the workload's own checkpoint metadata, stored with its tensors"),
     Sink("acceptrun.checkpoint.store:CheckpointStore._commit", "file", exempt="raw=True: MANIFEST.json, whose digest covers its exact text (names, sizes, hashes)"),
     Sink("acceptrun.checkpoint.store:CheckpointStore.redate", "file", exempt="raw=True: MANIFEST.json again, and checkpoint files copied as they are"),
-    Sink("acceptrun.checkpoint.sharded:AsyncSave._run", "terminal", exempt=_WARN),
-    Sink("acceptrun.checkpoint.sharded:_emit", "terminal", exempt=_WARN),
-    Sink("acceptrun.checkpoint.sharded:_wait_at_exit", "terminal", exempt=_WARN),
+    Sink("acceptrun.checkpoint.sharded.saving:AsyncSave._run", "terminal", exempt=_WARN),
+    Sink("acceptrun.checkpoint.sharded.saving:_emit", "terminal", exempt=_WARN),
+    Sink("acceptrun.checkpoint.sharded.saving:_wait_at_exit", "terminal", exempt=_WARN),
     # -- notifications: redacted at the moment they are encoded ---------------------------
     Sink("acceptrun.notify.notifier:Dispatcher._deliver", "socket", redacted_by="Target.send (json_body, email_message, command_env)"),
     Sink("acceptrun.notify.targets:WebhookTarget.send", "http", redacted_by="json_body"),

@@ -1,48 +1,10 @@
-"""Sharded checkpoints (FSDP2, DTensor) through torch.distributed.checkpoint and the store.
+"""The sharded saves: :func:`save` (synchronous) and :func:`async_save` (in the background).
 
-Every rank writes only its own shards, so a model whose full state does not fit one
-process is saved without a gather. PyTorch's DCP plans who writes what; acceptrun
-supplies the storage (:mod:`~acceptrun.checkpoint.dcp_storage`) so that the save keeps
-the store's guarantees:
-
-- one staging directory for the step: rank 0 begins it, the others join it (its path is
-  broadcast over the process group as bytes, not pickled);
-- each rank writes one ``shard-<r>.bin`` of raw tensor bytes, hashed (xxh3) while written
-  and fsynced;
-- rank 0 writes DCP's global metadata as acceptrun's own JSON (``dcp-metadata.json``,
-  never pickle), adopts every rank's file hashes and commits: MANIFEST last, directory
-  fsynced, LATEST, retention, a checkpoint_commit event. If any rank fails or dies
-  before that, nothing is committed and the previous checkpoint stays LATEST;
-- non-tensor values (step, RNG state, loader position) are stored as JSON; anything else
-  (a pickled or arbitrary object) is refused with the name of the value;
-- a load verifies the checkpoint against its manifest first (a flipped byte: it is
-  quarantined and the previous one is used), reads the metadata as JSON and serves DCP's
-  planner reads, so a checkpoint saved by N ranks loads on M. Nothing is unpickled.
-
-:func:`async_save` is the same save with the training loop blocked only while this
-rank's shards are copied into host memory (reused buffers); the files are written,
-hashed, fsynced and committed by a background thread whose collectives use a gloo group
-of their own (:func:`background_group`), never the training loop's.
-
-::
-
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from acceptrun.checkpoint import CheckpointStore, sharded
-
-    store = CheckpointStore("ckpt", keep_last=2)
-    model_sd, optim_sd = get_state_dict(model, opt)        # DTensors: this rank's shards
-    sharded.save(store, step, {"model": model_sd, "optim": optim_sd, "step": step})
-
-    pending = sharded.async_save(store, step, {"model": model_sd, "optim": optim_sd})
-    ...                                                    # train on; then, or at a stop:
-    pending.wait()                                         # the CheckpointInfo, or RecordError
-
-    state = {"model": model_sd, "optim": optim_sd, "step": 0}
-    info = sharded.load(store, state)                      # None on a fresh start
-    if info is not None:
-        set_state_dict(model, opt, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-        start = state["step"] + 1
+An async save blocks the caller only while its shards are copied into host memory; the
+files are written, hashed, fsynced and committed by a background thread whose
+collectives use a gloo group of their own (:func:`background_group`), never the training
+loop's; :func:`wait` and the process's exit wait for the newest save of a directory. A
+save of either kind first settles the one in flight on the same directory.
 """
 
 from __future__ import annotations
@@ -51,163 +13,26 @@ import atexit
 import copy
 import dataclasses
 import os
-import re
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.tensor import DTensor
 
-from acceptrun._util.hashing import hash_bytes, hash_file, new_hasher, split_hash
-from acceptrun._util.mapped import hash_range, map_private
-from acceptrun.checkpoint.dcp_storage import (
-    FORMAT,
-    METADATA,
-    DCPReader,
-    DCPWriter,
-    JsonLoadPlanner,
-    JsonSavePlanner,
-    check_values,
-)
+from acceptrun.checkpoint.dcp_storage import JsonSavePlanner, check_values
 from acceptrun.checkpoint.overlap import Overlap
-from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
+from acceptrun.checkpoint.sharded.write import ONE_PROCESS, begin, rank_of, write_and_commit
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import RecordError, UserError
 
-__all__ = [
-    "FORMAT",
-    "METADATA",
-    "AsyncSave",
-    "DCPReader",
-    "DCPWriter",
-    "JsonLoadPlanner",
-    "JsonSavePlanner",
-    "async_save",
-    "background_group",
-    "check_values",
-    "load",
-    "save",
-    "wait",
-]
-
-# DCP warns that a save without a process group is "a single process": that is the intent
-# here. The filter is set once, on the caller's thread (catch_warnings is not thread-safe).
-_ONE_PROCESS = "torch.distributed is disabled, unavailable or uninitialized"
-
-
-# ---- the synchronous save and the load --------------------------------------------------------
-
-
-def _rank(group: Any) -> tuple[int, int]:
-    if not (dist.is_available() and dist.is_initialized()):
-        return 0, 1
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
-def _broadcast_text(text: str | None, group: Any) -> str:
-    """Rank 0's ``text`` on every rank, sent as bytes in tensors (no pickle)."""
-    src = dist.get_global_rank(group, 0) if group is not None else 0
-    data = torch.tensor(list((text or "").encode()), dtype=torch.uint8)
-    size = torch.tensor([data.numel() if text is not None else 0], dtype=torch.int64)
-    dist.broadcast(size, src=src, group=group)
-    if text is None:
-        data = torch.empty(int(size.item()), dtype=torch.uint8)
-    if size.item():
-        dist.broadcast(data, src=src, group=group)
-    return bytes(data.tolist()).decode()
-
-
-def _begin(
-    store: CheckpointStore, step: int, rank: int, world: int, group: Any
-) -> CheckpointWriter:
-    """Rank 0 begins the save of ``step``; the others join its staging directory."""
-    if rank == 0:
-        writer: CheckpointWriter | None = None
-        try:
-            store.remove_stale_staging()
-            writer = store.begin(step)
-        finally:
-            if world > 1:  # tell the others even when begin failed ("" = no save)
-                _broadcast_text(str(writer.path) if writer else "", group)
-        return writer
-    path = _broadcast_text(None, group)
-    if not path:
-        raise RecordError(f"rank 0 could not begin the sharded save of step {step}; see its error")
-    return store.join(step, path)
-
-
-def _describe(exc: BaseException) -> str:
-    """An error's words; DCP's CheckpointException: each failed rank's, without tracebacks."""
-    if isinstance(exc, CheckpointException):
-        return "; ".join(
-            f"rank {r}: {e}" if isinstance(e, RecordError) else f"rank {r}: {type(e).__name__}: {e}"
-            for r, (e, _) in sorted(exc.failures.items())
-        ).rstrip(".")
-    return str(exc).rstrip(".")
-
-
-def _write_and_commit(
-    store: CheckpointStore,
-    writer: CheckpointWriter,
-    state_dict: dict[str, Any],
-    *,
-    rank: int,
-    world: int,
-    group: Any,
-    metrics: Mapping[str, float] | None,
-    meta: Mapping[str, Any] | None,
-    planner: JsonSavePlanner | None,
-    retain: bool = True,
-    refuse: Exception | None = None,
-) -> CheckpointInfo:
-    """DCP writes this rank's shards into ``writer``; rank 0 commits once all have written.
-
-    ``retain=False``: rank 0 leaves the pruning of older checkpoints to the caller.
-    ``refuse``: this rank's write fails with it, inside DCP's save, so that every rank
-    fails the save at the same collective (none waits for the others forever)."""
-    step = writer.step
-    storage = DCPWriter(
-        store, writer, metrics=metrics, meta={**(meta or {}), "world_size": world},
-        retain=retain, refuse=refuse,
-    )  # fmt: skip
-    try:
-        dcp_save(
-            state_dict,
-            storage_writer=storage,
-            planner=planner or JsonSavePlanner(),
-            process_group=group,
-            no_dist=world == 1 and not dist.is_initialized(),
-        )
-    except BaseException as exc:
-        if writer.state == "committed":
-            # Every rank had written (the commit runs after DCP's gather of the writes);
-            # only telling the others failed, so the checkpoint is whole.
-            info = store.get(step)
-            if info is not None:
-                return info
-        store.abort(writer)  # the owner removes the staging directory; a joined rank leaves it
-        if isinstance(exc, Exception | CheckpointException):
-            raise RecordError(
-                f"the sharded save of step {step} failed (rank {rank} of {world}): "
-                f"{_describe(exc)}. Nothing was committed; earlier checkpoints are intact"
-            ) from exc
-        raise
-    info = storage.info if storage.info is not None else store.get(step)
-    if info is None:
-        raise RecordError(
-            f"the sharded save of step {step} finished but {store.root}/step-{step} has no manifest"
-        )
-    return info
+__all__ = ["AsyncSave", "async_save", "background_group", "save", "wait"]
 
 
 def save(
@@ -235,230 +60,14 @@ def save(
     """
     check_values(state_dict)
     _settle_previous(store, step)
-    rank, world = _rank(process_group)
+    rank, world = rank_of(process_group)
     if world == 1 and not dist.is_initialized():
-        warnings.filterwarnings("ignore", message=_ONE_PROCESS)
-    writer = _begin(store, step, rank, world, process_group)
-    return _write_and_commit(
+        warnings.filterwarnings("ignore", message=ONE_PROCESS)
+    writer = begin(store, step, rank, world, process_group)
+    return write_and_commit(
         store, writer, state_dict, rank=rank, world=world, group=process_group,
         metrics=metrics, meta=meta, planner=planner,
     )  # fmt: skip
-
-
-def load(
-    store: CheckpointStore,
-    state_dict: dict[str, Any],
-    *,
-    step: int | None = None,
-    process_group: Any = None,
-) -> CheckpointInfo | None:
-    """Fill ``state_dict`` in place from the newest verified checkpoint (or ``step``).
-
-    Every rank calls it with its own (sharded) state dict, in any number of ranks. The
-    checkpoint is verified against its manifest before any tensor of ``state_dict``
-    changes, in one read of its bytes: rank 0 checks the manifest, the metadata and every
-    file's size; each rank hashes its share of the shard files as it reads them, its own
-    through a memory map the load then copies from; all agree. One that fails is quarantined and the
-    previous one is used (``step`` given: it must verify). Returns the checkpoint
-    loaded, or None when there is none (a fresh start). JSON values are replaced by what
-    was saved (tuples come back as lists).
-
-    The store of a restore drill (``run.checkpoint_store()`` under ``acceptrun ckpt
-    drill``) carries hooks, read here: ``restore_source``, the run's own store, which the
-    load reads (without quarantining anything: a drill changes no checkpoint);
-    ``restore_step``, the step the drill verified and restores (as ``step``); and
-    ``on_sharded_load(info, seconds, rank, world)``, which tells the run that this rank
-    restored, so that the drill counts the load as its restore (a run's own store has
-    that one too: a ``restored`` event).
-    """
-    rank, world = _rank(process_group)
-    source: CheckpointStore = getattr(store, "restore_source", None) or store
-    if step is None:
-        step = getattr(store, "restore_step", None)
-    skip: set[int] = set()  # steps found bad without quarantining them (a drill's source)
-    while True:
-        info = _choose(source, step, skip, rank, world, process_group, store)
-        if info is None:
-            return None
-        if info.meta.get("format") != FORMAT:
-            raise UserError(
-                f"{info.path} was not saved by sharded.save; load it with acceptrun.checkpoint.state"
-            )
-        t0 = time.perf_counter()
-        # One read of the tensor bytes: each rank hashes its share of the shard files as it
-        # reads them (its own file mapped for the load); all agree before any tensor of
-        # the state dict changes. Any failure here is this rank's word in the agreement,
-        # never an exception that leaves the others waiting in it.
-        problem, preloaded = "", {}
-        try:
-            preloaded = _read_share(info, rank, world)
-        except RecordError as exc:
-            problem = str(exc)
-        except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        verdict = _agree(problem, rank, world, process_group, info, source, store, step, skip)
-        if verdict == "retry":
-            continue
-        break
-    # no_dist: each rank plans its own reads from the JSON metadata, so no plans are
-    # exchanged (DCP pickles those between ranks); ranks may differ in number from the save.
-    with warnings.catch_warnings():  # DCP warns that no_dist means "a single process"
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp_load(
-            state_dict,
-            storage_reader=DCPReader(info, preloaded=preloaded),
-            planner=JsonLoadPlanner(),
-            no_dist=True,
-        )
-    report = getattr(store, "on_sharded_load", None)
-    if report is not None:
-        report(info, time.perf_counter() - t0, rank, world)
-    return info
-
-
-_SHARD = re.compile(r"shard-(\d+)\.bin")
-
-
-def _is_shard(name: str) -> bool:
-    """A rank's tensor bytes (``shard-<r>.bin``): hashed by the ranks as they read them."""
-    return _SHARD.fullmatch(name) is not None
-
-
-def _choose(
-    source: CheckpointStore,
-    step: int | None,
-    skip: set[int],
-    rank: int,
-    world: int,
-    group: Any,
-    store: CheckpointStore,
-) -> CheckpointInfo | None:
-    """Rank 0 picks the checkpoint (every file checked but the shards, which the ranks
-    hash as they read them) and tells the others; None: there is none."""
-    chosen: str | None = None
-    if rank == 0:
-        try:
-            if step is None:
-                info = source.latest_verified(
-                    quarantine=source is store, defer=_is_shard, skip=skip
-                )
-            else:
-                result = source.verify(step, defer=_is_shard)
-                result.raise_for_problems()
-                info = source.get(step)
-            chosen = "" if info is None else str(info.step)
-        finally:
-            if world > 1:
-                _broadcast_text("error" if chosen is None else chosen, group)
-    else:
-        chosen = _broadcast_text(None, group)
-        if chosen == "error":
-            raise RecordError("rank 0 could not choose a sharded checkpoint to load; see its error")
-    if not chosen:
-        return None
-    info = source.get(int(chosen))
-    if info is None:
-        raise RecordError(
-            f"checkpoint step-{chosen} of {source.root} disappeared before it was loaded"
-        )
-    return info
-
-
-def _read_share(info: CheckpointInfo, rank: int, world: int) -> dict[str, torch.Tensor]:
-    """Hash this rank's share of the shard files (``shard-<k>.bin`` with k % world ==
-    rank) against the manifest; returns the one this rank loads itself, mapped into
-    memory and hashed in one pass (:func:`_read_hashed`), so the load reads no byte twice.
-    Raises RecordError naming a file whose bytes are not the ones committed."""
-    kept: dict[str, torch.Tensor] = {}
-    for name, entry in sorted(info.files.items()):
-        match = _SHARD.fullmatch(name)
-        if match is None or int(match.group(1)) % world != rank:
-            continue
-        path, expected = info.path / name, str(entry["hash"])
-        algorithm = split_hash(expected)[0]
-        if int(match.group(1)) == rank:
-            data, digest = _read_hashed(path, int(entry["size"]), algorithm)
-            kept[name] = data
-        else:
-            digest = hash_file(path, algorithm)[0]
-        if digest != expected:
-            raise RecordError(
-                f"{info.path.name}/{name}: wrong hash ({digest}, manifest {expected})"
-            )
-    return kept
-
-
-def _read_hashed(path: Path, size: int, algorithm: str) -> tuple[torch.Tensor, str]:
-    """The file's bytes as a uint8 tensor over a private memory map, hashed in one pass
-    (:func:`~acceptrun._util.mapped.map_private`): the load then copies each tensor from
-    it into the state dict, so the bytes are read once, hashed once and copied once."""
-    if size == 0:
-        return torch.empty(0, dtype=torch.uint8), hash_bytes(b"", algorithm)
-    with open(path, "rb") as f:
-        actual = os.fstat(f.fileno()).st_size
-        if actual != size:
-            raise RecordError(f"{path}: {actual} bytes, its manifest says {size}")
-        mapped = map_private(f.fileno(), size)
-    hasher = new_hasher(algorithm)
-    hash_range(hasher, mapped, 0, size)
-    return torch.frombuffer(mapped, dtype=torch.uint8), f"{algorithm}:{hasher.hexdigest()}"
-
-
-def _agree(
-    problem: str,
-    rank: int,
-    world: int,
-    group: Any,
-    info: CheckpointInfo,
-    source: CheckpointStore,
-    store: CheckpointStore,
-    step: int | None,
-    skip: set[int],
-) -> str:
-    """Every rank's share checked: "ok" to load; "retry" after rank 0 set the bad checkpoint
-    aside (quarantined, or skipped in a drill); a RecordError on every rank for a named
-    ``step`` that failed."""
-    problems = [problem] if world == 1 else _gather_text(problem, group)
-    verdict = "ok"
-    if rank == 0:
-        bad = [f"rank {r}: {p}" if world > 1 else p for r, p in enumerate(problems) if p]
-        if bad and step is not None:
-            verdict = "fail:" + "; ".join(bad)
-        elif bad:
-            if source is store:
-                source.quarantine(info.path, "failed verification: " + "; ".join(bad))
-            else:
-                skip.add(info.step)
-            verdict = "retry"
-    if world > 1:
-        verdict = _broadcast_text(verdict if rank == 0 else None, group)
-        if verdict == "retry":
-            skip.add(info.step)
-    if verdict.startswith("fail:"):
-        raise RecordError(
-            f"checkpoint step-{info.step} of {source.root} does not verify: {verdict[5:]}"
-        )
-    return verdict
-
-
-def _gather_text(text: str, group: Any) -> list[str]:
-    """Every rank's ``text``, in rank order, on every rank (bytes in tensors, no pickle)."""
-    world = dist.get_world_size(group)
-    data = (
-        torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
-        if text
-        else torch.empty(0, dtype=torch.uint8)
-    )
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64), group=group)
-    longest = max(int(n.item()) for n in sizes)
-    if not longest:
-        return [""] * world
-    padded = torch.zeros(longest, dtype=torch.uint8)
-    padded[: data.numel()] = data
-    out = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
-    dist.all_gather(out, padded, group=group)
-    return [o[: int(n.item())].numpy().tobytes().decode() for o, n in zip(out, sizes, strict=True)]
 
 
 # ---- the asynchronous save --------------------------------------------------------------------
@@ -518,8 +127,8 @@ class AsyncSave:
             except RecordError as exc:  # written into DCP's save: every rank fails it
                 refused = exc
         try:
-            writer = _begin(self.store, self.step, rank, world, group)
-            self._info = _write_and_commit(
+            writer = begin(self.store, self.step, rank, world, group)
+            self._info = write_and_commit(
                 self.store, writer, staged, group=group, retain=False, refuse=refused, **kwargs
             )
         except BaseException as exc:  # kept for wait(), recorded now: never silent
@@ -804,11 +413,11 @@ def async_save(
     state = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state_dict.items()}
     check_values(state)
     _settle_previous(store, step)
-    rank, world = _rank(process_group)
+    rank, world = rank_of(process_group)
     distributed = dist.is_available() and dist.is_initialized()
     group = background_group(process_group) if distributed else None
     if not distributed:
-        warnings.filterwarnings("ignore", message=_ONE_PROCESS)
+        warnings.filterwarnings("ignore", message=ONE_PROCESS)
     slot = _slot(store)
     fresh: dict[str, torch.Tensor] = {}
     later = _Deferred.of(overlap)
