@@ -76,7 +76,7 @@ def run_node(
     """
     from acceptrun.checkpoint.owner import open_run_store
     from acceptrun.spec.model import load_spec
-    from acceptrun.supervisor.core import contract_env
+    from acceptrun.supervisor.process import contract_env
     from acceptrun.workload.distributed import launch_command
 
     record = RunRecord(Path(workspace) / "runs" / run_id)

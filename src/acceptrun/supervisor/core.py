@@ -13,23 +13,25 @@ holds the class, its evidence, the decision taken and the work lost.
 Policy: transient classes restart from the newest verified checkpoint with exponential
 backoff up to ``limits.max_restarts`` (OOMs once); user errors never restart; a
 divergence stops the run, or with ``limits.on_divergence = "rollback"`` quarantines the
-newest checkpoint and restarts from the one before.
+newest checkpoint and restarts from the one before (supervisor/restarts.py).
+
+The attempt loop is this module's; its collaborators are rooms of their own: the restart
+policy (restarts.py), the budget (budget.py), injected faults (faults.py), a hung
+workload's stacks (hang.py), a watched checkpoint's capture and dating (external.py,
+dating.py), a serving run's side task (sidetask.py) and the stop causes (stops.py).
 
 A stop request becomes SIGTERM to the command's process ("checkpoint now, then exit";
 the whole group for a string command); after ``limits.grace_period`` the group is
 SIGKILLed. A second Ctrl-C kills at
 once. A hung workload cannot checkpoint: its stacks are collected (SIGUSR2 to the
-client's faulthandler, or py-spy) and the group is SIGKILLed.
+client's faulthandler, or py-spy) and the group is SIGKILLed (hang.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import shutil
 import signal
-import subprocess
 import threading
 import time
 import types
@@ -38,28 +40,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.egress import redact_file
 from acceptrun._util.redact import redact_argv
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of, store_root
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.errors import RecordError, UserError
-from acceptrun.record.lease import process_start_time
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, format_duration
 from acceptrun.supervisor import stops
 from acceptrun.supervisor.axis import StepAxis
+from acceptrun.supervisor.budget import BudgetWatch
 from acceptrun.supervisor.classify import (
     AttemptFacts,
-    FailedAttempt,
     classify,
     client_fault,
     oom_kill_count,
-    repeated_failure,
-    retry_allowed,
     stderr_tail,
 )
 from acceptrun.supervisor.containment import PROCESSES_FILE, contain
 from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
+from acceptrun.supervisor.faults import (
+    black_box_step_faults,
+    fire_step_faults,
+    fire_time_fault,
+    time_faults,
+)
+from acceptrun.supervisor.hang import stop_hung
 from acceptrun.supervisor.lease import Watchdog
 from acceptrun.supervisor.outcome import (
     AttemptResult,
@@ -67,23 +72,15 @@ from acceptrun.supervisor.outcome import (
     attempt_result,
     attempt_work,
 )
-from acceptrun.supervisor.process import UNBUFFERED, ChildProcess, python_output
+from acceptrun.supervisor.process import UNBUFFERED, ChildProcess, contract_env, python_output
 from acceptrun.supervisor.progress import ProgressReader
+from acceptrun.supervisor.restarts import RestartPolicy
 from acceptrun.supervisor.sidetask import SideTask, StartSideTask
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
 from acceptrun.supervisor.watch import RECENT_STEPS, AttemptWatch
 from acceptrun.workload.contract import (
     CONTROL_FILE,
-    ENV_ATTEMPT,
-    ENV_CHECKPOINT_DIR,
-    ENV_INJECT,
-    ENV_RESUME_FROM,
-    ENV_RUN_DIR,
-    ENV_RUN_ID,
-    ENV_SPEC,
-    STACKS_FILE,
 )
-from acceptrun.workload.liveness import supervisor_env
 from acceptrun.workload.usage import detect_usage
 
 __all__ = ["AttemptResult", "Supervisor", "SupervisorResult"]
@@ -146,18 +143,22 @@ class Supervisor:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.first_attempt = first_attempt  # > 1 when `acceptrun resume` continues a run
         # The budget: a cost.catalog.Price and when billing started (unix s, the launch).
-        self.price = price
-        self.billing_start = time.time() if billing_start is None else billing_start
-        self._budget_warned = False
-        self._budget_crossed: set[float] = set()  # the shares of the budget warned of
+        self.budget = BudgetWatch(
+            record, spec, price=price,
+            billing_start=time.time() if billing_start is None else billing_start,
+            lookahead_s=spec.limits.grace_period + POLL_S, say=say,
+        )  # fmt: skip
         self._stop_reason: str | None = None
+        self.restarts = RestartPolicy(
+            record, spec, lambda n: self._store(lambda k, f: self._event(k, n, f))
+        )
         self._kill_now = False
         self._wake = threading.Event()
         # Samplers, the idle detector (a stop cause), Prometheus (acceptrun.telemetry).
         from acceptrun.telemetry.sampler import RunTelemetry
 
         self.telemetry = RunTelemetry(
-            record, spec, say=say, prometheus_port=prometheus_port, spend=self.spend
+            record, spec, say=say, prometheus_port=prometheus_port, spend=self.budget.spend
         )
         # How the command uses acceptrun (acceptrun.workload.usage): a black box's steps come from
         # its logs or TensorBoard files (supervisor/progress.py), when the spec says how.
@@ -221,7 +222,7 @@ class Supervisor:
         while True:
             attempt += 1
             deadline = None if limits.wall_time is None else start + limits.wall_time
-            if attempt > self.first_attempt and self._budget_exhausted(attempt):
+            if attempt > self.first_attempt and self._over_budget(attempt):
                 result.stop_reason = f"not restarted: {self._stop_reason}"
                 self.record.event(
                     "give_up", sync=True, attempt=attempt - 1, reason=result.stop_reason
@@ -250,7 +251,7 @@ class Supervisor:
         if self._stop_reason is not None:
             # The stop came as the attempt ended on its own: honour it, no restart.
             return f"stopped on request ({self._stop_reason})"
-        why_not = self._why_not_retry(res, attempts)
+        why_not = self.restarts.why_not(res, attempts)
         restarts = attempt - self.first_attempt  # this supervisor's, not a resumed run's
         if why_not is None and restarts >= limits.max_restarts:
             why_not = (
@@ -275,55 +276,6 @@ class Supervisor:
         # stop that arrived since the attempt ended would be lost for the backoff.
         if self._wake.wait(delay):
             return f"stopped during restart backoff ({self._stop_reason})"
-        return None
-
-    def _why_not_retry(self, res: AttemptResult, attempts: list[AttemptResult]) -> str | None:
-        """None when the failure is worth a restart; else the reason to stop (for the report)."""
-        failure = res.failure
-        if failure is None:
-            return None
-        if failure.name == "diverged":
-            if self.spec.limits.on_divergence != "rollback":
-                return f'diverged ({failure.reason}); not retried: limits.on_divergence = "stop"'
-            return self._rollback(res)
-        if not failure.retry:
-            return f"{failure.name} ({failure.reason}); not retried: it would fail the same way"
-        if (repeated := self._repeated(res, attempts)) is not None:
-            res.failure = repeated  # exit.json says user_error, with both tracebacks
-            return f"user_error ({repeated.reason}); not retried"
-        same = sum(1 for a in attempts[:-1] if a.failure_class == failure.name)
-        if not retry_allowed(failure.name, same):
-            return f"{failure.name} again after {same} retry; not retried: it recurs from the same checkpoint"
-        return None
-
-    def _repeated(self, res: AttemptResult, attempts: list[AttemptResult]) -> Any:
-        """A classify.Classification when ``res`` failed as the attempt before it did."""
-        if len(attempts) < 2 or res.failure_class != "failed":
-            return None
-        before = attempts[-2]
-        if before.failure_class != "failed" or before.attempt != res.attempt - 1:
-            return None
-
-        def failed(a: AttemptResult) -> FailedAttempt:
-            last, resumed = a.work.get("last_step"), a.work.get("resumed_from")
-            done = last if last is not None else resumed
-            return FailedAttempt(
-                attempt=a.attempt,
-                stderr_tail=stderr_tail(self.record.attempt_dir(a.attempt) / "stderr.log"),
-                step=0 if done is None else int(done) + 1,
-                stepped=last is not None,
-            )
-
-        return repeated_failure(failed(before), failed(res))
-
-    def _rollback(self, res: AttemptResult) -> str | None:
-        """Quarantine the newest checkpoint so the restart resumes from the one before."""
-        store = self._store(lambda k, f: self._event(k, res.attempt, f))
-        latest = store.latest()
-        if latest is None or len(store.list()) < 2:
-            return "diverged, and there is no earlier checkpoint to roll back to"
-        store.quarantine(latest.path, f"rollback after divergence in attempt {res.attempt}")
-        self.record.event("rollback", sync=True, attempt=res.attempt, quarantined_step=latest.step)
         return None
 
     def _decide(self, res: AttemptResult, action: str, why: str) -> None:
@@ -511,7 +463,7 @@ class Supervisor:
         )
         # Before the start: it marks what is in the logs already as old.
         progress = self._progress_reader(attempt, adir, axis, child)
-        step_faults = _black_box_step_faults(env, attempt) if progress is not None else []
+        step_faults = black_box_step_faults(env, attempt) if progress is not None else []
         watcher = self._new_watcher(attempt, resume_step, axis)  # notes old files before the start
         try:
             child.start()
@@ -608,14 +560,13 @@ class Supervisor:
         if (side := a.side) is not None:
             causes.append(stops.ServingDone(side.finished, lambda: side.stop_reason))
         causes.append(stops.UserStop(lambda: self._stop_reason))
-        causes.append(
-            stops.Budget(lambda n: self._stop_reason if self._budget_exhausted(n) else None)
-        )
+        causes.append(stops.Budget(self._over_budget))
         causes.append(stops.WallTime(deadline, self.spec.limits.wall_time))
         if self.telemetry.idle is not None:  # the attempt's, made by telemetry.begin()
             causes.append(stops.Idle(self.telemetry.idle))
-        if faults := _time_faults(a.env, a.number):
-            causes.append(stops.TimedFaults(faults, lambda f: self._fire_time_fault(a, f)))
+        if faults := time_faults(a.env, a.number):
+            fire = lambda f: fire_time_fault(self.record, a.number, f, self._signals(a))  # noqa: E731
+            causes.append(stops.TimedFaults(faults, fire))
         if self.spec.limits.hang_window is not None:
             causes.append(
                 stops.Hang(a.watch, self.spec.limits.hang_window, self.spec.limits.grace_period)
@@ -660,9 +611,10 @@ class Supervisor:
         if (div := a.progress.diverged) is not None and not a.diverged_kill:
             a.diverged_kill = self._kill_diverged(a.child, a.number, div)
         if a.step_faults and not a.diverged_kill:
-            fired = self._fire_step_faults(
-                a.child, a.number, a.step_faults, a.progress.last_step, a.watch.last_checkpoint
-            )
+            fired = fire_step_faults(
+                self.record, a.number, a.step_faults, a.progress.last_step,
+                a.watch.last_checkpoint, self._signals(a),
+            )  # fmt: skip
             if fired is not None and a.poll.injected is None:
                 a.poll.injected = fired  # the supervisor sent it: exit.json says so
 
@@ -675,7 +627,7 @@ class Supervisor:
             kind, fields = stop.event
             self.record.event(kind, sync=True, **fields)
         if not stop.graceful:
-            self._stop_hung(a.child, a.adir, a.number, stop.cause, stop.evidence or "")
+            self._stop_hung(a, stop.cause, stop.evidence or "")
             a.stop_sent_at = float("inf")  # killed: wait for the exit only
 
     def _send_stop(self, a: _Attempt, now: float) -> None:
@@ -702,18 +654,6 @@ class Supervisor:
         a.child.signal_group(signal.SIGKILL)  # the rest of the attempt: ChildProcess.finish
         self._kill_now = False
         a.stop_sent_at = float("inf")
-
-    def _fire_time_fault(self, a: _Attempt, fault: Any) -> None:
-        """An injected time fault is due: record it and send its signal."""
-        sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
-        self.record.event(
-            "fault_injected",
-            sync=True,
-            attempt=a.number,
-            action=fault.action,
-            after_s=fault.after_s,
-        )
-        self._signal_stop(a.child, sig)  # an outside event, not a stop request
 
     def _conclude(self, a: _Attempt, returncode: int) -> AttemptResult:
         """The attempt exited: settle its threads, classify it, record exit.json."""
@@ -752,7 +692,11 @@ class Supervisor:
             from acceptrun.supervisor.outputs import check_declared_outputs
 
             check_declared_outputs(
-                self.record, self.spec, a.number, step=a.watch.last_step, since=self.billing_start
+                self.record,
+                self.spec,
+                a.number,
+                step=a.watch.last_step,
+                since=self.budget.billing_start,
             )
         self._record_exit(a.adir, res)
         return res
@@ -797,38 +741,6 @@ class Supervisor:
         )  # fmt: skip
         return reader if reader.active else None
 
-    def _fire_step_faults(
-        self,
-        child: ChildProcess,
-        attempt: int,
-        faults: list[Any],
-        last_step: int | None,
-        checkpoint: int | None,
-    ) -> str | None:
-        """``kill@step=N`` / ``term@step=N`` for a black box: fired once its step N is read.
-
-        The script cannot fire them itself; the supervisor sends the signal when the
-        progress reader has seen step N (the script may be a step or two further by then)
-        and, for ``:after=checkpoint``, the attempt's first checkpoint was captured
-        (``checkpoint``: the step of its newest commit, None before one). Returns the
-        fault fired (its text, as the attempt's exit reason names it), None for none.
-        """
-        from acceptrun.workload.inject import due_after_checkpoint
-
-        if last_step is None:
-            return None
-        fired = None
-        for fault in [f for f in faults if due_after_checkpoint(f, last_step, checkpoint)]:
-            faults.remove(fault)
-            self.record.event(
-                "fault_injected", sync=True, attempt=attempt, action=fault.action,
-                step=fault.step, seen_step=last_step, by="supervisor",
-            )  # fmt: skip
-            sig = signal.SIGKILL if fault.action == "kill" else signal.SIGTERM
-            self._signal_stop(child, sig)  # an outside event, not a stop request
-            fired = str(fault).removesuffix(f":attempt={fault.attempt}")
-        return fired
-
     def _kill_diverged(self, child: ChildProcess, attempt: int, diverged: dict[str, Any]) -> bool:
         """SIGKILL a black box whose logged loss diverged; asked to stop, it could checkpoint it."""
         self.say(f"attempt {attempt}: {diverged.get('reason')}; killing it (diverged)")
@@ -838,62 +750,16 @@ class Supervisor:
         child.signal_group(signal.SIGKILL)
         return True
 
-    def spend(self, at: float | None = None) -> float | None:
-        """Compute spend so far in USD, as the provider bills it (None without a price)."""
-        if self.price is None:
-            return None
-        from acceptrun.cost.billing import billed_seconds, compute_cost
+    def _over_budget(self, attempt: int) -> str | None:
+        """The budget's reason to stop now (supervisor/budget.py), kept as the stop's."""
+        why = self.budget.exhausted(attempt)
+        if why is not None:
+            self._stop_reason = why
+        return why
 
-        end = time.time() if at is None else at
-        return compute_cost(billed_seconds(self.billing_start, end, self.price), self.price)
-
-    def _budget_exhausted(self, attempt: int) -> bool:
-        """Warn at each of notify.budget_fractions of limits.budget_usd; True when the stop
-        must start now.
-
-        The stop starts when the bill at the end of the grace period (plus one poll)
-        would pass the budget, so the checkpoint-then-exit still fits inside it.
-        """
-        budget = self.spec.limits.budget_usd
-        if budget is None or self.price is None:
-            return False
-        spent = self.spend()
-        assert spent is not None
-        ahead = self.spend(time.time() + self.spec.limits.grace_period + POLL_S)
-        stopping = ahead is not None and ahead > budget
-        # One warning per share crossed (notify.budget_fractions, 0.8 by default); one also
-        # comes first when a stop starts below them all (a long grace period).
-        for fraction in sorted(set(self.spec.notify.budget_fractions)):
-            crossed = spent >= fraction * budget or (stopping and not self._budget_warned)
-            if fraction in self._budget_crossed or not crossed:
-                continue
-            self._budget_crossed.add(fraction)
-            self._budget_warned = True
-            self.record.event(
-                "budget_warning",
-                sync=True,
-                attempt=attempt,
-                spent_usd=round(spent, 4),
-                budget_usd=budget,
-                fraction=fraction,
-            )
-            self.say(
-                f"budget: {spent:.2f} of {budget:.2f} USD spent ({100 * spent / budget:.0f}%, "
-                f"past {100 * fraction:.0f}%)"
-            )
-        if stopping:
-            self._stop_reason = (
-                f"budget {budget:g} USD would be passed ({spent:.2f} USD spent, {self.price.label})"
-            )
-            self.record.event(
-                "budget_stop",
-                sync=True,
-                attempt=attempt,
-                spent_usd=round(spent, 4),
-                budget_usd=budget,
-            )
-            return True
-        return False
+    def _signals(self, a: _Attempt) -> Callable[[int], None]:
+        """Sends a signal to the attempt as an outside event would (an injected fault)."""
+        return lambda sig: self._signal_stop(a.child, sig)
 
     def _signal_stop(self, child: ChildProcess, sig: int) -> None:
         """SIGTERM (or an injected fault) to the process that owns the graceful stop.
@@ -908,95 +774,17 @@ class Supervisor:
         else:
             child.signal_leader(sig)
 
-    def _stop_hung(
-        self, child: ChildProcess, adir: Path, attempt: int, kind: str, evidence: str
-    ) -> None:
-        """Collect the stacks of a workload that makes no progress, then SIGKILL it.
-
-        A hung main thread never runs a Python signal handler, so a graceful stop would
-        only burn the grace period; the stacks say where it was stuck.
-        """
+    def _stop_hung(self, a: _Attempt, kind: str, evidence: str) -> None:
+        """A workload that makes no progress: its stacks, then SIGKILL (supervisor/hang.py)."""
         self.record.event(
-            "hang_detected", sync=True, attempt=attempt, stall=kind, evidence=evidence
+            "hang_detected", sync=True, attempt=a.number, stall=kind, evidence=evidence
         )
         self.say(
-            f"attempt {attempt}: {kind.replace('_', ' ')} ({evidence}); collecting stacks, then killing it"
+            f"attempt {a.number}: {kind.replace('_', ' ')} ({evidence}); collecting stacks, "
+            "then killing it"
         )
-        stacks = adir / STACKS_FILE
-        before = stacks.stat().st_size if stacks.exists() else 0
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGUSR2)  # the client's faulthandler writes stacks.txt
-        deadline = time.monotonic() + 2.0
-        while (
-            time.monotonic() < deadline
-            and (stacks.stat().st_size if stacks.exists() else 0) == before
-        ):
-            time.sleep(0.05)
-        py_spy = shutil.which("py-spy")
-        if (stacks.stat().st_size if stacks.exists() else 0) == before and py_spy:
-            try:
-                dump = subprocess.run(
-                    [py_spy, "dump", "--pid", str(child.pid)],
-                    capture_output=True,
-                    text=True,
-                    timeout=20,
-                    check=False,
-                )
-                with open(stacks, "a") as f:  # redacted below, with the workload's dumps
-                    f.write(dump.stdout or dump.stderr)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        got = stacks.exists() and stacks.stat().st_size > before
-        # Dumps land raw (faulthandler writes from C in the workload's signal handler):
-        # each goes through the redactor before the record names it.
-        for dump_file in adir.glob("stacks*.txt"):
-            redact_file(dump_file)
-        self.record.event("stacks", sync=True, attempt=attempt, path=str(stacks) if got else None)
-        child.signal_group(signal.SIGKILL)
+        stop_hung(self.record, a.child, a.adir, a.number)
 
     def _record_exit(self, adir: Any, res: AttemptResult) -> None:
         self.record.write_json(f"attempts/{res.attempt}/exit.json", res.to_dict())
         self.record.event("attempt_exit", sync=True, **res.to_dict())
-
-
-def contract_env(
-    base: Mapping[str, str],
-    spec: RunSpec,
-    record: RunRecord,
-    *,
-    attempt: int,
-    resume_from: str,
-    checkpoint_dir: Path,
-) -> dict[str, str]:
-    """The workload's environment: ``base``, the spec's ``env``, then the contract's variables."""
-    env = dict(base)
-    env.update(spec.env)
-    python_output(env, spec.env, spec.python_unbuffered)  # live prints (supervisor/process.py)
-    env[ENV_RUN_DIR] = str(record.path)
-    env[ENV_RUN_ID] = record.run_id
-    env[ENV_ATTEMPT] = str(attempt)
-    env[ENV_RESUME_FROM] = resume_from
-    env[ENV_CHECKPOINT_DIR] = str(checkpoint_dir)
-    env[ENV_SPEC] = str(record.spec_path)
-    env.update(supervisor_env(os.getpid(), process_start_time()))  # workload/liveness.py
-    return env
-
-
-def _time_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
-    """Injected faults with a time (``kill@time=30s``): fired by the supervisor itself."""
-    text = env.get(ENV_INJECT)
-    if not text:
-        return []
-    from acceptrun.workload import inject
-
-    return inject.time_faults(inject.parse_faults(text), attempt)
-
-
-def _black_box_step_faults(env: Mapping[str, str], attempt: int) -> list[Any]:
-    """Injected ``kill``/``term`` step faults, which the supervisor fires for a black box."""
-    text = env.get(ENV_INJECT)
-    if not text:
-        return []
-    from acceptrun.workload import inject
-
-    return [f for f in inject.faults_for_attempt(text, attempt) if f.action in ("kill", "term")]

@@ -28,11 +28,22 @@ from typing import IO
 
 from acceptrun._util.controls import LiveEcho
 from acceptrun._util.durable import storage_fault
+from acceptrun.record.lease import process_start_time
+from acceptrun.record.workspace import RunRecord
+from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.containment import Containment
 from acceptrun.supervisor.lease import die_with_supervisor
-from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_ID
+from acceptrun.workload.contract import (
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_DIR,
+    ENV_RESUME_FROM,
+    ENV_RUN_DIR,
+    ENV_RUN_ID,
+    ENV_SPEC,
+)
+from acceptrun.workload.liveness import supervisor_env
 
-__all__ = ["UNBUFFERED", "Arrivals", "ChildProcess", "python_output"]
+__all__ = ["UNBUFFERED", "Arrivals", "ChildProcess", "contract_env", "python_output"]
 
 _CHUNK = 64 * 1024  # bytes per read from the child's pipes
 _ARRIVALS_KEPT = 1 << 16  # chunks whose arrival time is kept per log (about 1 MiB of state)
@@ -345,3 +356,26 @@ def _preexec(cgroup_procs: int | None) -> Callable[[], None] | None:
             death()
 
     return preexec
+
+
+def contract_env(
+    base: Mapping[str, str],
+    spec: RunSpec,
+    record: RunRecord,
+    *,
+    attempt: int,
+    resume_from: str,
+    checkpoint_dir: Path,
+) -> dict[str, str]:
+    """The workload's environment: ``base``, the spec's ``env``, then the contract's variables."""
+    env = dict(base)
+    env.update(spec.env)
+    python_output(env, spec.env, spec.python_unbuffered)  # live prints (supervisor/process.py)
+    env[ENV_RUN_DIR] = str(record.path)
+    env[ENV_RUN_ID] = record.run_id
+    env[ENV_ATTEMPT] = str(attempt)
+    env[ENV_RESUME_FROM] = resume_from
+    env[ENV_CHECKPOINT_DIR] = str(checkpoint_dir)
+    env[ENV_SPEC] = str(record.spec_path)
+    env.update(supervisor_env(os.getpid(), process_start_time()))  # workload/liveness.py
+    return env

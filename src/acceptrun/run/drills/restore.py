@@ -57,8 +57,7 @@ from acceptrun.checkpoint.store import CheckpointInfo
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
-from acceptrun.supervisor.core import contract_env
-from acceptrun.supervisor.process import ChildProcess
+from acceptrun.supervisor.process import ChildProcess, contract_env
 from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX, ENV_DRILL
 
 __all__ = ["DrillResult", "restore_drill"]
