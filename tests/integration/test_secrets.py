@@ -31,7 +31,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,23 @@ for step in run.steps(0, 4):
 """
 
 
+def recording_cli(
+    ws: Path, cwd: Path, env: dict[str, str], outputs: list[str]
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``acceptrun --workspace WS ARGS`` as a real process; each call's output kept in
+    ``outputs``, for the tests that look for secrets in everything a command printed."""
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "acceptrun", "--workspace", str(ws), *args],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        outputs.append(f"$ acceptrun {' '.join(args)}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    return cli
+
+
 def _git(cwd: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
@@ -113,14 +130,7 @@ def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     env = {**os.environ, **SECRETS, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("ACCEPTRUN_INJECT", None)
     outputs: list[str] = []
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "acceptrun", "--workspace", str(ws), *args],
-            cwd=proj, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        outputs.append(f"$ acceptrun {' '.join(args)}\n{proc.stdout}\n{proc.stderr}")
-        return proc
+    cli = recording_cli(ws, proj, env, outputs)
 
     # -q: the workload's own output is not echoed (it is its output, as in stderr.log).
     run = cli("run", "-q", "spec.toml")
@@ -279,14 +289,7 @@ def url_runs(s3: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> di
     }
     env.pop("ACCEPTRUN_INJECT", None)
     outputs: list[str] = []
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "acceptrun", "--workspace", str(ws), *args],
-            cwd=proj, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        outputs.append(f"$ acceptrun {' '.join(args)}\n{proc.stdout}\n{proc.stderr}")
-        return proc
+    cli = recording_cli(ws, proj, env, outputs)
 
     ids: dict[str, str] = {}
     for name in specs:
