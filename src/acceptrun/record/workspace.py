@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acceptrun._util.durable import (
     AppendLog,
@@ -47,6 +47,9 @@ from acceptrun.record import index
 from acceptrun.record.index import IndexRow
 from acceptrun.record.models import record_format, stamp
 from acceptrun.record.status import RunStatus
+
+if TYPE_CHECKING:
+    from acceptrun.spec.model import RunSpec
 
 __all__ = [
     "WORKSPACE_DIR",
@@ -70,6 +73,30 @@ OWN_ENTRIES = frozenset(
 
 # Run states written to run.json, in lifecycle order.
 STATES = tuple(RunStatus)
+
+
+# Frozen specs parsed in this process, by path: (size, mtime ns, inode) and the spec.
+_SPECS: dict[Path, tuple[tuple[int, int, int], RunSpec]] = {}
+_SPECS_KEPT = 256
+
+
+def frozen_spec(path: Path) -> RunSpec:
+    """The spec at ``path`` (a record's spec.toml), parsed once while the file is unchanged."""
+    from acceptrun.spec.model import load_spec
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return load_spec(path)  # raises the SpecError that names the file
+    key = (st.st_size, st.st_mtime_ns, st.st_ino)
+    cached = _SPECS.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    spec = load_spec(path)
+    if len(_SPECS) >= _SPECS_KEPT:
+        _SPECS.clear()
+    _SPECS[path] = (key, spec)
+    return spec
 
 
 def now_iso(t: float | None = None) -> str:
@@ -111,6 +138,15 @@ class RunRecord:
     @property
     def spec_path(self) -> Path:
         return self.path / "spec.toml"
+
+    @property
+    def spec(self) -> RunSpec:
+        """The frozen spec, parsed once per process while spec.toml is unchanged.
+
+        Shared by every reader of the record in this process (a render reads it from
+        several places): read it, never change it (``dataclasses.replace`` makes a copy).
+        """
+        return frozen_spec(self.spec_path)
 
     @property
     def events_path(self) -> Path:

@@ -29,7 +29,7 @@ from acceptrun.record.liveness import status_text, supervisor_state
 from acceptrun.record.lost import LostWork
 from acceptrun.record.status import RUN_CLOSED, RUN_LIVE, CheckStatus
 from acceptrun.record.view import RecordView
-from acceptrun.record.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord, frozen_spec
 from acceptrun.report.sections.inference import batch_html
 from acceptrun.report.sections.serving import serving_html
 from acceptrun.report.svg import Mark, Series, line_chart, stacked_bar
@@ -68,10 +68,9 @@ def _verdict(record: RunRecord, view: RecordView) -> dict[str, Any]:
 
 def _checkpoints(record: RunRecord, view: RecordView) -> dict[str, Any]:
     from acceptrun.checkpoint.owner import StoreOwnedError, open_run_store, store_root
-    from acceptrun.spec.model import load_spec
 
     try:
-        spec = load_spec(record.spec_path)
+        spec = record.spec
         root = store_root(record, spec)  # checkpoint.dir/<run id>/ (or an older record's dir)
         mirror = spec.checkpoint.mirror
     except Exception:  # a spec that no longer loads: the default place
@@ -528,14 +527,14 @@ def _throughput_unit(data: dict[str, Any]) -> str:
     import contextlib
 
     from acceptrun.errors import SpecError
-    from acceptrun.spec.model import AcceptanceSpec, load_spec
+    from acceptrun.spec.model import AcceptanceSpec
 
     steps = (data.get("timelines") or {}).get("steps", [])
     spec_unit = AcceptanceSpec().throughput_unit  # a missing or damaged spec: the default
     with_unit = [s for s in steps if s.get("throughput") is not None]
     # no record in the report data (KeyError, TypeError) or a damaged spec: the default
     with contextlib.suppress(SpecError, KeyError, TypeError):
-        spec_unit = load_spec(Path(data["record"]) / "spec.toml").acceptance.throughput_unit
+        spec_unit = frozen_spec(Path(data["record"]) / "spec.toml").acceptance.throughput_unit
     if not with_unit:
         return spec_unit
     rates = (data.get("summary") or {}).get("throughput") or {}

@@ -28,7 +28,7 @@ from acceptrun._util.paths import check_removable, lexical_problem
 from acceptrun.record.lease import end_lease
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
-from acceptrun.spec.model import RunSpec, load_spec
+from acceptrun.spec.model import RunSpec
 from acceptrun.verdict.core import Verdict, read_attempts, run_timeline, work_lost
 from acceptrun.verdict.decide import compute_verdict
 
@@ -138,7 +138,7 @@ def close_run(
     ``after_verdict`` runs once the verdict is recorded and before the report is written
     (the run's notifier: its last deliveries, verdict included, reach the report).
     """
-    spec = spec or load_spec(record.spec_path)
+    spec = spec or record.spec
     record.update_state(status="closing")
     if status == "finished":
         run_cleanup(record, spec)
@@ -150,7 +150,7 @@ def close_run(
 def close_standalone(record: RunRecord, *, status: str) -> Verdict:
     """Close a run started by a plain ``python train.py`` (called at its exit)."""
     workspace = Workspace(record.path.parent.parent)
-    return _finalize(record, workspace, load_spec(record.spec_path), "finished")
+    return _finalize(record, workspace, record.spec, "finished")
 
 
 def _best_effort(record: RunRecord, component: str, action: Callable[[], object]) -> None:

@@ -140,11 +140,11 @@ def throughput_key(record: RunRecord) -> tuple[str | None, str]:
     import contextlib
 
     from acceptrun.errors import SpecError
-    from acceptrun.spec.model import AcceptanceSpec, load_spec
+    from acceptrun.spec.model import AcceptanceSpec
 
     unit = AcceptanceSpec().throughput_unit  # a missing or damaged spec: the default
     with contextlib.suppress(SpecError):
-        unit = load_spec(record.spec_path).acceptance.throughput_unit
+        unit = record.spec.acceptance.throughput_unit
     return {"samples/s": "samples", "tokens/s": "tokens"}.get(unit), unit
 
 

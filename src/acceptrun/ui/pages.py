@@ -212,7 +212,7 @@ def _pager(flt: RunFilter, page: int, pages: int) -> str:
 CACHED_BODIES = 16
 STAMPED = ("run.json", "events.jsonl", "telemetry.jsonl", "verdict.json", "ledger.json",
            "provenance.json", "preflight.json", "mirror.json", "cost.jsonl")  # fmt: skip
-_bodies: OrderedDict[str, tuple[tuple[Any, ...], str]] = OrderedDict()
+_bodies: OrderedDict[str, tuple[tuple[Any, ...], str, list[int]]] = OrderedDict()
 _bodies_lock = threading.Lock()
 
 
@@ -228,24 +228,26 @@ def _stamp(record: RunRecord) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _report_body(record: RunRecord) -> str:
-    """The report's body, from the cache while the record has not changed since."""
+def _report_body(record: RunRecord) -> tuple[str, list[int]]:
+    """The report's body and the kept checkpoints' steps, from the cache while the record
+    has not changed since."""
     key, stamp = str(record.path), _stamp(record)
     with _bodies_lock:
         hit = _bodies.get(key)
         if hit is not None and hit[0] == stamp:
             _bodies.move_to_end(key)
-            return hit[1]
-    body = _render_report_body(record)
+            return hit[1], hit[2]
+    body, steps = _render_report_body(record)
     with _bodies_lock:
-        _bodies[key] = (stamp, body)
+        _bodies[key] = (stamp, body, steps)
         while len(_bodies) > CACHED_BODIES:
             _bodies.popitem(last=False)
-    return body
+    return body, steps
 
 
-def _render_report_body(record: RunRecord) -> str:
-    """The report's own body (verdict, five tests, charts, cost, ...), series thinned first."""
+def _render_report_body(record: RunRecord) -> tuple[str, list[int]]:
+    """The report's own body (verdict, five tests, charts, cost, ...), series thinned
+    first; and the steps of the checkpoints it lists (the store is opened once)."""
     from acceptrun.report.html import render_html, report_data
 
     data = report_data(record)
@@ -262,7 +264,8 @@ def _render_report_body(record: RunRecord) -> str:
         ]
     page = render_html(data)
     start, end = page.find("<main>"), page.rfind("</main>")
-    return page[start + len("<main>") : end]
+    steps = [int(row["step"]) for row in (data.get("checkpoints") or {}).get("kept", [])]
+    return page[start + len("<main>") : end], steps
 
 
 def run_page(board: Board, ws: int, record: RunRecord, token: str | None) -> str:
@@ -288,8 +291,9 @@ def run_page(board: Board, ws: int, record: RunRecord, token: str | None) -> str
         body.append('<div id="actions">' + " ".join(forms) + "</div>")
     if live:
         body += _live_panel(ws, record)
-    body.append(_report_body(record))
-    body += _checkpoint_files(ws, record)
+    report, steps = _report_body(record)
+    body.append(report)
+    body += _checkpoint_files(ws, record, steps)
     return layout(f"{state.get('name', '')} {rid}", "runs", body)
 
 
@@ -361,10 +365,8 @@ def _use(s: dict[str, Any]) -> str:
 
 def checkpoint_root(record: RunRecord) -> Path:
     """Where the run's checkpoints are: ``checkpoint.dir`` of its frozen spec, else the record's."""
-    from acceptrun.spec.model import load_spec
-
     try:
-        spec = load_spec(record.spec_path)
+        spec = record.spec
     except Exception:  # a spec that no longer loads: the default place, as the report does
         return record.checkpoints_dir
     from acceptrun.checkpoint.owner import store_root
@@ -372,14 +374,8 @@ def checkpoint_root(record: RunRecord) -> Path:
     return store_root(record, spec)  # checkpoint.dir/<run id>/ (or an older record's dir)
 
 
-def _checkpoint_files(ws: int, record: RunRecord) -> list[str]:
+def _checkpoint_files(ws: int, record: RunRecord, steps: list[int]) -> list[str]:
     """Links to each kept checkpoint's manifest (the report's table says what each holds)."""
-    from acceptrun.checkpoint.owner import open_run_store
-
-    try:  # the run's own store: another run's raises, and the note names its owner
-        steps = [info.step for info in open_run_store(record, retention=False).list()]
-    except Exception as exc:  # a damaged store: say so, the rest of the page stands
-        return [f'<p class="note">Checkpoints could not be listed: {esc(exc)}</p>']
     if not steps:
         return []
     links = " ".join(

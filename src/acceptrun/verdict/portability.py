@@ -251,7 +251,7 @@ def check_spec_file(path: str | Path) -> PortabilityReport:
 
 def check_run(record: RunRecord) -> PortabilityReport:
     """Findings for a run: its frozen spec, plus its code as provenance recorded it."""
-    spec = load_spec(record.spec_path)
+    spec = record.spec
     prov = record.read_json("provenance.json") or {}
     git = prov.get("git") if isinstance(prov.get("git"), dict) else {}
     home: Path | None = None
