@@ -36,7 +36,6 @@ from acceptrun.record.lost import lost_work
 from acceptrun.record.steplog import StepLog
 from acceptrun.record.view import read_attempts
 from acceptrun.record.workspace import RunRecord
-from acceptrun.spec.model import load_spec
 from acceptrun.verdict.core import record_failure
 
 __all__ = ["LossCurve", "RunDiff", "diff_runs", "format_run_diff", "loss_curve"]
@@ -259,7 +258,7 @@ def _tolerances(record: RunRecord, notes: list[str]) -> dict[str, float]:
     """Run A's acceptance.tolerances; none (everything must match exactly) when its frozen
     spec no longer loads, which is recorded (``best_effort_failed``) and noted."""
     try:
-        return dict(load_spec(record.spec_path).acceptance.tolerances)
+        return dict(record.spec.acceptance.tolerances)
     except Exception as exc:  # recorded: the comparison goes on, exactly
         failed = record_failure(record, "diff: tolerances of run A", exc)
         notes.append(f"{failed}; every metric and the loss must match exactly")
