@@ -447,14 +447,7 @@ class Supervisor:
             echo=self.echo,
             containment=contain(attempt),  # a cgroup, or the subreaper (containment.py)
         )
-        self.record.update_state(
-            status="running",
-            attempts=attempt,
-            supervisor=user_at_host(),
-            supervisor_pid=os.getpid(),
-            # How the job's Python output was buffered, and who decided (`show`: output).
-            python_unbuffered={"value": env.get(UNBUFFERED), "by": self._unbuffered_by()},
-        )
+        self._mark_running(attempt, env)
         offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
         oom_before = oom_kill_count()
         # One step axis for the attempt's progress and its watched files (supervisor/axis.py).
@@ -472,19 +465,7 @@ class Supervisor:
                 child.containment.close()
             reason = f"could not start {self.spec.command[0]!r}: {exc.strerror or exc}"
             return self._not_started(attempt, adir, reason)
-        # If this process dies, the watchdog stops the attempt's tree (supervisor/lease.py).
-        # It starts first, before anything that could take a while: until it runs, a death
-        # of this process leaves what the attempt started without a guard.
-        held = child.containment
-        watchdog = Watchdog(
-            leader=child.pid, env=env, grace_s=self.spec.limits.grace_period,
-            group_term=bool(self.spec.shell), events_path=self.record.events_path, attempt=attempt,
-            cgroup=None if held is None else held.cgroup, processes=adir / PROCESSES_FILE,
-        )  # fmt: skip
-        watchdog.start()
-        if held is not None and watchdog.pid is not None:
-            held.exclude.add(watchdog.pid)  # a child of the supervisor, not of the attempt
-        self._track(attempt, child, force=True)  # the watchdog reads it when it sweeps
+        watchdog = self._start_watchdog(attempt, child, env, adir)  # first: see there
         self._announce(attempt, child, resume_step, restored)
         watch = AttemptWatch(
             self.record.events_path,
@@ -508,6 +489,37 @@ class Supervisor:
             watcher=self._start_watcher(watcher, child.pid, watch, progress),  # its thread
             side=self._start_side_task(attempt, child, adir),  # a serving run's load, its thread
         )  # fmt: skip
+
+    def _mark_running(self, attempt: int, env: Mapping[str, str]) -> None:
+        """run.json: the attempt runs, under this supervisor, with its output's buffering."""
+        self.record.update_state(
+            status="running",
+            attempts=attempt,
+            supervisor=user_at_host(),
+            supervisor_pid=os.getpid(),
+            # How the job's Python output was buffered, and who decided (`show`: output).
+            python_unbuffered={"value": env.get(UNBUFFERED), "by": self._unbuffered_by()},
+        )
+
+    def _start_watchdog(
+        self, attempt: int, child: ChildProcess, env: dict[str, str], adir: Path
+    ) -> Watchdog:
+        """If this process dies, the watchdog stops the attempt's tree (supervisor/lease.py).
+
+        It starts first, before anything that could take a while: until it runs, a death
+        of this process leaves what the attempt started without a guard.
+        """
+        held = child.containment
+        watchdog = Watchdog(
+            leader=child.pid, env=env, grace_s=self.spec.limits.grace_period,
+            group_term=bool(self.spec.shell), events_path=self.record.events_path, attempt=attempt,
+            cgroup=None if held is None else held.cgroup, processes=adir / PROCESSES_FILE,
+        )  # fmt: skip
+        watchdog.start()
+        if held is not None and watchdog.pid is not None:
+            held.exclude.add(watchdog.pid)  # a child of the supervisor, not of the attempt
+        self._track(attempt, child, force=True)  # the watchdog reads it when it sweeps
+        return watchdog
 
     def _track(self, attempt: int, child: ChildProcess, *, force: bool = False) -> None:
         """List the attempt's processes in ``attempts/<n>/processes.json`` when they change.

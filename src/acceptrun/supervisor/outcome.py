@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun.checkpoint.store import CheckpointStore
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import now_iso
 from acceptrun.spec.model import RunSpec
@@ -155,30 +155,10 @@ def attempt_work(
     first_t = watch.first_step_t
     if first_t is not None:
         work["startup_s"] = round(first_t - child.started_at, 3)
-    lost_steps, lost_s = 0, 0.0
-    if res.outcome != "success" and last is not None:
-        if kept is None or kept < (watch.first_step or 0):
-            # Every step since the attempt began is redone: those its lines count, and at
-            # least those up to its last step from where it started (a line every N
-            # steps counts its first line as one step, though N ran before it).
-            lost_steps = max(watch.steps, last - (resume_step or 0))
-            lost_s = ended - child.started_at
-        else:
-            lost_steps = max(0, last - kept)
-            dated = latest.meta.get("dated") if latest is not None else None
-            if lost_steps and isinstance(dated, dict) and dated.get("estimate"):
-                work["lost_at_most"] = True
-            t_kept = watch.step_t(kept)  # read back from the step log: no step is kept
-            if not isinstance(t_kept, int | float):
-                # The checkpoint's step is not one this attempt logged (a counter that went
-                # back, progress seen every N steps): timed from the attempt's start, an
-                # upper bound, and said to be one.
-                t_kept = child.started_at
-                work["seconds_lost_at_most"] = True
-            lost_s = ended - t_kept
-    elif res.outcome != "success":
-        lost_s = ended - child.started_at  # died before its first step: all of it
     failed = res.outcome != "success"
+    lost_steps, lost_s = 0, 0.0
+    if failed:
+        lost_steps, lost_s = _lost_since_checkpoint(work, watch, child, latest, ended)
     # The range of steps lost (record/lost.py): the counted figure, plus the
     # steps that may have run unseen after the last one logged (progress seen every N
     # steps: up to N - 1); unknown when nothing said where a script without the client
@@ -215,6 +195,37 @@ def attempt_work(
         node_seconds_lost=round(lost_s * nodes, 3),
     )
     return work
+
+
+def _lost_since_checkpoint(
+    work: dict[str, Any],
+    watch: AttemptWatch,
+    child: ChildProcess,
+    latest: CheckpointInfo | None,
+    ended: float,
+) -> tuple[int, float]:
+    """A failed attempt's steps and seconds lost after its newest checkpoint (``latest``);
+    marks ``work`` where either is only an upper bound."""
+    last, kept = watch.last_step, None if latest is None else latest.step
+    if last is None:
+        return 0, ended - child.started_at  # died before its first step: all of it
+    if kept is None or kept < (watch.first_step or 0):
+        # Every step since the attempt began is redone: those its lines count, and at
+        # least those up to its last step from where it started (a line every N steps
+        # counts its first line as one step, though N ran before it).
+        return max(watch.steps, last - (work["resumed_from"] or 0)), ended - child.started_at
+    lost_steps = max(0, last - kept)
+    dated = latest.meta.get("dated") if latest is not None else None
+    if lost_steps and isinstance(dated, dict) and dated.get("estimate"):
+        work["lost_at_most"] = True
+    t_kept = watch.step_t(kept)  # read back from the step log: no step is kept
+    if not isinstance(t_kept, int | float):
+        # The checkpoint's step is not one this attempt logged (a counter that went back,
+        # progress seen every N steps): timed from the attempt's start, an upper bound,
+        # and said to be one.
+        t_kept = child.started_at
+        work["seconds_lost_at_most"] = True
+    return lost_steps, ended - t_kept
 
 
 def _stride(run_dir: Path, attempt: int) -> int:
