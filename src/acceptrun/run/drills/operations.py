@@ -457,6 +457,50 @@ def run_ops_drill(
     """
     from acceptrun.run.launch import launch
 
+    no_preempt = _check_drillable(spec_path, tolerance)
+    _log.info(f"drill 1/2: reference run of {spec_path}, uninterrupted")
+    a = launch(spec_path, workspace=workspace, echo=echo)
+    ref = a.record
+    warnings = _check_reference(a)
+    steps, checkpoints = _steps_and_checkpoints(ref)
+    startup = startup_seconds(ref)
+    assert startup is not None, "a run with steps has an attempt start and a first step"
+    k1, k2, faults = _plan_drill_faults(ref.run_id, steps, checkpoints, no_preempt)
+
+    _log.info(f"drill 2/2: the same spec with {', '.join(faults)}")
+    # The reference run's own watched files are still there: moved into the drill run's
+    # record, so both runs start from the same state.
+    b = launch(spec_path, workspace=workspace, echo=echo, inject=faults, existing="move")
+    rec = b.record
+    if b.spec.hash != a.spec.hash:
+        warnings.append(f"the spec changed between the two runs ({a.spec.hash} then {b.spec.hash})")
+    restarts = measure_restarts(rec, startup)
+    cmp = compare_runs(ref, rec, tolerance)
+    finished = b.supervision is not None and b.supervision.succeeded
+    tail = "" if finished else f"; the drill run did not finish ({_last_reason(b)})"
+    same = _comparison_text(cmp, ref.run_id, tolerance)
+    drills = _judge_drills(restarts, k1, k2, same, cmp["equal"] and finished, tail, no_preempt)
+    report = DrillReport(
+        spec=str(Path(spec_path).resolve()),
+        spec_hash=a.spec.hash,
+        reference_run=ref.run_id,
+        drill_run=rec.run_id,
+        faults=faults,
+        steps=len(steps),
+        checkpoints=checkpoints,
+        startup_s=startup,
+        tolerance=tolerance,
+        restarts=restarts,
+        comparison=cmp,
+        drills=drills,
+        warnings=warnings,
+    )
+    _record_report(rec, report)
+    return report
+
+
+def _check_drillable(spec_path: str | Path, tolerance: float) -> str | None:
+    """Refuse a tolerance or a spec the drill cannot run; return why preempt is skipped, if so."""
     if tolerance < 0 or not math.isfinite(tolerance):
         raise UserError(f"--tolerance {tolerance}: expected 0 (bitwise) or a small positive number")
     spec = load_spec(spec_path)
@@ -474,11 +518,12 @@ def run_ops_drill(
         )
     if no_preempt is not None:
         _log.info(f"drill: the kill only; preempt skipped, {no_preempt}")
+    return no_preempt
 
-    _log.info(f"drill 1/2: reference run of {spec_path}, uninterrupted")
-    a = launch(spec_path, workspace=workspace, echo=echo)
+
+def _check_reference(a: Any) -> list[str]:
+    """Refuse a reference run that failed; warn (returned) when it took several attempts."""
     ref = a.record
-    warnings = []
     if a.supervision is None or not a.supervision.succeeded:
         raise UserError(
             f"the reference run {ref.run_id} did not finish ({_last_reason(a)}); the drill "
@@ -486,11 +531,16 @@ def run_ops_drill(
             f"{ref.run_id})"
         )
     if len(a.supervision.attempts) > 1:
-        warnings.append(
+        return [
             f"the reference run {ref.run_id} was not uninterrupted: it took "
             f"{len(a.supervision.attempts)} attempts. Does the spec inject a failure of its "
             "own (an env variable in the spec)? Its trajectory is still compared."
-        )
+        ]
+    return []
+
+
+def _steps_and_checkpoints(ref: RunRecord) -> tuple[list[int], list[int]]:
+    """The reference run's logged steps and committed checkpoint steps, refusing too few."""
     steps = sorted({e["step"] for e in ref.events("step") if isinstance(e.get("step"), int)})
     checkpoints = sorted(
         {e["step"] for e in ref.events("checkpoint_commit") if isinstance(e.get("step"), int)}
@@ -507,70 +557,62 @@ def run_ops_drill(
             "run.maybe_checkpoint(step) with [checkpoint] every_steps in the spec, or "
             "sharded.save(run.checkpoint_store(), step, ...))"
         )
-    startup = startup_seconds(ref)
-    assert startup is not None, "a run with steps has an attempt start and a first step"
+    return steps, checkpoints
+
+
+def _plan_drill_faults(
+    run_id: str, steps: list[int], checkpoints: list[int], no_preempt: str | None
+) -> tuple[int, int, list[str]]:
+    """The kill step, the preempt step (-1 when skipped) and the faults the drill run injects."""
     if no_preempt is None:
         k1, k2 = plan_faults(steps, checkpoints)
-        faults = [_kill_fault(k1), f"term@step={k2}:attempt=2"]
-    else:
-        k1, k2 = plan_kill(checkpoints), -1
-        if k1 >= steps[-1]:
-            raise UserError(
-                f"the reference run {ref.run_id} runs steps {steps[0]}-{steps[-1]} with its "
-                f"first checkpoint at step {checkpoints[0]}: no step after it to kill at; "
-                "raise the step count or checkpoint sooner"
-            )
-        faults = [_kill_fault(k1)]
+        return k1, k2, [_kill_fault(k1), f"term@step={k2}:attempt=2"]
+    k1 = plan_kill(checkpoints)
+    if k1 >= steps[-1]:
+        raise UserError(
+            f"the reference run {run_id} runs steps {steps[0]}-{steps[-1]} with its "
+            f"first checkpoint at step {checkpoints[0]}: no step after it to kill at; "
+            "raise the step count or checkpoint sooner"
+        )
+    return k1, -1, [_kill_fault(k1)]
 
-    _log.info(f"drill 2/2: the same spec with {', '.join(faults)}")
-    # The reference run's own watched files are still there: moved into the drill run's
-    # record, so both runs start from the same state.
-    b = launch(spec_path, workspace=workspace, echo=echo, inject=faults, existing="move")
-    rec = b.record
-    if b.spec.hash != a.spec.hash:
-        warnings.append(f"the spec changed between the two runs ({a.spec.hash} then {b.spec.hash})")
-    restarts = measure_restarts(rec, startup)
-    cmp = compare_runs(ref, rec, tolerance)
-    same = _comparison_text(cmp, ref.run_id, tolerance)
-    finished = b.supervision is not None and b.supervision.succeeded
-    tail = "" if finished else f"; the drill run did not finish ({_last_reason(b)})"
+
+def _judge_drills(
+    restarts: list[Restart],
+    k1: int,
+    k2: int,
+    same: str,
+    equal: bool,
+    tail: str,
+    no_preempt: str | None,
+) -> list[dict[str, Any]]:
+    """The kill drill's and the preempt drill's findings (preempt skipped where it cannot apply)."""
     kill = next((r for r in restarts if r.fault == "kill"), None)
     term = next((r for r in restarts if r.fault == "term"), None)
-    equal = cmp["equal"] and finished
-    drills = [
+    return [
         _judge_kill(kill, k1, same, equal, tail, watched=no_preempt is not None),
         _judge_preempt(term, k2, same, equal, tail)
         if no_preempt is None
         else {"drill": "preempt", "ok": None, "skipped": True, "evidence": no_preempt,
               "fix": _PREEMPT_FIX},
     ]  # fmt: skip
-    report = DrillReport(
-        spec=str(Path(spec_path).resolve()),
-        spec_hash=a.spec.hash,
-        reference_run=ref.run_id,
-        drill_run=rec.run_id,
-        faults=faults,
-        steps=len(steps),
-        checkpoints=checkpoints,
-        startup_s=startup,
-        tolerance=tolerance,
-        restarts=restarts,
-        comparison=cmp,
-        drills=drills,
-        warnings=warnings,
-    )
-    for d in drills:
+
+
+def _record_report(rec: RunRecord, report: DrillReport) -> None:
+    """Record each drill as an event of the drill run, decide its verdict again, write drill.json."""
+    for d in report.drills:
         rec.event(
             "drill",
             sync=True,
             spec_hash=report.spec_hash,
-            reference_run=ref.run_id,
+            reference_run=report.reference_run,
             **d,
         )
     report.verdict = _decide_again(rec)
     rec.write_json("drill.json", report.to_dict())
-    rec.update_state(drill={"of": "operations", "reference_run": ref.run_id, "ok": report.ok})
-    return report
+    rec.update_state(
+        drill={"of": "operations", "reference_run": report.reference_run, "ok": report.ok}
+    )
 
 
 def _last_reason(result: Any) -> str:
