@@ -25,7 +25,8 @@ from hypothesis import settings
 
 from acceptrun.checkpoint.restore import load_into
 from acceptrun.checkpoint.staging import stage, write_staged
-from acceptrun.checkpoint.store import MANIFEST, QUARANTINE, CheckpointStore, CheckpointWriter
+from acceptrun.checkpoint.store import MANIFEST, QUARANTINE, CheckpointStore
+from acceptrun.checkpoint.writer import CheckpointWriter
 from acceptrun.errors import AcceptrunError
 
 # Cases per file and kind of damage: the Hypothesis profile sets the scale (ci: a few

@@ -147,7 +147,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.checkpoint.files:_copy_checked", "file", exempt=_TENSORS),
     Sink("acceptrun.checkpoint.mirror:_put_checked", "file", exempt=_TENSORS),
     Sink("acceptrun.checkpoint.mirror:_get_checked", "file", exempt=_TENSORS),
-    Sink("acceptrun.checkpoint.store:CheckpointWriter.write_json", "file", exempt="the workload's own checkpoint metadata, stored with its tensors"),
+    Sink("acceptrun.checkpoint.writer:CheckpointWriter.write_json", "file", exempt="the workload's own checkpoint metadata, stored with its tensors"),
     Sink("acceptrun.checkpoint.store:CheckpointStore._commit", "file", exempt="raw=True: MANIFEST.json, whose digest covers its exact text (names, sizes, hashes)"),
     Sink("acceptrun.checkpoint.store:CheckpointStore.redate", "file", exempt="raw=True: MANIFEST.json again, and checkpoint files copied as they are"),
     Sink("acceptrun.checkpoint.sharded.saving:AsyncSave._run", "terminal", exempt=_WARN),

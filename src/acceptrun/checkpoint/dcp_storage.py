@@ -47,7 +47,8 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 
 from acceptrun._util.durable import loads_json
 from acceptrun._util.hashing import hash_bytes, split_hash
-from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
+from acceptrun.checkpoint.writer import CheckpointWriter
 from acceptrun.errors import RecordError, UserError
 
 __all__ = [

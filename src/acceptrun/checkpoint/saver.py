@@ -42,8 +42,9 @@ from acceptrun.checkpoint.mirror import Mirror
 from acceptrun.checkpoint.overlap import Overlap
 from acceptrun.checkpoint.staging import Staged, StagingBuffers, stage, write_staged
 from acceptrun.checkpoint.state import rank_dir
-from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.checkpoint.tensorfile import BinarySink
+from acceptrun.checkpoint.writer import CheckpointWriter
 from acceptrun.errors import AcceptrunError, DiskFullError
 
 __all__ = ["CheckpointDiskFullError", "CheckpointError", "Checkpointer"]

@@ -52,7 +52,7 @@ __all__ = [
 class StateWriter(Protocol):
     """Anything with ``open(name)`` returning a context manager over a binary file.
 
-    :class:`acceptrun.checkpoint.store.CheckpointWriter` is one; tests pass a small one.
+    :class:`acceptrun.checkpoint.writer.CheckpointWriter` is one; tests pass a small one.
     """
 
     def open(self, name: str) -> AbstractContextManager[BinarySink]: ...

@@ -18,7 +18,8 @@ re-read; :meth:`CheckpointStore.verify` re-reads and re-hashes. One process writ
 root at a time (the workload), any number read; a store is not thread-safe. In a run of
 several processes rank 0 is that process: the other ranks write their own files into
 its staging directory (:meth:`CheckpointStore.join`), and rank 0 adopts their hashes
-(:meth:`CheckpointWriter.adopt`) and commits once all have written.
+(:meth:`CheckpointWriter.adopt`) and commits once all have written. A save in progress
+is a :class:`~acceptrun.checkpoint.writer.CheckpointWriter` (checkpoint/writer.py).
 
 >>> store = CheckpointStore("ckpt", keep_last=2)
 >>> w = store.begin(100)
@@ -31,8 +32,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
-import io
 import json
 import math
 import os
@@ -44,26 +43,24 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, cast
+from typing import Any
 
 from acceptrun._util.durable import fsync_dir, loads_json, read_bytes_bounded, write_atomic
-from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, new_hasher, split_hash
-from acceptrun._util.paths import escape_problem
+from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, split_hash
 from acceptrun.checkpoint.sequence import CommitLog, true_order
-from acceptrun.errors import AcceptrunValueError, DiskFullError, RecordError, UserError
+from acceptrun.checkpoint.writer import MANIFEST, CheckpointWriter, valid_name
+from acceptrun.errors import AcceptrunValueError, RecordError, UserError
 from acceptrun.record.workspace import now_iso
 
 __all__ = [
     "LATEST",
-    "MANIFEST",
+    "MANIFEST",  # the commit marker's name (declared beside the writer, which may not take it)
     "QUARANTINE",
     "CheckpointInfo",
     "CheckpointStore",
-    "CheckpointWriter",
     "VerifyResult",
 ]
 
-MANIFEST = "MANIFEST.json"
 LATEST = "LATEST"
 QUARANTINE = "quarantine"
 KIND = "acceptrun.checkpoint"
@@ -76,8 +73,6 @@ _STEP_DIR = re.compile(r"step-(0|[1-9][0-9]*)")
 # What a killed writer leaves, named with its pid: a save, a retention delete, and
 # write_atomic's temporary LATEST.
 _LEFTOVER = re.compile(r"\.(?:staging-step-\d+|deleting-step-\d+|LATEST\.tmp)-(\d+)-[0-9a-f]+")
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_BUFFER = 1 << 20  # bytes buffered per open file; larger writes go straight through
 _NEW_SEQUENCE = -1  # _commit's sequence: the next one (a re-date passes its own, or None)
 
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -120,144 +115,9 @@ class VerifyResult:
             )
 
 
-class _HashingFile(io.FileIO):
-    """A write-only file that hashes exactly the bytes the kernel accepted.
-
-    Hashing while writing saves a full re-read per commit but only holds for sequential
-    writes, so the file is not seekable (torch.save and zipfile cope with that).
-    """
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, "x")  # O_EXCL: never write into a file someone else made
-        self.hasher = new_hasher(ALGORITHM)
-        self.size = 0
-
-    def write(self, b: Any, /) -> int:
-        n = super().write(b)
-        if n:  # xxhash takes any buffer: hash the accepted prefix without copying it
-            self.hasher.update(cast(bytes, memoryview(b).cast("B")[:n]))
-            self.size += n
-        return n
-
-    def seekable(self) -> bool:
-        return False  # so BufferedWriter refuses seek() and truncate()
-
-
-def _valid_name(name: str) -> bool:
-    # The one rule for names read from a manifest (acceptrun._util.paths), and canonical.
-    return escape_problem(name) is None and str(PurePosixPath(name)) == name
-
-
 def _step_of(name: str) -> int | None:
     match = _STEP_DIR.fullmatch(name)
     return int(match.group(1)) if match else None
-
-
-class CheckpointWriter:
-    """One save in progress, in a staging directory of the root (from ``store.begin``).
-
-    ``state`` is "open", then "committed" or "aborted".
-    """
-
-    def __init__(
-        self, store: CheckpointStore, step: int, path: Path, *, owner: bool = True
-    ) -> None:
-        self.step = step
-        self.path = path
-        self.state = "open"
-        self.owner = owner  # False: another process's save, joined to write some files
-        self._store = store
-        self._files: dict[str, dict[str, Any]] = {}
-        self._dirs: set[Path] = set()  # subdirectories made here, fsynced before the manifest
-        self._started = time.monotonic()
-
-    @contextlib.contextmanager
-    def open(self, name: str) -> Iterator[BinaryIO]:
-        """A new file ``name`` (may contain "/"), hashed as written and fsynced on close.
-
-        An exception inside the block abandons the whole save (the staging directory is
-        removed): half a checkpoint is never worth keeping, and a full disk needs the space.
-        """
-        self._require_open()
-        if not _valid_name(name) or name == MANIFEST:
-            raise UserError(
-                f"checkpoint file name {name!r} is not allowed; use a relative path such as "
-                f"'model/weights.safetensors' (no '..', no leading '/', not {MANIFEST!r})"
-            )
-        if name in self._files:
-            raise UserError(f"checkpoint file {name!r} was already written in step {self.step}")
-        target = self.path / name
-        for parent in reversed(PurePosixPath(name).parents[:-1]):  # "a", then "a/b"
-            if not (self.path / parent).is_dir():
-                (self.path / parent).mkdir()
-                self._dirs.add(self.path / parent)
-        try:
-            raw = _HashingFile(target)
-            buffered = io.BufferedWriter(raw, buffer_size=_BUFFER)
-            try:
-                yield buffered
-                buffered.flush()
-                # The manifest written later must never describe bytes still only in the
-                # page cache: after a power cut that would be a "committed" file of zeros.
-                os.fsync(raw.fileno())
-            finally:
-                with contextlib.suppress(OSError):  # after a failed flush, close fails too
-                    buffered.close()
-        except BaseException as exc:
-            self._store.abort(self)
-            if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
-                raise DiskFullError(  # a UserError, and the OSError it was before
-                    f"could not write checkpoint file {target}: {exc.strerror}; the save of "
-                    f"step {self.step} was abandoned and earlier checkpoints are intact. "
-                    "Free disk space (or raise the file-size limit) and retry.",
-                    errno=exc.errno, directory=str(self._store.root),
-                ) from exc  # fmt: skip
-            raise
-        self._files[name] = {"size": raw.size, "hash": f"{ALGORITHM}:{raw.hasher.hexdigest()}"}
-
-    def write_bytes(self, name: str, data: bytes) -> None:
-        """Write a whole file at once (for example ``safetensors.torch.save(tensors)``)."""
-        with self.open(name) as f:
-            f.write(data)
-
-    def write_json(self, name: str, obj: Any) -> None:
-        """Write ``obj`` as key-sorted JSON (trainer state, data-loader position, ...)."""
-        self.write_bytes(name, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-    def written(self) -> tuple[dict[str, dict[str, Any]], builtins.list[str]]:
-        """The files written so far (name -> size and hash) and the directories made.
-
-        What a rank that joined a save reports to the owner, for :meth:`adopt`.
-        """
-        dirs = sorted(d.relative_to(self.path).as_posix() for d in self._dirs)
-        return {k: dict(v) for k, v in self._files.items()}, dirs
-
-    def adopt(self, files: Mapping[str, Mapping[str, Any]], dirs: builtins.list[str]) -> None:
-        """Count files another process wrote (and fsynced) into this save as its own.
-
-        ``files`` and ``dirs`` are that process's :meth:`written`; each file must exist
-        with the size reported, and no name may be written twice. The hashes are taken
-        as reported (they were computed while writing); ``verify`` re-checks them.
-        """
-        self._require_open()
-        for name, entry in files.items():
-            if not _valid_name(name) or name == MANIFEST or name in self._files:
-                raise UserError(f"checkpoint file {name!r} of step {self.step} cannot be adopted")
-            size = os.lstat(self.path / name).st_size
-            if size != entry.get("size"):
-                raise RecordError(
-                    f"{self.path / name}: {size} bytes, but its writer reported "
-                    f"{entry.get('size')}; the save of step {self.step} is abandoned"
-                )
-            self._files[name] = {"size": int(entry["size"]), "hash": str(entry["hash"])}
-        for d in dirs:
-            if not _valid_name(d):
-                raise UserError(f"checkpoint directory {d!r} cannot be adopted")
-            self._dirs.add(self.path / d)
-
-    def _require_open(self) -> None:
-        if self.state != "open":
-            raise UserError(f"the save of step {self.step} was already {self.state}")
 
 
 class CheckpointStore:
@@ -368,10 +228,10 @@ class CheckpointStore:
         event: Mapping[str, Any] | None = None,
         sequence: int | None = _NEW_SEQUENCE,
     ) -> CheckpointInfo:
-        if writer._store is not self or not writer.owner:
+        if writer.store is not self or not writer.owner:
             raise UserError(f"the save of step {writer.step} was begun by another store")
         writer._require_open()
-        stray = sorted(set(self._walk_files(writer.path)) - set(writer._files))
+        stray = sorted(set(self._walk_files(writer.path)) - set(writer.files))
         if stray:
             raise UserError(
                 f"files {stray} were put in {writer.path} without writer.open(), so they "
@@ -383,8 +243,8 @@ class CheckpointStore:
             "step": writer.step,
             "created_at": created_at or now_iso(),
             "algorithm": ALGORITHM,
-            "files": writer._files,
-            "total_bytes": sum(f["size"] for f in writer._files.values()),
+            "files": writer.files,
+            "total_bytes": sum(f["size"] for f in writer.files.values()),
             "metrics": {str(k): float(v) for k, v in (metrics or {}).items()},
             "meta": dict(meta or {}),
         }
@@ -403,7 +263,7 @@ class CheckpointStore:
             # Subdirectories deepest first, so every name a manifest lists is durable
             # before the manifest is: a manifest that survives a power cut never lists a
             # file that did not.
-            for d in sorted(writer._dirs, key=lambda p: len(p.parts), reverse=True):
+            for d in sorted(writer.dirs, key=lambda p: len(p.parts), reverse=True):
                 fsync_dir(d)
             write_atomic(writer.path / MANIFEST, text, raw=True)  # last; its digest covers the text
             if sequence is not None:  # before the rename: a step in the store is in the log
@@ -423,7 +283,7 @@ class CheckpointStore:
             write_atomic(self.root / LATEST, f"{final.name}\n")
         info = self._load(final)[0]
         assert info is not None, f"{final} was committed but its manifest does not load"
-        seconds = round(time.monotonic() - writer._started, 6)  # begin to commit: the stall
+        seconds = round(time.monotonic() - writer.started, 6)  # begin to commit: the stall
         fields = {"step": info.step, "path": str(final), "total_bytes": info.total_bytes}
         fields |= {"files": len(info.files), "seconds": seconds, **(event or {})}
         self._emit("checkpoint_commit", fields)
@@ -471,7 +331,7 @@ class CheckpointStore:
                 for parent in reversed(PurePosixPath(rel).parents[:-1]):
                     if not (writer.path / parent).is_dir():
                         (writer.path / parent).mkdir()
-                        writer._dirs.add(writer.path / parent)
+                        writer.dirs.add(writer.path / parent)
                 source, target = info.path / rel, writer.path / rel
                 try:
                     os.link(source, target)  # the same bytes: nothing to hash again
@@ -496,17 +356,8 @@ class CheckpointStore:
             created_at=info.created_at, latest=latest, event={"redated_from": step},
             sequence=info.sequence,
         )  # fmt: skip
-        tomb = self.root / f".deleting-{info.path.name}-{os.getpid()}-{secrets.token_hex(4)}"
-        fields: dict[str, Any] = {
-            "step": step, "reason": f"re-dated as step {new_step}", "redated_to": new_step,
-        }  # fmt: skip
-        try:
-            os.rename(info.path, tomb)
-            fsync_dir(self.root)
-            shutil.rmtree(tomb)
-        except OSError as exc:
-            fields["error"] = str(exc)
-        self._emit("checkpoint_delete", fields)
+        reason = f"re-dated as step {new_step}"
+        self._delete(info, {"step": step, "reason": reason, "redated_to": new_step})
         self.apply_retention()
         return new
 
@@ -702,19 +553,26 @@ class CheckpointStore:
             reason += f", not the best {self.keep_best[0]}"
         deleted = []
         for info in (i for i in infos if i.step not in keep):
-            # Rename first: a crash mid-rmtree then leaves a ".deleting-" directory, never
-            # a step-<N> whose manifest survives while its files are half gone.
-            tomb = self.root / f".deleting-{info.path.name}-{os.getpid()}-{secrets.token_hex(4)}"
-            fields: dict[str, Any] = {"step": info.step, "reason": reason}
-            try:
-                os.rename(info.path, tomb)
-                fsync_dir(self.root)
-                shutil.rmtree(tomb)
+            if self._delete(info, {"step": info.step, "reason": reason}):
                 deleted.append(info.step)
-            except OSError as exc:
-                fields["error"] = str(exc)
-            self._emit("checkpoint_delete", fields)
         return deleted
+
+    def _delete(self, info: CheckpointInfo, fields: dict[str, Any]) -> bool:
+        """Delete a committed checkpoint (a checkpoint_delete event with ``fields``).
+
+        Rename first: a crash mid-rmtree then leaves a ".deleting-" directory, never a
+        step-<N> whose manifest survives while its files are half gone. A failure is
+        recorded in the event ("error") and returned as False, never raised.
+        """
+        tomb = self.root / f".deleting-{info.path.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.rename(info.path, tomb)
+            fsync_dir(self.root)
+            shutil.rmtree(tomb)
+        except OSError as exc:
+            fields["error"] = str(exc)
+        self._emit("checkpoint_delete", fields)
+        return "error" not in fields
 
     def remove_stale_staging(self) -> builtins.list[Path]:
         """Remove what killed writers left: staging and ``.deleting-`` dirs, temp LATESTs.
@@ -801,9 +659,7 @@ class CheckpointStore:
         if not (isinstance(files, dict) and isinstance(metrics, dict) and isinstance(meta, dict)):
             return None, f"{where}: 'files', 'metrics' and 'meta' must be objects"
         for rel, entry in files.items():  # a name like "../x" would make verify read outside
-            if not (
-                _valid_name(rel) and isinstance(entry, dict) and type(entry.get("size")) is int
-            ):
+            if not (valid_name(rel) and isinstance(entry, dict) and type(entry.get("size")) is int):
                 return None, f"{where}: bad entry for file {rel!r}"
         created, total, seq = str(doc["created_at"]), doc["total_bytes"], doc.get("sequence")
         if seq is not None and (type(seq) is not int or seq < 1):

@@ -16,7 +16,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from acceptrun.checkpoint.dcp_storage import DCPWriter, JsonSavePlanner
-from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore, CheckpointWriter
+from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
+from acceptrun.checkpoint.writer import CheckpointWriter
 from acceptrun.errors import RecordError
 
 __all__ = ["ONE_PROCESS", "begin", "broadcast_text", "describe", "rank_of", "write_and_commit"]
