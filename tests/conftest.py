@@ -306,6 +306,36 @@ def launch_job(
         os.environ.update(saved)
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without its ACCEPTRUN_ variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
+    env.update(extra)
+    return env
+
+
+def job_folder(root: Path, script: str, spec: str) -> Path:
+    """``root`` holding ``train.py`` and ``spec.toml``: a job as a user lays it out."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "train.py").write_text(script)
+    (root / "spec.toml").write_text(spec)
+    return root
+
+
+def acceptrun_cmd(job: Path, *args: str) -> list[str]:
+    """``acceptrun --workspace JOB/ws ARGS`` as a command line."""
+    return [PYTHON, "-m", "acceptrun", "--workspace", str(job / "ws"), *args]
+
+
+def acceptrun_in(
+    job: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """That command as a real process in ``job``, with :func:`clean_env` and ``env``."""
+    return subprocess.run(
+        acceptrun_cmd(job, *args), cwd=job, env=clean_env(**(env or {})), capture_output=True,
+        text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """``acceptrun ARGV`` in this process: the exit code, stdout and stderr."""
     from acceptrun.cli.main import main

@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
-from conftest import only_record_in, step_losses
+from conftest import acceptrun_in, clean_env, job_folder, only_record_in, step_losses
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("accelerate") is None, reason="accelerate is not installed"
@@ -155,22 +154,8 @@ def changed_lines(a: str, b: str) -> int:
     return sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-
-
 def make_job(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "train.py").write_text(TRACKED)
-    (root / "spec.toml").write_text(SPEC.format(python=json.dumps(sys.executable)))
-    return root
-
-
-def acceptrun(job: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "acceptrun", "--workspace", str(job / "ws"), *args],
-        cwd=job, env=clean_env(), capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    return job_folder(root, TRACKED, SPEC.format(python=json.dumps(sys.executable)))
 
 
 def printed_losses(record: RunRecord, attempt: int) -> dict[int, float]:
@@ -184,7 +169,7 @@ def printed_losses(record: RunRecord, attempt: int) -> dict[int, float]:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("upstream")
     job = make_job(root / "ref")
-    proc = acceptrun(job, "run", "-q", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plain = root / "plain"
     plain.mkdir()
@@ -244,7 +229,7 @@ def test_killed_mid_epoch_resumes_through_the_scripts_own_resume_bitwise(
     # A backoff of 1 s: the restart costs enough for show's restart hint, on any machine.
     spec = (job / "spec.toml").read_text().replace("restart_backoff = 0", 'restart_backoff = "1s"')
     (job / "spec.toml").write_text(spec)
-    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=13", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "--inject", "kill@step=13", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     # The truth, from the script's own lines: the save attempt 2's own resume code loaded
@@ -280,7 +265,7 @@ def test_killed_mid_epoch_resumes_through_the_scripts_own_resume_bitwise(
     ), resumed
     (failures,) = [c for c in verdict["checks"] if c["name"] == "failures"]
     assert f"; lost {lost} step," in failures["evidence"], failures
-    show = acceptrun(job, "show", record.run_id)
+    show = acceptrun_in(job, "show", record.run_id)
     assert show.returncode == 0, show.stdout + show.stderr
     hint = next((line for line in show.stdout.splitlines() if "restarts cost" in line), "")
     redone = f"{lost} step{'' if lost == 1 else 's'} redone"
@@ -294,7 +279,7 @@ def test_a_stop_between_saves_is_saved_under_the_scripts_own_name(
     """term@step=14 (a preemption): the stop saves step 14 as out/step_14, a name the
     script's resume code can read, and the restarted attempt ends bitwise."""
     job = make_job(tmp_path / "stopped")
-    proc = acceptrun(job, "run", "-q", "--inject", "term@step=14", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "--inject", "term@step=14", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     (stopped,) = record.events("stopped")
@@ -330,7 +315,7 @@ def test_two_ranks_killed_mid_epoch_resume_bitwise(tmp_path: Path) -> None:
         job.mkdir()
         (job / "train.py").write_text(TRACKED)
         (job / "spec.toml").write_text(SPEC_2RANKS.format(python=json.dumps(sys.executable)))
-        proc = acceptrun(job, "run", "-q", *inject, "spec.toml")
+        proc = acceptrun_in(job, "run", "-q", *inject, "spec.toml")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         record = only_record_in(job / "ws")
         assert [e["step"] for e in record.events("step") if e.get("attempt", 1) == 1][:1] == [1]
@@ -355,7 +340,7 @@ def test_a_training_loader_not_prepared_is_said_to_have_no_stop_boundary(tmp_pat
     )
     assert script != TRACKED
     (job / "train.py").write_text(script)
-    proc = acceptrun(job, "run", "-q", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     assert [e["step"] for e in record.events("step")] == list(range(1, TOTAL + 1))

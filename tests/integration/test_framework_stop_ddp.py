@@ -15,7 +15,6 @@ uninterrupted run's.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
-from conftest import only_record_in, step_losses, wait_for
+from conftest import acceptrun_cmd, acceptrun_in, clean_env, only_record_in, step_losses, wait_for
 
 HERE = Path(__file__).resolve().parent
 HOLD = 6  # the step after which attempt 1 waits for the stop (between saves: every 4)
@@ -57,21 +56,6 @@ def make_job(root: Path, script: str, *, hold: int, env: str = "") -> Path:
         )
     )  # fmt: skip
     return root
-
-
-def acceptrun_cmd(job: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "acceptrun", "--workspace", str(job / "ws"), *args]
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-
-
-def acceptrun(job: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        acceptrun_cmd(job, *args), cwd=job, env=clean_env(), capture_output=True, text=True,
-        timeout=600, check=False,
-    )  # fmt: skip
 
 
 def reference_and_stopped(root: Path, script: str) -> tuple[dict[str, Any], Path, RunRecord]:
@@ -124,7 +108,7 @@ def stopped_and_resumed(root: Path, script: str) -> tuple[Path, RunRecord]:
         if run.poll() is None:
             run.kill()
             run.wait()
-    resumed = acceptrun(job, "resume", "-q", record.run_id)
+    resumed = acceptrun_in(job, "resume", "-q", record.run_id, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     return job, record
 
@@ -175,7 +159,7 @@ def test_ranks_that_decide_at_different_steps_fail_together(tmp_path: Path) -> N
     """Rank 1 passes step + 1: both ranks raise at the first boundary instead of waiting."""
     job = make_job(tmp_path / "miscount", "framework_stop_plain.py", hold=-1,
                    env=', MISCOUNT_RANK = "1"')  # fmt: skip
-    proc = acceptrun(job, "run", "-q", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "spec.toml", timeout=600)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     exit1 = record.read_json("attempts/1/exit.json")

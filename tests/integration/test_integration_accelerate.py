@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
-from conftest import only_record_in, step_losses, wait_for
+from conftest import acceptrun_in, clean_env, job_folder, only_record_in, step_losses, wait_for
 
 # find_spec, not importorskip: collecting this file must not import accelerate (and torch).
 pytestmark = pytest.mark.skipif(
@@ -119,30 +118,13 @@ grace_period = "300s"
 
 
 def make_job(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "train.py").write_text(WORKLOAD)
-    (root / "spec.toml").write_text(SPEC.format(python=json.dumps(sys.executable)))
-    return root
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-    env.update(extra)
-    return env
-
-
-def acceptrun(job: Path, *args: str, env: dict[str, str] | None = None) -> Any:
-    return subprocess.run(
-        [sys.executable, "-m", "acceptrun", "--workspace", str(job / "ws"), *args],
-        cwd=job, env=clean_env(**(env or {})), capture_output=True, text=True, timeout=300,
-        check=False,
-    )  # fmt: skip
+    return job_folder(root, WORKLOAD, SPEC.format(python=json.dumps(sys.executable)))
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     job = make_job(tmp_path_factory.mktemp("acc") / "ref")
-    proc = acceptrun(job, "run", "-q", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     return {
@@ -175,7 +157,7 @@ def test_uninterrupted_run_records_steps_and_captures_each_save(
 def test_a_break_out_of_steps_keeps_the_last_steps_event(tmp_path: Path) -> None:
     """The loop's own `break` after step 21's work: its event is written (22 steps logged)."""
     job = make_job(tmp_path / "break")
-    proc = acceptrun(job, "run", "-q", "spec.toml", env={"BREAK_AFTER": "21"})
+    proc = acceptrun_in(job, "run", "-q", "spec.toml", env={"BREAK_AFTER": "21"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     assert [e["step"] for e in record.events("step")] == list(range(22))
@@ -199,7 +181,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
 
     wait_for(committed, timeout=240, what="the checkpoint of step 3")
     record = only_record_in(job / "ws")
-    assert acceptrun(job, "stop", record.run_id, "--wait").returncode == 0
+    assert acceptrun_in(job, "stop", record.run_id, "--wait").returncode == 0
     run.communicate(timeout=300)
     (stopped,) = record.events("stopped")
     last = max(e["step"] for e in record.events("step"))
@@ -207,7 +189,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
     assert record.read_json("attempts/1/exit.json")["returncode"] == 143
     if (last + 1) % 4:  # the stop fell between the script's saves: acceptrun saved it
         assert (job / "ckpt" / f"stopped-step-{last}").is_dir()
-    resumed = acceptrun(job, "resume", "-q", record.run_id)
+    resumed = acceptrun_in(job, "resume", "-q", record.run_id)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [r["step"] for r in record.events("restored")] == [last]
     assert (job / "weights.sha256").read_text() == reference["hash"]
@@ -224,7 +206,7 @@ def test_killed_mid_epoch_past_a_corrupted_checkpoint_resumes_bitwise(
     quarantines step 11, restores step 7 (epoch 0, 8 batches in) and runs steps 8.. in order.
     """
     job = make_job(tmp_path / "corrupt")
-    proc = acceptrun(
+    proc = acceptrun_in(
         job, "run", "-q", "--inject", "kill@step=13", "spec.toml", env={"CORRUPT_AT": "11"}
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

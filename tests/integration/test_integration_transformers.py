@@ -22,7 +22,7 @@ import pytest
 
 from acceptrun.checkpoint.store import CheckpointStore
 from acceptrun.record.workspace import RunRecord
-from conftest import only_record_in, step_losses, wait_for
+from conftest import acceptrun_in, job_folder, only_record_in, step_losses, wait_for
 
 # find_spec, not importorskip: every xdist worker collects this file, and importing
 # transformers only to see that it is there costs each of them seconds.
@@ -105,27 +105,14 @@ outputs = ["model/model.safetensors"]
 
 
 def make_job(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "train.py").write_text(WORKLOAD)
-    (root / "spec.toml").write_text(SPEC.format(python=json.dumps(sys.executable)))
-    return root
-
-
-def acceptrun(job: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
-    """``acceptrun --workspace <job>/ws ARGS`` as a real process in ``job``."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTRUN_")}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "acceptrun", "--workspace", str(job / "ws"), *args],
-        cwd=job, env=full, capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+    return job_folder(root, WORKLOAD, SPEC.format(python=json.dumps(sys.executable)))
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The uninterrupted run: its weights' hash, its losses and its record."""
     job = make_job(tmp_path_factory.mktemp("hf") / "ref")
-    proc = acceptrun(job, "run", "-q", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     return {
@@ -179,7 +166,7 @@ def test_restore_drill_of_a_trainer_run(reference: dict[str, Any]) -> None:
     """`acceptrun ckpt drill`: the newest checkpoint is put back in a scratch copy, one step runs."""
     record: RunRecord = reference["rec"]
     job = record.path.parents[2]
-    proc = acceptrun(job, "ckpt", "drill", record.run_id)
+    proc = acceptrun_in(job, "ckpt", "drill", record.run_id)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (drill,) = record.events("drill")
     assert drill["ok"] and "restored step 20" in drill["evidence"]
@@ -203,7 +190,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
 
     wait_for(committed, timeout=240, what="the checkpoint of step 5")
     record = only_record_in(job / "ws")
-    stop = acceptrun(job, "stop", record.run_id, "--wait")
+    stop = acceptrun_in(job, "stop", record.run_id, "--wait")
     assert stop.returncode == 0, stop.stderr
     run.communicate(timeout=300)
     (stopped,) = record.events("stopped")
@@ -212,7 +199,7 @@ def test_graceful_stop_then_resume_bitwise(tmp_path: Path, reference: dict[str, 
     assert CheckpointStore(record.checkpoints_dir).latest().step == last  # type: ignore[union-attr]
     exit1 = record.read_json("attempts/1/exit.json")
     assert exit1["outcome"] == "stopped" and exit1["returncode"] == 143
-    resumed = acceptrun(job, "resume", "-q", record.run_id)
+    resumed = acceptrun_in(job, "resume", "-q", record.run_id)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [r["step"] for r in record.events("restored")] == [last]
     assert (job / "weights.sha256").read_text() == reference["hash"]
@@ -231,7 +218,7 @@ def test_killed_run_past_a_corrupted_checkpoint_resumes_bitwise(
     """
     job = make_job(tmp_path / "corrupt")
     env = {"CORRUPT_AT": "10", "ADD_CALLBACK": "1"}
-    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env=env)
+    proc = acceptrun_in(job, "run", "-q", "--inject", "kill@step=12", "spec.toml", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     (fault,) = record.events("fault_injected")
@@ -260,7 +247,7 @@ def test_the_trainers_attempt_averages_are_marked_and_refused(
     that makes it an acceptance metric is refused before the run, with what to use.
     """
     job = make_job(tmp_path / "averages")
-    proc = acceptrun(job, "run", "-q", "--inject", "kill@step=12", "spec.toml")
+    proc = acceptrun_in(job, "run", "-q", "--inject", "kill@step=12", "spec.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = only_record_in(job / "ws")
     assert (job / "weights.sha256").read_text() == reference["hash"]  # the same model
@@ -279,18 +266,18 @@ def test_the_trainers_attempt_averages_are_marked_and_refused(
     assert ours["train_loss"]["value"] < 0.75 * theirs["train_loss"]["value"], (ours, theirs)
     assert ours["eval_loss"]["value"] == theirs["eval_loss"]["value"]
     assert "per_attempt" not in ours["eval_loss"]
-    show = acceptrun(job, "show", record.run_id).stdout
+    show = acceptrun_in(job, "show", record.run_id).stdout
     assert "train_loss = " in show and "(attempt 2 only)" in show, show
 
     # An acceptance threshold on it is refused at spec check and run, with the fix.
     spec = job / "spec.toml"
     spec.write_text(spec.read_text() + '[acceptance.metrics]\ntrain_loss = "<= 100"\n')
-    check = acceptrun(job, "spec", "check", "spec.toml")
+    check = acceptrun_in(job, "spec", "check", "spec.toml")
     assert check.returncode != 0, check.stdout + check.stderr
     said = check.stdout + check.stderr
     assert "acceptance.metrics.train_loss" in said and "one attempt" in said, said
     assert "eval_loss" in said, said  # what to use instead
-    refused = acceptrun(job, "run", "-q", "spec.toml")
+    refused = acceptrun_in(job, "run", "-q", "spec.toml")
     assert refused.returncode != 0 and "acceptance.metrics.train_loss" in refused.stderr, (
         refused.stdout + refused.stderr
     )
