@@ -77,18 +77,8 @@ def task_yaml(
     Raises :class:`UserError` for what the chosen cloud cannot do (spot or image ids on
     Lambda) and for paths the task cannot reach.
     """
-    sky = spec.skypilot
-    cloud = (sky.cloud or "").lower() or None
-    if cloud == "lambda" and sky.use_spot:
-        raise UserError(
-            "skypilot.use_spot = true, but Lambda Cloud has no spot instances (SkyPilot "
-            "refuses them); set use_spot = false or choose another cloud"
-        )
-    if cloud == "lambda" and sky.image_id and not sky.image_id.startswith("docker:"):
-        raise UserError(
-            f"skypilot.image_id = {sky.image_id!r}: Lambda Cloud does not take machine "
-            'images in SkyPilot; use a Docker image ("docker:nvcr.io/...") or none'
-        )
+    cloud = (spec.skypilot.cloud or "").lower() or None
+    _check_cloud(spec, cloud)
     if acceptrun_version is not None and not RELEASE.match(acceptrun_version):
         raise UserError(
             f"--acceptrun-version {acceptrun_version!r} is not a release number; give one "
@@ -104,56 +94,14 @@ def task_yaml(
         f"name: {_q(_task_name(spec.name))}",
         "",
         "resources:",
+        *_resources(spec, cloud),
     ]
-    resources: list[tuple[str, object]] = [
-        ("cloud", cloud),
-        ("region", sky.region),
-        ("accelerators", accelerators(spec)),
-        ("use_spot", sky.use_spot),
-        ("image_id", sky.image_id),
-        ("disk_size", sky.disk_size),
-        ("cpus", f"{spec.resources.cpus}+" if spec.resources.cpus else None),
-        ("memory", f"{spec.resources.memory_gb:g}+" if spec.resources.memory_gb else None),
-    ]
-    lines += [f"  {k}: {_q(v)}" for k, v in resources if v is not None]
-    lines += _teardown(sky.teardown, sky.idle_minutes)
     lines += ["", f"num_nodes: {spec.resources.nodes}", "", f"workdir: {_q(str(base))}"]
-
-    mounts: list[str] = []
-    data = spec.data.path
-    if data and "://" in data:
-        mounts.append(f"  {DATA_MOUNT}:\n    source: {_q(data)}\n    mode: MOUNT")
-    elif data:
-        local = Path(spec.resolve_path(data))
-        if local.is_relative_to(base):
-            notes.append(f"data {local} is inside the workdir: uploaded with it")
-        else:
-            # The same absolute path on the machine keeps the frozen spec's path valid.
-            mounts.append(f"  {_q(str(local))}: {_q(str(local))}")
-            notes.append(f"data {local} is uploaded from this machine at every launch")
     mirror = spec.checkpoint.mirror
     persistent = mirror is not None and _BUCKET.match(mirror) is not None
-    if persistent:
-        assert mirror is not None
-        mounts.append(f"  {MIRROR_MOUNT}:\n    source: {_q(mirror)}\n    mode: MOUNT_CACHED")
-    elif mirror:
-        notes.append(
-            f"checkpoint.mirror {mirror!r} is not a bucket URL: a new machine cannot see it"
-        )
-    if not persistent:
-        notes.append(
-            "no bucket in checkpoint.mirror: after a preemption the run starts from step 0"
-        )
+    mounts = _data_mount(spec, base, notes) + _mirror_mount(mirror, persistent, notes)
     shipped = None if acceptrun_version else this_acceptrun()
-    if shipped is not None and shipped.kind == "source":
-        mounts.append(f"  {SOURCE_MOUNT}: {_q(str(shipped.path))}")
-    elif shipped is not None:
-        mounts.append(f"  {WHEEL_MOUNT}/{shipped.path.name}: {_q(str(shipped.path))}")
-        notes.append(
-            f"acceptrun {shipped.version} is uploaded with the task as {shipped.path} (this "
-            "install, packed back into its wheel); --acceptrun-version V installs V from "
-            "the package index instead"
-        )
+    mounts += _acceptrun_mount(shipped, notes)
     if mounts:
         lines += ["", "file_mounts:", *mounts]
 
@@ -166,7 +114,88 @@ def task_yaml(
         ) from None
     lines += ["", "setup: |", *_indent(_setup(spec, shipped, acceptrun_version))]
     lines += ["", "run: |", *_indent(_run(run_id, spec_rel, workspace, persistent))]
-    text = "\n".join(lines) + "\n"
+    return _redacted("\n".join(lines) + "\n", notes)
+
+
+def _check_cloud(spec: RunSpec, cloud: str | None) -> None:
+    """Refuse what the chosen cloud cannot do: spot instances or machine images on Lambda."""
+    sky = spec.skypilot
+    if cloud == "lambda" and sky.use_spot:
+        raise UserError(
+            "skypilot.use_spot = true, but Lambda Cloud has no spot instances (SkyPilot "
+            "refuses them); set use_spot = false or choose another cloud"
+        )
+    if cloud == "lambda" and sky.image_id and not sky.image_id.startswith("docker:"):
+        raise UserError(
+            f"skypilot.image_id = {sky.image_id!r}: Lambda Cloud does not take machine "
+            'images in SkyPilot; use a Docker image ("docker:nvcr.io/...") or none'
+        )
+
+
+def _resources(spec: RunSpec, cloud: str | None) -> list[str]:
+    """The ``resources:`` section's lines: what the machine needs, then its teardown."""
+    sky = spec.skypilot
+    resources: list[tuple[str, object]] = [
+        ("cloud", cloud),
+        ("region", sky.region),
+        ("accelerators", accelerators(spec)),
+        ("use_spot", sky.use_spot),
+        ("image_id", sky.image_id),
+        ("disk_size", sky.disk_size),
+        ("cpus", f"{spec.resources.cpus}+" if spec.resources.cpus else None),
+        ("memory", f"{spec.resources.memory_gb:g}+" if spec.resources.memory_gb else None),
+    ]
+    lines = [f"  {k}: {_q(v)}" for k, v in resources if v is not None]
+    return lines + _teardown(sky.teardown, sky.idle_minutes)
+
+
+def _data_mount(spec: RunSpec, base: Path, notes: list[str]) -> list[str]:
+    """The data's mount: a URL mounted at :data:`DATA_MOUNT`, a local path outside the workdir
+    uploaded to the same path; a note says which."""
+    data = spec.data.path
+    if data and "://" in data:
+        return [f"  {DATA_MOUNT}:\n    source: {_q(data)}\n    mode: MOUNT"]
+    if not data:
+        return []
+    local = Path(spec.resolve_path(data))
+    if local.is_relative_to(base):
+        notes.append(f"data {local} is inside the workdir: uploaded with it")
+        return []
+    # The same absolute path on the machine keeps the frozen spec's path valid.
+    notes.append(f"data {local} is uploaded from this machine at every launch")
+    return [f"  {_q(str(local))}: {_q(str(local))}"]
+
+
+def _mirror_mount(mirror: str | None, persistent: bool, notes: list[str]) -> list[str]:
+    """The checkpoint mirror's bucket at :data:`MIRROR_MOUNT`; without one, a note that a
+    preempted run starts again from step 0."""
+    if persistent:
+        assert mirror is not None
+        return [f"  {MIRROR_MOUNT}:\n    source: {_q(mirror)}\n    mode: MOUNT_CACHED"]
+    if mirror:
+        notes.append(
+            f"checkpoint.mirror {mirror!r} is not a bucket URL: a new machine cannot see it"
+        )
+    notes.append("no bucket in checkpoint.mirror: after a preemption the run starts from step 0")
+    return []
+
+
+def _acceptrun_mount(shipped: Shipped | None, notes: list[str]) -> list[str]:
+    """This acceptrun, uploaded with the task: its checkout, or its wheel (with a note)."""
+    if shipped is None:
+        return []
+    if shipped.kind == "source":
+        return [f"  {SOURCE_MOUNT}: {_q(str(shipped.path))}"]
+    notes.append(
+        f"acceptrun {shipped.version} is uploaded with the task as {shipped.path} (this "
+        "install, packed back into its wheel); --acceptrun-version V installs V from "
+        "the package index instead"
+    )
+    return [f"  {WHEEL_MOUNT}/{shipped.path.name}: {_q(str(shipped.path))}"]
+
+
+def _redacted(text: str, notes: list[str]) -> str:
+    """The task as shown, with its notes at the end, both through the redactor."""
     # The task is shown and shared like a record: no credential goes in it. SkyPilot mounts
     # buckets with the cloud's own credentials (`sky check`), not a URL's user:password@.
     shown = redact_text(text)
