@@ -170,7 +170,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.cli.backends:cmd_export_kubernetes", "terminal", exempt="the manifests, whose [env] secrets go to a 0600 Secret file (raw=True) by design; the rest through the CLI's RedactingStream"),
     Sink("acceptrun.backends.kubernetes_node:run_node", "process", exempt="the node's own `acceptrun run`, with the pod's environment"),
     Sink("acceptrun.backends.mlflow:_Progress.advance", "terminal", exempt="a count of files exported, on stderr"),
-    Sink("acceptrun.backends.mlflow:export_run", "file", redacted_by="redact_spec (the spec artifact is written from the redacted spec)"),
+    Sink("acceptrun.backends.mlflow:_log_artifacts", "file", redacted_by="redact_spec (the spec artifact is written from the redacted spec)"),
     Sink("acceptrun.backends.ship:pack_wheel", "archive", exempt="a wheel of acceptrun's own code, for a remote job"),
     Sink("acceptrun.backends.ship:write_wheel", "file", exempt="raw=True: the wheel's bytes"),
     Sink("acceptrun.backends.ship:build_wheel", "file", exempt="acceptrun's own package files, copied into a wheel"),

@@ -252,16 +252,47 @@ def export_run(
     ``tracking_uri`` defaults to :func:`default_tracking_uri`; ``experiment`` to the
     run's name. ``progress=True`` reports the metric upload on stderr.
     """
-    from mlflow.entities import Metric, Param, RunStatus, RunTag
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from acceptrun.telemetry.summary import summarize
+    from mlflow.entities import RunStatus
 
     record = RunRecord(run_dir)
     state = record.state  # RecordError when this is not a run record
     uri = tracking_uri or default_tracking_uri(record.path)
-    name = experiment or str(state.get("name") or "acceptrun")
+    client, exp_id = _experiment(uri, experiment or str(state.get("name") or "acceptrun"))
+    verdict = state.get("verdict")
+    status = str(state.get("status") or "unknown")
+    tags = {
+        "acceptrun.run_id": record.run_id,
+        "acceptrun.verdict": str(verdict) if verdict is not None else "undecided",
+        "acceptrun.status": status,
+        "acceptrun.record": str(record.path.resolve()),
+    }
+    tags = redact_obj(tags)  # the record's path may hold a URL with credentials, too
+    run = client.create_run(
+        exp_id, start_time=_iso_ms(state.get("created_at")), tags=tags, run_name=record.run_id
+    )
+    run_id = run.info.run_id
+    spec = _log_params(client, run_id, record)
+    view = RecordView(record)  # events.jsonl, read once
+    last_outcome = view.last_outcome()
+    _log_metrics(client, run_id, record, view, progress)
+    _log_artifacts(client, run_id, record, spec)
+
+    if status not in LIVE_STATES:
+        outcome = "FINISHED" if verdict == "accepted" else "FAILED"
+        if status == "stopped" or last_outcome in STOPPED_OUTCOMES:
+            outcome = "KILLED"  # stopped on request or at a limit, not a failure of its own
+        client.set_terminated(
+            run_id, RunStatus.to_string(RunStatus.from_string(outcome)),
+            end_time=_iso_ms(state.get("ended_at")),
+        )  # fmt: skip
+    return str(run_id)
+
+
+def _experiment(uri: str, name: str) -> tuple[Any, str]:
+    """The MLflow client on ``uri`` and the id of experiment ``name`` (created if new)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
     try:
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(name)
@@ -276,20 +307,13 @@ def export_run(
             f"give a database such as --tracking-uri sqlite:///{Path.cwd() / 'mlflow.db'} "
             "or a tracking server URL"
         ) from exc
+    return client, exp_id
 
-    verdict = state.get("verdict")
-    status = str(state.get("status") or "unknown")
-    tags = {
-        "acceptrun.run_id": record.run_id,
-        "acceptrun.verdict": str(verdict) if verdict is not None else "undecided",
-        "acceptrun.status": status,
-        "acceptrun.record": str(record.path.resolve()),
-    }
-    tags = redact_obj(tags)  # the record's path may hold a URL with credentials, too
-    run = client.create_run(
-        exp_id, start_time=_iso_ms(state.get("created_at")), tags=tags, run_name=record.run_id
-    )
-    run_id = run.info.run_id
+
+def _log_params(client: Any, run_id: str, record: RunRecord) -> dict[str, Any]:
+    """Log the frozen spec, flattened and redacted, and key provenance as params; return
+    that redacted spec (the spec.toml artifact is written from it)."""
+    from mlflow.entities import Param
 
     spec: dict[str, Any] = {}
     if record.spec_path.exists():
@@ -304,9 +328,18 @@ def export_run(
     items = [Param(_key(k), v) for k, v in params.items()]
     for i in range(0, len(items), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=items[i : i + PARAMS_PER_BATCH])
+    return spec
 
-    view = RecordView(record)  # events.jsonl, read once
-    last_outcome = view.last_outcome()
+
+def _log_metrics(
+    client: Any, run_id: str, record: RunRecord, view: RecordView, progress: bool
+) -> None:
+    """Log every step value, the final metrics and the summary, in batches; then the
+    summary's hints as a tag."""
+    from mlflow.entities import Metric, RunTag
+
+    from acceptrun.telemetry.summary import summarize
+
     log = view.step_log
     # Steps are streamed from the step log a chunk at a time, 1,000 values to a call:
     # a long run's export holds one batch, never a Metric per value of every step.
@@ -334,6 +367,9 @@ def export_run(
             run_id, tags=[RunTag("acceptrun.hints", redact_text("\n".join(summary["hints"])))]
         )
 
+
+def _log_artifacts(client: Any, run_id: str, record: RunRecord, spec: dict[str, Any]) -> None:
+    """Log the record's :data:`ARTIFACTS`; spec.toml as the redacted ``spec``."""
     with tempfile.TemporaryDirectory(prefix="acceptrun-mlflow-") as tmp:
         for name in ARTIFACTS:
             if not record.exists(name):
@@ -343,13 +379,3 @@ def export_run(
                 path = Path(tmp) / name
                 path.write_text(tomli_w.dumps(_toml_ready(spec)), encoding="utf-8")
             client.log_artifact(run_id, str(path))
-
-    if status not in LIVE_STATES:
-        outcome = "FINISHED" if verdict == "accepted" else "FAILED"
-        if status == "stopped" or last_outcome in STOPPED_OUTCOMES:
-            outcome = "KILLED"  # stopped on request or at a limit, not a failure of its own
-        client.set_terminated(
-            run_id, RunStatus.to_string(RunStatus.from_string(outcome)),
-            end_time=_iso_ms(state.get("ended_at")),
-        )  # fmt: skip
-    return str(run_id)
