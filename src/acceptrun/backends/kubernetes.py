@@ -70,7 +70,7 @@ from acceptrun._util.redact import is_secret_name, redact_text
 from acceptrun._version import __version__
 from acceptrun.errors import UserError
 from acceptrun.record.workspace import new_run_id
-from acceptrun.spec.model import RunSpec
+from acceptrun.spec.model import ResourcesSpec, RunSpec
 
 __all__ = [
     "CONTAINER",
@@ -284,48 +284,11 @@ def _job(
     env: list[dict[str, str]],
     warnings: list[str],
 ) -> dict[str, Any]:
+    """The Job: ``spec.resources.nodes`` indexed pods, each of them :func:`_pod`; a
+    disruption replaces a pod, a rejected run (exit 1) fails the Job."""
     res, limits = spec.resources, spec.limits
     grace = round(float(limits.grace_period))
-    limit_map: dict[str, str] = {}
-    request_map: dict[str, str] = {}
-    if res.gpus > 0:
-        limit_map["nvidia.com/gpu"] = str(res.gpus)  # extended resource: limits only
-    if res.cpus:
-        limit_map["cpu"] = request_map["cpu"] = str(res.cpus)
-    if res.memory_gb:
-        # Requests equal to limits: the Guaranteed QoS class, evicted last under pressure.
-        limit_map["memory"] = request_map["memory"] = f"{round(res.memory_gb * 1024)}Mi"
-    resources: dict[str, Any] = {}
-    if limit_map:
-        resources["limits"] = limit_map
-    if request_map:
-        resources["requests"] = request_map
-
-    mounts, volumes = _volumes(options, mapped, meta["name"], warnings)
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": options.image,
-        "command": ["/bin/sh", "-c", _entrypoint(spec, run_id)],
-        "workingDir": mapped.workdir,
-        "env": env,
-        "volumeMounts": mounts,
-    }
-    if resources:
-        container["resources"] = resources
-    if res.nodes > 1:
-        container["ports"] = [{"name": "rdzv", "containerPort": options.port, "protocol": "TCP"}]
-    pod: dict[str, Any] = {
-        # Never: a failed pod is replaced by the Job (podFailurePolicy decides whether it
-        # counts), and the supervisor inside restarts attempts itself.
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": grace + GRACE_MARGIN_S,
-        "containers": [container],
-        "volumes": volumes,
-    }
-    if res.nodes > 1:
-        pod["subdomain"] = meta["name"]
-    if options.node_selector:
-        pod["nodeSelector"] = dict(options.node_selector)
+    pod = _pod(spec, options, meta, run_id, mapped, env, warnings)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": res.nodes,
@@ -365,6 +328,67 @@ def _job(
         "metadata": {**meta, "annotations": annotations},
         "spec": job_spec,
     }
+
+
+def _pod(
+    spec: RunSpec,
+    options: KubernetesOptions,
+    meta: dict[str, Any],
+    run_id: str,
+    mapped: _PodPaths,
+    env: list[dict[str, str]],
+    warnings: list[str],
+) -> dict[str, Any]:
+    """The pod template's spec: one container running the supervisor, its volumes, and
+    the hostname (``subdomain``) the other nodes reach it by."""
+    res = spec.resources
+    grace = round(float(spec.limits.grace_period))
+    mounts, volumes = _volumes(options, mapped, meta["name"], warnings)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": options.image,
+        "command": ["/bin/sh", "-c", _entrypoint(spec, run_id)],
+        "workingDir": mapped.workdir,
+        "env": env,
+        "volumeMounts": mounts,
+    }
+    resources = _container_resources(res)
+    if resources:
+        container["resources"] = resources
+    if res.nodes > 1:
+        container["ports"] = [{"name": "rdzv", "containerPort": options.port, "protocol": "TCP"}]
+    pod: dict[str, Any] = {
+        # Never: a failed pod is replaced by the Job (podFailurePolicy decides whether it
+        # counts), and the supervisor inside restarts attempts itself.
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace + GRACE_MARGIN_S,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if res.nodes > 1:
+        pod["subdomain"] = meta["name"]
+    if options.node_selector:
+        pod["nodeSelector"] = dict(options.node_selector)
+    return pod
+
+
+def _container_resources(res: ResourcesSpec) -> dict[str, Any]:
+    """The container's ``limits`` and ``requests``: GPUs, CPUs and memory of ``resources``."""
+    limit_map: dict[str, str] = {}
+    request_map: dict[str, str] = {}
+    if res.gpus > 0:
+        limit_map["nvidia.com/gpu"] = str(res.gpus)  # extended resource: limits only
+    if res.cpus:
+        limit_map["cpu"] = request_map["cpu"] = str(res.cpus)
+    if res.memory_gb:
+        # Requests equal to limits: the Guaranteed QoS class, evicted last under pressure.
+        limit_map["memory"] = request_map["memory"] = f"{round(res.memory_gb * 1024)}Mi"
+    resources: dict[str, Any] = {}
+    if limit_map:
+        resources["limits"] = limit_map
+    if request_map:
+        resources["requests"] = request_map
+    return resources
 
 
 def _volumes(
