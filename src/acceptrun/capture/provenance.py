@@ -421,37 +421,61 @@ def capture(
     cache: Any = None
     try:
         started = time.monotonic()
-        parts: dict[str, dict[str, Any]] = {
-            "os": _guard("os", _os_part),
-            "host": _guard("host", _host_part),
-            "cpu": _guard("cpu", _cpu_part),
-            "memory": _guard("memory", _memory_part),
-        }
-        if python is None:  # this interpreter runs the workload: read it here, cheaply
-            parts["python"] = _guard("python", _probe.python_info)
-            parts["packages"] = _guard("packages", lambda: _packages_part(_probe.package_list()))
-        target = Path(diff_path) if diff_path is not None else None
-        parts["git"] = _git_part(
-            Path(cwd) if cwd is not None else None, target, [Path(p) for p in exclude]
-        )
-        parts["gpus"] = _guard("gpus", _gpus_part)
-        parts["env"] = _guard("env", lambda: _env_part(os.environ if env is None else env))
+        parts = _local_parts(python, cwd, diff_path, env, exclude)
         remaining = max(1.0, timeout - (time.monotonic() - started))
         answer = _finish_probe(probe, interpreter, remaining)
         if isinstance(answer, dict):
             cache = answer.pop("cache", None)
-        if python is not None:
-            parts["python"] = _probe_part(answer, "python")
-            packages = _probe_part(answer, "packages")
-            if not _is_absent(packages):
-                packages = _guard("packages", lambda: _packages_part(packages["list"]))
-            parts["packages"] = packages
-        parts["torch"] = _probe_part(answer, "torch")
+        parts.update(_probed_parts(answer, python is not None))
     finally:  # an error writing the diff must not leave the probe running
         if isinstance(probe, subprocess.Popen) and probe.poll() is None:
             probe.kill()
             probe.wait()
+    return _fingerprint(parts, cache)
 
+
+def _local_parts(
+    python: str | None,
+    cwd: str | Path | None,
+    diff_path: str | Path | None,
+    env: Mapping[str, str] | None,
+    exclude: Sequence[str | Path],
+) -> dict[str, dict[str, Any]]:
+    """The parts read in this process while the probe runs (see :func:`capture`)."""
+    parts: dict[str, dict[str, Any]] = {
+        "os": _guard("os", _os_part),
+        "host": _guard("host", _host_part),
+        "cpu": _guard("cpu", _cpu_part),
+        "memory": _guard("memory", _memory_part),
+    }
+    if python is None:  # this interpreter runs the workload: read it here, cheaply
+        parts["python"] = _guard("python", _probe.python_info)
+        parts["packages"] = _guard("packages", lambda: _packages_part(_probe.package_list()))
+    target = Path(diff_path) if diff_path is not None else None
+    parts["git"] = _git_part(
+        Path(cwd) if cwd is not None else None, target, [Path(p) for p in exclude]
+    )
+    parts["gpus"] = _guard("gpus", _gpus_part)
+    parts["env"] = _guard("env", lambda: _env_part(os.environ if env is None else env))
+    return parts
+
+
+def _probed_parts(answer: dict[str, Any] | str, other_python: bool) -> dict[str, dict[str, Any]]:
+    """The parts the probe read: torch, and python and packages for ``other_python``."""
+    parts: dict[str, dict[str, Any]] = {}
+    if other_python:
+        parts["python"] = _probe_part(answer, "python")
+        packages = _probe_part(answer, "packages")
+        if not _is_absent(packages):
+            packages = _guard("packages", lambda: _packages_part(packages["list"]))
+        parts["packages"] = packages
+    parts["torch"] = _probe_part(answer, "torch")
+    return parts
+
+
+def _fingerprint(parts: dict[str, dict[str, Any]], cache: Any) -> dict[str, Any]:
+    """The provenance document: the parts in :data:`PARTS` order, their hashes, and
+    where the probed facts came from (``cache``, the probe's answer about its cache)."""
     ordered = {name: parts[name] for name in PARTS}
     hashes = {name: hash_bytes(_canonical(part)) for name, part in ordered.items()}
     hashes["all"] = hash_bytes(_canonical(hashes))
