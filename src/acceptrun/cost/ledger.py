@@ -431,13 +431,17 @@ def _dir_bytes(root: Path) -> int:
     return total
 
 
-def _storage(
-    record: RunRecord,
-    spec: RunSpec,
-    events: list[dict[str, Any]],
-    end: float,
-    rate: float,
-) -> dict[str, Any]:
+@dataclass
+class _Held:
+    """What a run kept on storage, from its events: each item's bytes, from and to (unix s)."""
+
+    checkpoints: list[dict[str, Any]]
+    outputs: dict[str, dict[str, Any]]  # by name: the last output of each name
+    mirrored: list[dict[str, Any]]
+    open_mirror: dict[int, dict[str, Any]]  # by step: still on the mirror at the end
+
+
+def _held(events: list[dict[str, Any]]) -> _Held:
     open_ckpts: dict[int, dict[str, Any]] = {}
     ckpts: list[dict[str, Any]] = []
     outputs: dict[str, dict[str, Any]] = {}
@@ -471,23 +475,35 @@ def _storage(
                 "bytes": int(ev.get("size") or 0),
                 "from": t,
             }
+    return _Held(ckpts, outputs, mirrored, open_mirror)
 
-    def priced(items: list[dict[str, Any]], rate: float = rate) -> dict[str, Any]:
-        gib_h = usd = 0.0
-        for item in items:
-            seconds = max(0.0, float(item.pop("to", end)) - float(item.pop("from")))
-            item["seconds"] = round(seconds, 3)
-            gib_h += item["bytes"] / GIB * seconds / 3600.0
-            usd += storage_cost(item["bytes"], seconds, rate) if rate else 0.0
-        return {"gib_hours": round(gib_h, 9), "usd": round(usd, 6), "items": items}
 
+def _priced(items: list[dict[str, Any]], end: float, rate: float) -> dict[str, Any]:
+    """GiB-hours and USD of ``items``, each held from its ``from`` to its ``to`` (or ``end``)."""
+    gib_h = usd = 0.0
+    for item in items:
+        seconds = max(0.0, float(item.pop("to", end)) - float(item.pop("from")))
+        item["seconds"] = round(seconds, 3)
+        gib_h += item["bytes"] / GIB * seconds / 3600.0
+        usd += storage_cost(item["bytes"], seconds, rate) if rate else 0.0
+    return {"gib_hours": round(gib_h, 9), "usd": round(usd, 6), "items": items}
+
+
+def _storage(
+    record: RunRecord,
+    spec: RunSpec,
+    events: list[dict[str, Any]],
+    end: float,
+    rate: float,
+) -> dict[str, Any]:
+    held = _held(events)
     mirror_rate = float(spec.cost.mirror_per_gib_month or 0.0)
-    mirror_left = sum(item["bytes"] for item in open_mirror.values())
+    mirror_left = sum(item["bytes"] for item in held.open_mirror.values())
     mirror = {
         "url": spec.checkpoint.mirror,
         "priced": spec.cost.mirror_per_gib_month is not None,
         "rate_per_gib_month": mirror_rate,
-        **priced(mirrored, mirror_rate),
+        **_priced(held.mirrored, end, mirror_rate),
         "left_bytes": mirror_left,
         "monthly_usd": round(monthly_storage_cost(mirror_left, mirror_rate), 6),
     }
@@ -495,11 +511,11 @@ def _storage(
     ckpt_root = store_root(record, spec)  # this run's store only, not all of checkpoint.dir
     left_ckpt = _dir_bytes(ckpt_root) if ckpt_root.is_dir() else 0
     left_out = 0
-    for o in outputs.values():
+    for o in held.outputs.values():
         p = Path(o["path"])
         if p.is_file():
             left_out += p.stat().st_size
-    c, o = priced(ckpts), priced(list(outputs.values()))
+    c, o = _priced(held.checkpoints, end, rate), _priced(list(held.outputs.values()), end, rate)
     left = left_ckpt + left_out
     return {
         "rate_per_gib_month": rate,
@@ -523,6 +539,142 @@ def _storage(
 # ---- the ledger -------------------------------------------------------------------------------
 
 
+@dataclass
+class _Compute:
+    """The compute time of a run's segments, attempt by attempt (see :func:`_compute`)."""
+
+    detail: dict[str, float]  # seconds per DETAIL_KEYS part (and productive, stalls)
+    attempts: list[dict[str, Any]]  # the ledger's rows, one per attempt
+    segments: list[dict[str, Any]]  # the ledger's rows, one per supervised segment
+    wall: float = 0.0  # seconds
+    billed: float = 0.0  # seconds, rounded up to the billing increments per segment
+    preflight_s: float = 0.0  # a refused run's checks, not billed as compute
+
+
+def _compute(
+    segments: list[_Segment],
+    steps: _StepIndex,
+    events: list[dict[str, Any]],
+    activity_of: Any,
+    price: Price | None,
+    failed_preflight: bool,
+) -> _Compute:
+    """Split each segment's billed time into its attempts' parts and the gaps between."""
+    stalls = [
+        (float(e["t"]), float(e.get("stall_s") or 0.0))
+        for e in events
+        if e.get("kind") == "checkpoint_stage"
+    ]
+    out = _Compute(dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0), [], [])
+    detail = out.detail
+    for seg in segments:
+        seg_end = seg.end if seg.end is not None else seg.start
+        seg_wall = max(0.0, seg_end - seg.start)
+        seg_billed = billed_seconds(seg.start, seg_end, price) if price else seg_wall
+        refused = failed_preflight and not seg.attempts
+        if refused:  # no workload ran: not compute; its preflight time is on its own line
+            seg_billed = 0.0
+            out.preflight_s += seg_wall
+        out.segments.append(
+            {
+                "start": seg.start,
+                "end": seg_end,
+                "wall_s": round(seg_wall, 3),
+                "billed_s": round(seg_billed, 3),
+            }
+        )
+        out.wall += seg_wall
+        out.billed += seg_billed
+        if refused:
+            continue
+        cursor, first = seg.start, True
+        for a in seg.attempts:
+            gap = max(0.0, a.start - cursor)
+            detail["idle.startup" if first else "idle.backoff"] += gap
+            first = False
+            part = _split_attempt(a, steps, stalls, activity_of)
+            for k, v in part.items():
+                detail[k] += v
+            a_end = a.end if a.end is not None else a.start + sum(part.values())
+            cursor = max(cursor, a_end)
+            out.attempts.append(_attempt_row(a, a_end, part, price))
+        tail = max(0.0, seg_end - cursor)
+        detail["idle.startup" if first else "idle.after_last_step"] += tail
+    return out
+
+
+def _attempt_row(
+    a: _Attempt, end: float, part: dict[str, float], price: Price | None
+) -> dict[str, Any]:
+    """The ledger's row of one attempt: its billed seconds, their split and whose waste."""
+    a_s = sum(part.values())
+    who, why = responsibility_of(a)
+    return {
+        "attempt": a.attempt,
+        "outcome": a.outcome,
+        "class": a.klass,
+        "start": a.start,
+        "end": end,
+        "billed_s": round(a_s, 3),
+        "usd": round(compute_cost(a_s, price), 6) if price else 0.0,
+        "split_s": {p: round(v, 3) for p, v in _parts(part).items()},
+        "responsibility": who,
+        "evidence": why,
+    }
+
+
+def _close_split(
+    c: _Compute, after: dict[str, Any], failed_preflight: bool
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The detail and the split of the billed total, summing to it exactly."""
+    detail = c.detail
+    if after["counted"]:  # the machine stayed up after the run, and its stop is recorded
+        detail["idle.after_run"] += after["seconds"]
+        c.billed += after["seconds"]
+    # Whatever the attempts and gaps leave of the billed total (the rounding up to billing
+    # increments, and clock jitter between events) is idle, so the parts sum exactly.
+    accounted = sum(v for k, v in detail.items() if k != "idle.rounding")
+    detail["idle.rounding"] = c.billed - accounted
+    if failed_preflight:  # nothing of a run that never launched was of use, rounding included
+        detail["wasted.failed_preflight"] += detail["idle.rounding"]
+        detail["idle.rounding"] = 0.0
+    detail = {k: round(v, 6) for k, v in detail.items()}
+    split_s = _parts(detail)
+    split_s["idle"] = round(c.billed - split_s["productive"] - split_s["wasted"]
+                            - split_s["checkpoint_stall"], 6)  # fmt: skip
+    return detail, split_s
+
+
+def _compute_section(
+    c: _Compute,
+    detail: dict[str, float],
+    split_s: dict[str, float],
+    price: Price | None,
+    nodes: int,
+    failed_preflight: bool,
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ledger's ``compute``: its USD, the split in seconds and USD, the attempts, waste.
+
+    A multi-node run holds resources.nodes machines at the price of one each: the split
+    stays in wall seconds, its USD (and node-/device-seconds) count every node.
+    """
+    usd = compute_cost(c.billed, price) * nodes if price else 0.0
+    per_s = usd / c.billed if c.billed > 0 else 0.0
+    return {
+        "usd": round(usd, 6),
+        "split_s": split_s,
+        "split_usd": {k: round(v * per_s, 6) for k, v in split_s.items()},
+        "detail_s": detail,
+        "attempts": c.attempts,
+        "waste": _waste_by_responsibility(
+            c.attempts, split_s, detail, per_s, failed_preflight, events
+        ),
+        "note": "billed_s is rounded up to billing increments per segment; the "
+        "rounding is counted as idle (detail idle.rounding)",
+    }
+
+
 def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str, Any]:
     """Build the run's cost ledger from its record and write it to ``ledger.json``.
 
@@ -536,108 +688,31 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
     steps = _StepIndex(view.step_log)
     segments = _segments(events, steps)
     steps.mark_redone([a for seg in segments for a in seg.attempts])
-    stalls = [
-        (float(e["t"]), float(e.get("stall_s") or 0.0))
-        for e in events
-        if e.get("kind") == "checkpoint_stage"
-    ]
     # From the event too: the ledger the verdict reads is built while the status is "closing".
     failed_preflight = state.get("status") == "failed_preflight" or any(
         e.get("kind") == "preflight_failed" for e in events
     )
     activity_of = _black_box_activity(record, spec, events)
-
-    detail = dict.fromkeys(("productive", "checkpoint_stall", *DETAIL_KEYS), 0.0)
-    attempts: list[dict[str, Any]] = []
-    seg_rows: list[dict[str, Any]] = []
-    wall = billed = preflight_s = 0.0
-    for seg in segments:
-        seg_end = seg.end if seg.end is not None else seg.start
-        seg_wall = max(0.0, seg_end - seg.start)
-        seg_billed = billed_seconds(seg.start, seg_end, price) if price else seg_wall
-        refused = failed_preflight and not seg.attempts
-        if refused:  # no workload ran: not compute; its preflight time is on its own line
-            seg_billed = 0.0
-            preflight_s += seg_wall
-        seg_rows.append(
-            {
-                "start": seg.start,
-                "end": seg_end,
-                "wall_s": round(seg_wall, 3),
-                "billed_s": round(seg_billed, 3),
-            }
-        )
-        wall += seg_wall
-        billed += seg_billed
-        if refused:
-            continue
-        cursor, first = seg.start, True
-        for a in seg.attempts:
-            gap = max(0.0, a.start - cursor)
-            detail["idle.startup" if first else "idle.backoff"] += gap
-            first = False
-            part = _split_attempt(a, steps, stalls, activity_of)
-            for k, v in part.items():
-                detail[k] += v
-            a_end = a.end if a.end is not None else a.start + sum(part.values())
-            cursor = max(cursor, a_end)
-            a_s = sum(part.values())
-            split_a = _parts(part)
-            who, why = responsibility_of(a)
-            attempts.append(
-                {
-                    "attempt": a.attempt,
-                    "outcome": a.outcome,
-                    "class": a.klass,
-                    "start": a.start,
-                    "end": a_end,
-                    "billed_s": round(a_s, 3),
-                    "usd": round(compute_cost(a_s, price), 6) if price else 0.0,
-                    "split_s": {p: round(v, 3) for p, v in split_a.items()},
-                    "responsibility": who,
-                    "evidence": why,
-                }
-            )
-        tail = max(0.0, seg_end - cursor)
-        detail["idle.startup" if first else "idle.after_last_step"] += tail
-    run_end = max((float(r["end"]) for r in seg_rows), default=0.0)
+    c = _compute(segments, steps, events, activity_of, price, failed_preflight)
+    run_end = max((float(r["end"]) for r in c.segments), default=0.0)
     after = after_run(record, spec, price, run_end, failed_preflight)
-    if after["counted"]:  # the machine stayed up after the run, and its stop is recorded
-        detail["idle.after_run"] += after["seconds"]
-        billed += after["seconds"]
-    # Whatever the attempts and gaps leave of the billed total (the rounding up to billing
-    # increments, and clock jitter between events) is idle, so the parts sum exactly.
-    accounted = sum(v for k, v in detail.items() if k != "idle.rounding")
-    detail["idle.rounding"] = billed - accounted
-    if failed_preflight:  # nothing of a run that never launched was of use, rounding included
-        detail["wasted.failed_preflight"] += detail["idle.rounding"]
-        detail["idle.rounding"] = 0.0
-    detail = {k: round(v, 6) for k, v in detail.items()}
-    split_s = _parts(detail)
-    split_s["idle"] = round(billed - split_s["productive"] - split_s["wasted"]
-                            - split_s["checkpoint_stall"], 6)  # fmt: skip
-
-    # A multi-node run holds resources.nodes machines at the price of one each: the split
-    # stays in wall seconds, its USD (and node-/device-seconds) count every node.
+    detail, split_s = _close_split(c, after, failed_preflight)
+    billed = c.billed
     nodes = max(spec.resources.nodes, 1)
-    compute_usd = compute_cost(billed, price) * nodes if price else 0.0
-    per_s = compute_usd / billed if billed > 0 else 0.0
+    compute = _compute_section(c, detail, split_s, price, nodes, failed_preflight, events)
+    compute_usd = compute["usd"]
     rate = price.storage_per_gib_month if price else 0.0
-    end = max((s["end"] for s in seg_rows), default=0.0)
-    storage = _storage(record, spec, events, end, rate)
+    storage = _storage(record, spec, events, run_end, rate)
     human, switching = _people(record)
-    human_usd = sum(h["usd"] for h in human)
-    switching_usd = sum(s["usd"] for s in switching)
     gpus = spec.resources.gpus  # a CPU run (0) bills no GPU-seconds
     verdict = state.get("verdict")
     totals = {
-        "compute_usd": round(compute_usd, 6),
+        "compute_usd": compute_usd,
         "storage_usd": storage["usd"],
-        "human_usd": round(human_usd, 6),
-        "switching_usd": round(switching_usd, 6),
+        "human_usd": round(sum(h["usd"] for h in human), 6),
+        "switching_usd": round(sum(s["usd"] for s in switching), 6),
     }
     dead = dead_periods(events)  # record/liveness.py
-    waste = _waste_by_responsibility(attempts, split_s, detail, per_s, failed_preflight, events)
     ledger: dict[str, Any] = {
         **stamp(),
         "schema": SCHEMA,
@@ -651,14 +726,14 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         "priced": price is not None,
         "unpriced_reason": unpriced_why,
         "gpus": gpus,
-        "segments": seg_rows,
+        "segments": c.segments,
         # No supervisor from the last sign of life to `acceptrun resume`: not billed as
         # compute (a resume opens a new segment); shown apart (docs/architecture.md, "Cost").
         "after_run": after,
         "interrupted": {"periods": dead, "seconds": round(sum(p["seconds"] or 0 for p in dead), 3)},
         # A run refused before launch: the checks' wall time, not billed as compute.
-        "preflight_refused_s": round(preflight_s, 3) if failed_preflight else None,
-        "wall_s": round(wall, 6),
+        "preflight_refused_s": round(c.preflight_s, 3) if failed_preflight else None,
+        "wall_s": round(c.wall, 6),
         "billed_s": round(billed, 6),
         "device_seconds": round(billed * gpus * nodes, 3),
         "nodes": nodes,
@@ -667,16 +742,7 @@ def build_ledger(record: RunRecord, catalog: Catalog | None = None) -> dict[str,
         # The steps and time failures threw away, as the verdict, show and the report say
         # it (record/lost.py); "wasted" is billed time, that lost time and redone steps.
         "lost": lost_work([a.exit for seg in segments for a in seg.attempts if a.exit]).to_dict(),
-        "compute": {
-            "usd": round(compute_usd, 6),
-            "split_s": split_s,
-            "split_usd": {k: round(v * per_s, 6) for k, v in split_s.items()},
-            "detail_s": detail,
-            "attempts": attempts,
-            "waste": waste,
-            "note": "billed_s is rounded up to billing increments per segment; the "
-            "rounding is counted as idle (detail idle.rounding)",
-        },
+        "compute": compute,
         "storage": storage,
         "human": human,
         "switching": switching,
