@@ -11,7 +11,6 @@ import dataclasses
 import json
 import math
 import re
-import time
 
 import pytest
 from tests.builders import RecordBuilder
@@ -127,7 +126,7 @@ CATASTROPHIC = [
     r"(\w+)\1+$",  # refused: backreference
     r"(?>a+)+b",  # refused: atomic group
 ]
-SMALL, LARGE = 256 * 1024, 1024 * 1024  # characters of hostile input
+HOSTILE = 1024 * 1024  # characters of hostile input: hours on a backtracking engine
 
 
 def _hostile_units(pattern: str) -> list[str]:
@@ -136,35 +135,21 @@ def _hostile_units(pattern: str) -> list[str]:
     return list(dict.fromkeys(["a", "x", "a ", literal[:1] or "a", literal or "a"]))
 
 
-def _seconds(rx: object, small: str, large: str) -> tuple[float, float]:
-    """The fastest of up to seven searches of each (seconds), taken in turns: the least
-    disturbed by other processes; fewer where one search takes a while."""
-    best = [float("inf"), float("inf")]
-    spent, t_start = 0, time.perf_counter()
-    while spent < 7 and (spent == 0 or time.perf_counter() - t_start < 0.2):
-        for i, text in enumerate((small, large)):
-            t0 = time.perf_counter()
-            rx.search(text)  # type: ignore[attr-defined]
-            best[i] = min(best[i], time.perf_counter() - t0)
-        spent += 1
-    return best[0], best[1]
-
-
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
-def test_a_catastrophic_pattern_is_refused_or_linear_on_re2(pattern: str) -> None:
+def test_a_catastrophic_pattern_is_refused_or_runs_on_re2(pattern: str) -> None:
+    """Refused, or compiled on RE2 (linear in the input by construction) and done with a
+    MiB of the input that makes a backtracking engine run for hours. No timing here: the
+    linear pace is bench/hostile_output.py's figure (a timed ratio read 4x as 16x on a
+    loaded machine, where a 4 MiB input falls out of the CPU's caches)."""
     problem = pattern_problem(pattern)
     if problem is not None:
         assert "is not supported" in problem, problem
         return
     rx = compile_user_pattern(pattern, where="progress.pattern")
+    assert type(rx).__module__.startswith("re2"), type(rx)
     for unit in _hostile_units(pattern):
-        small = (unit * (SMALL // len(unit) + 1))[:SMALL] + "!"
-        large = (unit * (LARGE // len(unit) + 1))[:LARGE] + "!"
-        t_small, t_large = _seconds(rx, small, large)
-        # 4x the input: 4x the time when linear, 16x when quadratic, hours when exponential.
-        # Below 2 ms the timer and the encoding dominate: nothing to compare.
-        if t_large > 0.002:
-            assert t_large / t_small < 12, (pattern, unit, t_small, t_large)
+        hostile = (unit * (HOSTILE // len(unit) + 1))[:HOSTILE] + "!"
+        rx.search(hostile)  # returns: a backtracking engine would not, within the suite
 
 
 def test_named_groups_read_the_same_on_re2_and_re() -> None:
@@ -194,7 +179,7 @@ def test_a_log_read_is_bounded_and_skips_what_it_cannot_keep_up_with(tmp_path) -
     lines = tail.lines()
     # The newest READ_MAX bytes, less the head of the line they start inside.
     assert len(lines) in (progress.READ_MAX // len(line), progress.READ_MAX // len(line) - 1)
-    assert set(lines) == {"iter 7: loss 0.5"}
+    assert {text for text, _arrived in lines} == {"iter 7: loss 0.5"}
     unread = (count - len(lines)) * len(line)
     assert unread - len(b"\n") <= tail.skipped <= unread  # the bytes of lines never read
     assert tail.offset == log.stat().st_size and tail.lines() == []
@@ -211,7 +196,8 @@ def test_a_line_that_never_ends_is_cut_and_holds_no_memory(tmp_path) -> None:  #
     with open(log, "ab") as f:
         f.write(b"x" * 100 + b"\niter 3: loss 1\n" + b"y" * (progress._MAX_LINE + 10))
     got = tail.lines()
-    assert got == ["iter 3: loss 1", "y" * progress._MAX_LINE] and tail.partial == b""
+    assert [text for text, _arrived in got] == ["iter 3: loss 1", "y" * progress._MAX_LINE]
+    assert tail.partial == b""
 
 
 def test_a_poll_matches_within_its_budget_and_leaves_the_rest_for_the_next(
