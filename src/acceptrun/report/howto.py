@@ -15,11 +15,12 @@ checkout, when it is on this machine) and a spec or manifest that was not commit
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from acceptrun.record.workspace import RunRecord
-from acceptrun.spec.model import load_spec
+from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.verdict.portability import GitState, git_state, recorded_states
 
 __all__ = ["format_howto", "howto_steps"]
@@ -60,22 +61,48 @@ def _why_lacking(state: GitState) -> str:
     return "it was not committed: a clone does not have it"
 
 
+@dataclass
+class _Repeat:
+    """What every step reads: the record, its frozen spec and where the original ran."""
+
+    record: RunRecord
+    spec: RunSpec
+    prov: dict[str, Any]  # provenance.json
+    host: str  # user@host: where scp, rsync and git clone copy from
+    root: Path | None  # the repository's root at run time
+    at_run: dict[str, GitState]  # the git state of the spec's paths at run time
+
+
 def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
     """(title, shell lines) for each step; comments start with ``#``."""
     prov = record.read_json("provenance.json") or {}
-    state = record.state
-    spec = load_spec(record.spec_path)
-    git, python, packages = _part(prov, "git"), _part(prov, "python"), _part(prov, "packages")
-    torch, gpus = _part(prov, "torch"), _part(prov, "gpus")
-    origin = str(state.get("created_by") or "user@original-host")
-    host = origin  # user@host: where scp, rsync and git clone copy from
-    q = shlex.quote
+    git = _part(prov, "git")
     root = Path(str(git["root"])) if git.get("root") else None
-    at_run = recorded_states(record, root) if root is not None else {}
-    name = spec.name
-    steps: list[tuple[str, list[str]]] = []
+    r = _Repeat(
+        record=record,
+        spec=load_spec(record.spec_path),
+        prov=prov,
+        host=str(record.state.get("created_by") or "user@original-host"),
+        root=root,
+        at_run=recorded_states(record, root) if root is not None else {},
+    )
+    steps = [
+        ("the original machine", _machine(r)),
+        ("the code at the recorded commit", _code(r)),
+        ("the same Python and packages", _environment(r)),
+    ]
+    if r.spec.data.path:
+        steps.append(
+            ("the data, checked against the manifest the run used", _data(r, r.spec.data.path))
+        )
+    steps.append(("the run", _run(r)))
+    steps.append(("compare with the original", _compare(r)))
+    return steps
 
-    machine = [f"# run {record.run_id} ({name}), started by {origin}"]
+
+def _machine(r: _Repeat) -> list[str]:
+    python, torch, gpus = _part(r.prov, "python"), _part(r.prov, "torch"), _part(r.prov, "gpus")
+    machine = [f"# run {r.record.run_id} ({r.spec.name}), started by {r.host}"]
     if python:
         machine.append(f"# Python {python.get('version')} ({python.get('implementation')})")
     if torch:
@@ -92,13 +119,17 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
     else:
         machine.append("# no NVIDIA GPU was recorded (a CPU run, or NVML was missing)")
     machine.append("# Check the new machine against it once step 2 is done: `acceptrun env`")
-    steps.append(("the original machine", machine))
+    return machine
 
+
+def _code(r: _Repeat) -> list[str]:
+    git, q, name = _part(r.prov, "git"), shlex.quote, r.spec.name
+    host, root, record = r.host, r.root, r.record
     code: list[str] = []
     if not git:
         code += [
             "# the code was not under git: copy the working directory as it is now",
-            f"rsync -a {q(host + ':' + str(spec.workdir_path))}/ {q(name)}/",
+            f"rsync -a {q(host + ':' + str(r.spec.workdir_path))}/ {q(name)}/",
             f"cd {q(name)}",
         ]
     else:
@@ -117,8 +148,12 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
                 f"scp {q(host + ':' + str(record.file('git.diff')))} /tmp/{record.run_id}.git.diff",
                 f"git apply --binary /tmp/{record.run_id}.git.diff",
             ]
-    steps.append(("the code at the recorded commit", code))
+    return code
 
+
+def _environment(r: _Repeat) -> list[str]:
+    python, packages = _part(r.prov, "python"), _part(r.prov, "packages")
+    q, record = shlex.quote, r.record
     env: list[str] = []
     version = str(python.get("version") or "3")
     major_minor = ".".join(version.split(".")[:2])
@@ -140,51 +175,58 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
     env.append(
         f"pip install {q('acceptrun==' + tool) if tool else 'acceptrun'}  # or from its source"
     )
-    steps.append(("the same Python and packages", env))
+    return env
 
+
+def _data(r: _Repeat, data_path: str) -> list[str]:
+    spec, root, at_run = r.spec, r.root, r.at_run
+    host, q, record = r.host, shlex.quote, r.record
     data: list[str] = []
-    if spec.data.path:
-        path = spec.resolve_path(spec.data.path)
-        manifest = spec.resolve_path(spec.data.manifest) if spec.data.manifest else None
-        rel_data, rel_manifest = _rel(path, root), _rel(manifest, root)
-        if "://" in path:
-            data.append(f"# the data is at {path}: give this machine read access to it")
-            here_data = path
-        elif rel_data is not None and (lacking := _lacking(path, root, at_run)) is not None:
-            here_data = rel_data
+    path = spec.resolve_path(data_path)
+    manifest = spec.resolve_path(spec.data.manifest) if spec.data.manifest else None
+    rel_data, rel_manifest = _rel(path, root), _rel(manifest, root)
+    if "://" in path:
+        data.append(f"# the data is at {path}: give this machine read access to it")
+        here_data = path
+    elif rel_data is not None and (lacking := _lacking(path, root, at_run)) is not None:
+        here_data = rel_data
+        data += [
+            f"# the data is inside the repository at {rel_data}, but {_why_lacking(lacking)}",
+            "# copy it from the original machine (better: object storage, see "
+            f"`acceptrun portability {record.run_id}`)",
+            f"mkdir -p {q(str(Path(rel_data).parent))}",
+            f"rsync -a {q(host + ':' + path)} {q(str(Path(rel_data).parent))}/",
+        ]
+    elif rel_data is not None:
+        data.append(f"# the data is in the repository at {rel_data}")
+        here_data = rel_data
+    else:
+        here_data = path
+        data += [
+            "# the data is on the original machine only: copy it (same path here)",
+            f"mkdir -p {q(str(Path(path).parent))}",
+            f"rsync -a {q(host + ':' + path)} {q(str(Path(path).parent))}/",
+        ]
+    if manifest:
+        here_manifest = rel_manifest or manifest
+        if rel_manifest is None and "://" not in manifest:
+            data.append(f"scp {q(host + ':' + manifest)} {q(manifest)}")
+        elif rel_manifest is not None and (gone := _lacking(manifest, root, at_run)):
             data += [
-                f"# the data is inside the repository at {rel_data}, but {_why_lacking(lacking)}",
-                "# copy it from the original machine (better: object storage, see "
-                f"`acceptrun portability {record.run_id}`)",
-                f"mkdir -p {q(str(Path(rel_data).parent))}",
-                f"rsync -a {q(host + ':' + path)} {q(str(Path(rel_data).parent))}/",
+                f"# the manifest {rel_manifest} is in the repository, but {_why_lacking(gone)}",
+                f"scp {q(host + ':' + manifest)} {q(rel_manifest)}",
             ]
-        elif rel_data is not None:
-            data.append(f"# the data is in the repository at {rel_data}")
-            here_data = rel_data
-        else:
-            here_data = path
-            data += [
-                "# the data is on the original machine only: copy it (same path here)",
-                f"mkdir -p {q(str(Path(path).parent))}",
-                f"rsync -a {q(host + ':' + path)} {q(str(Path(path).parent))}/",
-            ]
-        if manifest:
-            here_manifest = rel_manifest or manifest
-            if rel_manifest is None and "://" not in manifest:
-                data.append(f"scp {q(host + ':' + manifest)} {q(manifest)}")
-            elif rel_manifest is not None and (gone := _lacking(manifest, root, at_run)):
-                data += [
-                    f"# the manifest {rel_manifest} is in the repository, but {_why_lacking(gone)}",
-                    f"scp {q(host + ':' + manifest)} {q(rel_manifest)}",
-                ]
-            data.append(f"acceptrun data verify {q(here_data)} {q(here_manifest)}")
-        else:
-            data.append("# the spec has no data manifest: nothing can prove the copy is the same")
-        steps.append(("the data, checked against the manifest the run used", data))
+        data.append(f"acceptrun data verify {q(here_data)} {q(here_manifest)}")
+    else:
+        data.append("# the spec has no data manifest: nothing can prove the copy is the same")
+    return data
 
+
+def _run(r: _Repeat) -> list[str]:
+    root, at_run, host = r.root, r.at_run, r.host
+    q, record = shlex.quote, r.record
     run: list[str] = []
-    source = state.get("spec_source")
+    source = record.state.get("spec_source")
     rel_spec = _rel(str(source), root) if source else None
     spec_lacking = _lacking(str(source), root, at_run) if rel_spec is not None else None
     if rel_spec is not None and spec_lacking is None:
@@ -202,21 +244,18 @@ def howto_steps(record: RunRecord) -> list[tuple[str, list[str]]]:
             f"{record.run_id}.spec.toml` lists them",
             f"acceptrun run {record.run_id}.spec.toml",
         ]
-    steps.append(("the run", run))
+    return run
 
-    steps.append(
-        (
-            "compare with the original",
-            [
-                "# bring the original record into this workspace, then diff the two runs",
-                "mkdir -p .acceptrun/runs",
-                f"rsync -a {q(host + ':' + str(record.path))} .acceptrun/runs/",
-                "acceptrun index rebuild",
-                f"acceptrun diff {record.run_id} latest",
-            ],
-        )
-    )
-    return steps
+
+def _compare(r: _Repeat) -> list[str]:
+    q, record = shlex.quote, r.record
+    return [
+        "# bring the original record into this workspace, then diff the two runs",
+        "mkdir -p .acceptrun/runs",
+        f"rsync -a {q(r.host + ':' + str(record.path))} .acceptrun/runs/",
+        "acceptrun index rebuild",
+        f"acceptrun diff {record.run_id} latest",
+    ]
 
 
 def format_howto(record: RunRecord) -> str:
