@@ -276,39 +276,66 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     notes: list[str] = []
     tolerances = _tolerances(a, notes)
     differences: list[str] = []
-    compared: dict[str, Any] = {"data": False, "metrics": 0, "loss_steps": 0, "outputs": 0}
-
     prov_a, prov_b = a.read_json("provenance.json"), b.read_json("provenance.json")
     changes = (
         provenance.diff(prov_a, prov_b)
         if isinstance(prov_a, dict) and isinstance(prov_b, dict)
         else []
     )
+    data = _diff_data(a, b, differences)
+    metrics, metrics_compared = _diff_metrics(a, b, tolerances, differences)
+    loss = _diff_loss(a, b, float(tolerances.get("loss", 0.0)), differences)
+    outputs = _diff_outputs(a, b, differences)
+    compared: dict[str, Any] = {
+        "data": data["a"] is not None and data["b"] is not None,
+        "metrics": metrics_compared,
+        "loss_steps": loss["common_steps"] if loss is not None else 0,
+        "outputs": sum(o["a"] is not None and o["b"] is not None for o in outputs),
+    }
+    lost = {r.run_id: text for r in (a, b) if (text := _lost(r)) is not None}
+    return RunDiff(
+        a.run_id, b.run_id, changes, data, metrics, loss, outputs, differences, compared, notes,
+        lost,
+    )  # fmt: skip
 
+
+def _limit(tol: float) -> str:
+    """How a difference is judged: within ``tol``, or exactly when there is none."""
+    return f"tolerance {tol:g}" if tol else "no tolerance: must match exactly"
+
+
+def _diff_data(a: RunRecord, b: RunRecord, differences: list[str]) -> dict[str, Any]:
+    """Both runs' data checks and whether they found the same data (its manifest root)."""
     data_a, data_b = _data(a), _data(b)
     data: dict[str, Any] = {"a": data_a, "b": data_b, "same": True}
-    if data_a or data_b:
-        compared["data"] = data_a is not None and data_b is not None
-        root_a = (data_a or {}).get("manifest_root")
-        root_b = (data_b or {}).get("manifest_root")
-        if data_a is None or data_b is None:
-            data["same"] = False
-            differences.append(
-                f"data: only run {a.run_id if data_a else b.run_id} checked its data"
-            )
-        elif root_a != root_b:
-            data["same"] = False
-            differences.append(f"data: manifest root {root_a} vs {root_b}")
-        elif data_a["found_root"] != data_b["found_root"]:
-            data["same"] = False
-            differences.append(
-                f"data: the data found differs ({data_a['found_root']} vs {data_b['found_root']})"
-            )
+    if not data_a and not data_b:
+        return data
+    root_a = (data_a or {}).get("manifest_root")
+    root_b = (data_b or {}).get("manifest_root")
+    if data_a is None or data_b is None:
+        data["same"] = False
+        differences.append(f"data: only run {a.run_id if data_a else b.run_id} checked its data")
+    elif root_a != root_b:
+        data["same"] = False
+        differences.append(f"data: manifest root {root_a} vs {root_b}")
+    elif data_a["found_root"] != data_b["found_root"]:
+        data["same"] = False
+        differences.append(
+            f"data: the data found differs ({data_a['found_root']} vs {data_b['found_root']})"
+        )
+    return data
 
+
+def _diff_metrics(
+    a: RunRecord, b: RunRecord, tolerances: dict[str, float], differences: list[str]
+) -> tuple[list[dict[str, Any]], int]:
+    """A row per final metric of either run, judged against ``a``'s tolerance for it; and
+    how many metrics both runs have."""
     metrics: list[dict[str, Any]] = []
+    common = 0
     ma, mb = _final_metrics(a), _final_metrics(b)
     for name in sorted(set(ma) | set(mb)):
-        compared["metrics"] += name in ma and name in mb
+        common += name in ma and name in mb
         va, vb = ma.get(name), mb.get(name)
         tol = float(tolerances.get(name, 0.0))
         row: dict[str, Any] = {"name": name, "a": va, "b": vb, "tolerance": tol, "diff": None}
@@ -322,59 +349,60 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
             ok = _equal(va, vb) or delta <= tol
             row.update(ok=ok, exact=_equal(va, vb))
             if not ok:
-                limit = f"tolerance {tol:g}" if tol else "no tolerance: must match exactly"
-                differences.append(f"metric {name}: {va!r} vs {vb!r}, off by {delta:.6g} ({limit})")
+                differences.append(
+                    f"metric {name}: {va!r} vs {vb!r}, off by {delta:.6g} ({_limit(tol)})"
+                )
         else:
             same = _equal(va, vb)
             row.update(ok=same, exact=same)
             if not same:
                 differences.append(f"metric {name}: {va!r} vs {vb!r}")
         metrics.append(row)
+    return metrics, common
 
+
+def _diff_loss(
+    a: RunRecord, b: RunRecord, tol: float, differences: list[str]
+) -> dict[str, Any] | None:
+    """The loss curves compared on the steps both logged; None when neither logged one."""
     la, lb = loss_curve(a), loss_curve(b)
-    loss: dict[str, Any] | None = None
-    if len(la) or len(lb):
-        n_common, only_a, only_b, worst, at = _loss_compare(la, lb)
-        compared["loss_steps"] = n_common
-        tol = float(tolerances.get("loss", 0.0))
-        loss = {
-            "common_steps": n_common,
-            "only_a": only_a,
-            "only_b": only_b,
-            "max_abs_diff": worst,
-            "at_step": at,
-            "tolerance": tol,
-            "ok": bool(n_common) and worst <= tol and not only_a and not only_b,
-        }
-        common = n_common
-        if not common:
-            differences.append("loss curve: no step logged by both runs")
-        else:
-            if worst > tol:
-                limit = f"tolerance {tol:g}" if tol else "no tolerance: must match exactly"
-                differences.append(
-                    f"loss curve: differs by up to {worst:.6g} at step {at} ({limit}), "
-                    f"{common} steps compared"
-                )
-            if loss["only_a"] or loss["only_b"]:
-                differences.append(
-                    f"loss curve: {loss['only_a']} steps only in run {a.run_id}, "
-                    f"{loss['only_b']} only in run {b.run_id}"
-                )
+    if not len(la) and not len(lb):
+        return None
+    common, only_a, only_b, worst, at = _loss_compare(la, lb)
+    loss = {
+        "common_steps": common,
+        "only_a": only_a,
+        "only_b": only_b,
+        "max_abs_diff": worst,
+        "at_step": at,
+        "tolerance": tol,
+        "ok": bool(common) and worst <= tol and not only_a and not only_b,
+    }
+    if not common:
+        differences.append("loss curve: no step logged by both runs")
+        return loss
+    if worst > tol:
+        differences.append(
+            f"loss curve: differs by up to {worst:.6g} at step {at} ({_limit(tol)}), "
+            f"{common} steps compared"
+        )
+    if only_a or only_b:
+        differences.append(
+            f"loss curve: {only_a} steps only in run {a.run_id}, {only_b} only in run {b.run_id}"
+        )
+    return loss
 
+
+def _diff_outputs(a: RunRecord, b: RunRecord, differences: list[str]) -> list[dict[str, Any]]:
+    """A row per declared output of either run: its hash in each, and whether they match."""
     outputs: list[dict[str, Any]] = []
     oa, ob = _outputs(a), _outputs(b)
     for name in sorted(set(oa) | set(ob)):
         ha, hb = (oa.get(name) or {}).get("hash"), (ob.get(name) or {}).get("hash")
-        compared["outputs"] += ha is not None and hb is not None
         outputs.append({"name": name, "a": ha, "b": hb, "same": ha is not None and ha == hb})
         if ha is None or hb is None:
             differences.append(f"output {name}: only in run {a.run_id if ha else b.run_id}")
-    lost = {r.run_id: text for r in (a, b) if (text := _lost(r)) is not None}
-    return RunDiff(
-        a.run_id, b.run_id, changes, data, metrics, loss, outputs, differences, compared, notes,
-        lost,
-    )  # fmt: skip
+    return outputs
 
 
 def _lost(record: RunRecord) -> str | None:
