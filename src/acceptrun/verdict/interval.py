@@ -40,6 +40,7 @@ from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
 
 if TYPE_CHECKING:
+    from acceptrun.spec.model import RunSpec
     from acceptrun.telemetry.summary import Summary
 
 __all__ = ["Measured", "interval_check", "measure"]
@@ -118,14 +119,26 @@ def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
         out.wall_s = float(summary.wall_s)
         # Paid once whatever the interval: launch to the first step, and the close.
         out.fixed_s = float((summary.first_step_s or 0.0) + parts.get("other", 0.0))
-    # The save cost: what the loop was blocked for per checkpoint.
-    stalls = [
-        float(e["stall_s"]) for e in events
-        if e.get("kind") == "checkpoint_stage" and isinstance(e.get("stall_s"), int | float)
-    ]  # fmt: skip
     commits = [
         e for e in events
         if e.get("kind") == "checkpoint_commit" and not e.get("redated_from")
+    ]  # fmt: skip
+    _measure_save(out, events, commits)
+    _measure_interval(out, spec, summary, commits)
+    _measure_restart(out, spec, attempts)
+    _measure_mtbf(out, spec, record, attempts)
+    out.usd_per_hour = _usd_per_hour(record, spec)
+    return out
+
+
+def _measure_save(
+    out: Measured, events: list[dict[str, Any]], commits: list[dict[str, Any]]
+) -> None:
+    """The save cost: what the loop was blocked for per checkpoint (its stage, else its
+    commit; a black box's own save is not seen)."""
+    stalls = [
+        float(e["stall_s"]) for e in events
+        if e.get("kind") == "checkpoint_stage" and isinstance(e.get("stall_s"), int | float)
     ]  # fmt: skip
     if not stalls:
         stalls = [
@@ -137,7 +150,12 @@ def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
         out.save_from = f"measured: the mean stall of {len(stalls)} checkpoint(s)"
     elif any(e.get("source") == "watched" for e in commits):
         out.notes.append("a black box's own save blocks it for a time acceptrun does not see")
-    # The interval, in seconds of step time.
+
+
+def _measure_interval(
+    out: Measured, spec: RunSpec, summary: Summary | None, commits: list[dict[str, Any]]
+) -> None:
+    """The interval, in seconds of step time: measured, else the spec's."""
     if len(commits) >= 2 and out.productive_s:
         out.interval_s = out.productive_s / len(commits)
         out.interval_from = f"measured: {len(commits)} checkpoints over the step time"
@@ -149,7 +167,11 @@ def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
         if mean:
             out.interval_s = spec.checkpoint.every_steps * float(mean)
             out.interval_from = "checkpoint.every_steps x the mean step time"
-    # Interruptions and the restart cost.
+
+
+def _measure_restart(out: Measured, spec: RunSpec, attempts: list[dict[str, Any]]) -> None:
+    """Interruptions and the restart cost: the gap to the next attempt, its start-up, and
+    the hang window a hang waited out."""
     hits = _interruptions(attempts)
     out.interruptions = len(hits)
     hang = float(spec.limits.hang_window) if spec.limits.hang_window else 0.0
@@ -171,7 +193,13 @@ def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
     elif attempts and isinstance((attempts[0].get("work") or {}).get("startup_s"), int | float):
         out.restart_s = float(attempts[0]["work"]["startup_s"])
         out.restart_from = "estimate: no restart; the first start-up"
-    # M, the mean time between interruptions.
+
+
+def _measure_mtbf(
+    out: Measured, spec: RunSpec, record: RunRecord, attempts: list[dict[str, Any]]
+) -> None:
+    """M, the mean time between interruptions: this run's, the spec's, the spec name's
+    history, else the published fleet figure for the run's GPUs."""
     run_time = sum(float(a.get("duration_s") or 0.0) for a in attempts)
     if out.interruptions >= MIN_MEASURED and run_time > 0:
         out.mtbf_s = run_time / out.interruptions
@@ -189,16 +217,19 @@ def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
             gpus = max(1, int(spec.resources.gpus) * int(spec.resources.nodes))
             out.mtbf_s = FLEET.gpu_mtbf_s / gpus
             out.mtbf_from = f"published: {FLEET.source}, per GPU / {gpus} GPU(s)"
-    # The price of the whole job per wall hour.
+
+
+def _usd_per_hour(record: RunRecord, spec: RunSpec) -> float | None:
+    """The price of the whole job per wall hour; None when it has none."""
     try:
         from acceptrun.cost.ledger import price_of_run
 
         price, _, _ = price_of_run(record)
         if price is not None:
-            out.usd_per_hour = float(price.price_per_hour) * int(spec.resources.nodes)
+            return float(price.price_per_hour) * int(spec.resources.nodes)
     except Exception:  # a price the catalog no longer has: no dollars in the line
-        out.usd_per_hour = None
-    return out
+        return None
+    return None
 
 
 HISTORY_RUNS = 20  # the newest runs of a spec name read for its history of interruptions
