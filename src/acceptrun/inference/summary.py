@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,45 +71,8 @@ def summarize_batch(record: RunRecord, spec: RunSpec) -> dict[str, Any] | None:
     except Exception as exc:  # an unreadable input: coverage is then not recorded
         out["error"] = f"cannot read the input: {exc}"
         return out
-    outcomes: Counter[Any] = Counter()
-    failed: list[dict[str, Any]] = []
-    shards: list[dict[str, Any]] = []
-    bad: list[str] = []
-    latencies: list[float] = []
-    tokens = 0
-    tokens_seen = False
-    for path in sorted(manifest_dir(record.path).glob("shard-*.json")):
-        m = read_json(path)
-        if not isinstance(m, dict):
-            bad.append(f"{path.name}: unreadable manifest")
-            continue
-        file = output_dir / str(m.get("file"))
-        try:
-            digest, size = hash_file(file)
-        except OSError:
-            bad.append(f"shard {m.get('shard')}: {file} is missing")
-            continue
-        if digest != m.get("hash"):
-            bad.append(f"shard {m.get('shard')}: {file} changed since its commit")
-            continue
-        with open(file, "rb") as f:
-            for line in f:
-                outcomes[_hashable(json.loads(line)["id"])] += 1
-        for entry in m.get("failed") or []:
-            outcomes[_hashable(entry.get("id"))] += 1
-            failed.append(entry)
-        n = int(m.get("items") or 0)
-        if isinstance(m.get("latencies"), list):
-            latencies += [float(x) for x in m["latencies"]]
-        elif n:
-            latencies += [float(m.get("seconds") or 0.0) / n] * n
-        if isinstance(m.get("tokens"), int | float):
-            tokens += int(m["tokens"])
-            tokens_seen = True
-        shards.append(
-            {k: m.get(k) for k in ("shard", "file", "hash", "items", "outputs", "rank", "attempt")}
-            | {"bytes": size, "failed": len(m.get("failed") or [])}
-        )
+    read = _read_shards(manifest_dir(record.path), output_dir)
+    outcomes, failed, tokens = read.outcomes, read.failed, read.tokens
     expected = Counter(_hashable(i) for i in input_ids)
     missing = [i for i in expected if outcomes[i] == 0]
     duplicated = [i for i in expected if outcomes[i] > 1]
@@ -122,7 +86,7 @@ def summarize_batch(record: RunRecord, spec: RunSpec) -> dict[str, Any] | None:
     out.update(
         items=total,
         shards_total=math.ceil(total / inf.shard_size) if total else 0,
-        shards_committed=len(shards),
+        shards_committed=len(read.shards),
         outputs=with_output,
         failed=n_failed,
         missing=len(missing),
@@ -132,16 +96,16 @@ def summarize_batch(record: RunRecord, spec: RunSpec) -> dict[str, Any] | None:
         error_rate=n_failed / total if total else 0.0,
         seconds=round(seconds, 3),
         items_per_s=handled / seconds if seconds > 0 else None,
-        tokens=tokens if tokens_seen else None,
-        tokens_per_s=tokens / seconds if tokens_seen and seconds > 0 else None,
-        latency_p50=percentile(latencies, 50),
-        latency_p90=percentile(latencies, 90),
-        latency_p99=percentile(latencies, 99),
-        bad_shards=bad,
+        tokens=tokens,
+        tokens_per_s=tokens / seconds if tokens is not None and seconds > 0 else None,
+        latency_p50=percentile(read.latencies, 50),
+        latency_p90=percentile(read.latencies, 90),
+        latency_p99=percentile(read.latencies, 99),
+        bad_shards=read.bad,
         missing_ids=missing[:MAX_LISTED],
         duplicated_ids=duplicated[:MAX_LISTED],
         failed_items=failed[:MAX_LISTED],
-        shards=shards,
+        shards=read.shards,
     )
     ledger = record.read_json("ledger.json")
     usd = None
@@ -149,10 +113,58 @@ def summarize_batch(record: RunRecord, spec: RunSpec) -> dict[str, Any] | None:
         usd = float(ledger.get("total_usd") or 0.0)
     out["usd"] = usd
     out["usd_per_1k_items"] = usd * 1000 / with_output if usd is not None and with_output else None
-    out["usd_per_million_tokens"] = (
-        usd * 1e6 / tokens if usd is not None and tokens_seen and tokens else None
-    )
+    out["usd_per_million_tokens"] = usd * 1e6 / tokens if usd is not None and tokens else None
     return out
+
+
+@dataclass
+class _Shards:
+    """What a batch run's committed shards hold (:func:`_read_shards`)."""
+
+    outcomes: Counter[Any] = field(default_factory=Counter)  # times each item id was handled
+    failed: list[dict[str, Any]] = field(default_factory=list)  # the items that failed
+    shards: list[dict[str, Any]] = field(default_factory=list)  # a row per intact shard
+    bad: list[str] = field(default_factory=list)  # why each other shard does not count
+    latencies: list[float] = field(default_factory=list)  # seconds per item
+    tokens: int | None = None  # None when no shard counted its tokens
+
+
+def _read_shards(manifests: Path, output_dir: Path) -> _Shards:
+    """Read every shard manifest and the output file it commits; a shard whose file is
+    missing or changed since its commit counts as bad, not as handled items."""
+    read = _Shards()
+    for path in sorted(manifests.glob("shard-*.json")):
+        m = read_json(path)
+        if not isinstance(m, dict):
+            read.bad.append(f"{path.name}: unreadable manifest")
+            continue
+        file = output_dir / str(m.get("file"))
+        try:
+            digest, size = hash_file(file)
+        except OSError:
+            read.bad.append(f"shard {m.get('shard')}: {file} is missing")
+            continue
+        if digest != m.get("hash"):
+            read.bad.append(f"shard {m.get('shard')}: {file} changed since its commit")
+            continue
+        with open(file, "rb") as f:
+            for line in f:
+                read.outcomes[_hashable(json.loads(line)["id"])] += 1
+        for entry in m.get("failed") or []:
+            read.outcomes[_hashable(entry.get("id"))] += 1
+            read.failed.append(entry)
+        n = int(m.get("items") or 0)
+        if isinstance(m.get("latencies"), list):
+            read.latencies += [float(x) for x in m["latencies"]]
+        elif n:
+            read.latencies += [float(m.get("seconds") or 0.0) / n] * n
+        if isinstance(m.get("tokens"), int | float):
+            read.tokens = (read.tokens or 0) + int(m["tokens"])
+        read.shards.append(
+            {k: m.get(k) for k in ("shard", "file", "hash", "items", "outputs", "rank", "attempt")}
+            | {"bytes": size, "failed": len(m.get("failed") or [])}
+        )
+    return read
 
 
 def _hashable(value: Any) -> Any:
