@@ -48,7 +48,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acceptrun._util.paths import inside
 from acceptrun.checkpoint.files import put_back, sources_of
@@ -59,6 +59,9 @@ from acceptrun.record.workspace import RunRecord, now_iso, user_at_host
 from acceptrun.spec.model import RunSpec, load_spec
 from acceptrun.supervisor.process import ChildProcess, contract_env
 from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX, ENV_DRILL
+
+if TYPE_CHECKING:
+    from acceptrun.supervisor.progress import ProgressReader
 
 __all__ = ["DrillResult", "restore_drill"]
 
@@ -136,35 +139,70 @@ def restore_drill(
         "drill_start", sync=True, drill="restore", step=info.step, cpu=cpu, by=user_at_host(),
         source="client" if plan is None else "watched",
     )  # fmt: skip
-    before = sum(1 for _ in record.events("drill"))
+    scratch = log_dir / "workdir"
+    skip = {record.path.parent.parent.resolve(), ckpt_dir.resolve()}  # workspace, checkpoints
+    linked = _scratch_copy(spec.workdir_path, scratch, skip)
+    watched = _output_paths(record) + linked
+    before_stat = {p: _stat(p) for p in watched}
+    if plan is not None:
+        result = _watched_restore(
+            record, spec, info, plan, env, scratch, log_dir, cpu, timeout, echo
+        )
+    else:
+        result = _client_restore(record, spec, info, env, scratch, log_dir, cpu, timeout, echo)
+    return _finish(record, n, info, cpu, result, watched, before_stat)
+
+
+def _watched_restore(
+    record: RunRecord,
+    spec: RunSpec,
+    info: CheckpointInfo,
+    plan: dict[str, str],
+    env: dict[str, str],
+    scratch: Path,
+    log_dir: Path,
+    cpu: bool,
+    timeout: float,
+    echo: bool,
+) -> DrillResult:
+    """Drill a black box's captured checkpoint in ``scratch`` (removed after); record the event."""
+    t0 = time.monotonic()
+    try:
+        ok, evidence = _watched_drill(
+            spec, info, plan, env, scratch, log_dir, timeout=timeout, echo=echo
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    seconds = time.monotonic() - t0
+    evidence += f"{' with GPUs hidden' if cpu else ''}; {seconds:.1f}s in all"
+    record.event(
+        "drill", sync=True, drill="restore", ok=ok, step=info.step, evidence=evidence,
+        source="watched",
+    )  # fmt: skip
+    return DrillResult(ok, info.step, evidence, seconds, log_dir)
+
+
+def _client_restore(
+    record: RunRecord,
+    spec: RunSpec,
+    info: CheckpointInfo,
+    env: dict[str, str],
+    scratch: Path,
+    log_dir: Path,
+    cpu: bool,
+    timeout: float,
+    echo: bool,
+) -> DrillResult:
+    """Run a client workload's drill in ``scratch`` and judge the drill events it reported."""
     # The run's own launch: through torchrun with resources.processes > 1, since a
     # checkpoint restores only with the number of processes that saved it.
     from acceptrun.workload.distributed import launch_command
 
-    scratch = log_dir / "workdir"
-    skip = {record.path.parent.parent.resolve(), ckpt_dir.resolve()}  # workspace, checkpoints
+    before = sum(1 for _ in record.events("drill"))
     # A sharded script's saves during the drill commit into scratch stores in the record
     # (workload/checkpointing.py, _drill_store); those this drill made are removed after it.
     stores_before = set(record.path.glob(f"{DRILL_SCRATCH_PREFIX}*"))
-    linked = _scratch_copy(spec.workdir_path, scratch, skip)
-    watched = _output_paths(record) + linked
-    before_stat = {p: _stat(p) for p in watched}
     t0 = time.monotonic()
-    if plan is not None:
-        try:
-            ok, evidence = _watched_drill(
-                spec, info, plan, env, scratch, log_dir, timeout=timeout, echo=echo
-            )
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        seconds = time.monotonic() - t0
-        evidence += f"{' with GPUs hidden' if cpu else ''}; {seconds:.1f}s in all"
-        result = DrillResult(ok, info.step, evidence, seconds, log_dir)
-        record.event(
-            "drill", sync=True, drill="restore", ok=ok, step=info.step, evidence=evidence,
-            source="watched",
-        )  # fmt: skip
-        return _finish(record, n, info, cpu, result, watched, before_stat)
     try:
         child = ChildProcess(
             launch_command(spec, env),
@@ -187,39 +225,40 @@ def restore_drill(
     seconds = time.monotonic() - t0
     reported = list(record.events("drill"))[before:]
     if reported:
-        # One drill event per rank in a multi-process run (rank 0's tells the story).
-        last = next((e for e in reported if e.get("rank", 0) == 0), reported[-1])
-        ok = all(bool(e.get("ok")) for e in reported) and rc == 0
-        ranks = f" on {len(reported)} ranks" if len(reported) > 1 else ""
-        missing = _silent_ranks(spec, reported)
-        if missing:
-            ok = False
-            which = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
-            ranks = (
-                f" on {len(reported)} of {spec.resources.processes} ranks ({which} reported "
-                "no drill: every rank must restore)"
-            )
-        evidence = (
-            f"{last.get('evidence')}{ranks}{' with GPUs hidden' if cpu else ''}; "
-            f"{seconds:.1f}s in all"
+        ok, evidence = _judge_reported(spec, reported, rc, cpu, seconds)
+        return DrillResult(ok, info.step, evidence, seconds, log_dir)
+    why = "timed out" if seconds >= timeout else f"exited {rc}"
+    evidence = (
+        f"the workload {why} without reporting a drill ({_last_line(log_dir)}); it must call "
+        "run.restore(...) (or sharded.load(run.checkpoint_store(), ...)) and loop with "
+        "run.steps(...)"
+    )
+    record.event("drill", sync=True, drill="restore", ok=False, step=info.step, evidence=evidence)
+    return DrillResult(False, info.step, evidence, seconds, log_dir)
+
+
+def _judge_reported(
+    spec: RunSpec, reported: list[dict[str, Any]], rc: int | None, cpu: bool, seconds: float
+) -> tuple[bool, str]:
+    """(ok, evidence) from the drill events the workload's ranks wrote and its exit status."""
+    # One drill event per rank in a multi-process run (rank 0's tells the story).
+    last = next((e for e in reported if e.get("rank", 0) == 0), reported[-1])
+    ok = all(bool(e.get("ok")) for e in reported) and rc == 0
+    ranks = f" on {len(reported)} ranks" if len(reported) > 1 else ""
+    missing = _silent_ranks(spec, reported)
+    if missing:
+        ok = False
+        which = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        ranks = (
+            f" on {len(reported)} of {spec.resources.processes} ranks ({which} reported "
+            "no drill: every rank must restore)"
         )
-        if not ok and rc != 0:
-            evidence += f"; exit {rc}"
-        result = DrillResult(ok, info.step, evidence, seconds, log_dir)
-    else:
-        tail = (log_dir / "stderr.log").read_bytes()[-TAIL_BYTES:].decode(errors="replace").strip()
-        last_line = tail.splitlines()[-1] if tail else "no output"
-        why = "timed out" if seconds >= timeout else f"exited {rc}"
-        evidence = (
-            f"the workload {why} without reporting a drill ({last_line}); it must call "
-            "run.restore(...) (or sharded.load(run.checkpoint_store(), ...)) and loop with "
-            "run.steps(...)"
-        )
-        result = DrillResult(False, info.step, evidence, seconds, log_dir)
-        record.event(
-            "drill", sync=True, drill="restore", ok=False, step=info.step, evidence=evidence
-        )
-    return _finish(record, n, info, cpu, result, watched, before_stat)
+    evidence = (
+        f"{last.get('evidence')}{ranks}{' with GPUs hidden' if cpu else ''}; {seconds:.1f}s in all"
+    )
+    if not ok and rc != 0:
+        evidence += f"; exit {rc}"
+    return ok, evidence
 
 
 def _silent_ranks(spec: RunSpec, reported: list[dict[str, Any]]) -> list[int]:
@@ -363,27 +402,7 @@ def _watched_drill(
         child.start()
     except OSError as exc:
         return False, f"{head}; it could not start: {exc.strerror or exc}"
-    t0 = time.monotonic()
-    first: tuple[int, float] | None = None  # (step, seconds from the start)
-    after: tuple[int, float] | None = None  # the first step after the checkpoint's
-    diverged: dict[str, Any] | None = None
-    seen = 0
-    while True:
-        rc = child.wait(POLL_S)
-        if rc is not None:
-            child.finish()  # its last lines drained into the logs before the last read
-        diverged = reader.poll(final=rc is not None) or diverged
-        elapsed = time.monotonic() - t0
-        steps = [int(e["step"]) for e in sink.events("step")]
-        for step in steps[seen:]:
-            first = first or (step, elapsed)
-            if after is None and step > info.step:
-                after = (step, elapsed)
-        seen = len(steps)
-        if (first is not None and first[0] < info.step) or after is not None:
-            break
-        if diverged is not None or rc is not None or elapsed >= timeout:
-            break
+    rc, first, after, diverged = _watch_steps(child, reader, sink, info.step, timeout)
     if rc is None:  # proved, disproved or timed out: stop it (SIGTERM, grace, SIGKILL)
         child.signal_group(signal.SIGTERM)
         if child.wait(STOP_GRACE_S) is None:
@@ -415,6 +434,42 @@ def _watched_drill(
     took = f"step {after[0]} after {after[1]:.1f}s"
     shown = took if first is not None and first[0] == after[0] else f"{saw}, {took}"
     return True, f"{head}: {shown}, after the checkpoint's step (resumed, not from scratch)"
+
+
+_Seen = tuple[int, float]  # a step and the seconds from the drill's start to it
+
+
+def _watch_steps(
+    child: ChildProcess, reader: ProgressReader, sink: RunRecord, ckpt_step: int, timeout: float
+) -> tuple[int | None, _Seen | None, _Seen | None, dict[str, Any] | None]:
+    """Read the resumed command's progress until it proves or disproves the resume.
+
+    Returns (exit status or None while it runs, its first step, its first step after
+    ``ckpt_step``, the divergence it showed) once a first step before the checkpoint's,
+    a step after it, a divergence, an exit or ``timeout`` comes.
+    """
+    t0 = time.monotonic()
+    first: _Seen | None = None
+    after: _Seen | None = None
+    diverged: dict[str, Any] | None = None
+    seen = 0
+    while True:
+        rc = child.wait(POLL_S)
+        if rc is not None:
+            child.finish()  # its last lines drained into the logs before the last read
+        diverged = reader.poll(final=rc is not None) or diverged
+        elapsed = time.monotonic() - t0
+        steps = [int(e["step"]) for e in sink.events("step")]
+        for step in steps[seen:]:
+            first = first or (step, elapsed)
+            if after is None and step > ckpt_step:
+                after = (step, elapsed)
+        seen = len(steps)
+        if (first is not None and first[0] < ckpt_step) or after is not None:
+            break
+        if diverged is not None or rc is not None or elapsed >= timeout:
+            break
+    return rc, first, after, diverged
 
 
 def _last_line(log_dir: Path) -> str:
