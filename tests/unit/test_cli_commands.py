@@ -14,6 +14,7 @@ from acceptrun.cli.main import (
     COMMAND_MODULES,
     COMMANDS,
     GROUPS,
+    OLD_NAME,
     RENAMED,
     build_parser,
     command_in,
@@ -153,6 +154,10 @@ def test_an_old_name_reads_its_line_as_the_new_form_does(
     assert (was.pop("command"), now.pop("command")) == (old[0], new[0])
     now = {k: v for k, v in now.items() if not k.endswith("_command")}  # ckpt_command ...
     assert was == now
+    (sub,) = [a for a in build_parser(old[0])._actions if isinstance(a, argparse._SubParsersAction)]
+    assert " ".join((OLD_NAME % RENAMED[old[0]]).split()) in " ".join(
+        sub.choices[old[0]].format_help().split()
+    )  # its own --help says it first: argparse answers --help before the note
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 # a note on stderr naming the new form; out of the grouped help, listed in docs/commands.md.
 # Each module registers its old names beside the new form (``renamed=`` in the defaults).
 RENAMED: dict[str, str] = {"plan": "ckpt plan", "scaling": "bench scaling"}
+# What an old name's own --help says first (argparse answers --help before the note).
+OLD_NAME = "The old name of `acceptrun %s`, kept for one release: use that."
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 

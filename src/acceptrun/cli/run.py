@@ -25,6 +25,7 @@ from acceptrun._util.argtypes import (
     text,
 )
 from acceptrun._util.console import get_logger
+from acceptrun.cli.main import OLD_NAME
 from acceptrun.cli.record import add_run_argument, open_run
 
 __all__ = ["register"]
@@ -448,7 +449,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cplan = ckpt_sub.add_parser("plan", help=plan.HELP, description=plan.DESCRIPTION)
     plan.add_arguments(cplan)
     # The name before `ckpt plan`, kept for a release: no help= keeps it out of the list.
-    old_plan = sub.add_parser("plan", description=plan.DESCRIPTION)
+    old_plan = sub.add_parser("plan", description=f"{OLD_NAME % 'ckpt plan'} {plan.DESCRIPTION}")
     plan.add_arguments(old_plan)
     old_plan.set_defaults(renamed="ckpt plan")
     for action, func, summary in (

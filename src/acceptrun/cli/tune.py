@@ -30,6 +30,7 @@ from acceptrun._util.argtypes import (
 )
 from acceptrun._util.console import get_logger
 from acceptrun._util.units import parse_size
+from acceptrun.cli.main import OLD_NAME
 from acceptrun.errors import UserError
 
 __all__ = ["parse_size", "register", "run_tune"]
@@ -282,7 +283,7 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     _scaling_arguments(scaling)
     # The name before `bench scaling`, kept for a release: no help= keeps it out of the list.
-    old = sub.add_parser("scaling", description=_scaling_doc(),
+    old = sub.add_parser("scaling", description=f"{OLD_NAME % 'bench scaling'}\n\n{_scaling_doc()}",
                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     _scaling_arguments(old)
     old.set_defaults(renamed="bench scaling")
