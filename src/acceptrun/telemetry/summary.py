@@ -342,16 +342,7 @@ def _summarize(rec: RunFiles, *, whole: bool = True) -> tuple[Summary, dict[str,
     microseconds (the tests prove the two give the same figures)."""
     events = [ev for ev in rec.events if ev.get("kind") != "step"]
     log = rec.log
-    expected = log.count() + json_step_count(rec.events)
-    by_number = spans(events)
-    fresh = copy.deepcopy(by_number)
-    try:
-        if not whole:
-            raise NotWholeUs
-        steps = read_steps(log, expected, by_number)
-    except NotWholeUs:  # a record written by hand: every steady time in float64
-        by_number = fresh
-        steps = read_steps(log, expected, by_number, whole=False)
+    steps, by_number = _all_steps(rec, events, whole)
     attempts = sorted(by_number.values(), key=lambda a: a.start)
     run_start = next((float(ev["t"]) for ev in events if ev.get("kind") == "run_start"), None)
     firsts = [float(events[0]["t"])] if events else []
@@ -412,18 +403,39 @@ def _summarize(rec: RunFiles, *, whole: bool = True) -> tuple[Summary, dict[str,
             black_box=black_box(rec.events),
         ),
     )
+    return summary, _step_facts(steps, bd, with_steps, figs["median_all"])
+
+
+def _all_steps(
+    rec: RunFiles, events: list[dict[str, Any]], whole: bool
+) -> tuple[Steps, dict[int, Attempt]]:
+    """Every step read once (telemetry/steps.py), and the attempts with their aggregates."""
+    expected = rec.log.count() + json_step_count(rec.events)
+    by_number = spans(events)
+    fresh = copy.deepcopy(by_number)
+    try:
+        if not whole:
+            raise NotWholeUs
+        return read_steps(rec.log, expected, by_number), by_number
+    except NotWholeUs:  # a record written by hand: every steady time in float64
+        return read_steps(rec.log, expected, fresh, whole=False), fresh
+
+
+def _step_facts(
+    steps: Steps, bd: _Breakdown, with_steps: list[Attempt], median_all: float | None
+) -> dict[str, Any]:
+    """What ``show`` prints of the steps: count, redone, last step, median, time, loss."""
     losses = [a for a in with_steps if a.loss_first is not None]
-    facts = {
+    return {
         "steps": steps.count,
         "steps_redone": bd.steps_redone,
         "last_step": with_steps[-1].last_step if with_steps else None,
-        "median_step_time": figs["median_all"],
+        "median_step_time": median_all,
         "step_time_s": steps.all_seconds,
         "data_wait_s": steps.all_wait,
         "loss_first": losses[0].loss_first if losses else None,
         "loss_last": losses[-1].loss_last if losses else None,
     }
-    return summary, facts
 
 
 # ---- the stored summary ---------------------------------------------------------------------
