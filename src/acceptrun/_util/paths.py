@@ -33,7 +33,6 @@ __all__ = [
     "WORKSPACE_NAME",
     "check_removable",
     "confine",
-    "contains",
     "escape_problem",
     "inside",
     "lexical_problem",
@@ -80,18 +79,13 @@ def lexical_problem(value: str) -> str | None:
 def inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
     """True when ``path``, symlinks resolved, is ``root`` or lies under it (resolved).
 
-    The one containment predicate (:func:`contains` is its other argument order). A
-    path that cannot be resolved (a NUL in it, a symlink loop) is not inside: False.
+    The one containment predicate. A path that cannot be resolved (a NUL in it, a
+    symlink loop) is not inside: False.
     """
     try:
         return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
     except (OSError, ValueError):
         return False
-
-
-def contains(path: str | os.PathLike[str], other: str | os.PathLike[str]) -> bool:
-    """True when ``other`` (resolved) is ``path`` (resolved) or lies under it."""
-    return inside(path, other)
 
 
 def confine(
