@@ -156,6 +156,7 @@ SINKS: tuple[Sink, ...] = (
     # -- notifications: redacted at the moment they are encoded ---------------------------
     Sink("acceptrun.notify.notifier:Dispatcher._deliver", "socket", redacted_by="Target.send (json_body, email_message, command_env)"),
     Sink("acceptrun.notify.targets:WebhookTarget.send", "http", redacted_by="json_body"),
+    Sink("acceptrun.supervisor.notice:_get", "http", exempt="sends nothing of the run: a GET (and IMDSv2's token PUT) to the cloud's metadata service for its preemption notice"),
     Sink("acceptrun.notify.targets:EmailTarget.send", "message", redacted_by="email_message"),
     Sink("acceptrun.notify.targets:CommandTarget.send", "process", redacted_by="command_env and json_body (argv: the spec's notify.command as written)"),
     # -- reports, the board, exports ------------------------------------------------------

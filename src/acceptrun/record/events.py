@@ -209,6 +209,17 @@ class SignalSentEvent(Event, total=False):
     containment: str  # strays_killed: cgroup | subreaper | none
 
 
+class PreemptionNoticeEvent(Event, total=False):
+    provider: Required[str]  # aws | gcp | azure (limits.preemption_notice)
+    action: Required[str]  # what the provider will do: terminate, stop, hibernate, preempt
+    deadline: float | None  # unix s by which it happens, when the provider says
+
+
+class NoticeUnavailableEvent(Event, total=False):
+    provider: Required[str]
+    error: Required[str]  # why the metadata service could not be asked (said once)
+
+
 class BudgetEvent(Event, total=False):
     attempt: Required[int]
     budget_usd: Required[float]
@@ -662,6 +673,8 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("kill_sent", SignalSentEvent, "the supervisor (or its watchdog) killed the workload (SIGKILL)", "supervisor/core, supervisor/_watchdog"),
     _E("strays_killed", SignalSentEvent, "processes of the attempt outside its group were killed at its end", "supervisor/core"),
     _E("containment_unavailable", ContainmentUnavailableEvent, "neither a cgroup nor the child subreaper holds the attempt's processes", "supervisor/core"),
+    _E("preemption_notice", PreemptionNoticeEvent, "the cloud said it takes the machine back: save and stop now", "supervisor/notice"),
+    _E("preemption_notice_unavailable", NoticeUnavailableEvent, "the cloud's metadata service did not answer the notice's look (said once)", "supervisor/notice"),
     _E("budget_warning", BudgetEvent, "the spend passed the budget's warning share", "supervisor/budget"),
     _E("budget_stop", BudgetEvent, "the spend reached the budget: stopping", "supervisor/budget"),
     _E("fault_injected", FaultInjectedEvent, "a drill fault fired (--inject)", "supervisor/faults, workload/inject"),
@@ -677,7 +690,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("stop_requested", StopRequestedEvent, "SIGTERM reached the loop", "workload/signals"),
     _E("stopped", StoppedEvent, "a graceful stop at a step boundary (then exit 143)", "workload/signals"),
     _E("diverged", DivergedEvent, "a non-finite loss or one above limits.max_loss", "workload/watch, supervisor/progress"),
-    _E("restored", RestoredEvent, "a checkpoint was loaded", "workload/checkpointing, supervisor/core"),
+    _E("restored", RestoredEvent, "a checkpoint was loaded", "workload/checkpointing, supervisor/external"),
     _E("metric", MetricEvent, "a final or evaluation metric", "workload/run"),
     _E("output", OutputEvent, "a registered output file, with its hash and size", "workload/run, supervisor/outputs"),
     _E("output_missing", OutputMissingEvent, "a declared output matched no file", "supervisor/outputs"),

@@ -110,6 +110,7 @@ def doc(
 
 
 KNOWN_DRILLS = ("restore", "kill", "preempt")
+NOTICE_PROVIDERS = ("none", "aws", "gcp", "azure")  # limits.preemption_notice
 THROUGHPUT_UNITS = ("samples/s", "tokens/s", "steps/s")
 IDLE_ACTIONS = ("stop", "event")
 SKYPILOT_TEARDOWNS = ("down", "managed", "keep")  # skypilot.teardown
@@ -431,6 +432,28 @@ class LimitsSpec:
         '"stop" the run, or "rollback" to the checkpoint before the newest one.',
         "stop",
         choices=("stop", "rollback"),
+    )
+    preemption_notice: str = doc(
+        "Poll this cloud's preemption notice (a spot or preemptible machine's) and, once it "
+        "comes, ask the workload to checkpoint and stop at once, inside the notice: "
+        '"aws" (IMDSv2 spot/instance-action), "gcp" (instance/preempted), "azure" '
+        '(Scheduled Events, Preempt), or "none".',
+        "none",
+        choices=NOTICE_PROVIDERS,
+    )
+    preemption_notice_url: str | None = doc(
+        "The metadata service's address for preemption_notice (default: the provider's own, "
+        'e.g. "http://169.254.169.254"); a proxy or a test server.',
+        None,
+        pattern=_HTTP_URL,
+        accepts=_HTTP_ACCEPTS,
+    )
+    preemption_notice_poll: Duration = doc(
+        "Seconds between two looks at the preemption notice (AWS advises every 5 s).",
+        Duration(5.0),
+        gt=0,
+        le=60,
+        accepts="a duration above 0 and at most 60s",
     )
 
     def __post_init__(self) -> None:

@@ -92,7 +92,7 @@ RETRY_LIMITS: dict[str, int | None] = {name: None for name in CLASSES} | {
     "host_oom": 1,
 }
 
-_CAUSES = ("user", "wall_time", "budget", "idle", "hang", "data_stall")  # AttemptFacts.stop_cause
+_CAUSES = ("user", "notice", "wall_time", "budget", "idle", "hang", "data_stall")  # stop_cause
 MAX_EVIDENCE = 5  # lines per classification: enough to decide, short enough for exit.json
 MAX_LINE = 300  # characters per evidence line
 _TAIL_LINES = 10  # without a traceback, how many last lines tell how a process ended
@@ -189,6 +189,9 @@ def classify(facts: AttemptFacts) -> Classification:
         return _result(cause, [f"stop cause: {cause}", ended], reason)
     if cause == "user":
         return _result("stopped", [f"stop cause: {cause}", ended], "stopped on request")
+    if cause == "notice":  # the provider takes the machine back (supervisor/notice.py)
+        reason = "stopped on the provider's preemption notice"
+        return _result("preempted", [f"stop cause: {cause}", ended], reason)
     if cause not in (None, "hang", "data_stall"):
         raise ValueError(f"unknown stop cause {cause!r}; expected one of {', '.join(_CAUSES)}")
     steps = [e for e in facts.events if e.get("kind") == "step"]

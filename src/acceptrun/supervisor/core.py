@@ -57,7 +57,7 @@ from acceptrun.supervisor.classify import (
     stderr_tail,
 )
 from acceptrun.supervisor.containment import PROCESSES_FILE, contain
-from acceptrun.supervisor.external import CheckpointWatcher, restore_watched, with_resume_args
+from acceptrun.supervisor.external import CheckpointWatcher, restore_for_attempt, with_resume_args
 from acceptrun.supervisor.faults import (
     black_box_step_faults,
     fire_step_faults,
@@ -66,6 +66,7 @@ from acceptrun.supervisor.faults import (
 )
 from acceptrun.supervisor.hang import stop_hung
 from acceptrun.supervisor.lease import Watchdog
+from acceptrun.supervisor.notice import notice_watch
 from acceptrun.supervisor.outcome import (
     AttemptResult,
     SupervisorResult,
@@ -91,7 +92,7 @@ POLL_S = (
 TRACK_S = 1.0  # seconds between listings of the attempt's processes (processes.json)
 MAX_BACKOFF_S = 300.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
-STOP_CAUSES = ("user", "budget", "wall_time", "idle")  # stops the supervisor asked for
+STOP_CAUSES = ("user", "notice", "budget", "wall_time", "idle")  # stops it asked for
 
 
 @dataclass(slots=True)
@@ -163,6 +164,7 @@ class Supervisor:
         # How the command uses acceptrun (acceptrun.workload.usage): a black box's steps come from
         # its logs or TensorBoard files (supervisor/progress.py), when the spec says how.
         self.usage = detect_usage(spec)
+        self.notice = notice_watch(record, spec)  # the cloud's preemption notice, or None
 
     # ---- signals ------------------------------------------------------------------------------
 
@@ -207,10 +209,14 @@ class Supervisor:
         self.record.file(CONTROL_FILE).unlink(missing_ok=True)
         start = time.monotonic()
         self.telemetry.open()  # the Prometheus endpoint, when asked for
+        if self.notice is not None:
+            self.notice.start()  # the cloud's preemption notice (supervisor/notice.py)
         try:
             self._attempts(result, start)
         finally:
             self.telemetry.close()
+            if self.notice is not None:
+                self.notice.stop()
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return result
@@ -304,32 +310,6 @@ class Supervisor:
         store.remove_stale_staging()
         info = store.latest_verified()
         return ("", None) if info is None else (str(info.path), info.step)
-
-    def _restore_watched(self, attempt: int, resume_step: int | None) -> str | None:
-        """Put the resume checkpoint back where the script expects it, if it was captured.
-
-        Returns the restored file or directory ("{checkpoint}" in checkpoint.resume_args);
-        checkpoint.watch, supervisor/external.py.
-        """
-        if resume_step is None or not self.spec.checkpoint.watch:
-            return None
-        info = self._store().get(resume_step)
-        if info is None:
-            return None
-        t0 = time.monotonic()
-        path = restore_watched(info, self.spec.workdir_path)
-        if path is None:
-            return None  # a checkpoint of the client API: the script restores it itself
-        dated = info.meta.get("dated")
-        estimate = dated.get("estimate") if isinstance(dated, dict) else None
-        fields: dict[str, Any] = {
-            "step": info.step, "path": str(info.path), "source": "watched",
-            "seconds": round(time.monotonic() - t0, 6), "restored_to": str(path),
-        }  # fmt: skip
-        if estimate:
-            fields["step_estimate"] = str(estimate)  # the verdict's "resumed" says so
-        self.record.event("restored", sync=True, attempt=attempt, **fields)
-        return str(path)
 
     def _start_watcher(
         self,
@@ -431,7 +411,9 @@ class Supervisor:
         env = self._env(attempt, resume_from)
         try:
             command = self._command(env)
-            restored = self._restore_watched(attempt, resume_step)  # supervisor/external.py
+            restored = restore_for_attempt(
+                self.record, self.spec, self._store(), attempt, resume_step
+            )
             if restored is not None:
                 command = with_resume_args(command, self.spec, restored)
         except (UserError, RecordError, OSError) as exc:  # UserError: SpecError, refused restore
@@ -572,6 +554,8 @@ class Supervisor:
         if (side := a.side) is not None:
             causes.append(stops.ServingDone(side.finished, lambda: side.stop_reason))
         causes.append(stops.UserStop(lambda: self._stop_reason))
+        if (watch := self.notice) is not None:
+            causes.append(stops.Notice(lambda: watch.notice))
         causes.append(stops.Budget(self._over_budget))
         causes.append(stops.WallTime(deadline, self.spec.limits.wall_time))
         if self.telemetry.idle is not None:  # the attempt's, made by telemetry.begin()

@@ -66,6 +66,7 @@ from acceptrun.checkpoint.formats import whole, whole_dir
 from acceptrun.checkpoint.leftovers import watched_matches
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.errors import AcceptrunError, UserError
+from acceptrun.record.workspace import RunRecord
 from acceptrun.supervisor.axis import StepAxis
 from acceptrun.supervisor.dating import CaptureDating
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointWatcher",
+    "restore_for_attempt",
     "restore_watched",
     "with_resume_args",
 ]
@@ -137,6 +139,33 @@ def restore_watched(info: CheckpointInfo, workdir: Path) -> Path | None:
         targets[name] = folder / PurePosixPath(where).name
     placed = put_back(info, targets)
     return next(iter(placed.values()))
+
+
+def restore_for_attempt(
+    record: RunRecord, spec: Any, store: CheckpointStore, attempt: int, resume_step: int | None
+) -> str | None:
+    """Put the attempt's resume checkpoint back where the script expects it, if it was
+    captured; a ``restored`` event. The restored file or directory ("{checkpoint}" in
+    checkpoint.resume_args), or None (nothing watched, or the client's own checkpoint)."""
+    if resume_step is None or not spec.checkpoint.watch:
+        return None
+    info = store.get(resume_step)
+    if info is None:
+        return None
+    t0 = time.monotonic()
+    path = restore_watched(info, spec.workdir_path)
+    if path is None:
+        return None  # a checkpoint of the client API: the script restores it itself
+    dated = info.meta.get("dated")
+    estimate = dated.get("estimate") if isinstance(dated, dict) else None
+    fields: dict[str, Any] = {
+        "step": info.step, "path": str(info.path), "source": "watched",
+        "seconds": round(time.monotonic() - t0, 6), "restored_to": str(path),
+    }  # fmt: skip
+    if estimate:
+        fields["step_estimate"] = str(estimate)  # the verdict's "resumed" says so
+    record.event("restored", sync=True, attempt=attempt, **fields)
+    return str(path)
 
 
 @dataclass

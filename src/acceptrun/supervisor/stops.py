@@ -15,6 +15,7 @@ cause              outcome         graceful   when
 =================  ==============  =========  =================================================
 :class:`ServingDone` ``serving``   yes        a serving run's load finished (spec.serving)
 :class:`UserStop`  ``stopped``     yes        a signal to the supervisor, ``acceptrun stop``
+:class:`Notice`    ``stopped``     yes        the cloud's preemption notice (supervisor/notice.py)
 :class:`Budget`    ``budget``      yes        the bill at the end of the grace period would pass ``limits.budget_usd``
 :class:`WallTime`  ``wall_time``   yes        ``limits.wall_time`` since the launch
 :class:`Idle`      ``idle``        yes        the devices sat idle (``telemetry.idle_*``)
@@ -52,6 +53,7 @@ __all__ = [
     "Budget",
     "Hang",
     "Idle",
+    "Notice",
     "PollState",
     "ServingDone",
     "Stop",
@@ -151,6 +153,29 @@ class UserStop:
         if reason is None:
             return None
         return Stop(self.name, "stopped", f"stopped on request ({reason})")
+
+
+class Notice:
+    """``limits.preemption_notice``: the machine is being taken back; save and stop now.
+
+    No restart follows on this machine (class ``preempted``, supervision ends): the run is
+    continued elsewhere by ``acceptrun resume``, from the mirror.
+    """
+
+    name: ClassVar[str] = "notice"
+    outcome: ClassVar[str | None] = "stopped"
+    graceful: ClassVar[bool] = True
+    after_stop: ClassVar[bool] = False
+
+    def __init__(self, notice: Callable[[], Any]) -> None:
+        self.notice = notice  # NoticeWatch.notice: None until the notice came
+
+    def check(self, now: float, state: PollState) -> Stop | None:
+        notice = self.notice()
+        if notice is None:
+            return None
+        reason = f"preemption notice from {notice.provider} ({notice.action})"
+        return Stop(self.name, "stopped", f"stopped on the {reason}", reason=reason)
 
 
 class Budget:

@@ -42,6 +42,7 @@ def registered_checks() -> tuple[CheckFn, ...]:
         operations.resumed,
         operations.failures,
         operations.restarts,
+        operations.preemption_notice,
         operations.drills,
         operations.cleanup,
         operations.injected_faults,

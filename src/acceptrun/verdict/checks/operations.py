@@ -26,6 +26,7 @@ __all__ = [
     "exit_status",
     "failures",
     "injected_faults",
+    "preemption_notice",
     "restarts",
     "resumed",
 ]
@@ -131,6 +132,43 @@ def failures(given: CheckInput) -> list[Check]:
     # On the terminal: each attempt's class and the work lost; the reasons in --explain.
     brief = "; ".join(f"attempt {a['attempt']}: {a.get('class', a['outcome'])}" for a in failed)
     return [Check("operations", "failures", PASS, False, text + lost, None, brief + lost)]
+
+
+def preemption_notice(given: CheckInput) -> list[Check]:
+    """The cloud's preemption notice (limits.preemption_notice): the step the workload
+    saved after it, how soon, inside the notice or not, and the steps lost."""
+    notices = list(given.record.events("preemption_notice"))
+    if not notices:
+        return []
+    notice = notices[0]
+    t0, provider, deadline = float(notice["t"]), notice.get("provider"), notice.get("deadline")
+    commits = [
+        e for e in given.record.events("checkpoint_commit")
+        if isinstance(e.get("t"), int | float) and e["t"] >= t0 and e.get("step") is not None
+    ]  # fmt: skip
+    ends = [e["t"] for e in given.record.events("attempt_exit") if e.get("t", 0) >= t0]
+    end = min(ends, default=float("inf"))  # the attempt the notice ended: its last step
+    last = max((e["step"] for e in given.record.events("step") if e.get("t", 0) <= end),
+               default=None)  # fmt: skip
+    gave = None if deadline is None else f"{max(0.0, deadline - t0):.0f}s"
+    if not commits:
+        return [Check("operations", "preemption notice", FAIL, False,
+                      f"no checkpoint after the notice from {provider}"
+                      f"{'' if gave is None else f' ({gave} ahead)'}; the work since the newest "
+                      "checkpoint is lost",
+                      "save a checkpoint when the workload gets SIGTERM (run.stop_requested, "
+                      "or a signal handler), inside limits.grace_period")]  # fmt: skip
+    saved = commits[0]
+    after = float(saved["t"]) - t0
+    late = deadline is not None and float(saved["t"]) > deadline
+    lost = "" if last is None else f"; {max(0, int(last) - int(saved['step'])):,} steps lost"
+    inside = "" if gave is None else f", {'past' if late else 'inside'} the {gave} it gave"
+    evidence = (
+        f"saved step {int(saved['step']):,} {after:.1f}s after the notice from {provider}"
+        f"{inside}{lost}"
+    )
+    fix = "save faster, or lower the state saved on SIGTERM" if late else None
+    return [Check("operations", "preemption notice", FAIL if late else PASS, False, evidence, fix)]
 
 
 def restarts(given: CheckInput) -> list[Check]:
