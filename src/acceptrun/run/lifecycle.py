@@ -313,15 +313,7 @@ def resume_run(
     Bad input raises :class:`UserError`.
     """
     spec = load_spec(record.spec_path)
-    url = _mirror_url(record, spec, mirror, from_mirror)
-    if step is not None:
-        if url is None:
-            raise UserError(
-                f"--step {step} picks a mirrored step: add --from-mirror (the spec's "
-                "checkpoint.mirror) or --mirror URL"
-            )
-        url = _run_root(record, url)
-        _require_step(url, step)  # before the lock, the take-over or any verification
+    url = _resume_mirror(record, spec, mirror, from_mirror, step)
     with _resume_lock(record), contextlib.ExitStack() as stack:
         _check_resumable(record, force=force)
         # This resume's conditions only: what came before was told by the run before it
@@ -331,18 +323,7 @@ def resume_run(
         if notifier is not None:
             stack.callback(notifier.close)  # once the close has run it: nothing left to do
         check_static(spec)  # this machine must have the workdir, the command and the data
-        # A dead supervisor's run: its attempt's leftovers given the grace period, then
-        # killed; its exit.json written.
-        interrupted = take_over(  # supervisor/lease.py
-            record,
-            grace_s=spec.limits.grace_period,
-            devices=max(spec.resources.gpus, 1) * max(spec.resources.nodes, 1),
-            nodes=max(spec.resources.nodes, 1),
-        )
-        _cut_torn_steps(record)
-        state = record.state
-        done = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
-        first = max([int(state.get("attempts") or 0), *done]) + 1
+        interrupted, first, never_launched = _take_over_run(record, spec)
         # A resume is not a fault drill: faults in this shell's environment stay out, as
         # they do for `acceptrun run`.
         env = {k: v for k, v in os.environ.items() if k != ENV_INJECT}
@@ -351,28 +332,8 @@ def resume_run(
             side_task=side_task(record, spec),
         )  # fmt: skip
         ckpt_dir = supervisor.checkpoint_dir
-
-        def on_event(kind: str, fields: dict[str, Any]) -> None:
-            record.event(kind, sync=True, attempt=first, **fields)  # quarantines
-
-        # The run's own store: one another run owns raises StoreOwnedError, naming it.
-        store = open_run_store(record, spec, retention=False, on_event=on_event, claim=True)
-        # Verifying here costs one extra read of the newest checkpoint (the supervisor
-        # checks it again); without it, corrupt checkpoints would silently mean a restart
-        # from step 0.
-        local = None if step is not None else store.latest_verified()
-        from_step = None if local is None else local.step
-        if step is not None and url is not None:
-            _log.info(f"fetching step {step} from {url}")
-            from_step = _fetch(record, url, ckpt_dir, step=step, attempt=first)
-        elif local is None and url is not None:
-            _log.info(f"no local checkpoint verifies in {ckpt_dir}; fetching the newest from {url}")
-            from_step = _fetch_newest(record, url, ckpt_dir, attempt=first, scratch=from_scratch)
-        elif local is not None and url is not None:
-            _log.info(f"step {local.step} verifies locally; the mirror is not needed")
+        from_step = _resume_point(record, spec, ckpt_dir, url, step, first, from_scratch)
         # A batch inference run resumes from its committed shards, not from a checkpoint.
-        # died in preflight: no work yet (a standalone script has no attempt folders, and ran)
-        never_launched = interrupted is not None and not done and state.get("mode") != "standalone"
         if from_step is None and not (from_scratch or spec.inference.enabled or never_launched):
             raise UserError(
                 f"run {record.run_id} has no checkpoint that verifies in {ckpt_dir}: resuming "
@@ -398,6 +359,76 @@ def resume_run(
         supervisor.run()
         verdict = close_run(record, Workspace(record.path.parent.parent), spec, after_verdict=told)
         return ResumeResult(record, spec, verdict, from_step)
+
+
+def _take_over_run(record: RunRecord, spec: RunSpec) -> tuple[dict[str, Any] | None, int, bool]:
+    """Take the run over from a dead supervisor; (what it interrupted, the next attempt's
+    number, whether the run died in preflight before any work).
+    """
+    # A dead supervisor's run: its attempt's leftovers given the grace period, then
+    # killed; its exit.json written.
+    interrupted = take_over(  # supervisor/lease.py
+        record,
+        grace_s=spec.limits.grace_period,
+        devices=max(spec.resources.gpus, 1) * max(spec.resources.nodes, 1),
+        nodes=max(spec.resources.nodes, 1),
+    )
+    _cut_torn_steps(record)
+    state = record.state
+    done = [int(p.name) for p in (record.path / "attempts").glob("*") if p.name.isdigit()]
+    first = max([int(state.get("attempts") or 0), *done]) + 1
+    # died in preflight: no work yet (a standalone script has no attempt folders, and ran)
+    never_launched = interrupted is not None and not done and state.get("mode") != "standalone"
+    return interrupted, first, never_launched
+
+
+def _resume_mirror(
+    record: RunRecord, spec: RunSpec, mirror: str | None, from_mirror: bool, step: int | None
+) -> str | None:
+    """The mirror a resume may fetch from; with ``step``, the run's root, holding that step."""
+    url = _mirror_url(record, spec, mirror, from_mirror)
+    if step is not None:
+        if url is None:
+            raise UserError(
+                f"--step {step} picks a mirrored step: add --from-mirror (the spec's "
+                "checkpoint.mirror) or --mirror URL"
+            )
+        url = _run_root(record, url)
+        _require_step(url, step)  # before the lock, the take-over or any verification
+    return url
+
+
+def _resume_point(
+    record: RunRecord,
+    spec: RunSpec,
+    ckpt_dir: Path,
+    url: str | None,
+    step: int | None,
+    first: int,
+    from_scratch: bool,
+) -> int | None:
+    """The step attempt ``first`` resumes from: the newest local one that verifies, else
+    one fetched from the mirror ``url`` (``step``, or its newest); None when there is none.
+    """
+
+    def on_event(kind: str, fields: dict[str, Any]) -> None:
+        record.event(kind, sync=True, attempt=first, **fields)  # quarantines
+
+    # The run's own store: one another run owns raises StoreOwnedError, naming it.
+    store = open_run_store(record, spec, retention=False, on_event=on_event, claim=True)
+    # Verifying here costs one extra read of the newest checkpoint (the supervisor
+    # checks it again); without it, corrupt checkpoints would silently mean a restart
+    # from step 0.
+    local = None if step is not None else store.latest_verified()
+    if step is not None and url is not None:
+        _log.info(f"fetching step {step} from {url}")
+        return _fetch(record, url, ckpt_dir, step=step, attempt=first)
+    if local is None and url is not None:
+        _log.info(f"no local checkpoint verifies in {ckpt_dir}; fetching the newest from {url}")
+        return _fetch_newest(record, url, ckpt_dir, attempt=first, scratch=from_scratch)
+    if local is not None and url is not None:
+        _log.info(f"step {local.step} verifies locally; the mirror is not needed")
+    return None if local is None else local.step
 
 
 def _cut_torn_steps(record: RunRecord) -> None:
