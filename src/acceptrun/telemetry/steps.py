@@ -217,57 +217,10 @@ def read_steps(
                 continue
             if a is None:
                 a = attempts[number] = Attempt(number, float(c.t[0]))
-            st_raw = col(c, "step_time")
-            finite = np.isfinite(st_raw)
-            st = np.where(finite, st_raw, 0.0)
-            span = _span_col(c)
-            weighted = st if span is None else st * span
-            dw = col(c, "data_wait")
-            dw = np.where(np.isfinite(dw), dw, 0.0)
-            # the same in whole microseconds (int64) where they are: exact, fast sums
-            st_us, dw_us = whole_us(st), whole_us(dw)
-            if st_us is None and whole:
-                raise NotWholeUs
-            w_us = None
-            if st_us is not None and dw_us is not None:
-                w_us = st_us if span is None else st_us * span.astype(np.int64)
-            sum_st, sum_dw = (st_us, dw_us) if w_us is not None else (None, None)
-            if a.steps == 0:
-                a.first_t = float(c.t[0])
-                a.first_start = float(c.t[0]) - float(st[0])
-            a.steps += len(c)
-            a.last_t, a.last_step = float(c.t[-1]), int(c.step[-1])
-            loss = c.values.get("loss")
-            if loss is not None and (ok := np.flatnonzero(np.isfinite(loss))).size:
-                if a.loss_first is None:
-                    a.loss_first = float(loss[ok[0]])
-                a.loss_last = float(loss[ok[-1]])
-            out.count += len(c)
-            lo_t, hi_t = float(c.t.min()), float(c.t.max())
-            out.t_min = lo_t if out.t_min is None else min(out.t_min, lo_t)
-            out.t_max = hi_t if out.t_max is None else max(out.t_max, hi_t)
-            # work thrown away: the steps that a later attempt ran again. Steps, not
-            # records: a log line every 10 steps stands for 10 (its span), and counts as
-            # many of them as a later attempt ran again (the line of step 50 when the next
-            # attempt resumed from step 50: none), as the verdict's lost steps count them.
-            n_of = np.ones(len(c), np.int64) if span is None else span.astype(np.int64)
-            again = np.where(later.contains(c.step), n_of, 0)
-            if rerun.lo.size:
-                again = np.maximum(again, rerun.count_within(c.step - n_of + 1, c.step))
-            if again.any():
-                redone += int(again.sum())
-                totals["restarts"].add(st * again, None if w_us is None else st_us * again)
-                kept = n_of - again
-                w_keep, d_keep = st * kept, np.where(kept > 0, dw, 0.0)
-                wk_us: Any = None if w_us is None else st_us * kept
-                dk_us: Any = None if sum_dw is None else np.where(kept > 0, sum_dw, 0)
-            else:
-                w_keep, d_keep, wk_us, dk_us = weighted, dw, w_us, sum_dw
-            d_keep = np.minimum(d_keep, w_keep)
-            if wk_us is not None:
-                dk_us = np.minimum(dk_us, wk_us)
-            totals["data_wait"].add(d_keep, dk_us)
-            totals["compute"].add(w_keep - d_keep, None if wk_us is None else wk_us - dk_us)
+            x = _columns(c, whole)
+            st, weighted, dw, w_us, sum_dw = x.st, x.weighted, x.dw, x.w_us, x.sum_dw
+            _note(out, a, c, st)
+            redone += _split_redone(c, x, later, rerun, totals)
             mine = mine.union(StepRanges.of(c.step))
             # the step time split, and the steady steps (each attempt's warm-up left out)
             timed = st > 0
@@ -275,9 +228,9 @@ def read_steps(
             totals["timed_wait"].add(dw[timed], None if sum_dw is None else sum_dw[timed])
             if not out.wait_logged and "data_wait" in c.present:
                 out.wait_logged = bool((c.present["data_wait"] & timed).any())
-            totals["all"].add(st, sum_st)  # st: the finite step times, 0 for the others
+            totals["all"].add(st, x.sum_st)  # st: the finite step times, 0 for the others
             totals["all_wait"].add(dw, sum_dw)
-            if (others := st_raw[finite & (st_raw <= 0)]).size:
+            if (others := x.st_raw[x.finite & (x.st_raw <= 0)]).size:
                 out.other_times.append(others)
             idx = np.flatnonzero(timed)
             skip = max(0, min(WARMUP_STEPS - timed_seen, idx.size))
@@ -289,7 +242,7 @@ def read_steps(
                 )
             idx = idx[skip:]
             if idx.size:
-                _add_steady(out, c, (number, k), st, st_us, idx, steady_rank)
+                _add_steady(out, c, (number, k), st, x.st_us, idx, steady_rank)
                 steady_rank += idx.size
         if a is not None and a.steps:
             out.redone_by[number] = redone
@@ -306,6 +259,95 @@ def read_steps(
     out.timed_seconds, out.timed_wait = totals["timed"].value(), totals["timed_wait"].value()
     out.all_seconds, out.all_wait = totals["all"].value(), totals["all_wait"].value()
     return out
+
+
+@dataclass(slots=True)
+class _Columns:
+    """One chunk's step times and data waits, as read_steps sums them."""
+
+    st_raw: Any  # step_time as logged (NaN: not logged)
+    finite: Any
+    st: Any  # the finite step times, 0 for the others
+    span: Any  # steps each record stands for (None: 1 each)
+    weighted: Any  # st times span
+    dw: Any  # the finite data waits, 0 for the others
+    st_us: Any  # st in whole microseconds (int64), or None
+    w_us: Any  # weighted in whole microseconds, or None
+    sum_st: Any  # st_us where the chunk's sums can be exact integers, else None
+    sum_dw: Any  # dw the same way
+
+
+def _columns(c: StepChunk, whole: bool) -> _Columns:
+    """The chunk's columns; with ``whole``, a step time that is not whole microseconds
+    raises NotWholeUs (the caller reads again with a float64 buffer)."""
+    st_raw = col(c, "step_time")
+    finite = np.isfinite(st_raw)
+    st = np.where(finite, st_raw, 0.0)
+    span = _span_col(c)
+    dw = col(c, "data_wait")
+    dw = np.where(np.isfinite(dw), dw, 0.0)
+    # the same in whole microseconds (int64) where they are: exact, fast sums
+    st_us, dw_us = whole_us(st), whole_us(dw)
+    if st_us is None and whole:
+        raise NotWholeUs
+    w_us = None
+    if st_us is not None and dw_us is not None:
+        w_us = st_us if span is None else st_us * span.astype(np.int64)
+    sum_st, sum_dw = (st_us, dw_us) if w_us is not None else (None, None)
+    weighted = st if span is None else st * span
+    return _Columns(st_raw, finite, st, span, weighted, dw, st_us, w_us, sum_st, sum_dw)
+
+
+def _note(out: Steps, a: Attempt, c: StepChunk, st: Any) -> None:
+    """The attempt's step aggregates (first, last, loss) and the steps' count and span."""
+    if a.steps == 0:
+        a.first_t = float(c.t[0])
+        a.first_start = float(c.t[0]) - float(st[0])
+    a.steps += len(c)
+    a.last_t, a.last_step = float(c.t[-1]), int(c.step[-1])
+    loss = c.values.get("loss")
+    if loss is not None and (ok := np.flatnonzero(np.isfinite(loss))).size:
+        if a.loss_first is None:
+            a.loss_first = float(loss[ok[0]])
+        a.loss_last = float(loss[ok[-1]])
+    out.count += len(c)
+    lo_t, hi_t = float(c.t.min()), float(c.t.max())
+    out.t_min = lo_t if out.t_min is None else min(out.t_min, lo_t)
+    out.t_max = hi_t if out.t_max is None else max(out.t_max, hi_t)
+
+
+def _split_redone(
+    c: StepChunk, x: _Columns, later: StepRanges, rerun: StepRanges, totals: dict[str, _Total]
+) -> int:
+    """Add the chunk's step time to restarts (redone), data wait and compute (kept); returns
+    the steps redone.
+
+    Work thrown away: the steps that a later attempt ran again. Steps, not records: a log
+    line every 10 steps stands for 10 (its span), and counts as many of them as a later
+    attempt ran again (the line of step 50 when the next attempt resumed from step 50:
+    none), as the verdict's lost steps count them.
+    """
+    st, dw, st_us, w_us, sum_dw = x.st, x.dw, x.st_us, x.w_us, x.sum_dw
+    n_of = np.ones(len(c), np.int64) if x.span is None else x.span.astype(np.int64)
+    again = np.where(later.contains(c.step), n_of, 0)
+    if rerun.lo.size:
+        again = np.maximum(again, rerun.count_within(c.step - n_of + 1, c.step))
+    redone = 0
+    if again.any():
+        redone = int(again.sum())
+        totals["restarts"].add(st * again, None if w_us is None else st_us * again)
+        kept = n_of - again
+        w_keep, d_keep = st * kept, np.where(kept > 0, dw, 0.0)
+        wk_us: Any = None if w_us is None else st_us * kept
+        dk_us: Any = None if sum_dw is None else np.where(kept > 0, sum_dw, 0)
+    else:
+        w_keep, d_keep, wk_us, dk_us = x.weighted, dw, w_us, sum_dw
+    d_keep = np.minimum(d_keep, w_keep)
+    if wk_us is not None:
+        dk_us = np.minimum(dk_us, wk_us)
+    totals["data_wait"].add(d_keep, dk_us)
+    totals["compute"].add(w_keep - d_keep, None if wk_us is None else wk_us - dk_us)
+    return redone
 
 
 def groups(log: StepLog) -> Iterable[tuple[int, Iterable[StepChunk]]]:

@@ -408,7 +408,6 @@ def async_save(
     (:meth:`AsyncSave.wait` raises), rather than commit a state that is not its step's.
     Everything else (buffers, JSON values, CUDA tensors) is copied in the call.
     """
-    global _exit_hook
     t0 = time.perf_counter()
     state = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state_dict.items()}
     check_values(state)
@@ -419,15 +418,8 @@ def async_save(
     if not distributed:
         warnings.filterwarnings("ignore", message=ONE_PROCESS)
     slot = _slot(store)
-    fresh: dict[str, torch.Tensor] = {}
-    later = _Deferred.of(overlap)
-    staged = {k: _stage(v, k, slot.buffers, fresh, later) for k, v in state.items()}
-    if later is not None and not later.copies:
-        later = None
-    if any(b.is_pinned() for b in fresh.values()):
-        torch.cuda.synchronize()  # the device-to-host copies were queued; the loop waits
-    slot.buffers = fresh
-    nbytes = sum(b.nbytes for b in fresh.values())
+    staged, later = _stage_all(state, slot, overlap)
+    nbytes = sum(b.nbytes for b in slot.buffers.values())
     handle = AsyncSave(store, step, time.perf_counter() - t0, nbytes)
     if later is None:
         _emit(
@@ -450,13 +442,35 @@ def async_save(
         name=f"acceptrun-sharded-save-{step}",
         daemon=True,  # the exit hook waits for it, so that a failure is still reported
     )
+    _set_in_flight(slot, handle)
+    thread.start()
+    return handle
+
+
+def _stage_all(
+    state: dict[str, Any], slot: _Slot, overlap: Any
+) -> tuple[dict[str, Any], _Deferred | None]:
+    """Copy ``state``'s tensors into the slot's host buffers (reused from the last save);
+    the ones ``overlap``'s optimizers alone change are left to the background copy."""
+    fresh: dict[str, torch.Tensor] = {}
+    later = _Deferred.of(overlap)
+    staged = {k: _stage(v, k, slot.buffers, fresh, later) for k, v in state.items()}
+    if later is not None and not later.copies:
+        later = None
+    if any(b.is_pinned() for b in fresh.values()):
+        torch.cuda.synchronize()  # the device-to-host copies were queued; the loop waits
+    slot.buffers = fresh
+    return staged, later
+
+
+def _set_in_flight(slot: _Slot, handle: AsyncSave) -> None:
+    """``handle`` is the directory's save in flight; the first one registers the exit hook."""
+    global _exit_hook
     with _slots_lock:
         slot.handle = handle
         if not _exit_hook:
             atexit.register(_wait_at_exit)
             _exit_hook = True
-    thread.start()
-    return handle
 
 
 def wait(store: CheckpointStore) -> CheckpointInfo | None:
