@@ -43,6 +43,18 @@ def _cell(value: Any) -> str:
 
 
 def render_markdown(data: dict[str, Any]) -> str:
+    """The report as Markdown, a section after another, from the data report.html shows."""
+    out = _head(data) + _checks(data) + _time(data.get("summary") or {})
+    out += _cost(data.get("ledger")) + _attempts(data.get("attempts") or [])
+    out += _checkpoints(data.get("checkpoints") or {}) + _outputs(data)
+    out += _portability(data.get("portability") or {})
+    if data.get("provenance_text"):
+        out += ["## Provenance", "", "```", str(data["provenance_text"]), "```", ""]
+    return "\n".join(out)
+
+
+def _head(data: dict[str, Any]) -> list[str]:
+    """The verdict and the run's facts, then the failing required checks with their fixes."""
     state, verdict = data["state"], data["verdict"]
     label = "ACCEPTED" if verdict.get("accepted") else "REJECTED"
     if verdict.get("provisional"):
@@ -64,67 +76,87 @@ def render_markdown(data: dict[str, Any]) -> str:
             for c in failing
         ]
         out.append("")
-    out += ["## The acceptance tests", ""]
-    groups: dict[str, str] = data["groups"]
-    for group, title in groups.items():
-        rows = [c for c in verdict.get("checks", []) if c.get("group") == group]
+    return out
+
+
+def _checks(data: dict[str, Any]) -> list[str]:
+    """Every check, a table per group of the acceptance tests."""
+    out = ["## The acceptance tests", ""]
+    checks = data["verdict"].get("checks", [])
+    for group, title in data["groups"].items():
+        rows = [c for c in checks if c.get("group") == group]
         if not rows:
             continue
         out += [f"### {title}", "", "| check | status | evidence | fix |", "|---|---|---|---|"]
         for c in rows:
-            status = _status(c)
             fix = c.get("fix") if c.get("status") != PASS else ""
             out.append(
-                f"| {_cell(c.get('name'))} | {status} | {_cell(c.get('evidence'))} | {_cell(fix)} |"
+                f"| {_cell(c.get('name'))} | {_status(c)} | {_cell(c.get('evidence'))} | {_cell(fix)} |"
             )
         out.append("")
-    summary = data.get("summary") or {}
-    if summary.get("breakdown"):
-        out += ["## Where the time went", "", "| part | time |", "|---|---|"]
-        out += [
-            f"| {k.replace('_', ' ')} | {format_duration(float(v))} |"
-            for k, v in summary["breakdown"].items()
-        ]
-        out.append("")
-        for hint in summary.get("hints") or []:
-            out.append(f"- {_cell(hint)}")
-        out.append("")
-    ledger = data.get("ledger")
-    if isinstance(ledger, dict):
-        compute = ledger.get("compute") or {}
-        out += [
-            "## Cost",
-            "",
-            f"Total {format_usd(float(ledger.get('total_usd') or 0.0))} USD ({_cell((ledger.get('price') or {}).get('label', 'not priced'))}).",
-            "",
-        ]
-        out += ["| compute part | time | USD |", "|---|---|---|"]
-        for k, v in (compute.get("split_s") or {}).items():
-            usd = (compute.get("split_usd") or {}).get(k, 0.0)
-            out.append(
-                f"| {k.replace('_', ' ')} | {format_duration(float(v))} | {format_usd(float(usd))} |"
-            )
-        out.append("")
-    out += ["## Attempts", ""]
-    attempts = data.get("attempts") or []
-    if attempts:
-        out += ["| # | outcome | class | duration | evidence |", "|---|---|---|---|---|"]
-        for a in attempts:
-            evidence = "; ".join(str(x) for x in (a.get("evidence") or [a.get("reason")]))
-            out.append(
-                f"| {a.get('attempt')} | {_cell(a.get('outcome'))} | {_cell(a.get('class'))} | {format_duration(float(a.get('duration_s') or 0.0))} | {_cell(evidence)} |"
-            )
-    else:
-        out.append("No attempt ran.")
-    out.append("")
-    ck = data.get("checkpoints") or {}
+    return out
+
+
+def _time(summary: dict[str, Any]) -> list[str]:
+    """Where the time went (the telemetry summary's breakdown) and its hints."""
+    if not summary.get("breakdown"):
+        return []
+    out = ["## Where the time went", "", "| part | time |", "|---|---|"]
     out += [
+        f"| {k.replace('_', ' ')} | {format_duration(float(v))} |"
+        for k, v in summary["breakdown"].items()
+    ]
+    out.append("")
+    out += [f"- {_cell(hint)}" for hint in summary.get("hints") or []]
+    return [*out, ""]
+
+
+def _cost(ledger: Any) -> list[str]:
+    """The ledger's total and its compute split, in time and USD."""
+    if not isinstance(ledger, dict):
+        return []
+    compute = ledger.get("compute") or {}
+    out = [
+        "## Cost",
+        "",
+        f"Total {format_usd(float(ledger.get('total_usd') or 0.0))} USD ({_cell((ledger.get('price') or {}).get('label', 'not priced'))}).",
+        "",
+    ]
+    out += ["| compute part | time | USD |", "|---|---|---|"]
+    for k, v in (compute.get("split_s") or {}).items():
+        usd = (compute.get("split_usd") or {}).get(k, 0.0)
+        out.append(
+            f"| {k.replace('_', ' ')} | {format_duration(float(v))} | {format_usd(float(usd))} |"
+        )
+    return [*out, ""]
+
+
+def _attempts(attempts: list[dict[str, Any]]) -> list[str]:
+    """A row per attempt: its outcome, class, duration and evidence."""
+    out = ["## Attempts", ""]
+    if not attempts:
+        return [*out, "No attempt ran.", ""]
+    out += ["| # | outcome | class | duration | evidence |", "|---|---|---|---|---|"]
+    for a in attempts:
+        evidence = "; ".join(str(x) for x in (a.get("evidence") or [a.get("reason")]))
+        out.append(
+            f"| {a.get('attempt')} | {_cell(a.get('outcome'))} | {_cell(a.get('class'))} | {format_duration(float(a.get('duration_s') or 0.0))} | {_cell(evidence)} |"
+        )
+    return [*out, ""]
+
+
+def _checkpoints(ck: dict[str, Any]) -> list[str]:
+    return [
         "## Checkpoints",
         "",
         f"{ck.get('committed', 0)} committed, {len(ck.get('kept') or [])} kept in `{_cell(ck.get('dir'))}`; LATEST step {ck.get('latest')}.",
         "",
     ]
-    out += ["## Outputs and their lineage", ""]
+
+
+def _outputs(data: dict[str, Any]) -> list[str]:
+    """The metrics, then each output with the code, GPU and software that made it."""
+    out = ["## Outputs and their lineage", ""]
     for name, value in (data.get("metrics") or {}).items():
         out.append(f"- metric `{_cell(name)}` = {value}")
     for o in data.get("outputs") or []:
@@ -136,9 +168,11 @@ def render_markdown(data: dict[str, Any]) -> str:
             f"code {_cell(commit)}; GPU {_cell(o.get('gpu') or 'none')}, driver {_cell(o.get('driver') or 'none')}, "
             f"CUDA {_cell(o.get('cuda') or 'none')}, torch {_cell(o.get('torch') or 'none')}"
         )
-    out.append("")
-    port = data.get("portability") or {}
-    out += ["## Portability", ""]
+    return [*out, ""]
+
+
+def _portability(port: dict[str, Any]) -> list[str]:
+    out = ["## Portability", ""]
     findings = port.get("findings") or []
     if not findings:
         out.append(port.get("error") or "Nothing ties this run to one provider or machine.")
@@ -148,7 +182,4 @@ def render_markdown(data: dict[str, Any]) -> str:
             out.append(
                 f"| {f['severity']} | {_cell(f['where'])} | `{_cell(f['value'])}` | {_cell(f['why'])} | {_cell(f['fix'])} |"
             )
-    out.append("")
-    if data.get("provenance_text"):
-        out += ["## Provenance", "", "```", str(data["provenance_text"]), "```", ""]
-    return "\n".join(out)
+    return [*out, ""]

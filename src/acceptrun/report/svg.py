@@ -180,13 +180,30 @@ def line_chart(
     y_ticks = nice_ticks(lo, hi, 5)
     f.x0, f.x1 = x_ticks[0], x_ticks[-1]
     f.y0, f.y1 = y_ticks[0], y_ticks[-1]
-    p = f.parts
-    p.append(
+    f.parts.append(
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" '
         f'viewBox="0 0 {width} {height}" width="{width}" height="{height}">'
     )
-    p.append(f"<title>{_e(title)}</title>")
-    p.append(f'<text x="8" y="18" class="chart-title">{_e(title)}</text>')
+    f.parts.append(f"<title>{_e(title)}</title>")
+    f.parts.append(f'<text x="8" y="18" class="chart-title">{_e(title)}</text>')
+    _axes(f, x_ticks, y_ticks, x_format, y_format)
+    _axis_labels(f, x_label, y_label)
+    _marks(f, marks)
+    _lines(f, lines)
+    _legend(f, series, marks)
+    f.parts.append("</svg>")
+    return "".join(f.parts)
+
+
+def _axes(
+    f: _Frame,
+    x_ticks: Sequence[float],
+    y_ticks: Sequence[float],
+    x_format: Callable[[float], str],
+    y_format: Callable[[float], str],
+) -> None:
+    """The grid lines and tick labels of both axes, and the axes themselves."""
+    p, width, height = f.parts, f.width, f.height
     for t in y_ticks:
         y = f.py(t)
         p.append(
@@ -209,21 +226,34 @@ def line_chart(
     p.append(
         f'<line x1="{f.left}" y1="{f.top}" x2="{f.left}" y2="{height - f.bottom}" class="axis"/>'
     )
-    p.append(
+
+
+def _axis_labels(f: _Frame, x_label: str, y_label: str) -> None:
+    """The x axis's label under it, the y axis's turned along it."""
+    width, height = f.width, f.height
+    f.parts.append(
         f'<text x="{(f.left + width - f.right) / 2:.1f}" y="{height - 8}" class="label" text-anchor="middle">{_e(x_label)}</text>'
     )
     cy = (f.top + height - f.bottom) / 2
-    p.append(
+    f.parts.append(
         f'<text x="14" y="{cy:.1f}" class="label" text-anchor="middle" transform="rotate(-90 14 {cy:.1f})">{_e(y_label)}</text>'
     )
+
+
+def _marks(f: _Frame, marks: Sequence[Mark]) -> None:
+    """A dashed vertical line per mark (a checkpoint, a restart), its kind and label as a tip."""
     for m in marks:
         x = f.px(m.x)
         color = MARK_COLORS.get(m.kind, "#6b7280")
         dash = "2,3" if m.kind == "checkpoint" else "5,3"
-        p.append(
-            f'<line x1="{x:.1f}" y1="{f.top}" x2="{x:.1f}" y2="{height - f.bottom}" stroke="{color}" '
+        f.parts.append(
+            f'<line x1="{x:.1f}" y1="{f.top}" x2="{x:.1f}" y2="{f.height - f.bottom}" stroke="{color}" '
             f'stroke-dasharray="{dash}" class="mark mark-{_e(m.kind)}"><title>{_e(m.kind)}: {_e(m.label)}</title></line>'
         )
+
+
+def _lines(f: _Frame, lines: Sequence[tuple[Series, list[tuple[float, float]]]]) -> None:
+    """Each series as a path broken at its gaps; a lone point between gaps as a dot."""
     for i, (s, pts) in enumerate(lines):
         color = s.color or PALETTE[i % len(PALETTE)]
         segments = _segments(pts)
@@ -234,35 +264,39 @@ def line_chart(
             for seg in segments
             for j, (x, y) in enumerate(seg)
         )
-        p.append(
+        f.parts.append(
             f'<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5" class="series">'
             f"<title>{_e(s.name)}</title></path>"
         )
         for seg in segments:
             if len(seg) == 1:
                 x, y = seg[0]
-                p.append(f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.5" fill="{color}"/>')
+                f.parts.append(
+                    f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.5" fill="{color}"/>'
+                )
+
+
+def _legend(f: _Frame, series: Sequence[Series], marks: Sequence[Mark]) -> None:
+    """The legend's own row under the title: each series' line, then each kind of mark."""
     legend = [(s.name, s.color or PALETTE[i % len(PALETTE)], "line") for i, s in enumerate(series)]
     legend += [
         (kind, MARK_COLORS.get(kind, "#6b7280"), "mark")
         for kind in dict.fromkeys(m.kind for m in marks)
     ]
-    lx = float(f.left)  # the legend has its own row, under the title
+    lx = float(f.left)
     for name, color, style in legend:
         label = name.replace("_", " ")
         if style == "line":
-            p.append(
+            f.parts.append(
                 f'<line x1="{lx:.0f}" y1="32" x2="{lx + 16:.0f}" y2="32" stroke="{color}" stroke-width="2"/>'
             )
         else:
-            p.append(
+            f.parts.append(
                 f'<line x1="{lx + 8:.0f}" y1="25" x2="{lx + 8:.0f}" y2="39" stroke="{color}" '
                 f'stroke-dasharray="3,2"/>'
             )
-        p.append(f'<text x="{lx + 20:.0f}" y="36" class="legend">{_e(label)}</text>')
+        f.parts.append(f'<text x="{lx + 20:.0f}" y="36" class="legend">{_e(label)}</text>')
         lx += 20 + 6.5 * len(label) + 18
-    p.append("</svg>")
-    return "".join(p)
 
 
 def stacked_bar(
