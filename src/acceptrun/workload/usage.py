@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,15 +204,21 @@ def _python_shebang(path: Path) -> bool:
 
 def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
     """Keys that do nothing for this command (warnings) or would make the verdict lie (errors)."""
-    out: list[Finding] = []
-    client = usage.client
-    ck, prog, lim, acc = spec.checkpoint, spec.progress, spec.limits, spec.acceptance
-    watched = bool(ck.watch)
-    progress = prog.pattern is not None or prog.tensorboard is not None
-    level_bb = "error" if usage.kind == BLACK_BOX else "warning"
-    what = _what(usage)
+    return [
+        *_checkpoint_findings(spec, usage),
+        *_source_findings(spec, usage),
+        *_measure_findings(spec, usage),
+        *_progress_findings(spec, usage),
+        *_drill_findings(spec, usage),
+        *_result_findings(spec, usage),
+    ]
 
-    if not client and not watched:
+
+def _checkpoint_findings(spec: RunSpec, usage: Usage) -> Iterator[Finding]:
+    """Checkpoint keys that do nothing: the script neither uses the client nor is watched."""
+    ck = spec.checkpoint
+    what = _what(usage)
+    if not usage.client and not ck.watch:
         for key, value, does in (
             ("checkpoint.dir", ck.dir, "only the client API saves there"),
             ("checkpoint.mirror", ck.mirror, "only checkpoints acceptrun saves or captures are mirrored"),
@@ -220,114 +227,152 @@ def spec_findings(spec: RunSpec, usage: Usage) -> list[Finding]:
             ("checkpoint.keep_best", ck.keep_best, "only checkpoints with metrics acceptrun stores are ranked"),
         ):  # fmt: skip
             if value is not None:
-                out.append(Finding("warning", key, f"{_show(value)} has no effect: {what}; {does}",
-                                   "list the script's own checkpoint files in checkpoint.watch "
-                                   "(with checkpoint.resume_args), or save through the client "
-                                   "API (run.restore / run.maybe_checkpoint)"))  # fmt: skip
+                yield Finding("warning", key, f"{_show(value)} has no effect: {what}; {does}",
+                              "list the script's own checkpoint files in checkpoint.watch "
+                              "(with checkpoint.resume_args), or save through the client "
+                              "API (run.restore / run.maybe_checkpoint)")  # fmt: skip
+
+
+def _source_findings(spec: RunSpec, usage: Usage) -> Iterator[Finding]:
+    """What the progress source of a script without the client cannot read (two sources, a loss)."""
+    client = usage.client
+    prog, lim = spec.progress, spec.limits
+    what = _what(usage)
     if prog.pattern is not None and prog.tensorboard is not None and not client:
         # One step axis per attempt: the first source's steps would hide the other's values
         # (they were dropped without a word), so the combination is refused.
-        out.append(Finding("error", "progress.tensorboard", f"{prog.tensorboard!r} is set "
-                           "beside progress.pattern: steps are read from one source, and the "
-                           "other's values would never reach the record",
-                           "keep one: progress.pattern for the printed step lines, or "
-                           "progress.tensorboard (with progress.tags) for the TensorBoard "
-                           "scalars"))  # fmt: skip
+        yield Finding("error", "progress.tensorboard", f"{prog.tensorboard!r} is set "
+                      "beside progress.pattern: steps are read from one source, and the "
+                      "other's values would never reach the record",
+                      "keep one: progress.pattern for the printed step lines, or "
+                      "progress.tensorboard (with progress.tags) for the TensorBoard "
+                      "scalars")  # fmt: skip
     if lim.max_loss is not None and not client:
         has_loss = (prog.pattern is not None and "loss" in _groups(prog.pattern)) or (
             prog.tensorboard is not None
         )
         if not has_loss:
-            out.append(Finding("warning", "limits.max_loss", f"{lim.max_loss:g} has no effect: "
-                               f"{what} and no progress source reads a loss",
-                               'add progress.pattern with a (?P<loss>...) group, e.g. '
-                               r'"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)", '
-                               "or log it with run.log(step, loss=...)"))  # fmt: skip
+            yield Finding("warning", "limits.max_loss", f"{lim.max_loss:g} has no effect: "
+                          f"{what} and no progress source reads a loss",
+                          'add progress.pattern with a (?P<loss>...) group, e.g. '
+                          r'"iter (?P<step>\d+): loss (?P<loss>[0-9.eE+-]+)", '
+                          "or log it with run.log(step, loss=...)")  # fmt: skip
+
+
+def _measure_findings(spec: RunSpec, usage: Usage) -> Iterator[Finding]:
+    """Acceptance bounds nothing measures: downtime without serving, throughput without progress."""
+    client = usage.client
+    prog, acc = spec.progress, spec.acceptance
+    what = _what(usage)
     if acc.max_downtime is not None and not spec.serving.enabled:
-        out.append(Finding("warning", "acceptance.max_downtime", f"{acc.max_downtime:g} s has "
-                           "no effect: only a serving run measures downtime, and this spec "
-                           "serves nothing", "remove it, or set [serving] url and its load "
-                           "(docs/inference.md)"))  # fmt: skip
+        yield Finding("warning", "acceptance.max_downtime", f"{acc.max_downtime:g} s has "
+                      "no effect: only a serving run measures downtime, and this spec "
+                      "serves nothing", "remove it, or set [serving] url and its load "
+                      "(docs/inference.md)")  # fmt: skip
     if acc.throughput and not client:
         unit = acc.throughput_unit
         key = unit.split("/")[0]
-        if not progress:
-            out.append(Finding("warning", "acceptance.throughput", f"{acc.throughput} {unit} "
-                               f"cannot be measured: {what} and the spec reads no progress",
-                               "set progress.pattern (or progress.tensorboard), or log steps "
-                               "with run.log(step, samples=...)"))  # fmt: skip
+        if prog.pattern is None and prog.tensorboard is None:  # no progress source
+            yield Finding("warning", "acceptance.throughput", f"{acc.throughput} {unit} "
+                          f"cannot be measured: {what} and the spec reads no progress",
+                          "set progress.pattern (or progress.tensorboard), or log steps "
+                          "with run.log(step, samples=...)")  # fmt: skip
         elif (
             key != "steps"
             and prog.tensorboard is None
             and prog.pattern is not None
             and (key not in _groups(prog.pattern))
         ):
-            out.append(Finding("warning", "acceptance.throughput", f"{unit} cannot be measured: "
-                               f"progress.pattern has no (?P<{key}>...) group",
-                               f"add a (?P<{key}>\\d+) group to progress.pattern, or set "
-                               'acceptance.throughput_unit = "steps/s"'))  # fmt: skip
+            yield Finding("warning", "acceptance.throughput", f"{unit} cannot be measured: "
+                          f"progress.pattern has no (?P<{key}>...) group",
+                          f"add a (?P<{key}>\\d+) group to progress.pattern, or set "
+                          'acceptance.throughput_unit = "steps/s"')  # fmt: skip
+
+
+def _progress_findings(spec: RunSpec, usage: Usage) -> Iterator[Finding]:
+    """A [progress] section nothing reads: the client logs steps, or tensorboard is missing."""
+    client = usage.client
+    prog = spec.progress
+    progress = prog.pattern is not None or prog.tensorboard is not None
     if client and (progress or prog.tags):
-        out.append(Finding("warning", "progress", "has no effect: the script logs its steps "
-                           "through the client API, which the supervisor reads instead",
-                           "remove [progress] from the spec"))  # fmt: skip
+        yield Finding("warning", "progress", "has no effect: the script logs its steps "
+                      "through the client API, which the supervisor reads instead",
+                      "remove [progress] from the spec")  # fmt: skip
     if (
         prog.tensorboard is not None
         and not client
         and importlib.util.find_spec("tensorboard") is None
     ):
-        out.append(Finding("warning", "progress.tensorboard", "cannot be read: the tensorboard "
-                           "package is not installed", "pip install acceptrun[tensorboard]"))  # fmt: skip
+        yield Finding("warning", "progress.tensorboard", "cannot be read: the tensorboard "
+                      "package is not installed", "pip install acceptrun[tensorboard]")  # fmt: skip
+
+
+def _drill_findings(spec: RunSpec, usage: Usage) -> Iterator[Finding]:
+    """Required drills that cannot run, or would be skipped, for this command."""
+    client = usage.client
+    ck, prog, acc = spec.checkpoint, spec.progress, spec.acceptance
+    watched = bool(ck.watch)
+    progress = prog.pattern is not None or prog.tensorboard is not None
+    level_bb = "error" if usage.kind == BLACK_BOX else "warning"
+    what = _what(usage)
     if "restore" in acc.drills and not client and not (watched and ck.resume_args):
         missing = (
             "checkpoint.watch and checkpoint.resume_args"
             if not watched
             else "checkpoint.resume_args"
         )
-        out.append(Finding(level_bb, "acceptance.drills", f'"restore" is required, but {what}: '
-                           "no checkpoint of it can be restored and proven",
-                           f"set {missing} (the script's own checkpoint files and the "
-                           'arguments that resume from them, e.g. ["--resume", "{checkpoint}"]), '
-                           'or use the client API, or remove "restore"'))  # fmt: skip
+        yield Finding(level_bb, "acceptance.drills", f'"restore" is required, but {what}: '
+                      "no checkpoint of it can be restored and proven",
+                      f"set {missing} (the script's own checkpoint files and the "
+                      'arguments that resume from them, e.g. ["--resume", "{checkpoint}"]), '
+                      'or use the client API, or remove "restore"')  # fmt: skip
     elif "restore" in acc.drills and not client and not progress:
-        out.append(Finding(level_bb, "acceptance.drills", f'"restore" is required, but {what} '
-                           "and the spec reads no progress from it: the drill could not tell a "
-                           "script that resumed from one that trains from scratch",
-                           r'set progress.pattern (e.g. "iter (?P<step>\d+): loss '
-                           r'(?P<loss>[0-9.eE+-]+)") or progress.tensorboard, or use the '
-                           'client API, or remove "restore"'))  # fmt: skip
+        yield Finding(level_bb, "acceptance.drills", f'"restore" is required, but {what} '
+                      "and the spec reads no progress from it: the drill could not tell a "
+                      "script that resumed from one that trains from scratch",
+                      r'set progress.pattern (e.g. "iter (?P<step>\d+): loss '
+                      r'(?P<loss>[0-9.eE+-]+)") or progress.tensorboard, or use the '
+                      'client API, or remove "restore"')  # fmt: skip
     for drill in ("kill", "preempt"):
         if drill in acc.drills and not client and not watched:
-            out.append(Finding("warning", "acceptance.drills", f'"{drill}" is required, but '
-                               f"`acceptrun drill` refuses a script without checkpoints ({what})",
-                               "set checkpoint.watch (and checkpoint.resume_args), or use the client API"))  # fmt: skip
+            yield Finding("warning", "acceptance.drills", f'"{drill}" is required, but '
+                          f"`acceptrun drill` refuses a script without checkpoints ({what})",
+                          "set checkpoint.watch (and checkpoint.resume_args), or use the client API")  # fmt: skip
     if "preempt" in acc.drills and not client and watched:
-        out.append(Finding("warning", "acceptance.drills", '"preempt" is required, but '
-                           f"{what}: nothing checkpoints on SIGTERM, so `acceptrun drill` skips "
-                           "the preemption as not applicable and the verdict reads it as not "
-                           "recorded", 'remove "preempt" (the kill drill measures what a '
-                           "preemption loses), or save on SIGTERM through the client API"))  # fmt: skip
+        yield Finding("warning", "acceptance.drills", '"preempt" is required, but '
+                      f"{what}: nothing checkpoints on SIGTERM, so `acceptrun drill` skips "
+                      "the preemption as not applicable and the verdict reads it as not "
+                      "recorded", 'remove "preempt" (the kill drill measures what a '
+                      "preemption loses), or save on SIGTERM through the client API")  # fmt: skip
+
+
+def _result_findings(spec: RunSpec, usage: Usage) -> Iterator[Finding]:
+    """Required metrics and outputs the run could never record."""
+    client = usage.client
+    acc = spec.acceptance
+    level_bb = "error" if usage.kind == BLACK_BOX else "warning"
+    what = _what(usage)
     if acc.metrics and not client:
         names = ", ".join(acc.metrics)
-        out.append(Finding("warning", "acceptance.metrics", f"{names} can never be recorded: "
-                           f"{what}, and only run.metric(name, value) records a metric",
-                           "use the client API for the final metrics, or remove them (the "
-                           "verdict would reject every run)"))  # fmt: skip
+        yield Finding("warning", "acceptance.metrics", f"{names} can never be recorded: "
+                      f"{what}, and only run.metric(name, value) records a metric",
+                      "use the client API for the final metrics, or remove them (the "
+                      "verdict would reject every run)")  # fmt: skip
     for framework in sorted(usage.integrations):
         for name in acc.metrics:
             refused = refusal(framework, name)
             if refused is not None:
-                out.append(Finding("error", f"acceptance.metrics.{name}", *refused))
+                yield Finding("error", f"acceptance.metrics.{name}", *refused)
     for name in acc.outputs:
         if name in spec.outputs or name in usage.registers:
             continue
         if client:
             continue  # the name may be built at run time (run.output(f"...")): the verdict checks
-        out.append(Finding(level_bb, "acceptance.outputs", f"{name!r} is required, but the spec "
-                           f"does not declare it in [outputs] and {what}",
-                           f'declare it: [outputs] {_toml_key(name)} = "path/to/file" '
-                           "(relative to the workdir), or register it in the script with "
-                           f'run.output("{name}", path)'))  # fmt: skip
-    return out
+        yield Finding(level_bb, "acceptance.outputs", f"{name!r} is required, but the spec "
+                      f"does not declare it in [outputs] and {what}",
+                      f'declare it: [outputs] {_toml_key(name)} = "path/to/file" '
+                      "(relative to the workdir), or register it in the script with "
+                      f'run.output("{name}", path)')  # fmt: skip
 
 
 def raise_errors(spec: RunSpec, findings: list[Finding]) -> None:
