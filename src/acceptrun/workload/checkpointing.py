@@ -248,11 +248,22 @@ class Checkpointing(RunBase):
         resume = self.resume_from
         if not resume:
             return 0
-        from acceptrun.checkpoint.restore import load_into, load_ranked, restore_values
+        store = self._store()
+        path, loaded, seconds = self._load_resume(store, resume, map_location)
+        return self._keep_restored(store, path, loaded, seconds) + 1
+
+    def _load_resume(
+        self, store: Any, resume: str, map_location: str | None
+    ) -> tuple[Path, dict[str, Any], float]:
+        """Verify the checkpoint ``resume`` names and load it into the registered objects.
+
+        Returns the path loaded (a damaged one is set aside for the newest that verifies),
+        what it held and the seconds the load took.
+        """
+        from acceptrun.checkpoint.restore import load_into, load_ranked
         from acceptrun.checkpoint.state import TENSORS
         from acceptrun.checkpoint.tensorfile import TensorsHashMismatch
 
-        store = self._store()
         expect = None
         if self.ranks.distributed:
             path = self._agreed_resume_path(store, resume)
@@ -274,20 +285,26 @@ class Checkpointing(RunBase):
                 # aside (a checkpoint_quarantine event) and finds the newest one that verifies.
                 path, _ = self._verified_resume_path(store, str(path))
                 loaded = load_into(path, objects, device=map_location)
+        return path, loaded, time.perf_counter() - t0
+
+    def _keep_restored(self, store: Any, path: Path, loaded: dict[str, Any], seconds: float) -> int:
+        """Put the loaded plain values back, note the restore (a ``restored`` event); its step."""
+        from acceptrun.checkpoint.restore import restore_values
+
         values = restore_values({**self._objects, **self._per_rank}, loaded["values"])
         for name, value in values.items():  # the next checkpoint saves the restored value
             (self._per_rank if name in self._per_rank else self._objects)[name] = value
         self._values = values
         manifest = store.get(int(path.name.split("-", 1)[1]))
         step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
-        self._restored = {"step": step, "path": str(path), "seconds": time.perf_counter() - t0}
+        self._restored = {"step": step, "path": str(path), "seconds": seconds}
         self._last_saved_step = step
         if not self.drill and self.rank == 0:
             self.record.event(
                 "restored", sync=True, attempt=self.attempt, step=step, path=str(path),
                 seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
             )  # fmt: skip
-        return step + 1
+        return step
 
     @property
     def restored(self) -> dict[str, Any]:
