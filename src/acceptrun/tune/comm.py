@@ -240,13 +240,69 @@ def format_comm(result: dict[str, Any]) -> str:
 # ---- the worker --------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class _Rank:
+    """This worker's place in the group: its rank, the group's size, its device."""
+
+    rank: int
+    world: int
+    device: Any  # torch.device
+    nccl: bool
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (a GPU's; nothing to wait for on a CPU)."""
+        import torch
+
+        if self.nccl:
+            torch.cuda.synchronize(self.device)
+
+    def slowest(self, times: list[float]) -> list[float]:
+        """Per-iteration max over ranks: a collective ends when its slowest rank does."""
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(times, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [float(x) for x in t.cpu()]
+
+
 def _worker(job: dict[str, Any], result_path: str) -> None:
+    """One rank of the benchmark: join the group, measure, rank 0 writes the figures."""
+    import torch
+    import torch.distributed as dist
+
+    me = _join(job)
+    out: dict[str, Any] = {"backend": job["backend"], "procs": me.world, "definition": NCCL_TESTS,
+                           "device": torch.cuda.get_device_name(me.device) if me.nccl else "cpu",
+                           "notes": [], "allreduce": [], "buckets": [], "scaling": []}  # fmt: skip
+    hosts: list[Any] = [None] * me.world
+    dist.all_gather_object(
+        hosts, socket.gethostname() + ":" + os.environ.get("SLURMD_NODENAME", "")
+    )
+    out["nodes"] = job.get("nodes", 1)
+    out["hosts"] = sorted({h.split(":")[1] or h.split(":")[0] for h in hosts})
+    if me.world == 1:
+        out["notes"].append(
+            "one process: an all-reduce crosses no device (busbw is 0 by definition); the "
+            "times are the collective's fixed cost and, for DDP, its bucketing overhead"
+        )
+    out["allreduce"] = _allreduce_rows(job, me)
+    width, depth, batch = (4096, 8, 64) if me.nccl else (512, 6, 32)
+    out["model"] = f"MLP {depth} x {width}, batch {batch} per process"
+    out["buckets"], out["scaling"] = _ddp_rows(job, me, (width, depth, batch))
+    if me.rank == 0:
+        from acceptrun._util.durable import write_json_atomic
+
+        write_json_atomic(result_path, out)
+    dist.destroy_process_group()
+
+
+def _join(job: dict[str, Any]) -> _Rank:
+    """Find this process's rank and device and join the process group."""
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     # Started by run_comm (RANK, WORLD_SIZE) or as an srun task across nodes (SLURM_*).
     rank = int(os.environ.get("RANK") or os.environ["SLURM_PROCID"])
@@ -267,97 +323,95 @@ def _worker(job: dict[str, Any], result_path: str) -> None:
         job["backend"], rank=rank, world_size=world, timeout=timedelta(seconds=job["timeout"]),
         device_id=device if nccl else None,
     )  # fmt: skip
+    return _Rank(rank, world, device, nccl)
 
-    def sync() -> None:
-        if nccl:
-            torch.cuda.synchronize(device)
 
-    def slowest(times: list[float]) -> list[float]:
-        """Per-iteration max over ranks: a collective ends when its slowest rank does."""
-        t = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return [float(x) for x in t.cpu()]
+def _allreduce_rows(job: dict[str, Any], me: _Rank) -> list[dict[str, float]]:
+    """All-reduce of each message size: the median slowest-rank time and its bandwidths."""
+    import torch
+    import torch.distributed as dist
 
-    out: dict[str, Any] = {"backend": job["backend"], "procs": world, "definition": NCCL_TESTS,
-                           "device": torch.cuda.get_device_name(device) if nccl else "cpu",
-                           "notes": [], "allreduce": [], "buckets": [], "scaling": []}  # fmt: skip
-    hosts: list[Any] = [None] * world
-    dist.all_gather_object(
-        hosts, socket.gethostname() + ":" + os.environ.get("SLURMD_NODENAME", "")
-    )
-    out["nodes"] = job.get("nodes", 1)
-    out["hosts"] = sorted({h.split(":")[1] or h.split(":")[0] for h in hosts})
-    if world == 1:
-        out["notes"].append(
-            "one process: an all-reduce crosses no device (busbw is 0 by definition); the "
-            "times are the collective's fixed cost and, for DDP, its bucketing overhead"
-        )
+    rows = []
     for size in job["sizes"]:
-        x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        x = torch.ones(max(1, size // 4), dtype=torch.float32, device=me.device)
         for _ in range(job["warmup"]):
             dist.all_reduce(x)
-        sync()
+        me.sync()
         times = []
         for _ in range(job["iters"]):
-            sync()
+            me.sync()
             t0 = time.perf_counter()
             dist.all_reduce(x)
-            sync()
+            me.sync()
             times.append(time.perf_counter() - t0)
-        t = statistics.median(slowest(times))
+        t = statistics.median(me.slowest(times))
         alg = x.numel() * 4 / t
-        out["allreduce"].append({"bytes": x.numel() * 4, "time_s": t, "algbw_gbps": alg / 1e9,
-                                 "busbw_gbps": busbw(alg, world) / 1e9})  # fmt: skip
+        rows.append({"bytes": x.numel() * 4, "time_s": t, "algbw_gbps": alg / 1e9,
+                     "busbw_gbps": busbw(alg, me.world) / 1e9})  # fmt: skip
         del x
+    return rows
 
-    width, depth, batch = (4096, 8, 64) if nccl else (512, 6, 32)
-    out["model"] = f"MLP {depth} x {width}, batch {batch} per process"
 
-    def ddp_step_time(bucket_mb: float, group: Any) -> float:
-        torch.manual_seed(0)
-        layers: list[nn.Module] = []
-        for _ in range(depth):
-            layers += [nn.Linear(width, width), nn.ReLU()]
-        model = nn.Sequential(*layers).to(device)
-        ddp = DDP(
-            model, device_ids=[rank] if nccl else None, bucket_cap_mb=bucket_mb, process_group=group
-        )
-        opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-        data = torch.randn(batch, width, device=device)
-        times = []
-        for i in range(job["warmup"] + job["ddp_steps"]):
-            sync()
-            t0 = time.perf_counter()
-            ddp(data).square().mean().backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sync()
-            if i >= job["warmup"]:
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+def _ddp_rows(
+    job: dict[str, Any], me: _Rank, shape: tuple[int, int, int]
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The DDP bucket sweep's rows, then the scaling rows on the first 1..N ranks."""
+    import torch.distributed as dist
 
+    batch = shape[2]
+    buckets = []
     for bucket in job["buckets_mb"]:
-        t = statistics.median(slowest([ddp_step_time(bucket, None)]))
-        out["buckets"].append(
-            {"bucket_cap_mb": bucket, "step_s": t, "samples_per_s": world * batch / t}
+        t = statistics.median(me.slowest([_ddp_step_time(job, me, shape, bucket, None)]))
+        buckets.append(
+            {"bucket_cap_mb": bucket, "step_s": t, "samples_per_s": me.world * batch / t}
         )
     # Subgroups for 1..N processes; every rank must create every group, in the same order.
-    groups = [dist.new_group(list(range(k))) for k in range(1, world + 1)]
+    groups = [dist.new_group(list(range(k))) for k in range(1, me.world + 1)]
     base = None
-    for k, group in zip(range(1, world + 1), groups, strict=True):
-        t = ddp_step_time(25.0, group) if rank < k else 0.0
-        t = max(slowest([t]))
+    scaling = []
+    for k, group in zip(range(1, me.world + 1), groups, strict=True):
+        t = _ddp_step_time(job, me, shape, 25.0, group) if me.rank < k else 0.0
+        t = max(me.slowest([t]))
         total = k * batch / t
         base = base or total
-        out["scaling"].append(
+        scaling.append(
             {"procs": k, "step_s": t, "samples_per_s": total, "efficiency": total / (k * base)}
         )
         dist.barrier()
-    if rank == 0:
-        from acceptrun._util.durable import write_json_atomic
+    return buckets, scaling
 
-        write_json_atomic(result_path, out)
-    dist.destroy_process_group()
+
+def _ddp_step_time(
+    job: dict[str, Any], me: _Rank, shape: tuple[int, int, int], bucket_mb: float, group: Any
+) -> float:
+    """The median time of a DDP training step of the MLP ``shape`` (width, depth, batch)."""
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    width, depth, batch = shape
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers).to(me.device)
+    ddp = DDP(
+        model, device_ids=[me.rank] if me.nccl else None, bucket_cap_mb=bucket_mb,
+        process_group=group,
+    )  # fmt: skip
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    data = torch.randn(batch, width, device=me.device)
+    times = []
+    for i in range(job["warmup"] + job["ddp_steps"]):
+        me.sync()
+        t0 = time.perf_counter()
+        ddp(data).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        me.sync()
+        if i >= job["warmup"]:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
