@@ -66,63 +66,8 @@ def _recorded(args: argparse.Namespace, spec: Any) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from acceptrun.cost.interval import FLEET
-
-    inputs: dict[str, tuple[float | None, str]] = {}
-    spec = None
-    measured = None
-    if args.spec:
-        from acceptrun.spec.model import load_spec
-
-        spec = load_spec(Path(args.spec))
-        found = _recorded(args, spec)
-        if found is not None:
-            run_id, measured = found
-    rec = f"run {run_id}" if measured is not None else ""
-
-    def pick(flag: str, given: float | None, *others: tuple[float | None, str]) -> None:
-        if given is not None:
-            inputs[flag] = (given, f"--{flag}")
-            return
-        for value, source in others:
-            if value is not None:
-                inputs[flag] = (float(value), source)
-                return
-        inputs[flag] = (None, "")
-
-    m = measured
-    pick("save", args.save,
-         (m.save_s or None if m else None, f"{rec}: {m.save_from}" if m else ""))  # fmt: skip
-    pick("restart", args.restart,
-         (m.restart_s if m else None, f"{rec}: {m.restart_from}" if m else ""))  # fmt: skip
-    mtbf, gpu_mtbf = args.mtbf, args.mtbf_gpu  # seconds, checked by argparse
-    if mtbf is not None:
-        inputs["mtbf"] = (mtbf, "--mtbf")
-    elif args.gpus is not None:
-        per_gpu, source = (gpu_mtbf, "--mtbf-gpu") if gpu_mtbf is not None else (
-            FLEET.gpu_mtbf_s, f"published: {FLEET.source}"
-        )  # fmt: skip
-        inputs["mtbf"] = (per_gpu / args.gpus, f"{source}, per GPU / {args.gpus} GPUs")
-    elif gpu_mtbf is not None:
-        raise UserError("--mtbf-gpu needs --gpus N: the job's M is one GPU's divided by N")
-    elif spec is not None and spec.checkpoint.mtbf is not None:
-        inputs["mtbf"] = (float(spec.checkpoint.mtbf), f"{args.spec}: checkpoint.mtbf")
-    elif m is not None and m.mtbf_s is not None:
-        inputs["mtbf"] = (m.mtbf_s, f"{rec}: {m.mtbf_from}")
-    else:
-        inputs["mtbf"] = (None, "")
-    pick("work", args.work,
-         (m.productive_s if m else None, f"{rec}: its step time" if m else ""))  # fmt: skip
-    spec_every = (
-        None if spec is None or spec.checkpoint.every is None else float(spec.checkpoint.every)
-    )
-    pick("interval", args.interval,
-         (spec_every, f"{args.spec}: checkpoint.every"),
-         (m.interval_s if m else None, f"{rec}: {m.interval_from}" if m else ""))  # fmt: skip
-    price = args.usd_per_hour
-    price_from = "--usd-per-hour" if price is not None else ""
-    if price is None and m is not None and m.usd_per_hour is not None:
-        price, price_from = m.usd_per_hour, f"{rec}: its [cost]"
+    """`acceptrun ckpt plan`: the checkpoint interval and its cost, from flags, spec or run."""
+    inputs, price, price_from = _plan_inputs(args)
     missing = [k for k in ("save", "restart", "mtbf", "work") if inputs[k][0] is None]
     if missing:
         how = {
@@ -159,6 +104,79 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     print(_text(out))
     return 0
+
+
+_Inputs = dict[str, tuple[float | None, str]]  # figure -> (seconds, where it came from)
+
+
+def _plan_inputs(args: argparse.Namespace) -> tuple[_Inputs, float | None, str]:
+    """Each figure the model needs and its source: a flag first, then the spec, then its
+    newest finished run; then the price per hour and its source.
+    """
+    inputs: _Inputs = {}
+    spec = None
+    measured = None
+    if args.spec:
+        from acceptrun.spec.model import load_spec
+
+        spec = load_spec(Path(args.spec))
+        found = _recorded(args, spec)
+        if found is not None:
+            run_id, measured = found
+    rec = f"run {run_id}" if measured is not None else ""
+
+    def pick(flag: str, given: float | None, *others: tuple[float | None, str]) -> None:
+        if given is not None:
+            inputs[flag] = (given, f"--{flag}")
+            return
+        for value, source in others:
+            if value is not None:
+                inputs[flag] = (float(value), source)
+                return
+        inputs[flag] = (None, "")
+
+    m = measured
+    pick("save", args.save,
+         (m.save_s or None if m else None, f"{rec}: {m.save_from}" if m else ""))  # fmt: skip
+    pick("restart", args.restart,
+         (m.restart_s if m else None, f"{rec}: {m.restart_from}" if m else ""))  # fmt: skip
+    inputs["mtbf"] = _mtbf_input(args, spec, m, rec)
+    pick("work", args.work,
+         (m.productive_s if m else None, f"{rec}: its step time" if m else ""))  # fmt: skip
+    spec_every = (
+        None if spec is None or spec.checkpoint.every is None else float(spec.checkpoint.every)
+    )
+    pick("interval", args.interval,
+         (spec_every, f"{args.spec}: checkpoint.every"),
+         (m.interval_s if m else None, f"{rec}: {m.interval_from}" if m else ""))  # fmt: skip
+    price = args.usd_per_hour
+    price_from = "--usd-per-hour" if price is not None else ""
+    if price is None and m is not None and m.usd_per_hour is not None:
+        price, price_from = m.usd_per_hour, f"{rec}: its [cost]"
+    return inputs, price, price_from
+
+
+def _mtbf_input(args: argparse.Namespace, spec: Any, m: Any, rec: str) -> tuple[float | None, str]:
+    """M, the job's mean time between interruptions, and its source: --mtbf, --gpus N (each
+    GPU's --mtbf-gpu or a published rate), the spec's checkpoint.mtbf, or the recorded run.
+    """
+    from acceptrun.cost.interval import FLEET
+
+    mtbf, gpu_mtbf = args.mtbf, args.mtbf_gpu  # seconds, checked by argparse
+    if mtbf is not None:
+        return (mtbf, "--mtbf")
+    if args.gpus is not None:
+        per_gpu, source = (gpu_mtbf, "--mtbf-gpu") if gpu_mtbf is not None else (
+            FLEET.gpu_mtbf_s, f"published: {FLEET.source}"
+        )  # fmt: skip
+        return (per_gpu / args.gpus, f"{source}, per GPU / {args.gpus} GPUs")
+    if gpu_mtbf is not None:
+        raise UserError("--mtbf-gpu needs --gpus N: the job's M is one GPU's divided by N")
+    if spec is not None and spec.checkpoint.mtbf is not None:
+        return (float(spec.checkpoint.mtbf), f"{args.spec}: checkpoint.mtbf")
+    if m is not None and m.mtbf_s is not None:
+        return (m.mtbf_s, f"{rec}: {m.mtbf_from}")
+    return (None, "")
 
 
 def _figures(
