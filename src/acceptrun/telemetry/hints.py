@@ -75,11 +75,17 @@ def _pct(share: float) -> str:
 def make_hints(summary: Summary, ev: Evidence) -> list[str]:
     """Hints in order of how much time they explain, roughly: data, checkpoints, start-up,
     restarts, idle, GPU limits, drift, memory headroom, MFU."""
+    gpus = [g for g in summary.gpus if (g.get("samples") or 0) >= MIN_GPU_SAMPLES]
+    hints = _time_hints(summary, ev) + _gpu_limit_hints(gpus, ev)
+    return hints + _headroom_hints(summary, gpus)
+
+
+def _time_hints(summary: Summary, ev: Evidence) -> list[str]:
+    """Where the run's time went that it could get back: data, checkpoints, start-up,
+    restarts, idle."""
     hints: list[str] = []
     timed = int(summary.step_time["n"]) if summary.step_time else 0
     bd = summary.breakdown
-    gpus = [g for g in summary.gpus if (g.get("samples") or 0) >= MIN_GPU_SAMPLES]
-
     share = summary.data_wait_share
     if share is not None and timed >= MIN_STEPS and share >= DATA_WAIT_SHARE:
         hints.append(
@@ -127,6 +133,12 @@ def make_hints(summary: Summary, ev: Evidence) -> list[str]:
             "look for waits outside the loop (evaluation, logging, I/O), or set "
             "limits.idle_window to stop idle runs"
         )
+    return hints
+
+
+def _gpu_limit_hints(gpus: list[dict[str, Any]], ev: Evidence) -> list[str]:
+    """A GPU held back by its power cap or its temperature, or failing (ECC, Xid)."""
+    hints: list[str] = []
     for g in gpus:
         capped, throttled = g.get("power_capped_share"), g.get("throttled_share")
         if capped is not None and capped >= POWER_CAPPED_SHARE:
@@ -152,6 +164,13 @@ def make_hints(summary: Summary, ev: Evidence) -> list[str]:
             f"NVML reported Xid {', '.join(codes)} during the run: see the xid events and the "
             "driver log (dmesg); repeated Xids mean a faulty GPU or driver"
         )
+    return hints
+
+
+def _headroom_hints(summary: Summary, gpus: list[dict[str, Any]]) -> list[str]:
+    """What the run leaves on the table: step time that drifts, memory, MFU."""
+    hints: list[str] = []
+    timed = int(summary.step_time["n"]) if summary.step_time else 0
     drift = summary.drift
     if drift is not None and drift["change"] >= DRIFT_CHANGE:
         hints.append(
