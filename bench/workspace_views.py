@@ -10,11 +10,12 @@
    redaction, which would make the 10,000 copies take minutes. Then ``acceptrun index
    rebuild`` (:meth:`Workspace.rebuild_index`) indexes them, as an upgrade would.
 2. Times, as real processes (interpreter start-up included, what a user waits for):
-   ``acceptrun cost``, ``acceptrun cost --json`` and ``acceptrun ls``; and the board's
-   spend page as served by a real board server on 127.0.0.1 (HTTP over loopback). Each
-   figure is the median of ``--repeats``, after one warm-up (the first read of a
-   freshly rebuilt index is no different, it is left out only to keep the disk cache
-   out of the figure).
+   ``acceptrun cost``, ``acceptrun cost --json``, ``acceptrun ls`` and, for the
+   start-up alone, ``acceptrun --version``; the board's spend page as served by a real
+   board server on 127.0.0.1 (HTTP over loopback); and, in this process, what ``cost``
+   and the spend page do once started. Each figure is the median of ``--repeats``, after
+   one warm-up (the first read of a freshly rebuilt index is no different, it is left
+   out only to keep the disk cache out of the figure).
 3. Checks that ``acceptrun cost --json`` totals equal the ledgers' own sums.
 
     python bench/workspace_views.py [--runs 10000] [--repeats 5] [--dir D]
@@ -148,6 +149,30 @@ def time_spend_page(ws: Workspace, repeats: int) -> float:
         server.server_close()
 
 
+def in_process(ws: Workspace, repeats: int) -> tuple[float, float]:
+    """Median seconds of what ``cost`` and the spend page do once started (no start-up)."""
+    from acceptrun.cost.catalog import load_catalog
+    from acceptrun.cost.report import format_summary, select_ledgers, summarize
+    from acceptrun.ui import Board
+    from acceptrun.ui.spend import spend_page
+
+    def cost() -> float:
+        t0 = time.perf_counter()
+        ledgers, live = select_ledgers(ws, load_catalog(ws.root))
+        format_summary(summarize(ledgers), live=live)
+        return time.perf_counter() - t0
+
+    def spend() -> float:
+        t0 = time.perf_counter()
+        spend_page(Board.for_workspaces([ws]))
+        return time.perf_counter() - t0
+
+    return (
+        statistics.median(cost() for _ in range(repeats)),
+        statistics.median(spend() for _ in range(repeats)),
+    )
+
+
 def sums(ws: Workspace) -> dict[str, float]:
     """The totals of every ledger.json in the workspace, added up here."""
     total = accepted = runs = 0.0
@@ -178,7 +203,9 @@ def main() -> None:
     cost_s, _ = timed_process(["--workspace", str(ws.root), "cost"], args.repeats, env)
     json_s, text = timed_process(["--workspace", str(ws.root), "cost", "--json"], args.repeats, env)
     ls_s, _ = timed_process(["--workspace", str(ws.root), "ls"], args.repeats, env)
+    start_s, _ = timed_process(["--version"], args.repeats, env)
     spend_s = time_spend_page(ws, args.repeats)
+    cost_in, spend_in = in_process(ws, args.repeats)
     got = json.loads(text)
     want = sums(ws)
     same = (got["runs"], got["accepted"], round(got["total_usd"], 4)) == (
@@ -186,11 +213,15 @@ def main() -> None:
     )  # fmt: skip
     figures.update(cost_s=round(cost_s, 3), cost_json_s=round(json_s, 3),
                    spend_page_s=round(spend_s, 3), ls_s=round(ls_s, 3),
+                   version_s=round(start_s, 3), cost_in_process_s=round(cost_in, 3),
+                   spend_in_process_s=round(spend_in, 3),
                    totals_match_ledgers=same, total_usd=want["total_usd"])  # fmt: skip
     print(f"  acceptrun cost          {cost_s:.3f} s (median of {args.repeats}, a process)")
     print(f"  acceptrun cost --json   {json_s:.3f} s")
     print(f"  board spend page        {spend_s:.3f} s (GET /spend over loopback)")
     print(f"  acceptrun ls            {ls_s:.3f} s (for reference)")
+    print(f"  acceptrun --version     {start_s:.3f} s (start-up alone, for reference)")
+    print(f"  in one process: cost {cost_in:.3f} s, spend page {spend_in:.3f} s (no start-up)")
     print(f"  totals equal the ledgers' own sums: {same} (${want['total_usd']:,.2f})")
     print(json.dumps(figures))
 
