@@ -1,4 +1,5 @@
-"""Each provider's preemption notice, read from a loopback server speaking its protocol."""
+"""Each provider's preemption notice protocol, read from a loopback server speaking it (the
+run that a notice ends: tests/integration/test_preemption_notice.py)."""
 
 from __future__ import annotations
 
