@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import mul
 from pathlib import Path
 from typing import Any, overload
 
@@ -314,24 +314,20 @@ def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
     them from the index: no ledger is decoded).
     """
     rows = _rows_of(ledgers)
-    figures = [r.figures for r in rows]
-    sums = [math.fsum(col) for col in zip(*figures, strict=True)] or [0.0] * len(_AT)
+    # One column per figure, added up in the order of the runs (as a ledger's own sums).
+    cols = list(zip(*(r.figures for r in rows), strict=True)) or [()] * len(_AT)
+    sums: list[float] = [float(sum(col)) for col in cols]
 
     def got(figure: str) -> float:
         return sums[_AT[figure]]
 
     keys = ("compute_usd", "storage_usd", "human_usd", "switching_usd")
     totals = {k: got(f"totals.{k}") for k in keys}
-    usd, billed = _AT["compute.usd"], _AT["billed_s"]
-    per_s = [f[usd] / f[billed] if f[billed] else 0.0 for f in figures]
+    usd, billed = cols[_AT["compute.usd"]], cols[_AT["billed_s"]]
+    per_s = [u / b if b else 0.0 for u, b in zip(usd, billed, strict=True)]
     details = [f for f in index.COST_FIGURES if f.startswith(index.DETAIL)]
     detail_s = {f.removeprefix(index.DETAIL): got(f) for f in details}
-    detail_usd = {
-        f.removeprefix(index.DETAIL): math.fsum(
-            x[_AT[f]] * p for x, p in zip(figures, per_s, strict=True)
-        )
-        for f in details
-    }
+    detail_usd = {f.removeprefix(index.DETAIL): sum(map(mul, cols[_AT[f]], per_s)) for f in details}
     total = sum(totals.values())
     accepted = sum(r.accepted for r in rows)
     left = "storage.left_behind"
@@ -484,11 +480,11 @@ def waste_by(ledgers: Iterable[dict[str, Any]], group: str) -> list[dict[str, An
     at = {(u, k): _AT[f"compute.waste.{u}.{k}"] for u in ("usd", "seconds") for k in RESPONSIBLE}
     rows = []
     for name, found in group_ledgers(ledgers, group).items():
-        figures = [r.figures for r in found.rows]
+        cols = list(zip(*(r.figures for r in found.rows), strict=True))
         rows.append({
-            group: name, "runs": len(figures),
-            "usd": {k: math.fsum(f[at["usd", k]] for f in figures) for k in RESPONSIBLE},
-            "seconds": {k: math.fsum(f[at["seconds", k]] for f in figures) for k in RESPONSIBLE},
+            group: name, "runs": len(found),
+            "usd": {k: sum(cols[at["usd", k]]) for k in RESPONSIBLE},
+            "seconds": {k: sum(cols[at["seconds", k]]) for k in RESPONSIBLE},
         })  # fmt: skip
     return sorted(rows, key=lambda r: r[group], reverse=group == "week")
 
