@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
+from acceptrun.record.recovery import restarts
 from acceptrun.record.workspace import RunRecord
 from acceptrun.run.launch import LaunchResult, launch
 from conftest import PYTHON, Project
@@ -70,6 +73,17 @@ def test_kill_then_resume_and_the_fault_does_not_fire_again(project: Project) ->
         "workload's client, as asked"
     ), exit1
     assert exit1["reason"] == "killed by an injected fault kill@step=4 (killed by SIGKILL)"
+    # The restart's time, from the fault to attempt 2's first step, and its parts: each
+    # part between the events that bound it, and together no more than the whole.
+    (restart,) = restarts(record)
+    fault = next(record.events("fault_injected"))
+    first = min(e["t"] for e in record.events("step") if e["attempt"] == 2)
+    assert restart.total == pytest.approx(first - fault["t"], abs=1e-3)
+    parts = restart.parts()
+    assert parts["backoff"] == 0 and parts["restore"] is not None and parts["set_up"] is not None
+    assert sum(v or 0.0 for v in parts.values()) <= restart.total + 1e-2  # type: ignore[operator]
+    (check,) = [c for c in result.verdict.checks if c.name == "recovery"]
+    assert check.evidence.startswith("1 restart(s), median ") and "restore " in check.evidence
 
 
 def test_term_checkpoints_the_step_and_loses_none(project: Project) -> None:

@@ -43,6 +43,7 @@ def registered_checks() -> tuple[CheckFn, ...]:
         operations.failures,
         operations.restarts,
         operations.preemption_notice,
+        operations.recovery,
         operations.drills,
         operations.cleanup,
         operations.injected_faults,

@@ -11,6 +11,7 @@ from typing import Any
 from acceptrun.cost.billing import format_usd
 from acceptrun.record.glossary import label as part_label
 from acceptrun.record.lost import lost_work
+from acceptrun.record.recovery import restarts as restarts_of
 from acceptrun.record.view import read_attempts
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import format_duration
@@ -27,6 +28,7 @@ __all__ = [
     "failures",
     "injected_faults",
     "preemption_notice",
+    "recovery",
     "restarts",
     "resumed",
 ]
@@ -169,6 +171,25 @@ def preemption_notice(given: CheckInput) -> list[Check]:
     )
     fix = "save faster, or lower the state saved on SIGTERM" if late else None
     return [Check("operations", "preemption notice", FAIL if late else PASS, False, evidence, fix)]
+
+
+def recovery(given: CheckInput) -> list[Check]:
+    """How long each restart took, from the workload's end to the next first step, and
+    where the time went (record/recovery.py; information)."""
+    done = [r for r in restarts_of(given.record) if r.total is not None]
+    if not done:
+        return []
+    slowest = max(done, key=lambda r: r.total or 0.0)
+    totals = sorted(float(r.total or 0.0) for r in done)
+    median = totals[len(totals) // 2]
+    parts = ", ".join(
+        f"{name.replace('_', ' ')} {seconds:.2f}s"
+        for name, seconds in slowest.parts().items()
+        if seconds is not None
+    )
+    brief = f"{len(done)} restart(s), median {median:.2f}s from the end to the first step"
+    evidence = f"{brief}; the slowest, attempt {slowest.attempt + 1}, {slowest.total:.2f}s: {parts}"
+    return [Check("operations", "recovery", PASS, False, evidence, None, brief)]
 
 
 def restarts(given: CheckInput) -> list[Check]:
