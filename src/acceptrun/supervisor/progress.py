@@ -52,6 +52,7 @@ from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.axis import StepAxis
 from acceptrun.supervisor.counter import COUNTER_GROUPS, StepClock
 from acceptrun.supervisor.process import Arrivals
+from acceptrun.workload.contract import divergence
 
 __all__ = ["ProgressReader", "match_line"]
 
@@ -425,12 +426,9 @@ class ProgressReader:
         return self.diverged is not None
 
     def _check_divergence(self, step: int, loss: float, source: str) -> None:
-        limit = self.spec.limits.max_loss
-        if math.isfinite(loss) and (limit is None or loss <= limit):
+        reason = divergence(step, loss, self.spec.limits.max_loss)
+        if reason is None:
             return
-        reason = f"loss {loss} at step {step}" + ("" if math.isfinite(loss) else " is not finite")
-        if math.isfinite(loss):
-            reason += f", above limits.max_loss = {limit:g}"
         self.diverged = self.record.event(
             "diverged", sync=True, attempt=self.attempt, step=step, loss=str(loss),
             reason=reason, source=source,

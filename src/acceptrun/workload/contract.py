@@ -12,9 +12,13 @@ it without loading the client.
 'checkpoint directory to resume from; empty on a fresh start'
 >>> EXIT_STOPPED, EXIT_DIVERGED
 (143, 3)
+>>> divergence(120, float("nan"), None)
+'loss nan at step 120 is not finite'
 """
 
 from __future__ import annotations
+
+import math
 
 __all__ = [
     "CONTROL_FILE",
@@ -36,6 +40,7 @@ __all__ = [
     "EXIT_STOPPED",
     "HEARTBEAT_S",
     "STACKS_FILE",
+    "divergence",
 ]
 
 # ---- environment variables the supervisor sets for every attempt ---------------------------
@@ -70,6 +75,20 @@ ENV_VARS = {
 # ---- exit statuses the workload ends with -----------------------------------------------------
 EXIT_STOPPED = 143  # a graceful stop (checkpointed, "stopped" event): what SIGTERM's death gives
 EXIT_DIVERGED = 3  # exit status after a "diverged" event (the event, not the code, decides)
+
+
+def divergence(step: int, loss: float, max_loss: float | None) -> str | None:
+    """Why a loss means the run diverged (the "diverged" event's reason), or None.
+
+    The one rule, for the client's loop and the supervisor's reading of a script's log: a
+    loss that is NaN or infinite, or above ``limits.max_loss`` when one is set.
+    """
+    if math.isfinite(loss) and (max_loss is None or loss <= max_loss):
+        return None
+    if not math.isfinite(loss):
+        return f"loss {loss} at step {step} is not finite"
+    return f"loss {loss} at step {step}, above limits.max_loss = {max_loss:g}"
+
 
 # ---- files in the run record ------------------------------------------------------------------
 # `acceptrun stop|kill RUN` (and the Slurm backend) write this, then signal the supervisor:

@@ -8,7 +8,6 @@ the process as ``diverged``, and a drill's injected step faults fire.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
@@ -22,6 +21,7 @@ from acceptrun.workload.contract import (
     EXIT_DIVERGED,
     HEARTBEAT_S,
     STACKS_FILE,
+    divergence,
 )
 
 __all__ = ["WorkloadWatch"]
@@ -36,12 +36,9 @@ class WorkloadWatch(RunBase):
         Saving here would make a diverged state the newest checkpoint, the one every
         restart and rollback would then start from.
         """
-        limit = self.spec.limits.max_loss
-        if math.isfinite(loss) and (limit is None or loss <= limit):
+        reason = divergence(step, loss, self.spec.limits.max_loss)
+        if reason is None:
             return
-        reason = f"loss {loss} at step {step}" + ("" if math.isfinite(loss) else " is not finite")
-        if math.isfinite(loss):
-            reason += f", above limits.max_loss = {limit:g}"
         self.record.event(
             "diverged", sync=True, attempt=self.attempt, step=step, loss=str(loss), reason=reason,
             **self._rank_field(),
