@@ -40,8 +40,25 @@ PART_NAMES = {
 
 
 def format_show(record: RunRecord, *, explain: bool = False) -> str:
+    """``acceptrun show``: the run, its steps and metrics, its attempts, what they lost,
+    the telemetry, and the verdict, from what the record holds."""
     view = RecordView(record)  # run.json, events.jsonl and the exits, read once
     state = view.raw_state
+    # The step figures come from the stored summary of a closed run, else from one pass
+    # over the step log: never a dict per step.
+    stored = load_summary(record.path, with_timelines=False)
+    lines = _head_lines(record, state) + _step_lines(stored.steps, view)
+    lines += _attempt_lines(view, state)
+    if state.get("mode") == "tune":
+        return printable("\n".join(lines + _format_tune(record)))
+    lines += format_telemetry(stored.summary, _gpu_absent(record))
+    lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
+    lines += serving_lines(record)  # serving runs only
+    return printable("\n".join(lines + _verdict_lines(view, state, explain)))
+
+
+def _head_lines(record: RunRecord, state: dict[str, Any]) -> list[str]:
+    """The run's id, name, status (interrupted when its supervisor is gone) and record."""
     liveness = supervisor_state(record, state)  # record/liveness.py: derived, not written
     lines = [
         f"run      {record.run_id}",
@@ -56,11 +73,12 @@ def format_show(record: RunRecord, *, explain: bool = False) -> str:
         ]
     if output := _output_line(state):
         lines.append(output)
-    # The step figures come from the stored summary of a closed run, else from one pass
-    # over the step log: never a dict per step.
-    stored = load_summary(record.path, with_timelines=False)
-    facts = stored.steps
-    metrics = view.metrics()
+    return lines
+
+
+def _step_lines(facts: dict[str, Any], view: RecordView) -> list[str]:
+    """The steps (count, last, median time, data wait, loss) and the metrics logged."""
+    lines = []
     if facts.get("steps"):
         parts = [f"{facts['steps']} logged, last step {facts.get('last_step')}"]
         median = facts.get("median_step_time")
@@ -74,7 +92,7 @@ def format_show(record: RunRecord, *, explain: bool = False) -> str:
         if facts.get("loss_first") is not None and facts.get("loss_last") is not None:
             parts.append(f"loss {facts['loss_first']:.4g} -> {facts['loss_last']:.4g}")
         lines.append(f"steps    {', '.join(parts)}")
-    if metrics:
+    if metrics := view.metrics():
         scoped = view.per_attempt_metrics()  # one attempt's averages: said so
         lines.append(
             "metrics  "
@@ -84,10 +102,16 @@ def format_show(record: RunRecord, *, explain: bool = False) -> str:
                 for k, v in metrics.items()
             )
         )
-    for ex in view.attempts():
-        lines.append(
-            f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
-        )
+    return lines
+
+
+def _attempt_lines(view: RecordView, state: dict[str, Any]) -> list[str]:
+    """Each attempt's end, the work lost, the step axis's offsets, the progress warnings,
+    the notifications and the events that lack a field."""
+    lines = [
+        f"attempt  {ex['attempt']}: {ex['reason']} after {format_duration(ex['duration_s'])} ({ex['outcome']})"
+        for ex in view.attempts()
+    ]
     if lost := _lost_line(state, view.attempts()):
         lines.append(lost)
     for ev in view.events("step_counter_restarted"):  # supervisor/axis.py
@@ -103,25 +127,20 @@ def format_show(record: RunRecord, *, explain: bool = False) -> str:
     if problems := view.event_problems():  # known events lacking a field: shown, not fatal
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         lines.append(f"events   {'; '.join(problems[:3])}{more}")
-    if state.get("mode") == "tune":
-        return printable("\n".join(lines + _format_tune(record)))
-    lines += format_telemetry(stored.summary, _gpu_absent(record))
-    lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
-    lines += serving_lines(record)  # serving runs only
+    return lines
+
+
+def _verdict_lines(view: RecordView, state: dict[str, Any], explain: bool) -> list[str]:
+    """The verdict as decided at close, or why there is none yet."""
     decided = view.verdict()  # a newer format raises RecordError naming the fix
-    if decided is not None:
-        checks = [Check(**c) for c in decided.checks]
-        verdict = Verdict(
-            str(decided.raw.get("run_id")), checks, str(decided.raw.get("decided_at"))
-        )
-        name = str(state.get("name", ""))
-        lines += ["", format_verdict(verdict, name=name, explain=explain)]
-    else:
-        lines += [
+    if decided is None:
+        return [
             "",
             "verdict  not decided yet (the run is still going, or it was interrupted before closing)",
         ]
-    return printable("\n".join(lines))
+    checks = [Check(**c) for c in decided.checks]
+    verdict = Verdict(str(decided.raw.get("run_id")), checks, str(decided.raw.get("decided_at")))
+    return ["", format_verdict(verdict, name=str(state.get("name", "")), explain=explain)]
 
 
 def _lost_line(state: dict[str, Any], attempts: list[dict[str, Any]]) -> str | None:
