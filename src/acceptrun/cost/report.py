@@ -605,6 +605,21 @@ def format_by_workspace(
 
 def format_ledger(ledger: dict[str, Any]) -> str:
     """``acceptrun cost show RUN``: one run's ledger as a small table."""
+    lines = _ledger_head(ledger) + _compute_lines(ledger) + _storage_lines(ledger["storage"])
+    for h in ledger["human"]:
+        note = f" ({h['note']})" if h.get("note") else ""
+        lines.append(
+            f"  people: {h['minutes']:g} min at {_usd(h['rate_per_hour'])}/h = {_usd(h['usd'])}{note}"
+        )
+    for s in ledger["switching"]:
+        note = f" ({s['note']})" if s.get("note") else ""
+        lines.append(f"  switching: {_usd(s['usd'])}{note}")
+    lines.append(f"  total {_usd(ledger['total_usd'])}")
+    return "\n".join(lines)
+
+
+def _ledger_head(ledger: dict[str, Any]) -> list[str]:
+    """The run, its verdict and its price; the time billed, and the table's header."""
     verdict = {True: "accepted", False: "rejected", None: "no verdict"}[ledger.get("accepted")]
     price = ledger.get("price")
     head = f"run {ledger['run_id']} ({verdict})"
@@ -615,8 +630,7 @@ def format_ledger(ledger: dict[str, Any]) -> str:
         )
     else:
         head += f"  not priced: {ledger.get('unpriced_reason')}"
-    comp = ledger["compute"]
-    lines = [
+    return [
         head,
         f"billed {ledger['billed_s']:.0f} s (wall {ledger['wall_s']:.1f} s, "
         f"{len(ledger['segments'])} segment(s)), "
@@ -627,10 +641,16 @@ def format_ledger(ledger: dict[str, Any]) -> str:
         ),
         f"  {'':<18} {'seconds':>10} {'USD':>12}",
     ]
-    for k in PARTS:
-        lines.append(
-            f"  {k.replace('_', ' '):<18} {comp['split_s'][k]:>10.1f} {comp['split_usd'][k]:>12.2f}"
-        )
+
+
+def _compute_lines(ledger: dict[str, Any]) -> list[str]:
+    """The compute split (a row per part), the machine after the run, and each attempt's
+    split with whose its wasted time was."""
+    comp = ledger["compute"]
+    lines = [
+        f"  {k.replace('_', ' '):<18} {comp['split_s'][k]:>10.1f} {comp['split_usd'][k]:>12.2f}"
+        for k in PARTS
+    ]
     lines.append(f"  {'compute':<18} {ledger['billed_s']:>10.1f} {comp['usd']:>12.2f}")
     rounding = comp["detail_s"].get("idle.rounding", 0.0)
     lines.append(f"  (idle includes {rounding:.1f} s of rounding up to billing increments)")
@@ -661,14 +681,18 @@ def format_ledger(ledger: dict[str, Any]) -> str:
                 f"      wasted {s['wasted']:.1f} s is the {a['responsibility']}'s "
                 f"({a['class']}{drill}): {ev.get('reason')}"
             )
-    st = ledger["storage"]
+    return lines
+
+
+def _storage_lines(st: dict[str, Any]) -> list[str]:
+    """Storage here (checkpoints, outputs, what is left behind) and in the mirror."""
     left = st["left_behind"]
     local_usd = st.get("local_usd", st["usd"])
-    lines.append(
+    lines = [
         f"  storage here: checkpoints {st['checkpoints']['gib_hours']:.3g} GiB-h, outputs "
         f"{st['outputs']['gib_hours']:.3g} GiB-h, {_usd(local_usd)}; left behind "
         f"{format_bytes(left['bytes'])} ({_usd(left['monthly_usd'])}/month)"
-    )
+    ]
     mirror = st.get("mirror") or {}
     if mirror.get("items"):
         rate = "" if mirror.get("priced") else " (no cost.mirror_per_gib_month: at $0)"
@@ -677,16 +701,7 @@ def format_ledger(ledger: dict[str, Any]) -> str:
             f"{rate}; left there {format_bytes(mirror['left_bytes'])} "
             f"({_usd(mirror['monthly_usd'])}/month)"
         )
-    for h in ledger["human"]:
-        note = f" ({h['note']})" if h.get("note") else ""
-        lines.append(
-            f"  people: {h['minutes']:g} min at {_usd(h['rate_per_hour'])}/h = {_usd(h['usd'])}{note}"
-        )
-    for s in ledger["switching"]:
-        note = f" ({s['note']})" if s.get("note") else ""
-        lines.append(f"  switching: {_usd(s['usd'])}{note}")
-    lines.append(f"  total {_usd(ledger['total_usd'])}")
-    return "\n".join(lines)
+    return lines
 
 
 def project(ledger: dict[str, Any], target: Price) -> dict[str, Any]:
