@@ -22,7 +22,9 @@ __all__ = ["queue_page"]
 
 
 def queue_page(board: Board, token: str | None) -> str:
-    from acceptrun.queue.db import ACTIVE, STATES, QueueDB
+    """The board's queue and pool: per workspace, the jobs by state, the devices and what
+    runs on each, and the pool's idle share over time."""
+    from acceptrun.queue.db import STATES, QueueDB
 
     body = ["<h1>Queue and pool</h1>"]
     any_queue = False
@@ -44,62 +46,9 @@ def queue_page(board: Board, token: str | None) -> str:
             + "".join(f"<div><span>{esc(s)}</span><b>{n}</b></div>" for s, n in counts.items())
             + "</div>"
         )
-        body.append("<h3>Devices</h3>")
-        if workers:
-            on: dict[tuple[str, int], Any] = {}
-            for j in jobs:
-                if j.state in ACTIVE:
-                    for d in j.devices:
-                        on[(j.kind, d)] = j
-            body.append(
-                "<table><tr><th>worker</th><th>host</th><th>kind</th><th>device</th><th>running</th><th>heartbeat</th></tr>"
-            )
-            for w in workers:
-                for d in w.devices:
-                    busy = on.get((w.kind, d))
-                    what = (
-                        "idle"
-                        if busy is None
-                        else f"job {busy.id} {busy.name} (run {busy.run_id or '-'})"
-                    )
-                    body.append(
-                        f"<tr><td>{esc(w.id)}</td><td>{esc(w.host)}</td><td>{esc(w.kind)}</td>"
-                        f'<td class="num">{d}</td><td>{esc(what)}</td>'
-                        f"<td>{esc(format_duration(max(0.0, now - w.heartbeat)))} ago</td></tr>"
-                    )
-            body.append("</table>")
-        else:
-            body.append(
-                '<p class="note">No worker is running: start one with <code>acceptrun worker</code>.</p>'
-            )
+        body += _devices(jobs, workers, now)
         body += _idle_chart(jobs, workers, now)
-        body.append("<h3>Jobs</h3>")
-        for state in STATES:
-            subset = [j for j in jobs if j.state == state]
-            if not subset:
-                continue
-            body.append(
-                f"<h4>{esc(state)} ({len(subset)})</h4><table><tr><th>job</th><th>name</th>"
-                "<th>kind</th><th>devices</th><th>run</th><th>waited</th><th>ran</th><th>note</th><th></th></tr>"
-            )
-            for j in subset[-200:]:
-                run = (
-                    f'<a href="{esc(run_url(i, j.run_id))}">{esc(j.run_id)}</a>'
-                    if j.run_id
-                    else "-"
-                )
-                act = (
-                    action_form(f"/queue/{i}/{j.id}/cancel", "cancel", token, "danger")
-                    if state in ("queued", *ACTIVE)
-                    else ""
-                )
-                body.append(
-                    f'<tr><td class="num">{j.id}</td><td>{esc(j.name)}</td><td>{esc(j.kind)} x{j.slots}</td>'
-                    f"<td>{esc(','.join(map(str, j.devices)) or '-')}</td><td>{run}</td>"
-                    f"<td>{esc(format_duration(j.waited_s(now)))}</td><td>{esc(format_duration(j.ran_for(now)))}</td>"
-                    f"<td>{esc(j.note)}</td><td>{act}</td></tr>"
-                )
-            body.append("</table>")
+        body += _jobs(i, jobs, token, now)
     if not any_queue:
         body.append(
             '<p class="note">No queue in this workspace yet. Submit a job with '
@@ -107,6 +56,68 @@ def queue_page(board: Board, token: str | None) -> str:
             "this page then shows the jobs by state, the devices and what runs on each.</p>"
         )
     return layout("queue", "queue", body)
+
+
+def _devices(jobs: Sequence[Any], workers: Sequence[Any], now: float) -> list[str]:
+    """A row per worker's device: the job running on it, or idle; the worker's heartbeat."""
+    from acceptrun.queue.db import ACTIVE
+
+    body = ["<h3>Devices</h3>"]
+    if not workers:
+        return [
+            *body,
+            '<p class="note">No worker is running: start one with <code>acceptrun worker</code>.</p>',
+        ]
+    on: dict[tuple[str, int], Any] = {}
+    for j in jobs:
+        if j.state in ACTIVE:
+            for d in j.devices:
+                on[(j.kind, d)] = j
+    body.append(
+        "<table><tr><th>worker</th><th>host</th><th>kind</th><th>device</th><th>running</th><th>heartbeat</th></tr>"
+    )
+    for w in workers:
+        for d in w.devices:
+            busy = on.get((w.kind, d))
+            what = (
+                "idle" if busy is None else f"job {busy.id} {busy.name} (run {busy.run_id or '-'})"
+            )
+            body.append(
+                f"<tr><td>{esc(w.id)}</td><td>{esc(w.host)}</td><td>{esc(w.kind)}</td>"
+                f'<td class="num">{d}</td><td>{esc(what)}</td>'
+                f"<td>{esc(format_duration(max(0.0, now - w.heartbeat)))} ago</td></tr>"
+            )
+    return [*body, "</table>"]
+
+
+def _jobs(i: int, jobs: Sequence[Any], token: str | None, now: float) -> list[str]:
+    """The jobs by state (the newest 200 of each), a job still to run with its cancel."""
+    from acceptrun.queue.db import ACTIVE, STATES
+
+    body = ["<h3>Jobs</h3>"]
+    for state in STATES:
+        subset = [j for j in jobs if j.state == state]
+        if not subset:
+            continue
+        body.append(
+            f"<h4>{esc(state)} ({len(subset)})</h4><table><tr><th>job</th><th>name</th>"
+            "<th>kind</th><th>devices</th><th>run</th><th>waited</th><th>ran</th><th>note</th><th></th></tr>"
+        )
+        for j in subset[-200:]:
+            run = f'<a href="{esc(run_url(i, j.run_id))}">{esc(j.run_id)}</a>' if j.run_id else "-"
+            act = (
+                action_form(f"/queue/{i}/{j.id}/cancel", "cancel", token, "danger")
+                if state in ("queued", *ACTIVE)
+                else ""
+            )
+            body.append(
+                f'<tr><td class="num">{j.id}</td><td>{esc(j.name)}</td><td>{esc(j.kind)} x{j.slots}</td>'
+                f"<td>{esc(','.join(map(str, j.devices)) or '-')}</td><td>{run}</td>"
+                f"<td>{esc(format_duration(j.waited_s(now)))}</td><td>{esc(format_duration(j.ran_for(now)))}</td>"
+                f"<td>{esc(j.note)}</td><td>{act}</td></tr>"
+            )
+        body.append("</table>")
+    return body
 
 
 def _idle_chart(jobs: Sequence[Any], workers: Sequence[Any], now: float) -> list[str]:
