@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from acceptrun.verdict.portability import (
-    BLOCKER,
-)
+from acceptrun.verdict.portability_rules import BLOCKER
 from builders import LAMBDA_SPEC
 
 PYTHON = sys.executable

@@ -39,7 +39,7 @@ BUILDERS = (
     ("acceptrun.cost.ledger", "build_ledger"),
     ("acceptrun.cost.report", "build_ledger"),
     ("acceptrun.verdict.portability", "check_run"),
-    ("acceptrun.verdict.portability", "git_state"),
+    ("acceptrun.verdict.portability_git", "git_state"),
 )
 
 

@@ -6,12 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptrun.verdict.portability import (
-    NOTE,
-    WARNING,
-    check_spec_file,
-    format_portability,
-)
+from acceptrun.verdict.portability import check_spec_file, format_portability
+from acceptrun.verdict.portability_rules import NOTE, WARNING
 from builders import LAMBDA_SPEC
 
 

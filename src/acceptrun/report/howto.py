@@ -21,7 +21,7 @@ from typing import Any
 
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec, load_spec
-from acceptrun.verdict.portability import GitState, git_state, recorded_states
+from acceptrun.verdict.portability_git import GitState, git_state, recorded_states
 
 __all__ = ["format_howto", "howto_steps"]
 
