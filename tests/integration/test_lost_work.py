@@ -13,7 +13,8 @@ from pathlib import Path
 from acceptrun.cost.ledger import build_ledger
 from acceptrun.record.lost import LostWork
 from acceptrun.record.workspace import RunRecord, Workspace
-from acceptrun.report.html import render_html, report_data
+from acceptrun.report.data import report_data
+from acceptrun.report.html import render_html
 from acceptrun.report.terminal import format_show
 from acceptrun.ui import Board
 from acceptrun.ui.pages import run_page

@@ -198,7 +198,8 @@ def test_markdown_and_json_carry_the_same_verdict(run: dict[str, Any], tmp_path:
 def test_gpu_samples_in_the_record_become_gpu_charts(run: dict[str, Any], tmp_path: Path) -> None:
     """GPU lines in the telemetry contract's format (as NVML samplers write them) are charted."""
     from acceptrun.record.workspace import RunRecord
-    from acceptrun.report.html import render_html, report_data
+    from acceptrun.report.data import report_data
+    from acceptrun.report.html import render_html
 
     copy = tmp_path / "runs" / run["dir"].name
     shutil.copytree(run["dir"], copy)

@@ -949,7 +949,8 @@ def test_inference_with_unreadable_input_is_not_recorded(tmp_path: Path) -> None
 def test_only_a_required_failure_wears_the_cross_in_every_view(
     tmp_path: Path, status: str, required: bool
 ) -> None:
-    from acceptrun.report.html import render_html, report_data
+    from acceptrun.report.data import report_data
+    from acceptrun.report.html import render_html
     from acceptrun.report.markdown import render_markdown
     from acceptrun.verdict.core import Verdict
 

@@ -25,7 +25,8 @@ _HTML_MARK = '<meta name="generator" content="acceptrun report">'
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from acceptrun.report.html import REPORT_FILE, render_html, report_data
+    from acceptrun.report.data import report_data
+    from acceptrun.report.html import REPORT_FILE, render_html
     from acceptrun.report.markdown import render_markdown
 
     record = open_run(args, args.run)

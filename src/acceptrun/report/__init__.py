@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from acceptrun.report.html import render_html, report_data, write_report
+    from acceptrun.report.data import report_data
+    from acceptrun.report.html import render_html, write_report
     from acceptrun.report.markdown import render_markdown
     from acceptrun.report.terminal import format_show
 
@@ -19,7 +20,7 @@ __all__ = ["format_show", "render_html", "render_markdown", "report_data", "writ
 _WHERE = {
     "format_show": "acceptrun.report.terminal",
     "render_html": "acceptrun.report.html",
-    "report_data": "acceptrun.report.html",
+    "report_data": "acceptrun.report.data",
     "write_report": "acceptrun.report.html",
     "render_markdown": "acceptrun.report.markdown",
 }

@@ -2,7 +2,7 @@
 
 For pull requests, issues and wikis: the verdict, the five tests with evidence and
 fixes, the time and cost breakdowns, attempts, checkpoints, outputs with their lineage
-and the portability findings, from the same :func:`acceptrun.report.html.report_data`.
+and the portability findings, from the same :func:`acceptrun.report.data.report_data`.
 """
 
 from __future__ import annotations

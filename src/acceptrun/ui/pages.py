@@ -248,7 +248,8 @@ def _report_body(record: RunRecord) -> tuple[str, list[int]]:
 def _render_report_body(record: RunRecord) -> tuple[str, list[int]]:
     """The report's own body (verdict, five tests, charts, cost, ...), series thinned
     first; and the steps of the checkpoints it lists (the store is opened once)."""
-    from acceptrun.report.html import render_html, report_data
+    from acceptrun.report.data import report_data
+    from acceptrun.report.html import render_html
 
     data = report_data(record)
     tl = data.get("timelines") or {}
