@@ -16,7 +16,7 @@ import torch
 
 import acceptrun
 from acceptrun.checkpoint import sharded
-from acceptrun.checkpoint.mirror import remote_steps
+from acceptrun.checkpoint.mirror_remote import remote_steps
 
 HOLD_S = 120.0  # seconds the held write waits for run.finish() at most
 

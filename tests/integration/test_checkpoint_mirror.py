@@ -14,7 +14,8 @@ import fsspec
 import pytest
 
 from acceptrun._util.durable import read_json
-from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
+from acceptrun.checkpoint.mirror import Mirror
+from acceptrun.checkpoint.mirror_remote import fetch, remote_steps
 from acceptrun.errors import RecordError, UserError
 from builders import assert_same_checkpoint, make_checkpoint, tree
 

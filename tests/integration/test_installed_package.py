@@ -413,7 +413,7 @@ def test_each_extra_installed_alone_enables_its_feature(installed: Env, s3: dict
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (rd,) = (work / ".acceptrun" / "runs").iterdir()
-    from acceptrun.checkpoint.mirror import remote_steps
+    from acceptrun.checkpoint.mirror_remote import remote_steps
 
     mirrored = remote_steps(f"{mirror}/{rd.name}", storage_options=s3["storage_options"])
     assert mirrored and mirrored[-1] == 199, mirrored  # the last checkpoint, off the machine

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from acceptrun.checkpoint.mirror import remote_steps
+from acceptrun.checkpoint.mirror_remote import remote_steps
 
 pytest_plugins = ["s3server"]
 BUCKET = "acceptrun-test"  # s3server.BUCKET

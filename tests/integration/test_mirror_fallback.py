@@ -24,7 +24,8 @@ from tests.campaign import tally
 
 from acceptrun.backends.kubernetes import KubernetesOptions, export_manifests
 from acceptrun.backends.skypilot import task_yaml
-from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
+from acceptrun.checkpoint.mirror import Mirror
+from acceptrun.checkpoint.mirror_remote import fetch, remote_steps
 from acceptrun.checkpoint.owner import StoreOwnedError, StoreOwner, mirror_root, store_root
 from acceptrun.cli.main import main
 from acceptrun.errors import RecordError, UserError

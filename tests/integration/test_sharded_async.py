@@ -21,7 +21,7 @@ from safetensors.numpy import load_file
 from test_sharded_checkpoint import run_ranks, same_bits
 
 from acceptrun.checkpoint import CheckpointStore, sharded
-from acceptrun.checkpoint.mirror import remote_steps
+from acceptrun.checkpoint.mirror_remote import remote_steps
 from acceptrun.checkpoint.store import LATEST
 from acceptrun.errors import RecordError
 from acceptrun.run.launch import launch

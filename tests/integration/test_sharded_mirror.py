@@ -24,7 +24,7 @@ import pytest
 from safetensors.torch import load_file
 
 from acceptrun.checkpoint import CheckpointStore, sharded
-from acceptrun.checkpoint.mirror import remote_steps
+from acceptrun.checkpoint.mirror_remote import remote_steps
 from acceptrun.checkpoint.store import LATEST, MANIFEST
 from acceptrun.cost.ledger import build_ledger
 from acceptrun.record.workspace import RunRecord

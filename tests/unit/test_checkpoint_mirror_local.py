@@ -15,7 +15,8 @@ import fsspec
 import pytest
 
 from acceptrun._util.durable import read_json
-from acceptrun.checkpoint.mirror import Mirror, fetch, remote_steps
+from acceptrun.checkpoint.mirror import Mirror
+from acceptrun.checkpoint.mirror_remote import fetch, remote_steps
 from builders import assert_same_checkpoint, make_checkpoint
 
 Events = list[tuple[str, dict[str, Any]]]

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun.checkpoint import CheckpointStore
-from acceptrun.checkpoint.mirror import Mirror, remote_steps
+from acceptrun.checkpoint.mirror import Mirror
+from acceptrun.checkpoint.mirror_remote import remote_steps
 
 Events = list[tuple[str, dict[str, Any]]]
 

@@ -8,7 +8,8 @@ import secrets
 from pathlib import Path
 
 from acceptrun._util.durable import read_json
-from acceptrun.checkpoint.mirror import Mirror, remote_steps
+from acceptrun.checkpoint.mirror import Mirror
+from acceptrun.checkpoint.mirror_remote import remote_steps
 from builders import make_checkpoint
 
 PASSWORD = "SEKRIT0MIRRORSTATE0rrrr"

@@ -90,7 +90,8 @@ def test_diff_says_bitwise_only_over_output_hashes_and_the_loss(tmp_path: Path) 
 def test_retention_deletes_from_a_local_path_mirror_too(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
 
-    from acceptrun.checkpoint.mirror import Mirror, remote_steps
+    from acceptrun.checkpoint.mirror import Mirror
+    from acceptrun.checkpoint.mirror_remote import remote_steps
     from acceptrun.checkpoint.saver import Checkpointer
     from acceptrun.checkpoint.store import CheckpointStore
 
@@ -121,7 +122,8 @@ def test_retention_deletes_from_a_local_path_mirror_too(tmp_path: Path) -> None:
 
 
 def test_the_newest_verified_step_in_the_mirror_is_never_deleted(tmp_path: Path) -> None:
-    from acceptrun.checkpoint.mirror import Mirror, remote_steps
+    from acceptrun.checkpoint.mirror import Mirror
+    from acceptrun.checkpoint.mirror_remote import remote_steps
 
     url = str(tmp_path / "mirror")
     ckpt = tmp_path / "ckpt"

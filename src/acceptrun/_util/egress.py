@@ -145,8 +145,8 @@ SINKS: tuple[Sink, ...] = (
     # -- checkpoints -----------------------------------------------------------------------
     Sink("acceptrun.checkpoint.dcp_storage:DCPWriter._commit", "file", exempt=_TENSORS),
     Sink("acceptrun.checkpoint.files:_copy_checked", "file", exempt=_TENSORS),
-    Sink("acceptrun.checkpoint.mirror:_put_checked", "file", exempt=_TENSORS),
-    Sink("acceptrun.checkpoint.mirror:_get_checked", "file", exempt=_TENSORS),
+    Sink("acceptrun.checkpoint.mirror_remote:put_checked", "file", exempt=_TENSORS),
+    Sink("acceptrun.checkpoint.mirror_remote:_get_checked", "file", exempt=_TENSORS),
     Sink("acceptrun.checkpoint.writer:CheckpointWriter.write_json", "file", exempt="the workload's own checkpoint metadata, stored with its tensors"),
     Sink("acceptrun.checkpoint.store:CheckpointStore._commit", "file", exempt="raw=True: MANIFEST.json, whose digest covers its exact text (names, sizes, hashes)"),
     Sink("acceptrun.checkpoint.store:CheckpointStore.redate", "file", exempt="raw=True: MANIFEST.json again, and checkpoint files copied as they are"),

@@ -9,7 +9,8 @@
 - :mod:`~acceptrun.checkpoint.loader`: a sampler and loader wrapper that resume data order
   exactly;
 - :mod:`~acceptrun.checkpoint.saver`: async saves (stage, then persist in the background);
-- :mod:`~acceptrun.checkpoint.mirror`: copies off the machine through fsspec;
+- :mod:`~acceptrun.checkpoint.mirror`: copies off the machine through fsspec (the upload
+  queue), :mod:`~acceptrun.checkpoint.mirror_remote`: the remote store and fetch;
 - :mod:`~acceptrun.checkpoint.sharded`: FSDP2/DTensor state saved shard by shard through
   torch.distributed.checkpoint into the store (JSON metadata, no pickle, resharding),
   synchronously or in the background (``async_save``);

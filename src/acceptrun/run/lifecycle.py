@@ -38,7 +38,7 @@ from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_json_atomic
 from acceptrun._util.keyblock import KeyBlocks, split_lines
 from acceptrun.capture.preflight import check_static
-from acceptrun.checkpoint.mirror import fetch, remote_steps
+from acceptrun.checkpoint.mirror_remote import fetch, remote_steps
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of
 from acceptrun.errors import AcceptrunError, RecordError, UnsafeFileError, UserError
 from acceptrun.notify.notifier import start_notifier
