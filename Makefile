@@ -116,8 +116,8 @@ system-deps:
 	fi
 
 check: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples bench tools
-	$(VENV)/bin/ruff format --check src tests examples bench tools
+	$(VENV)/bin/ruff check --no-cache src tests examples bench tools  # a cache keeps a moved module's old import section
+	$(VENV)/bin/ruff format --no-cache --check src tests examples bench tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports  # the layering contract in .importlinter
 

@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 
 import pytest
 from tests.campaign import tally
-from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import Workspace
 from acceptrun.ui import Board
 from conftest import chromium_driver, wait_for
+from ui_served import TOKEN, Served
 
 # Paths of the other service a client is sent to: its root, the board's own routes, and
 # a prefix of the board's shape that is not this board's.

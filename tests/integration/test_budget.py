@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from budget_job import make
-
 from acceptrun.run.launch import launch
+from budget_job import make
 
 
 def test_budget_stop_checkpoints_first_and_is_a_limit(tmp_path: Path) -> None:

@@ -51,13 +51,13 @@ from pathlib import Path
 
 import pytest
 from tests.campaign import tally
-from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import Workspace
 from acceptrun.ui import Board
 from acceptrun.ui.server import ROUTES
 from conftest import run_taking_commands, toml_str
 from secret_shapes import SHAPES
+from ui_served import TOKEN, Served
 
 pytestmark = pytest.mark.slow
 

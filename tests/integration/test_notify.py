@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from budget_job import make
 from notify_receivers import (
     CORRUPTS,
     MIRROR_LAGS,
@@ -32,6 +31,7 @@ from notify_receivers import (
 )
 
 from acceptrun.record.workspace import RunRecord
+from budget_job import make
 from conftest import only_record_in, wait_for
 
 PYTHON = sys.executable

@@ -20,7 +20,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from ui_served import Served
 
 import acceptrun
 from acceptrun._util.controls import BIDI, CONTROLS
@@ -29,6 +28,7 @@ from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.ui import Board
 from campaign import tally
 from conftest import only_record_in
+from ui_served import Served
 
 pytestmark = pytest.mark.slow
 

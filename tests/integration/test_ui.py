@@ -14,11 +14,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.ui import Board
 from conftest import chromium_driver, toml_str, wait_for
+from ui_served import TOKEN, Served
 
 PYTHON = sys.executable
 # Read at import: the autouse fixture clears ACCEPTRUN_* variables before each test.

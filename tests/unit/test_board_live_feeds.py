@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import Workspace
 from acceptrun.ui import Board
 from acceptrun.ui.board import thin_minmax
 from conftest import wait_for
+from ui_served import TOKEN, Served
 
 # ---- security ---------------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from urllib.parse import quote
 
 import pytest
 from tests.campaign import tally
-from ui_served import TOKEN, Served
 
 from acceptrun.record.workspace import Workspace
 from acceptrun.ui import Board
 from acceptrun.ui.server import PARAMS, ROUTES, Route
+from ui_served import TOKEN, Served
 
 # Hostile values of every parameter, whatever its kind (the path ones are quoted).
 HOSTILE = [

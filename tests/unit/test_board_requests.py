@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-from ui_served import TOKEN, Served
 
 from acceptrun._util.console import collect_messages
 from acceptrun.record.workspace import Workspace
@@ -27,6 +26,7 @@ from acceptrun.ui.limits import MAX_FIELDS
 from acceptrun.ui.server import PARAMS, ROUTES, Route
 from campaign import tally
 from conftest import wait_for
+from ui_served import TOKEN, Served
 
 # One of each kind a terminal or a browser acts on: C0, DEL, C1 (CSI, NEL), bidi.
 CONTROLS = ["\x00", "\x07", "\x1b", "\r", "\n", "\x7f", "\x85", "\x9b", "\u202e", "\u2066",

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from budget_job import make
 
 from acceptrun.errors import UserError
 from acceptrun.run.launch import launch
+from budget_job import make
 
 
 def test_budget_below_one_increment_is_refused_before_launch(tmp_path: Path) -> None:
