@@ -190,6 +190,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--dir", type=Path, default=None, help="where to build the workspace")
     args = p.parse_args()
+    if args.runs < 1 or args.repeats < 1:
+        p.error(f"--runs {args.runs} and --repeats {args.repeats}: each must be 1 or more")
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)  # the workspace is built under it
     root = Path(tempfile.mkdtemp(prefix="acceptrun-views-", dir=args.dir))
     ws = Workspace.create(root / ".acceptrun")
     built = fill(ws, args.runs)

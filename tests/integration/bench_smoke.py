@@ -50,6 +50,7 @@ SMOKE: dict[str, list[str]] = {
     "supervisor_kills.py": ["--kills", "1", "--root", "{out}"],
     "ui_board.py": ["--runs", "50", "--repeats", "2", "--seconds", "1"],
     "watched_checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
+    "workspace_views.py": ["--runs", "20", "--repeats", "1", "--dir", "{out}"],
 }  # fmt: skip
 
 # Scripts whose exit status 1 means "a target was missed" (figures printed), not a crash:
