@@ -20,8 +20,10 @@ from tests.metadata_server import MetadataServer
 
 from conftest import Project, wait_for
 
+# Steps until step 25, then waits in the step for a signal: the notice's SIGTERM wakes
+# it, the client's loop ends the step, checkpoints it and exits (no pace on the clock).
 SCRIPT = """
-import time
+import signal
 import torch
 import acceptrun
 
@@ -29,8 +31,9 @@ run = acceptrun.init()
 model = torch.nn.Linear(4, 4)
 run.restore(model=model)
 for step in run.steps(0, 100_000):
-    time.sleep(0.02)
     run.log(step, loss=1.0 / (1 + step))
+    if step >= 25:
+        signal.pause()
 """
 
 
