@@ -150,8 +150,7 @@ def preemption_notice(given: CheckInput) -> list[Check]:
     ]  # fmt: skip
     ends = [e["t"] for e in given.record.events("attempt_exit") if e.get("t", 0) >= t0]
     end = min(ends, default=float("inf"))  # the attempt the notice ended: its last step
-    last = max((e["step"] for e in given.record.events("step") if e.get("t", 0) <= end),
-               default=None)  # fmt: skip
+    last = _last_step_by(given.record, end)
     gave = None if deadline is None else f"{max(0.0, deadline - t0):.0f}s"
     if not commits:
         return [Check("operations", "preemption notice", FAIL, False,
@@ -190,6 +189,22 @@ def recovery(given: CheckInput) -> list[Check]:
     brief = f"{len(done)} restart(s), median {median:.2f}s from the end to the first step"
     evidence = f"{brief}; the slowest, attempt {slowest.attempt + 1}, {slowest.total:.2f}s: {parts}"
     return [Check("operations", "recovery", PASS, False, evidence, None, brief)]
+
+
+def _last_step_by(record: RunRecord, end: float) -> int | None:
+    """The highest step logged by ``end`` (unix s): the step log in chunks of arrays, never
+    a dict per step (a month-long run logs millions)."""
+    import numpy as np
+
+    from acceptrun.record.steplog import StepLog
+
+    last = None
+    for chunk in StepLog(record.path).chunks(1 << 16):
+        done = chunk.step[chunk.t <= end]
+        if done.size:
+            top = int(np.max(done))
+            last = top if last is None else max(last, top)
+    return last
 
 
 def restarts(given: CheckInput) -> list[Check]:
