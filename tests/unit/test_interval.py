@@ -19,6 +19,8 @@ from acceptrun.cost.interval import (
     expected_wall,
     forecast,
     simulate,
+    simulate_tiers,
+    tiered_forecast,
     young_interval,
 )
 
@@ -137,3 +139,87 @@ def test_a_persist_window_loses_the_checkpoint_in_flight() -> None:
     assert upload < sync  # an interruption during the upload goes back one more interval
     bursts = simulate(tau, weibull_shape=0.7, **args)
     assert 0 < bursts["ettr"] < 1 and bursts["interruptions"] > 0
+
+
+# The memory tier (tiered_forecast, simulate_tiers): the first-order closed form against
+# the event-by-event process, over stalls, shares reached and restarts; and the reduction
+# to one tier.
+@pytest.mark.parametrize(
+    ("memory_save", "survives", "restart"),
+    [(0.1, 1.0, 30.0), (0.5, 0.5, 60.0), (0.05, 0.0, 300.0), (1.0, 0.9, 5.0)],
+)
+def test_the_tiered_forecast_matches_its_simulation(
+    memory_save: float, survives: float, restart: float
+) -> None:
+    mtbf, work, save = 3 * HOUR, 14 * 24 * HOUR, 4.0
+    interval = daly_interval(save, mtbf)
+    tiered = tiered_forecast(
+        interval, save=save, memory_save=memory_save, survives=survives, mtbf=mtbf,
+        restart=restart, work=work,
+    )  # fmt: skip
+    sim = simulate_tiers(
+        tiered.memory_interval_s, interval, save=save, memory_save=memory_save,
+        survives=survives, mtbf=mtbf, restart=restart, work=work, runs=150, seed=3,
+    )  # fmt: skip
+    assert sim["ettr"] == pytest.approx(tiered.ettr, rel=0.005)
+    assert sum(tiered.shares.values()) == pytest.approx(1.0)
+    assert tiered.interval_s / tiered.memory_interval_s == round(
+        tiered.interval_s / tiered.memory_interval_s
+    )  # a durable point is a memory point
+
+
+def test_one_tier_is_daly_to_first_order_and_the_simulators_agree() -> None:
+    mtbf, work, save, restart = 3 * HOUR, 14 * 24 * HOUR, 4.0, 300.0
+    tau = daly_interval(save, mtbf)
+    alone = tiered_forecast(
+        tau, save=save, memory_save=save, survives=0.0, mtbf=mtbf, restart=restart,
+        work=work, memory_interval=tau,
+    )  # fmt: skip
+    assert alone.shares["memory_saves"] == 0.0
+    assert alone.ettr == pytest.approx(ettr(tau, save, mtbf, restart), rel=0.002)
+    one = simulate(tau, save=save, mtbf=mtbf, restart=restart, work=work, runs=2000, seed=1)
+    two = simulate_tiers(tau, tau, save=save, memory_save=save, survives=0.0, mtbf=mtbf,
+                         restart=restart, work=work, runs=300, seed=2)  # fmt: skip
+    assert two["ettr"] == pytest.approx(one["ettr"], rel=0.003)
+
+
+def test_a_memory_tier_that_is_always_reached_loses_less_than_none() -> None:
+    mtbf, work, save = 3 * HOUR, 14 * 24 * HOUR, 4.0
+    tau = daly_interval(save, mtbf)
+    kw = {"save": save, "mtbf": mtbf, "restart": 30.0, "work": work}
+    with_tier = tiered_forecast(tau, memory_save=0.1, survives=1.0, **kw)
+    never = tiered_forecast(tau, memory_save=0.1, survives=0.0, **kw)
+    assert with_tier.shares["lost_work"] < never.shares["lost_work"] / 4
+    assert with_tier.ettr > never.ettr
+    assert never.memory_interval_s == tau  # reached after no interruption: not worth a save
+
+
+def test_the_tiered_forecast_refuses_what_it_cannot_model() -> None:
+    kw = {"save": 4.0, "memory_save": 0.1, "mtbf": HOUR, "work": HOUR}
+    with pytest.raises(ValueError, match="survives"):
+        tiered_forecast(300.0, survives=1.5, restart=30.0, **kw)
+    with pytest.raises(OverflowError):
+        tiered_forecast(300.0, survives=1.0, restart=2 * HOUR, **kw)
+
+
+def test_ckpt_plan_prints_the_memory_tier_and_where_the_time_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from acceptrun.cli.main import main
+
+    base = ["ckpt", "plan", "--gpus", "16384", "--save", "4s", "--restart", "30s",
+            "--work", "54d"]  # fmt: skip
+    assert main([*base, "--memory-save", "0.1s", "--memory-survives", "0.8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    tier = out["memory_tier"]
+    assert tier["survives"] == 0.8 and tier["survives_from"] == "--memory-survives"
+    assert tier["ettr"] > tier["without"]["ettr"] and tier["interval_s"] == out["interval_s"]
+    assert set(tier["shares"]) == {"work", "disk_saves", "memory_saves", "restarts", "lost_work"}
+    assert main([*base, "--memory-save", "0.1s"]) == 0
+    text = capsys.readouterr().out
+    assert "with a memory tier" in text and "assumed" in text and "work lost" in text
+    with pytest.raises(SystemExit) as bad:
+        main([*base, "--memory-save", "0.1s", "--memory-survives", "2"])
+    assert bad.value.code == 2 and "--memory-survives" in capsys.readouterr().err

@@ -5,9 +5,11 @@ line, or taken from a spec and its recorded runs (:mod:`acceptrun.verdict.interv
 measures them): the optimum interval, the ETTR there, the interruptions, wall time and
 cost to expect, and the same for the interval the spec sets. ``--simulate N`` checks it
 event by event and adds what the closed form does not model (an asynchronous persist
-window, Weibull interruptions).
+window, Weibull interruptions). ``--memory-save`` adds the forecast with a memory tier
+beside the durable saves, and where the wall time goes in each.
 
 >>> acceptrun ckpt plan --gpus 512 --save 40s --restart 10m --work 14d --usd-per-hour 1100
+>>> acceptrun ckpt plan --gpus 16384 --save 4s --restart 30s --work 54d --memory-save 0.1s
 """
 
 from __future__ import annotations
@@ -203,9 +205,56 @@ def _figures(
     if current is not None:
         now = forecast(current, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
         out["current"] = now.to_dict()
+    out["memory_tier"] = None
+    if args.memory_save is not None:
+        out["memory_tier"] = _memory_tier(args, current or best, save=save, restart=restart,
+                                          M=M, work=work, price=price)  # fmt: skip
     if args.simulate:
         out["simulated"] = _simulated(args, best, current, save=save, restart=restart, M=M,
                                       work=work)  # fmt: skip
+    return out
+
+
+def _memory_tier(
+    args: argparse.Namespace,
+    interval: float,
+    *,
+    save: float,
+    restart: float,
+    M: float,
+    work: float,
+    price: float | None,
+) -> dict[str, Any]:
+    """The forecast with a memory tier beside durable saves every ``interval``."""
+    from acceptrun.cost.interval import forecast, simulate_tiers, tiered_forecast
+
+    survives = 1.0 if args.memory_survives is None else args.memory_survives
+    tiered = tiered_forecast(
+        interval, save=save, memory_save=args.memory_save, survives=survives, mtbf=M,
+        restart=restart, work=work, memory_interval=args.memory_interval, usd_per_hour=price,
+    )  # fmt: skip
+    out = tiered.to_dict()
+    out["memory_save_s"] = args.memory_save
+    out["survives"] = survives
+    out["survives_from"] = (
+        "--memory-survives" if args.memory_survives is not None else
+        "assumed: every interruption leaves the memory copy reachable (the host stays up, "
+        "or a peer holds a replica); give --memory-survives for less"
+    )  # fmt: skip
+    # The same durable interval without the tier, in the same first-order terms, so the
+    # two breakdowns side by side differ only by the tier.
+    out["without"] = tiered_forecast(
+        interval, save=save, memory_save=0.0, survives=0.0, mtbf=M, restart=restart,
+        work=work, memory_interval=interval,
+    ).to_dict()  # fmt: skip
+    if args.simulate:
+        hits = forecast(interval, save=save, mtbf=M, restart=restart, work=work)
+        if hits.expected_interruptions * args.simulate <= 2e7:  # a pure-Python round each
+            out["simulated"] = simulate_tiers(
+                tiered.memory_interval_s, interval, save=save, memory_save=args.memory_save,
+                survives=survives, mtbf=M, restart=restart, work=work, runs=args.simulate,
+                seed=args.seed,
+            )  # fmt: skip
     return out
 
 
@@ -302,8 +351,37 @@ def _text(out: dict[str, Any]) -> str:
                     f"  {name}: ETTR {s['ettr']:.3f}, {s['interruptions']:.1f} interruptions, "
                     f"wall {format_duration(s['wall_s'])}"
                 )
+    tier = out.get("memory_tier")
+    if tier:
+        lines.extend(_tier_text(tier, money))
     lines.append("(predicted: the model of docs/checkpoint-interval.md, not a measurement)")
     return "\n".join(lines)
+
+
+def _tier_text(tier: dict[str, Any], money: Any) -> list[str]:
+    def shares(s: dict[str, float]) -> str:
+        names = (("disk_saves", "saves to disk"), ("memory_saves", "saves to memory"),
+                 ("restarts", "restarts"), ("lost_work", "work lost"))  # fmt: skip
+        return ", ".join(f"{label} {100 * s[k]:.1f}%" for k, label in names if s[k] > 0)
+
+    lines = [
+        f"with a memory tier (a save to memory blocks {format_duration(tier['memory_save_s'])}; "
+        f"reachable after {100 * tier['survives']:.0f}% of interruptions: {tier['survives_from']}):",
+        f"  to memory every {format_duration(tier['memory_interval_s'])} of compute, to disk "
+        f"every {format_duration(tier['interval_s'])}",
+        f"  ETTR {tier['ettr']:.3f}, {tier['expected_interruptions']:.1f} interruptions "
+        f"expected, wall {format_duration(tier['wall_s'])}{money(tier['cost_usd'])}",
+        f"  where the wall time goes besides work: {shares(tier['shares'])}",
+        f"  without it, at the same disk interval: ETTR {tier['without']['ettr']:.3f}; "
+        f"{shares(tier['without']['shares'])}",
+    ]
+    if "simulated" in tier:
+        sim = tier["simulated"]
+        lines.append(
+            f"  simulated ({sim['runs']:.0f} runs): ETTR {sim['ettr']:.3f}, "
+            f"{sim['interruptions']:.1f} interruptions"
+        )
+    return lines
 
 
 HELP = "how often to checkpoint: the optimum interval, ETTR and cost (before a run)"
@@ -346,6 +424,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--weibull", type=finite_float(least=0.1, most=10.0, example="0.7"), metavar="K",
         help="simulated: Weibull interruptions of shape K, 0.1 to 10 (1: exponential; "
         "under 0.1 the scale's gamma(1 + 1/K) passes 10^100)",
+    )  # fmt: skip
+    p.add_argument("--memory-save", type=zero_ok, metavar="DURATION",
+                   help="with a memory tier: what one save to memory blocks the loop for")  # fmt: skip
+    p.add_argument("--memory-interval", type=positive, metavar="DURATION",
+                   help="with a memory tier: its interval (default: the optimum)")  # fmt: skip
+    p.add_argument(
+        "--memory-survives", type=finite_float(least=0.0, most=1.0, example="0.8"),
+        metavar="SHARE", help="with a memory tier: the share of interruptions after which "
+        "its copy is reachable, 0 to 1 (default 1)",
     )  # fmt: skip
     p.add_argument("--seed", type=seed, default=0, help="simulated: the random seed")
     p.add_argument("--json", action="store_true", help="the figures as JSON")
