@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,12 @@ def test_comm_bench_with_two_gloo_processes(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "acceptrun", "bench", "comm", "--backend", "gloo", "--procs", "2",
            "--sizes", "4KiB,1MiB", "--buckets", "1,25", "--iters", "3", "--warmup", "1",
            "--ddp-steps", "2", "--timeout", "300", "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    scratch = tmp_path / "tmp"  # its workers' folder goes here, and away once it succeeded
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert list(scratch.iterdir()) == []
     assert "busbw GB/s" in proc.stdout and "scaling" in proc.stdout
     result = json.loads(out.read_text())
     assert (result["backend"], result["procs"], result["device"]) == ("gloo", 2, "cpu")

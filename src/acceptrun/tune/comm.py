@@ -148,6 +148,7 @@ def run_comm(options: CommOptions) -> dict[str, Any]:
             f"bench comm failed ({'; '.join(failed) or 'no result'}); logs in {workdir}"
         )
     result: dict[str, Any] = json.loads(result_path.read_text())
+    shutil.rmtree(workdir, ignore_errors=True)  # kept only when it failed: its logs
     return result
 
 
@@ -197,6 +198,7 @@ def _run_across_nodes(options: CommOptions, job: dict[str, Any], per_node: int) 
             f"{tail[-1] if tail else 'no output'}); logs in {workdir}"
         )
     result: dict[str, Any] = json.loads(result_path.read_text())
+    shutil.rmtree(workdir, ignore_errors=True)  # kept only when it failed: its logs
     return result
 
 
