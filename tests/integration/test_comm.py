@@ -22,7 +22,7 @@ def test_comm_bench_with_two_gloo_processes(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(scratch)}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert list(scratch.iterdir()) == []
+    assert not list(scratch.glob("acceptrun-comm-*"))
     assert "busbw GB/s" in proc.stdout and "scaling" in proc.stdout
     result = json.loads(out.read_text())
     assert (result["backend"], result["procs"], result["device"]) == ("gloo", 2, "cpu")
