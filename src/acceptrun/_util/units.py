@@ -18,7 +18,9 @@ the one grammar here.
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 from acceptrun.errors import UserError
 
@@ -26,6 +28,7 @@ __all__ = [
     "DURATION_RE",
     "DURATION_UNITS",
     "duration_seconds",
+    "finite_number",
     "format_bytes",
     "format_bytes_exact",
     "format_duration",
@@ -95,6 +98,13 @@ def format_bytes_exact(n: int) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
     return f"{n} B"
+
+
+def finite_number(value: Any) -> float | None:
+    """A finite float, or None (bools, strings, NaN and missing values are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def format_usd(x: float) -> str:

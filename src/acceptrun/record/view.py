@@ -19,7 +19,6 @@ old signatures for callers that need one figure.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_jsonl
+from acceptrun._util.units import finite_number
 from acceptrun.record.events import validate_event
 from acceptrun.record.liveness import last_sign_of_life
 from acceptrun.record.models import AttemptExit, LedgerFile, RunState, VerdictFile, record_format
@@ -68,13 +68,6 @@ class CheckpointHistory:
     @property
     def last_committed(self) -> int | None:
         return self.committed[-1] if self.committed else None
-
-
-def _num(value: Any) -> float | None:
-    """A finite float, or None (bools, strings, NaN and missing values are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 class RecordView:
@@ -315,7 +308,7 @@ def attempt_spans(events: Iterable[dict[str, Any]]) -> list[AttemptSpan]:
     """
     by_number: dict[int, AttemptSpan] = {}
     for ev in events:
-        t = _num(ev.get("t"))
+        t = finite_number(ev.get("t"))
         number = ev.get("attempt")
         if t is None or not isinstance(number, int):
             continue

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.controls import escape_controls
-from acceptrun._util.units import format_bytes
+from acceptrun._util.units import finite_number, format_bytes
 from acceptrun.cost.billing import format_usd
 from acceptrun.record.glossary import DEVICE_IDLE, MODEL_THROUGHPUT, label
 from acceptrun.record.liveness import status_text
@@ -179,7 +179,7 @@ def charts_html(data: dict[str, Any]) -> list[str]:
     loss = [
         (float(s["step"]), float(s["loss"]))
         for s in steps
-        if _finite(s.get("loss")) and _finite(s.get("step"))
+        if finite_number(s.get("loss")) is not None and finite_number(s.get("step")) is not None
     ]
     if loss:
         out.append(
@@ -248,7 +248,11 @@ def _points(
     samples: list[dict[str, Any]], key: str, origin: float, scale: float = 1.0
 ) -> list[tuple[float, float]]:
     """(seconds since launch, value x scale) of the samples that have a finite ``key``."""
-    return [(float(s["t"]) - origin, float(s[key]) * scale) for s in samples if _finite(s.get(key))]
+    return [
+        (float(s["t"]) - origin, float(s[key]) * scale)
+        for s in samples
+        if finite_number(s.get(key)) is not None
+    ]
 
 
 def _by_attempt(
@@ -258,7 +262,7 @@ def _by_attempt(
     out: list[tuple[float, float]] = []
     attempt = None
     for s in steps:
-        if not _finite(s.get(key)):
+        if finite_number(s.get(key)) is None:
             continue
         t = float(s["t"]) - origin
         if attempt is not None and s.get("attempt") != attempt:
@@ -284,10 +288,6 @@ def _throughput_unit(data: dict[str, Any]) -> str:
         return spec_unit
     rates = (data.get("summary") or {}).get("throughput") or {}
     return spec_unit if spec_unit in rates else "steps/s"
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def time_html(data: dict[str, Any]) -> list[str]:

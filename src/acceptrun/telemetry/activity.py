@@ -20,11 +20,12 @@ Activity(first_active=t0 + 3.1, active_s=118.0, source='process')
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from acceptrun._util.units import finite_number as _num
 
 __all__ = ["Activity", "activity"]
 
@@ -36,12 +37,6 @@ class Activity:
     first_active: float | None  # start of the first active interval; None: never active
     active_s: float  # seconds of active intervals
     source: str  # "gpu" | "process"
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _series(samples: Iterable[dict[str, Any]]) -> tuple[list[tuple[float, float]], str] | None:

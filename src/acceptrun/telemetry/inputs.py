@@ -10,17 +10,17 @@ the :class:`RunFiles` it returns, never from the files themselves.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_json, read_jsonl
+from acceptrun._util.units import finite_number as num
 from acceptrun.record.steplog import StepLog
 from acceptrun.spec.model import RunSpec, load_spec
 
-__all__ = ["RunFiles", "black_box", "json_step_count", "num", "read_run"]
+__all__ = ["RunFiles", "black_box", "json_step_count", "read_run"]
 
 
 @dataclass
@@ -52,13 +52,6 @@ def _timed(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     with contextlib.suppress(OSError):
         out = [ev for ev in lines if num(ev.get("t")) is not None]
     return out
-
-
-def num(value: Any) -> float | None:
-    """A finite float, or None (bools, strings, NaN and missing values are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def json_step_count(events: list[dict[str, Any]]) -> int:

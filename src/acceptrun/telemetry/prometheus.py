@@ -19,7 +19,6 @@ left out rather than reported as 0.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from acceptrun._util.units import finite_number as _num
 from acceptrun.telemetry.sampler import LiveState
 
 __all__ = ["MetricsServer", "RunCollector"]
@@ -51,12 +51,6 @@ _GPU_METRICS = (
     ("gpu_temperature_celsius", "temp_c", "GPU temperature, degrees C."),
     ("gpu_sm_active_percent", "sm_active_pct", "SM activity from GPM, %."),
 )
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 class RunCollector(Collector):

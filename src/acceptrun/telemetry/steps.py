@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from acceptrun._util.units import finite_number as num
 from acceptrun.record.steplog import StepChunk, StepLog, StepRanges
-from acceptrun.telemetry.inputs import num
 from acceptrun.telemetry.order import Hist, whole_us
 
 __all__ = [

@@ -48,11 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import read_json, write_json_atomic
+from acceptrun._util.units import finite_number as num
 from acceptrun._version import __version__
 from acceptrun.record.steplog import StepLog
 from acceptrun.telemetry.figures import figures
 from acceptrun.telemetry.hints import Evidence, make_hints
-from acceptrun.telemetry.inputs import RunFiles, black_box, json_step_count, num, read_run
+from acceptrun.telemetry.inputs import RunFiles, black_box, json_step_count, read_run
 from acceptrun.telemetry.peaks import peak_tflops
 from acceptrun.telemetry.steps import Attempt, NotWholeUs, Steps, read_steps, spans
 from acceptrun.telemetry.timelines import chart_series

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from acceptrun._util.units import finite_number as num
 from acceptrun.record.steplog import StepChunk, StepLog
-from acceptrun.telemetry.inputs import RunFiles, json_step_count, num, read_run
+from acceptrun.telemetry.inputs import RunFiles, json_step_count, read_run
 from acceptrun.telemetry.steps import col
 
 __all__ = ["CHART_POINTS", "chart_series", "timelines"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.units import finite_number
 from acceptrun.errors import AcceptrunError, UserError, WorkspaceError
 from acceptrun.record import liveness
 from acceptrun.record.status import RUN_LIVE
@@ -283,7 +284,7 @@ def thin_rows(
         pts = [
             (float(r[x]), float(r[key]), i)
             for i, r in enumerate(rows)
-            if _finite(r.get(x)) and _finite(r.get(key))
+            if finite_number(r.get(x)) is not None and finite_number(r.get(key)) is not None
         ]
         if not pts:
             continue
@@ -294,7 +295,3 @@ def thin_rows(
         i for i in range(1, len(rows)) if rows[i].get("attempt") != rows[i - 1].get("attempt")
     )
     return [rows[i] for i in sorted(keep)]
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
