@@ -35,6 +35,7 @@ from typing import Any
 from acceptrun.errors import AcceptrunRuntimeError
 from acceptrun.record.lease import end_lease, start_lease
 from acceptrun.record.workspace import RunRecord, find_workspace, now_iso
+from acceptrun.workload import standby
 from acceptrun.workload.contract import ENV_ATTEMPT, ENV_RUN_DIR
 from acceptrun.workload.run import Run
 
@@ -76,6 +77,16 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
     # a mirror or data URL's password the workload quotes, in an exception say, is then
     # hidden in every event it writes, as it is in the supervisor's.
     _ = run.spec  # the property loads (and caches) it
+    # A standby attempt (limits.warm_restart) attaches once the supervisor says go, in
+    # run.restore() or run.steps() (workload/standby.py); any other process now.
+    if not (run.supervised and standby.hold(run, lambda: _attach(run))):
+        _attach(run)
+    _active = run
+    return run
+
+
+def _attach(run: Run) -> None:
+    """The run's start in the record, its exit hooks, SIGTERM handler and watch aids."""
     if run.rank == 0:
         size: dict[str, Any] = {"world_size": run.world_size} if run.ranks.distributed else {}
         run.record.event(
@@ -95,8 +106,6 @@ def init(name: str | None = None, *, workspace: str | os.PathLike[str] | None = 
         die_with_parent()  # a rank must not outlive the torchrun agent the supervisor kills
     if run.supervised and not run.drill:
         run._start_watch_aids()
-    _active = run
-    return run
 
 
 def _create_standalone(name: str | None, workspace: str | os.PathLike[str] | None) -> RunRecord:

@@ -21,6 +21,7 @@ from acceptrun.errors import (
     AcceptrunRuntimeError,
     AcceptrunValueError,
 )
+from acceptrun.workload import standby
 from acceptrun.workload.base import RunBase
 from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX
 
@@ -236,6 +237,7 @@ class Checkpointing(RunBase):
             start = run.restore(model=model, history=history, best_loss=float("inf"))
             best_loss = run.restored.get("best_loss", float("inf"))   # history: in place
         """
+        standby.wait_for_go(self)  # a standby attempt waits here for its turn
         both = sorted(set(objects) & set(per_rank or {}))
         if both:
             raise AcceptrunValueError(

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from acceptrun.workload import standby
 from acceptrun.workload.base import RunBase, _number
 from acceptrun.workload.contract import ENV_MAX_STEPS
 from acceptrun.workload.liveness import check_supervisor
@@ -36,6 +37,7 @@ class StepLoop(RunBase):
         completes, the state after it is checkpointed when :meth:`restore` registered
         objects, and the process exits with status 143, as one killed by SIGTERM would.
         """
+        standby.wait_for_go(self)  # a standby attempt never steps before its turn
         start, total = (0, start_or_total) if total is None else (start_or_total, total)
         cap = os.environ.get(ENV_MAX_STEPS)
         if cap and not self.drill:  # a short measuring run (acceptrun scaling)
