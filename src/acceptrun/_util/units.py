@@ -32,6 +32,7 @@ __all__ = [
     "format_bytes",
     "format_bytes_exact",
     "format_duration",
+    "format_latency",
     "format_usd",
     "parse_size",
 ]
@@ -105,6 +106,13 @@ def finite_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def format_latency(seconds: float) -> str:
+    """A latency: ``"850 us"``, ``"12.5 ms"``, ``"11.0 s"``."""
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} us"
+    return f"{seconds * 1000:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
 def format_usd(x: float) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from acceptrun._util.durable import read_json, write_json_atomic
 from acceptrun._util.hashing import hash_file
+from acceptrun._util.units import format_latency
 from acceptrun.record.glossary import WALL_THROUGHPUT
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
@@ -248,7 +249,7 @@ def batch_checks(
     if tps is not None:
         speed += f", {tps:,.0f} tokens/s"
     if p50 is not None:
-        speed += f"; latency per item p50 {_ms(p50)}, p90 {_ms(p90)}, p99 {_ms(p99)}"
+        speed += f"; latency per item p50 {format_latency(p50)}, p90 {format_latency(p90)}, p99 {format_latency(p99)}"
     if inf.min_items_per_s is None:
         out.append(("performance", "items/s", "pass" if ips is not None else "not_recorded",
                     False, speed + " (no minimum in the spec)", None))  # fmt: skip
@@ -290,9 +291,3 @@ def _cost_checks(inf: Any, s: dict[str, Any]) -> list[tuple[str, str, str, bool,
             None if ok else "make the items cheaper (batching, a smaller model, a cheaper machine)",
         ))  # fmt: skip
     return out
-
-
-def _ms(seconds: float) -> str:
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} us"
-    return f"{seconds * 1000:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"

@@ -42,8 +42,9 @@ __all__ = [
 
 
 def esc(value: Any) -> str:
-    """Escaped for HTML; control and bidi characters from the record shown as ``\\x1b``,
-    ``\\u202e`` (a browser would reorder the text around a bidi control)."""
+    """Text from a record, the index or a request, safe in HTML text and attributes;
+    control and bidi characters shown as ``\\x1b``, ``\\u202e`` (visible, not acted on:
+    a browser would reorder the text around a bidi control)."""
     return escape_controls(html.escape("" if value is None else str(value), quote=True))
 
 

@@ -15,7 +15,6 @@ it into (see :mod:`acceptrun.ui.server`).
 
 from __future__ import annotations
 
-import html
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -23,11 +22,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from acceptrun._util.controls import escape_controls
 from acceptrun._util.redact import redact_text
 from acceptrun.cost.billing import format_bytes, format_usd
 from acceptrun.record.liveness import interruption
 from acceptrun.record.workspace import RunRecord
+from acceptrun.report.html_sections import esc
 from acceptrun.spec.model import format_duration
 from acceptrun.ui.board import (
     LIVE_STATES,
@@ -53,12 +52,6 @@ __all__ = [
 
 NAV = (("runs", "/"), ("compare", "/compare"), ("queue", "/queue"), ("spend", "/spend"))
 VERDICTS = ("accepted", "rejected", "none")
-
-
-def esc(value: Any) -> str:
-    """Text from a record, the index or a request, safe in HTML text and attributes;
-    control and bidi characters shown as ``\\x1b``, ``\\u202e`` (visible, not acted on)."""
-    return escape_controls(html.escape("" if value is None else str(value), quote=True))
 
 
 def run_url(ws: int, run_id: str, tail: str = "") -> str:

@@ -9,15 +9,13 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from acceptrun._util.units import format_latency
+
 __all__ = ["batch_html", "batch_lines"]
 
 
 def _ms(seconds: Any) -> str:
-    if not isinstance(seconds, int | float):
-        return "-"
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} us"
-    return f"{seconds * 1000:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    return format_latency(seconds) if isinstance(seconds, int | float) else "-"
 
 
 def _rate(value: Any, unit: str) -> str:
