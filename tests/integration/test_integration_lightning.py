@@ -191,10 +191,15 @@ def test_uninterrupted_run_is_accepted_with_steps_checkpoints_metrics_and_output
 def test_restore_drill_passes_and_changes_no_file_of_the_run(reference: dict[str, Any]) -> None:
     job, record = reference["job"], reference["record"]
     before = {p.name: p.read_bytes() for p in (job / "ckpt").iterdir()}
-    drill = acceptrun(job, record.path.parent.parent, "ckpt", "drill", record.run_id)
+    scratch = record.path.parent.parent.parent / "drill-tmp"  # the drill's copy goes here
+    scratch.mkdir()
+    drill = acceptrun(
+        job, record.path.parent.parent, "ckpt", "drill", record.run_id, TMPDIR=str(scratch)
+    )
     assert drill.returncode == 0, drill.stdout + drill.stderr
     assert "restore drill PASSED: restored step 30" in drill.stdout + drill.stderr
     assert {p.name: p.read_bytes() for p in (job / "ckpt").iterdir()} == before
+    assert not list(scratch.glob("acceptrun-drill-*"))  # and is gone once it was loaded
 
 
 def test_killed_mid_epoch_resumes_from_the_newest_verified_checkpoint_bitwise(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,8 +90,12 @@ def test_tune_sweep_on_the_tiny_target(tmp_path: Path) -> None:
            "--device", "cpu", "--axes", "precision,batch", "--warmup", "1", "--steps", "3",
            "--check-steps", "2", "--max-batch", "16", "--memory-limit", "1GiB", "--threads", "1",
            "--no-confirm", "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    scratch = tmp_path / "tmp"  # the trials' folder goes here, and away with the sweep
+    scratch.mkdir()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path,
+                          env={**os.environ, "TMPDIR": str(scratch)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert not list(scratch.glob("acceptrun-tune-*"))
     table = proc.stdout
     for row in (
         "baseline",

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import shutil
 import signal
 import tempfile
 import time
@@ -193,7 +194,7 @@ class AcceptrunCallback(Callback):
                 "resume it with the script that wrote it, or give this run a checkpoint.dir "
                 "of its own"
             )
-        targets = None
+        targets, scratch = None, None
         if self.run.drill:  # a drill changes no file of the run: the copy goes to scratch
             scratch = Path(tempfile.mkdtemp(prefix="acceptrun-drill-"))
             targets = {name: scratch / name for name in info.meta["files"]}
@@ -220,6 +221,8 @@ class AcceptrunCallback(Callback):
             else:
                 checkpoint_path = str(path)
             original(checkpoint_path, weights_only=weights_only)
+            if scratch is not None:  # loaded: the drill's copy has served
+                shutil.rmtree(scratch, ignore_errors=True)
 
         setattr(conn, "resume_start", resume_start)  # noqa: B010 - an instance attribute, on purpose
         return None if self.run.drill else path

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -332,7 +333,17 @@ class Tuner:
     # ---- the sweep ---------------------------------------------------------------------
 
     def run(self) -> TuneReport:
-        """Probe, baseline, then each axis in turn. Returns the report (also on errors)."""
+        """Probe, baseline, then each axis in turn. Returns the report (also on errors).
+
+        The trials' folder (their jobs, logs and results, read back as each ends) goes
+        with the sweep: what a failed trial said is in the report.
+        """
+        try:
+            return self._sweep()
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _sweep(self) -> TuneReport:
         t0 = time.monotonic()
         self.deadline = t0 + self.opt.budget
         if self.opt.device == "cpu":  # nothing to ask a child: no CUDA memory, no GPU name
