@@ -287,7 +287,7 @@ class RunTelemetry:
     >>> tel = RunTelemetry(record, spec)
     >>> tel.open()                                     # Prometheus, when asked for
     >>> tel.begin(attempt=1, pid=child.pid, watch=watch, checkpoint_dir=ckpt)
-    >>> tel.idle_stop()                                # polled: a reason once idle too long
+    >>> tel.idle                                       # the attempt's IdleDetector (stops.Idle)
     >>> tel.end()                                      # at the attempt's end
     >>> tel.close()                                    # at the run's end
     """
@@ -376,14 +376,6 @@ class RunTelemetry:
             return
         self._gpu.on_error = lambda msg: thread.error("gpu", msg)
         thread.gpu = self._gpu
-
-    def idle_stop(self) -> str | None:
-        """The reason to stop the attempt for idleness (``telemetry.idle_action = "stop"``)."""
-        return None if self.idle is None else self.idle.stop_reason()
-
-    def idle_event(self) -> dict[str, Any] | None:
-        """The fields of the current streak's ``idle`` event, once it fired."""
-        return None if self.idle is None else self.idle.fired
 
     def end(self) -> None:
         """Stop sampling the current attempt (joined with a timeout; never raises)."""
