@@ -13,9 +13,10 @@ The API (the supervisor's side, then the workload's):
 
 - :data:`ENV_MEMORY_DIR`: the contract variable naming the tier's directory; unset, the
   tier is off;
-- :func:`memory_dir` (supervisor, before an attempt): the run's directory, created
-  (``/dev/shm/acceptrun-<run id>``; without ``/dev/shm``, ``memory/`` in the run record,
-  with a note saying so); :func:`remove_memory_dir` (the run's close) removes it;
+- :func:`prepare` (supervisor, before an attempt): the run's directory, created by
+  :func:`memory_dir` (``/dev/shm/acceptrun-<run id>``; without ``/dev/shm``, ``memory/``
+  in the run record, with a note saying so) and recorded (a ``memory_tier`` event) the
+  first time; :func:`remove_memory_dir` (the run's close) removes it;
 - :class:`MemoryTier` (workload): :meth:`~MemoryTier.save` stages the state (one host
   copy, overlapped with the next step like a durable save) and writes it in the
   background; :meth:`~MemoryTier.adopt` copies a durable commit in (the step where both
@@ -47,8 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptrun._util.console import get_logger
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
 from acceptrun.checkpoint.writer import CheckpointWriter
+from acceptrun.record.workspace import RunRecord
 
 __all__ = [
     "ENV_MEMORY_DIR",
@@ -58,6 +61,7 @@ __all__ = [
     "MemoryStore",
     "MemoryTier",
     "memory_dir",
+    "prepare",
     "remove_memory_dir",
 ]
 
@@ -71,6 +75,31 @@ PREFIX = "acceptrun-"
 KEEP = 1
 
 EventSink = Callable[[str, dict[str, Any]], None]
+
+log = get_logger(__name__)
+
+
+def prepare(record: RunRecord) -> Path:
+    """The run's memory tier directory, for an attempt's environment (the supervisor).
+
+    Made before the first attempt; that first time its place is recorded (a
+    ``memory_tier`` event: path, shared, and the note when it is not in shared memory,
+    which is also printed as a warning).
+    """
+    existed = any(p.is_dir() for p in _places(record.path, record.run_id, SHM))
+    path, note = memory_dir(record.path, record.run_id)
+    if not existed:
+        fields: dict[str, Any] = {"path": str(path), "shared": note is None}
+        if note is not None:
+            fields["note"] = note
+            log.warning(note)
+        record.event("memory_tier", sync=True, **fields)
+    return path
+
+
+def _places(run_dir: Path, run_id: str, shm: Path) -> tuple[Path, Path]:
+    """Where a run's memory tier may be: shared memory, or the record's fallback."""
+    return shm / f"{PREFIX}{run_id}", run_dir / FALLBACK
 
 
 def memory_dir(run_dir: Path, run_id: str, *, shm: Path = SHM) -> tuple[Path, str | None]:
@@ -118,7 +147,7 @@ def remove_memory_dir(run_dir: Path, run_id: str, *, shm: Path = SHM) -> list[Pa
     is no error.
     """
     removed = []
-    for path in (shm / f"{PREFIX}{run_id}", run_dir / FALLBACK):
+    for path in _places(run_dir, run_id, shm):
         try:
             st = os.lstat(path)
         except OSError:

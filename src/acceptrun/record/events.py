@@ -322,6 +322,9 @@ class RestoredEvent(Event, total=False):
     source: str
     restored_to: Any
     step_estimate: str  # a watched checkpoint whose step is not proven: why
+    # run.restore: "memory" (the memory tier), "disk" (the run's store) or "mirror" (a
+    # step a resume fetched back from the mirror); "sharded", "watched" for the others
+    memory: str  # why no memory copy was loaded where the tier had one (bad, rolled back)
 
 
 class MetricEvent(Event, total=False):
@@ -402,6 +405,24 @@ class CheckpointStageEvent(Event, total=False):
     overlapped: bool  # the parameters and optimizer state were copied beside the next step
     copy_s: float  # that background copy's seconds
     waited_s: float  # of stall_s: an optimizer step's wait for the copy
+
+
+class MemoryTierEvent(Event, total=False):
+    path: Required[str]
+    shared: Required[bool]  # in host shared memory (/dev/shm), not the record's disk
+    note: str  # why not, and the fix
+
+
+class MemorySavesEvent(Event, total=False):
+    path: Required[str]
+    saves: Required[int]
+    adopted: int  # durable commits copied in (the steps where both fell)
+    stall_s: float  # all the loop waited for memory saves, seconds
+    stall_max_s: float
+    bytes: int  # one copy's tensor bytes
+    last_step: int | None
+    error: str  # the save that failed and turned the tier off
+    attempt: int
 
 
 class CheckpointCommitEvent(Event, total=False):
@@ -703,6 +724,8 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("checkpoint_stage", CheckpointStageEvent, "a checkpoint was staged: the loop's stall", "checkpoint/saver, checkpoint/sharded"),
     _E("checkpoint_commit", CheckpointCommitEvent, "a checkpoint was committed and verified", "checkpoint/store"),
     _E("checkpoint_failed", CheckpointFailedEvent, "a checkpoint save failed", "checkpoint/saver, checkpoint/sharded, supervisor/external"),
+    _E("memory_tier", MemoryTierEvent, "the run's memory tier directory was made (docs/checkpoints.md)", "checkpoint/memtier"),
+    _E("memory_saves", MemorySavesEvent, "an attempt's memory tier saves: count, stall, bytes; or the failure that turned it off", "workload/checkpointing"),
     _E("checkpoint_delete", CheckpointDeleteEvent, "a checkpoint was deleted (retention, gc)", "checkpoint/store, run/retention"),
     _E("checkpoint_quarantine", CheckpointQuarantineEvent, "a checkpoint failed verification and was moved aside", "checkpoint/store"),
     _E("checkpoint_staging_removed", CheckpointStagingRemovedEvent, "a dead writer's staging directory was removed", "checkpoint/store"),

@@ -25,6 +25,7 @@ from typing import Any
 
 from acceptrun._util.console import get_logger
 from acceptrun._util.paths import check_removable, lexical_problem
+from acceptrun.checkpoint.memtier import remove_memory_dir
 from acceptrun.record.lease import end_lease
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
@@ -142,6 +143,7 @@ def close_run(
     record.update_state(status="closing")
     if status == "finished":
         run_cleanup(record, spec)
+    remove_memory_dir(record.path, record.run_id)  # the memory tier's host memory, freed
     verdict = _finalize(record, workspace, spec, status, after_verdict)
     end_lease(record)  # closed: its supervisor lets go of the run (record/lease.py)
     return verdict

@@ -240,6 +240,18 @@ class CheckpointSpec:
         "Checkpoint every N steps.", None, gt=0, unit="steps", accepts=_POSITIVE_STEPS
     )
     every: Duration | None = doc('Checkpoint at least this often, e.g. "30m".', None, gt=0)
+    memory_every: int | None = doc(
+        "Also save the state to host shared memory every N steps (the memory tier, "
+        "docs/checkpoints.md): a copy the supervisor keeps across the workload's death, "
+        "restored before the durable checkpoints when newer; never counted as durable. "
+        "Costs the loop one host copy of the state per save (overlapped like a durable "
+        "save's) and twice the state in host memory. Off by default; run.maybe_checkpoint "
+        "saves it, in runs of one process.",
+        None,
+        gt=0,
+        unit="steps",
+        accepts=_POSITIVE_STEPS,
+    )
     keep_last: int = doc(
         "Keep the newest N checkpoints (2 or more).",
         2,
@@ -1282,6 +1294,13 @@ class RunSpec:
             self.command,
             'a command such as ["python", "train.py"]',
         )
+        require(
+            self.checkpoint.memory_every is None
+            or (self.resources.processes == 1 and self.resources.nodes == 1),
+            "checkpoint.memory_every", self.checkpoint.memory_every,
+            "a run of one process for the memory tier (resources.processes = 1 and "
+            "resources.nodes = 1): leave memory_every out of a multi-process run",
+        )  # fmt: skip
         require(
             not (self.serving.enabled and self.inference.enabled),
             "serving.url", self.serving.url,

@@ -28,6 +28,7 @@ from typing import IO
 
 from acceptrun._util.controls import LiveEcho
 from acceptrun._util.durable import storage_fault
+from acceptrun.checkpoint.memtier import ENV_MEMORY_DIR, prepare
 from acceptrun.record.lease import process_start_time
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
@@ -377,5 +378,7 @@ def contract_env(
     env[ENV_RESUME_FROM] = resume_from
     env[ENV_CHECKPOINT_DIR] = str(checkpoint_dir)
     env[ENV_SPEC] = str(record.spec_path)
+    if spec.checkpoint.memory_every is not None and attempt > 0:  # 0: a restore drill
+        env[ENV_MEMORY_DIR] = str(prepare(record))  # checkpoint/memtier.py; removed at close
     env.update(supervisor_env(os.getpid(), process_start_time()))  # workload/liveness.py
     return env
