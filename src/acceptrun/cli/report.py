@@ -198,8 +198,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from acceptrun.report import format_show
-    from acceptrun.report.terminal import show_dict
+    from acceptrun.report.terminal import format_show, show_dict
 
     record = open_run(args, args.run)
     if args.json:
