@@ -109,7 +109,7 @@ def doc(
     return field(default=default, metadata=metadata)
 
 
-KNOWN_DRILLS = ("restore", "kill", "preempt")
+KNOWN_DRILLS = ("restore", "kill", "preempt", "campaign")
 NOTICE_PROVIDERS = ("none", "aws", "gcp", "azure")  # limits.preemption_notice
 THROUGHPUT_UNITS = ("samples/s", "tokens/s", "steps/s")
 IDLE_ACTIONS = ("stop", "event")
@@ -417,6 +417,14 @@ class LimitsSpec:
         Duration(5.0),
         ge=0,
         accepts="0 or more seconds",
+    )
+    warm_restart: bool = doc(
+        "Keep the next attempt waiting in run.restore() while one runs (a standby: the "
+        "interpreter started, the imports and what the script builds before restore() "
+        "done), so that a restart skips them; where memory allows, a client script of one "
+        "process only. Off by default: the standby runs the script's code before restore() "
+        "beside the active attempt and holds its memory.",
+        False,
     )
     grace_period: Duration = doc(
         "After asking the workload to stop, wait this long before killing it.",

@@ -77,6 +77,7 @@ from acceptrun.supervisor.process import UNBUFFERED, ChildProcess, contract_env,
 from acceptrun.supervisor.progress import ProgressReader
 from acceptrun.supervisor.restarts import RestartPolicy
 from acceptrun.supervisor.sidetask import SideTask, StartSideTask
+from acceptrun.supervisor.standby import Standby, StandbyKeeper
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
 from acceptrun.supervisor.watch import RECENT_STEPS, AttemptWatch
 from acceptrun.workload.contract import (
@@ -165,6 +166,10 @@ class Supervisor:
         # its logs or TensorBoard files (supervisor/progress.py), when the spec says how.
         self.usage = detect_usage(spec)
         self.notice = notice_watch(record, spec)  # the cloud's preemption notice, or None
+        self.standby = StandbyKeeper(  # the next attempt, waiting in run.restore() (standby.py)
+            record, spec, client=self.usage.client, echo=echo, side_task=side_task is not None,
+            launch=lambda n: (self._command(env := self._env(n)), env),
+        )  # fmt: skip
 
     # ---- signals ------------------------------------------------------------------------------
 
@@ -214,6 +219,7 @@ class Supervisor:
         try:
             self._attempts(result, start)
         finally:
+            self.standby.discard()  # the run ends: a standby leaves nothing behind
             self.telemetry.close()
             if self.notice is not None:
                 self.notice.stop()
@@ -267,7 +273,7 @@ class Supervisor:
             self._decide(res, "stop", why_not)
             self.record.event("give_up", sync=True, attempt=attempt, reason=why_not)
             return why_not
-        delay = min(limits.restart_backoff * 2**restarts, MAX_BACKOFF_S)
+        delay = self.restarts.backoff(res, restarts, MAX_BACKOFF_S)  # none for a kill
         if deadline is not None and time.monotonic() + delay >= deadline:
             return "wall time would pass during the restart backoff"
         why = f"{res.failure_class} is retried from the newest verified checkpoint"
@@ -408,9 +414,11 @@ class Supervisor:
         adir = self.record.attempt_dir(attempt)
         adir.mkdir(parents=True, exist_ok=True)
         resume_from, resume_step = self._resume_point(attempt)
-        env = self._env(attempt, resume_from)
+        # Started while the attempt before ran (supervisor/standby.py), or None.
+        standby = self.standby.take(attempt) if attempt > self.first_attempt else None
+        env = self._env(attempt, resume_from) if standby is None else standby.child.env
         try:
-            command = self._command(env)
+            command = self._command(env) if standby is None else standby.child.argv
             restored = restore_for_attempt(
                 self.record, self.spec, self._store(), attempt, resume_step
             )
@@ -420,15 +428,11 @@ class Supervisor:
             # processes > 1 with a command torchrun cannot run, or a watched checkpoint
             # that could not be put back where the script expects it
             return self._not_started(attempt, adir, str(exc))
-        child = ChildProcess(
-            command,
-            cwd=self.spec.workdir_path,
-            env=env,
-            stdout_path=adir / "stdout.log",
-            stderr_path=adir / "stderr.log",
-            echo=self.echo,
-            containment=contain(attempt),  # a cgroup, or the subreaper (containment.py)
-        )
+        child = standby.child if standby is not None else ChildProcess(
+            command, cwd=self.spec.workdir_path, env=env,
+            stdout_path=adir / "stdout.log", stderr_path=adir / "stderr.log",
+            echo=self.echo, containment=contain(attempt),  # a cgroup, or the subreaper
+        )  # fmt: skip
         self._mark_running(attempt, env)
         offset = self.record.events_path.stat().st_size if self.record.events_path.exists() else 0
         oom_before = oom_kill_count()
@@ -441,14 +445,16 @@ class Supervisor:
         step_faults = black_box_step_faults(env, attempt) if progress is not None else []
         watcher = self._new_watcher(attempt, resume_step, axis)  # notes old files before the start
         try:
-            child.start()
+            child.start() if standby is None else child.adopt()  # adopt: its output released
         except OSError as exc:
             if child.containment is not None:
                 child.containment.close()
             reason = f"could not start {self.spec.command[0]!r}: {exc.strerror or exc}"
             return self._not_started(attempt, adir, reason)
         watchdog = self._start_watchdog(attempt, child, env, adir)  # first: see there
-        self._announce(attempt, child, resume_step, restored)
+        self._announce(attempt, child, resume_step, restored, standby)
+        if standby is not None:  # its turn: the checkpoint to restore (workload/standby.py)
+            self.standby.go(standby, attempt, resume_from)
         watch = AttemptWatch(
             self.record.events_path,
             attempt,
@@ -523,18 +529,22 @@ class Supervisor:
         return res
 
     def _announce(
-        self, attempt: int, child: ChildProcess, resume_step: int | None, restored: str | None
+        self,
+        attempt: int,
+        child: ChildProcess,
+        resume_step: int | None,
+        restored: str | None,
+        standby: Standby | None = None,
     ) -> None:
         self.record.event(
-            "attempt_start",
-            sync=True,
-            attempt=attempt,
-            pid=child.pid,
+            "attempt_start", sync=True, attempt=attempt, pid=child.pid,
             command=redact_argv(child.argv),  # no --token X in the record
-            resume_step=resume_step,
-            restored=restored,
+            resume_step=resume_step, restored=restored,
             containment=None if child.containment is None else child.containment.describe(),
-        )
+            start_mode="cold" if standby is None else "warm",  # standby.py
+            **({"cold_why": self.standby.why_cold} if standby is None else
+               {"standby_ready_s": standby.ready_s}),
+        )  # fmt: skip
         held = child.containment
         if held is not None and held.mechanism == "none":
             # Silence would be the worst outcome: say that escapes are possible, and why.
@@ -580,6 +590,7 @@ class Supervisor:
                 self._track(a.number, a.child)
             self._poll_black_box(a)
             a.watch.poll()
+            self.standby.consider(a.number, a.child, stepped=a.watch.last_step is not None)
             if returncode is not None:
                 break
             if a.diverged_kill:

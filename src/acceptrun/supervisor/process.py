@@ -123,6 +123,8 @@ class ChildProcess:
         stderr_path: Path,
         echo: bool = True,
         containment: Containment | None = None,
+        hold: bool = False,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.argv = list(argv)
         self.cwd = Path(cwd)
@@ -138,6 +140,13 @@ class ChildProcess:
         self._exited = threading.Event()
         # When each chunk of the logs was read (the progress reader's line times).
         self.arrivals = {stdout_path: Arrivals(), stderr_path: Arrivals()}
+        # A standby's output (supervisor/standby.py) is held here, neither logged nor
+        # echoed, until release(): before its go it is no attempt of the record's.
+        self._held: dict[Path, list[bytes]] | None = (
+            {stdout_path: [], stderr_path: []} if hold else None
+        )
+        self._hold_lock = threading.Lock()
+        self.pass_fds = tuple(pass_fds)  # kept open in the child (a standby's socket)
 
     @property
     def pid(self) -> int:
@@ -184,11 +193,59 @@ class ChildProcess:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=_preexec(fd),
+                pass_fds=self.pass_fds,
             )
         finally:
             if c is not None:
                 c.after_fork(None if proc is None else proc.pid)
         return proc
+
+    def release(self) -> None:
+        """A held child's output from now on goes to its logs and the terminal, what it
+        printed so far first (a standby that became an attempt)."""
+        with self._hold_lock:
+            held, self._held = self._held, None
+            if held is None:
+                return
+            for path, term in ((self.stdout_path, sys.stdout), (self.stderr_path, sys.stderr)):
+                data = b"".join(held[path])
+                try:
+                    with open(path, "ab") as log:
+                        log.write(data)
+                        end = log.tell()
+                    with self.arrivals[path].lock:
+                        self.arrivals[path].note(end, time.time())
+                except OSError as exc:
+                    self._log_lost(path, exc)
+                out = getattr(term, "buffer", None) if self.echo else None
+                if out is not None and data:
+                    with contextlib.suppress(OSError, ValueError):
+                        out.write(data)
+                        out.flush()
+
+    def adopt(self) -> None:
+        """A held child (a standby) becomes the attempt: its clock starts now, its output
+        goes to the logs (the attempt's folder must exist)."""
+        self.started_at = time.time()
+        self.started_mono = time.monotonic()
+        self.release()
+
+    def _held_chunk(self, path: Path, chunk: bytes) -> bool:
+        """Keep ``chunk`` while the output is held; False once it is released."""
+        with self._hold_lock:  # one uncontended lock per 64 KiB chunk
+            if self._held is None:
+                return False
+            self._held[path].append(chunk)
+            return True
+
+    def _open_log(self, path: Path) -> tuple[IO[bytes] | None, int]:
+        """The log, opened to append, and its size; None when it cannot be opened."""
+        try:
+            log = open(path, "ab")  # noqa: SIM115 - closed by the tee, or dropped on a write error
+            return log, os.fstat(log.fileno()).st_size
+        except OSError as exc:
+            self._log_lost(path, exc)
+            return None, 0
 
     def _tee(self, pipe: IO[bytes], path: Path, term: IO[str]) -> None:
         # Logs are flushed per chunk so `tail -f` and a crash both see everything.
@@ -196,11 +253,9 @@ class ChildProcess:
         log: IO[bytes] | None = None
         arrivals = self.arrivals[path]
         end = 0
-        try:
-            log = open(path, "ab")  # noqa: SIM115 - closed below, or dropped on a write error
-            end = os.fstat(log.fileno()).st_size
-        except OSError as exc:
-            self._log_lost(path, exc)
+        opened = self._held is None  # a held child's log opens once its output is released
+        if opened:
+            log, end = self._open_log(path)
         fd = pipe.fileno()
         while True:
             try:
@@ -209,6 +264,11 @@ class ChildProcess:
                 break
             if not chunk:
                 break
+            if self._held_chunk(path, chunk):
+                continue
+            if not opened:
+                log, end = self._open_log(path)
+                opened = True
             if log is not None:
                 with arrivals.lock:
                     arrived = time.time()

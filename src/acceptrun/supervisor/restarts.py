@@ -25,7 +25,10 @@ from acceptrun.supervisor.classify import (
 )
 from acceptrun.supervisor.outcome import AttemptResult
 
-__all__ = ["RestartPolicy"]
+__all__ = ["NO_BACKOFF", "RestartPolicy"]
+
+# Failure classes restarted without the backoff: nothing the wait could bring back.
+NO_BACKOFF = frozenset({"killed", "preempted", "hang"})
 
 
 class RestartPolicy:
@@ -57,6 +60,18 @@ class RestartPolicy:
         if not retry_allowed(failure.name, same):
             return f"{failure.name} again after {same} retry; not retried: it recurs from the same checkpoint"
         return None
+
+    def backoff(self, res: AttemptResult, restarts: int, most: float) -> float:
+        """Seconds to wait before the restart after ``res`` (``restarts`` before it).
+
+        ``limits.restart_backoff``, doubled per restart up to ``most``, for the classes
+        where waiting can help: a failure of the machine, the network, a peer or memory
+        that another process may give back. A process killed from outside, preempted or
+        hung has nothing to wait for: the next attempt starts at once.
+        """
+        if res.failure_class in NO_BACKOFF:
+            return 0.0
+        return float(min(self.spec.limits.restart_backoff * 2**restarts, most))
 
     def _repeated(self, res: AttemptResult, attempts: list[AttemptResult]) -> Classification | None:
         """A user error when ``res`` failed as the attempt just before it did."""
