@@ -15,6 +15,11 @@ duration) to the next attempt's first step, in order:
 - ``first_step``: the rest, to the first step logged (building the model and the data,
   the step itself).
 
+A warm restart (``limits.warm_restart``, supervisor/standby.py) starts the next attempt
+from a standby that already waits in ``run.restore()``: its ``start`` and ``set_up`` are
+near zero, and ``mode`` says ``"warm"`` (``"cold"`` otherwise, None in a record older
+than the mode; ``cold_why`` says why an attempt of a warm run started cold).
+
 Every part is measured on one machine's clock and never below zero; a part the record
 cannot tell is None. ``total`` is the end to the first step: the time a failure cost
 beyond the work it threw away (record/lost.py).
@@ -50,6 +55,8 @@ class Restart:
     set_up_t: float | None  # the next attempt's workload_start (the client's)
     restore_s: float | None
     first_step_t: float | None
+    mode: str | None = None  # "warm" (a standby took over) or "cold"; None: not recorded
+    cold_why: str | None = None  # why a run with warm restarts started this one cold
 
     def parts(self) -> dict[str, float | None]:
         """Seconds per part (:data:`PARTS`), None where the record does not tell."""
@@ -101,6 +108,8 @@ def restarts(record: RunRecord) -> list[Restart]:
                 set_up_t=None if setup is None else float(setup["t"]),
                 restore_s=None if restored is None else _num(restored.get("seconds")),
                 first_step_t=_first_step_t(record, n + 1),
+                mode=_text(nxt.get("start_mode")),
+                cold_why=_text(nxt.get("cold_why")),
             )
         )
     return out
@@ -127,6 +136,10 @@ def _first_step_t(record: RunRecord, attempt: int) -> float | None:
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _pos(seconds: float) -> float:

@@ -6,6 +6,7 @@ Also, for a script without step events, that its lost work cannot be counted in 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from acceptrun.cost.billing import format_usd
@@ -186,8 +187,13 @@ def recovery(given: CheckInput) -> list[Check]:
         for name, seconds in slowest.parts().items()
         if seconds is not None
     )
-    brief = f"{len(done)} restart(s), median {median:.2f}s from the end to the first step"
-    evidence = f"{brief}; the slowest, attempt {slowest.attempt + 1}, {slowest.total:.2f}s: {parts}"
+    modes = Counter(r.mode for r in done if r.mode is not None)  # warm: from a standby
+    how = f" ({', '.join(f'{n} {m}' for m, n in sorted(modes.items()))})" if modes else ""
+    brief = f"{len(done)} restart(s), median {median:.2f}s from the end to the first step{how}"
+    mode = "" if slowest.mode is None else f" {slowest.mode}"
+    evidence = (
+        f"{brief}; the slowest, attempt {slowest.attempt + 1}{mode}, {slowest.total:.2f}s: {parts}"
+    )
     return [Check("operations", "recovery", PASS, False, evidence, None, brief)]
 
 
