@@ -21,6 +21,7 @@ move the model after ``run.restore()`` (``map_location`` restores onto the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -92,8 +93,9 @@ def wait_for_go(run: Any) -> None:
 def _receive_go(fd: int) -> dict[str, Any]:
     """Say ready, then block until the go line; an end of file ends the process."""
     with socket.socket(fileno=fd) as sock:
-        try:
+        with contextlib.suppress(OSError):  # the go may be here already, the peer closed
             sock.sendall(READY)
+        try:
             data = b""
             while not data.endswith(b"\n"):
                 chunk = sock.recv(4096)
