@@ -275,10 +275,13 @@ def test_digests_ids_and_versions_in_a_record_are_kept(round_: int) -> None:
     assert redact_text(line, secrets=()) == line
 
 
-def test_loading_the_rule_set_leaves_the_scripts_warnings_shown() -> None:
+def test_loading_the_rule_set_leaves_the_scripts_warnings_shown(
+    tmp_path: typing.Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # detect-secrets' logger captures warnings into logging when it is made: a script's
     # warnings then went nowhere once the redactor had loaded its rules (a real run's
-    # stderr: tests/integration/test_accelerate_upstream_loop.py).
+    # stderr: tests/integration/test_accelerate_upstream_loop.py). An empty cache
+    # directory: the rules are read from detect-secrets, not from the cached translation.
     import logging
     import warnings
 
@@ -287,6 +290,7 @@ def test_loading_the_rule_set_leaves_the_scripts_warnings_shown() -> None:
     before = warnings.showwarning
     secret_shapes.keeping_warnings(lambda: logging.captureWarnings(True))
     assert warnings.showwarning is before
+    monkeypatch.setenv(secret_shapes.ENV_CACHE_DIR, str(tmp_path))
     secret_shapes._scanner.cache_clear()  # load the rules again, here
     assert hide_shapes("token ghp_R8kqZ2vT5mXw1yB7nC3dF6gH9jK0lP4sQ2aE") == "token <redacted>"
     assert warnings.showwarning is before

@@ -110,6 +110,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun._util.logpump:main", "file", redacted_by="redact_text, line by line"),
     Sink("acceptrun._util.logpump:start", "process", exempt="the pump gets acceptrun's own environment and a path; what it writes it redacts"),
     Sink("acceptrun._util.outputs:write_output", "file", redacted_by="write_atomic's redact_text (raw=True only where its caller registers why)"),
+    Sink("acceptrun._util.secret_shapes:_write_cache", "file", exempt="raw=True: detect-secrets' public rule patterns as translated for RE2, in the user's cache directory; no record data"),
     Sink("acceptrun.record.stepwriter:StepWriter._open_segment", "file", exempt="creates an empty segment; its lines go through StepWriter._write_all"),
     Sink("acceptrun.record.stepwriter:StepWriter._write_all", "file", exempt="step numbers and metric values (floats) the workload logged; no free text"),
     Sink("acceptrun.record.workspace:Workspace.create_run", "file", exempt="raw=True: the frozen spec.toml, KEPT_WHOLE"),

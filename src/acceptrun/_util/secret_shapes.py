@@ -33,12 +33,18 @@ A value right after a letter or digit is the inside of a longer word (an upper-c
 digest holding "ACCA" and 16 more) and is kept: the rules as written have no left edge.
 A placeholder (``TOKEN``, ``<token>``, ``$HF_TOKEN``, ``***``) is never hidden.
 
-The cost is paid once per process, at the first text long enough to hold a secret
-(about 0.15 s, mostly importing detect-secrets and the requests library it imports):
-importing this module imports neither. A command's ``--help`` never pays it
-(:func:`acceptrun._util.redact.without_shapes`). After that, a text goes through one RE2
-set (one linear pass naming the rules that match somewhere; about 1.5 us for a short
-string) and only the rules it names run on it.
+The rules are read at the first text long enough to hold a secret; importing this module
+reads nothing. Reading them from detect-secrets costs about 0.15 s (importing it and the
+requests library it imports), so the translated rule set is kept in a cache file
+(:func:`cache_path`) keyed by what decides it: the source of every detect-secrets module,
+this module's own source (the translation and the supplements), the RE2 build and the
+Python version. A process whose key matches the file's, and whose file passes its
+checksum, compiles the cached patterns on RE2 (about 0.02 s) without importing
+detect-secrets; any other reads the rules live and writes the file again. The cached
+translation is the live one (tests/unit/test_shape_cache.py compares them). A command's
+``--help`` never reads the rules (:func:`acceptrun._util.redact.without_shapes`). After
+that, a text goes through one RE2 set (one linear pass naming the rules that match
+somewhere; about 1.5 us for a short string) and only the rules it names run on it.
 
 >>> hide_shapes("push failed: 401 for ghp_R8kqZ2vT5mXw1yB7nC3dF6gH9jK0lP4sQ2aE.")
 'push failed: 401 for <redacted>.'
@@ -47,16 +53,24 @@ string) and only the rules it names run on it.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
+import os
 import re
+import stat
+import sys
 import warnings
 from collections.abc import Callable
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
     "MIN_SHAPE_LEN",
     "SUPPLEMENTS",
     "Supplement",
+    "cache_path",
     "hide_shapes",
     "is_placeholder",
     "left_out",
@@ -232,14 +246,45 @@ def keeping_warnings(load: Callable[[], Any]) -> Any:
             warnings.showwarning = shown
 
 
+class _Translation(NamedTuple):
+    """The rule set as RE2 reads it: each rule taken (family, pattern, the character class
+    of a translated ``(?!C)`` or None, and whether it follows the match or group 1), and
+    each rule left out (family, pattern, reason). What the cache file holds."""
+
+    rules: tuple[tuple[str, str, str | None, str], ...]
+    left_out: tuple[tuple[str, str, str], ...]
+
+
 @functools.cache
 def _scanner() -> _Scanner:
-    # Imported here: the first text that may hold a secret pays for them, not startup.
+    # Imported here: the first text that may hold a secret pays for it, not startup.
     import re2  # type: ignore[import-untyped]
 
+    key = _cache_key()
+    found = _read_cache(key) if key else None
+    if found is not None:
+        with_cache = _compiled(found, re2)
+        if with_cache is not None:
+            return with_cache
+    translation = _translate(re2)
+    scanner = _compiled(translation, re2)
+    if scanner is None:  # a rule RE2 compiled a moment ago: not reached
+        raise RuntimeError("the secret-shape rules did not compile twice alike")
+    if key:
+        _write_cache(key, translation)
+    return scanner
+
+
+def _options(re2: Any) -> Any:
     options = re2.Options()
     options.log_errors = False  # a rule RE2 refuses is listed, not printed from C++
-    rules: list[_Rule] = []
+    return options
+
+
+def _translate(re2: Any) -> _Translation:
+    """The rule set read from detect-secrets' plugins (importing it) and translated."""
+    options = _options(re2)
+    rules: list[tuple[str, str, str | None, str]] = []
     out: list[tuple[str, str, str]] = []
     plugins: dict[str, Any] = keeping_warnings(_rule_set_plugins)
     for family, plugin in sorted(plugins.items()):
@@ -249,17 +294,119 @@ def _scanner() -> _Scanner:
                 out.append((family, rx.pattern, made))
             else:
                 rules.append(made)
+    return _Translation(tuple(rules), tuple(out))
+
+
+def _compiled(translation: _Translation, re2: Any) -> _Scanner | None:
+    """The scanner of a translation and the supplements; None when RE2 refuses a rule
+    (a cache written by another build: the caller reads the rules live)."""
+    options = _options(re2)
+    rules: list[_Rule] = []
+    try:
+        for family, pattern, not_next, of in translation.rules:
+            nxt = None if not_next is None else re2.compile(not_next.encode(), options)
+            rules.append(_Rule(family, pattern, re2.compile(pattern.encode(), options), nxt, of))
+    except re2.error:
+        return None
     for sup in SUPPLEMENTS:
         regex = re2.compile(sup.pattern.encode(), options)
         rules.append(_Rule(sup.family, sup.pattern, regex, accept=sup.accept))
-    set_options = re2.Options()
-    set_options.log_errors = False
+    set_options = _options(re2)
     set_options.max_mem = 64 << 20  # bytes: the set's DFA holds every rule's states
     first = re2.Set.SearchSet(set_options)
     for rule in rules:
         first.Add(rule.pattern.encode())
     first.Compile()
-    return _Scanner(tuple(rules), tuple(out), first)
+    return _Scanner(tuple(rules), translation.left_out, first)
+
+
+# ---- the cache of the translated rule set -------------------------------------------------
+
+ENV_CACHE_DIR = "ACCEPTRUN_CACHE_DIR"
+_CACHE_FILE = "secret-shapes.json"
+
+
+def cache_path() -> Path:
+    """The cache file: in ``$ACCEPTRUN_CACHE_DIR``, else ``$XDG_CACHE_HOME/acceptrun``,
+    else ``~/.cache/acceptrun``."""
+    explicit = os.environ.get(ENV_CACHE_DIR)
+    if explicit:
+        return Path(explicit).expanduser() / _CACHE_FILE
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "acceptrun" / _CACHE_FILE
+
+
+def _cache_key() -> str | None:
+    """A digest of what decides the translation (None: detect-secrets or RE2 not found,
+    or their files unreadable: no cache). About 3 ms: the detect-secrets sources are
+    read (about 90 files, 0.5 MB), RE2's files are stat'ed."""
+    digest = hashlib.sha256(sys.version.encode())
+    try:
+        digest.update(Path(__file__).read_bytes())
+        for name, read in (("detect_secrets", True), ("re2", False)):
+            spec = find_spec(name)
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            for root in spec.submodule_search_locations:
+                for path in sorted(Path(root).rglob("*")):
+                    if "__pycache__" in path.parts or not path.is_file():
+                        continue
+                    digest.update(str(path.relative_to(root)).encode() + b"\0")
+                    if read and path.suffix == ".py":
+                        digest.update(path.read_bytes())
+                    else:
+                        st = path.stat()
+                        digest.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    except (OSError, ValueError, ImportError):
+        return None
+    return digest.hexdigest()
+
+
+def _checksum(key: str, translation: _Translation) -> str:
+    text = json.dumps([key, translation.rules, translation.left_out], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_cache(key: str) -> _Translation | None:
+    """The cached translation when the file is the user's own regular file, not writable
+    by others, of this key, and its checksum holds; else None."""
+    path = cache_path()
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        found = json.loads(path.read_bytes())
+        rules = tuple(
+            (str(f), str(p), None if n is None else str(n), str(o)) for f, p, n, o in found["rules"]
+        )
+        out = tuple((str(f), str(p), str(r)) for f, p, r in found["left_out"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    translation = _Translation(rules, out)
+    if found.get("key") != key or found.get("sha256") != _checksum(key, translation):
+        return None
+    if not rules or any(o not in ("match", "group") for _f, _p, _n, o in rules):
+        return None
+    return translation
+
+
+def _write_cache(key: str, translation: _Translation) -> None:
+    """Best effort: a cache that cannot be written is read live next time."""
+    from acceptrun._util.durable import write_atomic
+
+    body = {
+        "key": key,
+        "sha256": _checksum(key, translation),
+        "rules": translation.rules,
+        "left_out": translation.left_out,
+    }
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, json.dumps(body, indent=1), mode=0o600, raw=True)
+    except Exception:  # a full disk is a UserError: a cache is never why a command fails
+        return
 
 
 _LOOKBEHIND_START = "(?:(?<=\\W)|(?<=^))"
@@ -270,8 +417,11 @@ _NOT_NEXT = r"\(\?!(\\w|\[(?:\\.|[^\]\\])*\])\)(?=\)|$)"
 _BIG_REPEAT = r"(\[(?:\\.|[^\]\\])*\]|\\.|[^\\()\[\]{}|])\{(\d+),(\d+)\}"
 
 
-def _from_rule_set(family: str, rx: re.Pattern[str], re2: Any, options: Any) -> _Rule | str:
-    """The rule translated and compiled on RE2, or the reason it is left out."""
+def _from_rule_set(
+    family: str, rx: re.Pattern[str], re2: Any, options: Any
+) -> tuple[str, str, str | None, str] | str:
+    """The rule translated (as :class:`_Translation` holds it), or the reason it is left
+    out (RE2 cannot compile it)."""
     if family in _NOT_CREDENTIALS:
         return _NOT_CREDENTIALS[family]
     pattern = rx.pattern
@@ -286,17 +436,18 @@ def _from_rule_set(family: str, rx: re.Pattern[str], re2: Any, options: Any) -> 
         of = "match" if m.end() == len(pattern) else "group"
         if of == "group" and not _closes_group_one(pattern, m.end()):
             return f"a lookahead {m.group(0)} inside the rule, which RE2 lacks"
-        not_next = re2.compile(m.group(1).encode(), options)
+        not_next = m.group(1)
+        re2.compile(not_next.encode(), options)
         pattern = pattern[: m.start()] + pattern[m.end() :]
     pattern = re.sub(_BIG_REPEAT, _split_repeat, pattern)
     flags = "".join(f for f, bit in (("i", re.I), ("s", re.S), ("m", re.M)) if rx.flags & bit)
     if flags:
         pattern = f"(?{flags}){pattern}"
     try:
-        regex = re2.compile(pattern.encode(), options)
+        re2.compile(pattern.encode(), options)
     except re2.error as e:
         return f"RE2 cannot compile it: {e.args[0].decode() if e.args else e}"
-    return _Rule(family, pattern, regex, not_next, of)
+    return (family, pattern, not_next, of)
 
 
 def _split_repeat(m: re.Match[str]) -> str:
