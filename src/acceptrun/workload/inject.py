@@ -1,4 +1,5 @@
-"""Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit.
+"""Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit and the
+campaign's (run/drills/campaign/): raise, spike, bitflip, diskfull, cktrunc, ckflip, stall.
 
 A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally followed by
 ``:attempt=K`` (default 1, so the resumed attempt runs clean)::
@@ -22,6 +23,17 @@ nan        the loss logged for the step becomes NaN: the divergence check fires
 oom        lower RLIMIT_AS a little above current use and allocate until a real
            MemoryError is raised; it propagates out of the training loop
 exit=N     ``os._exit(N)``: a hard exit with status N, no atexit handlers
+raise      an uncaught ``RuntimeError`` out of the training loop (a bug, a bad batch)
+spike      the loss logged for the step is multiplied by 1e6 (a loss spike)
+bitflip    the top exponent bit of the first value of the first array or tensor given
+           to ``run.restore()`` flips in memory (silent data corruption); the loss
+           logged for the step is then computed by the script from the corrupted state
+diskfull   SIGXFSZ ignored and RLIMIT_FSIZE lowered to 1 byte: every later write past it
+           fails with ``[Errno 27] File too large``, as a full disk fails with ENOSPC
+cktrunc    the attempt's newest committed checkpoint's largest file is cut to half its
+           size, then SIGKILL (a torn copy found on restore)
+ckflip     one byte in the middle of that file is inverted, then SIGKILL (bit rot)
+stall      the loop waits for data forever (inside ``run.data_wait()``): a stalled loader
 =========  =====================================================================
 
 Step faults are fired inside the workload by the client API (:func:`fire`, called when
@@ -60,7 +72,13 @@ __all__ = [
     "unfired",
 ]
 
-ACTIONS = ("kill", "term", "hang", "nan", "oom", "exit=N")
+ACTIONS = (
+    "kill", "term", "hang", "nan", "oom", "exit=N",
+    "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall",
+)  # fmt: skip
+_NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:])
+_BEFORE_EMIT = ("nan", "spike")  # done before the step's values are written
+SPIKE_FACTOR = 1e6  # a loss spike: six orders of magnitude above the step's own loss
 TIMED_ACTIONS = ("kill", "term")  # the supervisor can only send signals from outside
 FORMS = (
     "ACTION@step=N or ACTION@time=DURATION, optionally followed by :attempt=K "
@@ -131,7 +149,7 @@ def _parse_item(item: str) -> Fault:
     if m is None:
         raise bad("not a fault")
     action, code_text = m["action"], m["code"]
-    if action not in ("kill", "term", "hang", "nan", "oom", "exit"):
+    if action not in _NAMES:
         raise bad(f"unknown action {action!r}")
     code = None
     if action == "exit":
@@ -218,7 +236,7 @@ def fire(run: Any, step: int, phase: str) -> None:
     kill leaves no chance to write it afterwards.
     """
     for fault in list(run._faults):
-        if (fault.action == "nan") != (phase == "before_emit"):
+        if (fault.action in _BEFORE_EMIT) != (phase == "before_emit"):
             continue
         if fault.after_checkpoint:
             if fault.step is None or step < fault.step or not _committed(run):
@@ -235,8 +253,11 @@ def fire(run: Any, step: int, phase: str) -> None:
             fields["seen_step"] = step  # the first step after the attempt's first checkpoint
         if fault.code is not None:
             fields["code"] = fault.code
+        target = _target(run, fault)
+        if target is not None:
+            fields["target"] = str(target)  # the ground truth: where the fault landed
         run.record.event("fault_injected", sync=True, **fields)
-        _do(run, fault)
+        _do(run, fault, target)
 
 
 def due_after_checkpoint(fault: Fault, step: int | None, checkpoint: int | None) -> bool:
@@ -347,8 +368,10 @@ def _fired_as(fault: Fault, event: Mapping[str, Any]) -> bool:
     return event.get("after_s") == fault.after_s
 
 
-def _do(run: Any, fault: Fault) -> None:
-    if fault.action == "nan":
+def _do(run: Any, fault: Fault, target: Any = None) -> None:
+    if fault.action in _CAMPAIGN_ACTIONS:
+        _CAMPAIGN_ACTIONS[fault.action](run, target)
+    elif fault.action == "nan":
         run._pending["loss"] = float("nan")
     elif fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -385,3 +408,116 @@ def _exhaust_memory() -> None:
     finally:
         hoard.clear()
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+# ---- the campaign's actions -------------------------------------------------------------------
+
+
+def _target(run: Any, fault: Fault) -> Any:
+    """Where a fault lands, chosen before it is recorded: a checkpoint file, a parameter."""
+    if fault.action in ("cktrunc", "ckflip"):
+        return _newest_checkpoint_file(run)
+    if fault.action == "bitflip":
+        return _first_array(run)[0]  # the parameter's name
+    return None
+
+
+def _newest_checkpoint_file(run: Any) -> str | None:
+    """The largest file of the attempt's newest committed checkpoint (after the save in flight)."""
+    if run._checkpointer is not None:
+        run._checkpointer.wait()
+    newest: str | None = None
+    try:
+        with open(run.record.events_path, "rb") as f:
+            for line in f:
+                if b"checkpoint_commit" not in line:
+                    continue
+                event = loads_json(line)
+                if event.get("kind") == "checkpoint_commit" and event.get("path"):
+                    newest = str(event["path"])
+    except (OSError, ValueError):
+        return None
+    if newest is None:
+        return None
+    from pathlib import Path
+
+    files = [p for p in Path(newest).rglob("*") if p.is_file() and p.name != "MANIFEST.json"]
+    return str(max(files, key=lambda p: p.stat().st_size)) if files else None
+
+
+def _first_array(run: Any) -> tuple[str | None, Any]:
+    """The name and a writable view of the first float array or tensor in ``run.restore()``."""
+    for name, obj in getattr(run, "_objects", {}).items():
+        values = obj.state_dict().items() if hasattr(obj, "state_dict") else [(None, obj)]
+        for key, value in values:
+            array = _numpy_of(value)
+            if array is not None:
+                return (name if key is None else f"{name}.{key}"), array
+    return None, None
+
+
+def _numpy_of(value: Any) -> Any:
+    """A writable flat numpy view of a float array or CPU tensor's memory, else None."""
+    if hasattr(value, "detach"):  # torch.Tensor: its numpy view shares the storage
+        if not value.is_floating_point() or value.device.type != "cpu" or value.numel() == 0:
+            return None
+        value = value.detach().numpy()
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind != "f" or getattr(value, "size", 0) == 0 or not value.flags.writeable:
+        return None
+    return value.reshape(-1)
+
+
+def _raise(run: Any, target: Any) -> None:
+    raise RuntimeError("injected fault: an uncaught exception in the training loop")
+
+
+def _spike(run: Any, target: Any) -> None:
+    loss = run._pending.get("loss")
+    if isinstance(loss, int | float):
+        run._pending["loss"] = float(loss) * SPIKE_FACTOR
+
+
+def _bitflip(run: Any, target: Any) -> None:
+    """Flip the top exponent bit of the first element (little-endian: its last byte, 0x40)."""
+    _, array = _first_array(run)
+    if array is not None:
+        array[:1].view("uint8")[array.itemsize - 1] ^= 0x40
+
+
+def _diskfull(run: Any, target: Any) -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the first write past it kills us
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))
+
+
+def _damage(run: Any, target: Any, truncate: bool) -> None:
+    if target is not None:
+        with open(target, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if truncate:
+                f.truncate(size // 2)
+            elif size:
+                f.seek(size // 2)
+                byte = f.read(1)
+                f.seek(size // 2)
+                f.write(bytes([byte[0] ^ 0xFF]))
+            os.fsync(f.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stall(run: Any, target: Any) -> None:
+    with run.data_wait():
+        while True:  # the loader never delivers: the heartbeat goes on in phase data_wait
+            time.sleep(3600)
+
+
+_CAMPAIGN_ACTIONS: dict[str, Any] = {
+    "raise": _raise,
+    "spike": _spike,
+    "bitflip": _bitflip,
+    "diskfull": _diskfull,
+    "cktrunc": lambda run, target: _damage(run, target, truncate=True),
+    "ckflip": lambda run, target: _damage(run, target, truncate=False),
+    "stall": _stall,
+}

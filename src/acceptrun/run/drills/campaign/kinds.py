@@ -1,0 +1,245 @@
+"""The fault kinds of a resilience campaign: how each is injected and what is true of it.
+
+Each :class:`FaultKind` holds the ground truth the campaign scores acceptrun against: the
+fault (what, injected where and when), the failure class acceptrun must name, whose
+failure that class is (:data:`acceptrun.record.status.RESPONSIBILITY`: the party acceptrun
+would blame had it happened for real, not ``drill``), and the action it must take
+(``restart``, ``rollback`` or ``stop``). ``requires`` says why a kind cannot be tried on
+this spec or machine; such a kind counts as not tried, never as passed.
+
+Every injected kind is a fault the workload's client does to itself
+(:mod:`acceptrun.workload.inject`), inside the run's own processes, record and store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from acceptrun.spec.model import RunSpec
+from acceptrun.workload.contract import ENV_HEARTBEAT_S, HEARTBEAT_S
+
+__all__ = ["FAMILIES", "KINDS", "Expect", "FaultKind", "Reference", "kind_named"]
+
+FAMILIES = ("process", "numerics", "storage", "environment", "distributed")
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What the uninterrupted run showed: the steps and checkpoints a fault is placed among."""
+
+    steps: list[int]
+    checkpoints: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """What acceptrun must say about a kind: the ground truth it is scored against."""
+
+    klass: str
+    """The failure class of the attempt the fault ended (exit.json ``class``)."""
+    whose: str
+    """Whose failure the class says it was (provider, workload, unknown)."""
+    action: str
+    """restart, rollback or stop."""
+    quarantine: bool = False
+    """A damaged checkpoint must be quarantined before the restart."""
+
+
+Requirement = Callable[[RunSpec, Reference], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultKind:
+    """One kind of failure the campaign injects, with its ground truth."""
+
+    name: str
+    family: str
+    what: str
+    """The fault, in words (what, where)."""
+    how: str
+    """How it is injected here."""
+    fault: str | None
+    """The ``--inject`` form with ``{step}``; None: the campaign cannot inject it here."""
+    expect: Callable[[RunSpec], Expect]
+    requires: list[Requirement] = field(default_factory=list)
+    after_checkpoint: bool = True
+    """Placed after the attempt's first checkpoint, so a restart has one to resume from."""
+
+    def why_not_tried(self, spec: RunSpec, ref: Reference) -> str | None:
+        """Why this kind cannot be tried on ``spec`` here, or None when it can."""
+        for check in self.requires:
+            if (why := check(spec, ref)) is not None:
+                return why
+        return None
+
+    def injection(self, step: int) -> str:
+        """The fault text for a step (``kill@step=12:after=checkpoint``)."""
+        assert self.fault is not None, f"{self.name} is not injectable"
+        after = ":after=checkpoint" if self.after_checkpoint else ""
+        return self.fault.format(step=step) + after
+
+
+# ---- requirements -----------------------------------------------------------------------------
+
+
+def _restarts(spec: RunSpec, ref: Reference) -> str | None:
+    if spec.limits.max_restarts < 1:
+        return "limits.max_restarts = 0: a restart cannot be drilled; set it to 1 or more"
+    return None
+
+
+def _hang_window(spec: RunSpec, ref: Reference) -> str | None:
+    if spec.limits.hang_window is None:
+        return 'limits.hang_window is not set, so no hang is ever detected; set it (e.g. "20m")'
+    return None
+
+
+def _heartbeat_s(spec: RunSpec) -> float:
+    text = spec.env.get(ENV_HEARTBEAT_S) or os.environ.get(ENV_HEARTBEAT_S)
+    try:
+        return float(text) if text else HEARTBEAT_S
+    except ValueError:
+        return HEARTBEAT_S
+
+
+def _stall_window(spec: RunSpec, ref: Reference) -> str | None:
+    if (why := _hang_window(spec, ref)) is not None:
+        return why
+    beat = _heartbeat_s(spec)
+    window = float(spec.limits.hang_window or 0)
+    if window < 2 * beat:
+        return (
+            f"limits.hang_window = {window:g}s is under two heartbeats ({beat:g}s each): the "
+            "supervisor cannot see the loop's data-wait phase in time to tell a stalled "
+            f"loader from a hang; raise it to {2 * beat:g}s or more (or set {ENV_HEARTBEAT_S} "
+            "in [env])"
+        )
+    return None
+
+
+def _max_loss(spec: RunSpec, ref: Reference) -> str | None:
+    if spec.limits.max_loss is None:
+        return (
+            "limits.max_loss is not set: a finite loss spike or a corrupted parameter is "
+            "only seen through a loss above it; set it (e.g. 10 times the first loss)"
+        )
+    return None
+
+
+def _one_process(spec: RunSpec, ref: Reference) -> str | None:
+    if spec.resources.processes * spec.resources.nodes < 2:
+        return "the spec runs one process: there is no rank to kill, hang or slow"
+    return (
+        "not built: the campaign fires faults in every rank's client, not in one rank; "
+        "a rank's faults are drilled by `acceptrun drill SPEC` (a torchrun group's kill)"
+    )
+
+
+def _not_here(reason: str) -> Requirement:
+    return lambda spec, ref: reason
+
+
+# ---- expectations -----------------------------------------------------------------------------
+
+
+def _fixed(
+    klass: str, whose: str, action: str, quarantine: bool = False
+) -> Callable[[RunSpec], Expect]:
+    return lambda spec: Expect(klass, whose, action, quarantine)
+
+
+def _divergence(spec: RunSpec) -> Expect:
+    action = "rollback" if spec.limits.on_divergence == "rollback" else "stop"
+    return Expect("diverged", "workload", action)
+
+
+_SUPERVISOR = (
+    "not built: the campaign runs each kind in-process through launch(); killing or "
+    "stopping the supervisor needs it as a process of its own (`acceptrun resume` after a "
+    "supervisor's death is covered by tests/integration/test_supervisor_death.py)"
+)
+
+KINDS: tuple[FaultKind, ...] = (
+    FaultKind("sigkill", "process", "SIGKILL to the workload, no warning",
+              "the client sends SIGKILL to itself when the step ends", "kill@step={step}",
+              _fixed("killed", "unknown", "restart"), [_restarts]),
+    FaultKind("sigterm", "process", "SIGTERM to the workload, a preemption with its grace",
+              "the client sends SIGTERM to itself; it checkpoints the step and exits 143",
+              "term@step={step}", _fixed("preempted", "provider", "restart"), [_restarts],
+              after_checkpoint=False),
+    FaultKind("exit_code", "process", "the workload exits with status 3",
+              "os._exit(3) when the step ends", "exit=3@step={step}",
+              _fixed("failed", "unknown", "restart"), [_restarts]),
+    FaultKind("exception", "process", "an uncaught RuntimeError out of the training loop",
+              "raised by the client when the step ends", "raise@step={step}",
+              _fixed("failed", "unknown", "restart"), [_restarts]),
+    FaultKind("host_oom", "process", "the workload runs out of host memory",
+              "RLIMIT_AS lowered a little above use, then filled: a real MemoryError",
+              "oom@step={step}", _fixed("host_oom", "workload", "restart"), [_restarts]),
+    FaultKind("hang", "process", "the training loop stops; the heartbeat goes on",
+              "the client sleeps forever inside the step", "hang@step={step}",
+              _fixed("hang", "workload", "restart"), [_restarts, _hang_window]),
+    FaultKind("supervisor_killed", "process", "SIGKILL to the supervisor", "",
+              None, _fixed("killed", "unknown", "restart"), [_not_here(_SUPERVISOR)]),
+    FaultKind("supervisor_stopped", "process", "SIGSTOP then SIGCONT to the supervisor", "",
+              None, _fixed("success", "none", "none"), [_not_here(_SUPERVISOR)]),
+    FaultKind("nan", "numerics", "the loss of one step is NaN",
+              "the client replaces the step's logged loss by NaN", "nan@step={step}",
+              _divergence),
+    FaultKind("loss_spike", "numerics", "the loss of one step jumps a million-fold",
+              "the client multiplies the step's logged loss by 1e6", "spike@step={step}",
+              _divergence, [_max_loss]),
+    FaultKind("param_bitflip", "numerics",
+              "one bit flips in a parameter (silent corruption of the model in memory)",
+              "the top exponent bit of the first value of the first array or tensor given "
+              "to run.restore() is inverted", "bitflip@step={step}", _divergence, [_max_loss]),
+    FaultKind("disk_full", "storage", "the disk fills up under the run",
+              "RLIMIT_FSIZE lowered to 1 byte with SIGXFSZ ignored: every write past it "
+              "fails with EFBIG (no tmpfs or quota without root)", "diskfull@step={step}",
+              _fixed("disk_full", "workload", "stop")),
+    FaultKind("ckpt_truncated", "storage",
+              "the newest checkpoint's largest file is cut in half, then the workload dies",
+              "truncated by the client, then SIGKILL", "cktrunc@step={step}",
+              _fixed("killed", "unknown", "restart", quarantine=True), [_restarts]),
+    FaultKind("ckpt_bitflip", "storage",
+              "one byte of the newest checkpoint is inverted, then the workload dies",
+              "inverted by the client, then SIGKILL", "ckflip@step={step}",
+              _fixed("killed", "unknown", "restart", quarantine=True), [_restarts]),
+    FaultKind("loader_stalled", "storage", "the data loader stops delivering",
+              "the client waits forever inside run.data_wait()", "stall@step={step}",
+              _fixed("data_stall", "unknown", "restart"), [_restarts, _stall_window]),
+    FaultKind("ckpt_dir_slow", "storage", "the checkpoint directory slows down", "",
+              None, _fixed("success", "none", "none"),
+              [_not_here("needs a slowed file system (FUSE, dm-delay or a cgroup io.max "
+                         "limit), which needs root")]),
+    FaultKind("mirror_unreachable", "storage", "the checkpoint mirror is unreachable, then back",
+              "", None, _fixed("success", "none", "none"),
+              [_not_here("not built: the mirror's outage is drilled by "
+                         "tests/integration/test_mirror_fallback.py, not by this campaign")]),
+    FaultKind("data_changed", "storage", "the data changes under the run", "", None,
+              _fixed("user_error", "workload", "stop"),
+              [_not_here("not built: needs a scratch copy of [data] that the run reads, changed "
+                         "between attempts")]),
+    FaultKind("package_changed", "environment", "a package's version changes between attempts",
+              "", None, _fixed("user_error", "workload", "stop"),
+              [_not_here("not built: needs a scratch environment whose package the campaign "
+                         "changes between attempts")]),
+    FaultKind("rank_killed", "distributed", "one rank is killed", "", None,
+              _fixed("distributed", "unknown", "restart"), [_one_process]),
+    FaultKind("rank_hung", "distributed", "one rank hangs inside a collective", "", None,
+              _fixed("hang", "workload", "restart"), [_one_process]),
+    FaultKind("straggler", "distributed", "one rank is slowed (a CPU quota)", "", None,
+              _fixed("success", "none", "none"), [_one_process]),
+    FaultKind("rendezvous_refused", "distributed", "the rendezvous is refused", "", None,
+              _fixed("distributed", "unknown", "restart"), [_one_process]),
+)  # fmt: skip
+
+
+def kind_named(name: str) -> FaultKind:
+    """The kind called ``name``; a ValueError naming the known ones otherwise."""
+    for kind in KINDS:
+        if kind.name == name:
+            return kind
+    raise ValueError(f"unknown fault kind {name!r}; known: {', '.join(k.name for k in KINDS)}")
