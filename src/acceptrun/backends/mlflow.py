@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -43,7 +42,7 @@ from acceptrun.errors import UserError
 from acceptrun.record.status import ATTEMPT_STOPPED_ON_PURPOSE, RUN_LIVE
 from acceptrun.record.steplog import StepLog
 from acceptrun.record.view import RecordView
-from acceptrun.record.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord, iso_seconds
 from acceptrun.spec.model import load_spec
 
 __all__ = ["ARTIFACTS", "default_tracking_uri", "export_run"]
@@ -182,12 +181,8 @@ def _final_metric_points(events: list[dict[str, Any]], log: StepLog) -> list[Any
 
 
 def _iso_ms(iso: Any) -> int | None:
-    if not isinstance(iso, str) or not iso:
-        return None
-    try:
-        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
+    seconds = iso_seconds(iso)
+    return None if seconds is None else int(seconds * 1000)
 
 
 def _summary_metrics(summary: dict[str, Any]) -> dict[str, float]:

@@ -57,6 +57,7 @@ __all__ = [
     "RunRecord",
     "Workspace",
     "find_workspace",
+    "iso_seconds",
     "now_iso",
     "project_root",
 ]
@@ -103,6 +104,17 @@ def now_iso(t: float | None = None) -> str:
     """ISO-8601 UTC timestamp with milliseconds (sortable, unambiguous)."""
     moment = datetime.fromtimestamp(time.time() if t is None else t, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def iso_seconds(value: Any) -> float | None:
+    """Unix seconds of an ISO-8601 time (:func:`now_iso`'s, ``Z`` or an offset), None when
+    ``value`` is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _slug(name: str) -> str:

@@ -19,7 +19,6 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from acceptrun._util.confined import open_regular
 from acceptrun._util.durable import loads_json
 from acceptrun.record.liveness import interruption, is_live
 from acceptrun.record.status import RUN_LIVE
-from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.record.workspace import RunRecord, Workspace, iso_seconds
 
 __all__ = ["LIVE_STATES", "format_rows", "live_rows", "run_row", "top"]
 
@@ -55,15 +54,6 @@ def _tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
             if isinstance(obj, dict):
                 out.append(obj)
     return out
-
-
-def _epoch(iso: Any) -> float | None:
-    if not isinstance(iso, str) or not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _cost_so_far(record: RunRecord, started: float | None, now: float) -> float | None:
@@ -117,7 +107,7 @@ def run_row(record: RunRecord, state: dict[str, Any], now: float | None = None) 
             gpus[s.get("index")] = s
         elif s.get("kind") == "host":
             host = s
-    started = _epoch(state.get("created_at"))
+    started = iso_seconds(state.get("created_at"))
     attempts = int(state.get("attempts") or 0)
     return {
         "run_id": record.run_id,

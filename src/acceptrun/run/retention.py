@@ -31,7 +31,6 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from acceptrun.cost.billing import format_bytes, format_usd, monthly_storage_cos
 from acceptrun.cost.catalog import load_catalog, price_for
 from acceptrun.errors import AcceptrunError, UserError
 from acceptrun.record.status import RUN_LIVE
-from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.record.workspace import RunRecord, Workspace, iso_seconds
 from acceptrun.spec.model import RunSpec, load_spec, parse_duration
 from acceptrun.spec.problem import Problem
 
@@ -238,14 +237,10 @@ def _supervisor_busy(state: dict[str, Any]) -> str:
 def _ended_before(state: dict[str, Any], status: str, options: GcOptions, now: float) -> bool:
     if options.older_than is None or status in ACTIVE:
         return False
-    ended = state.get("ended_at")
-    if not isinstance(ended, str):
+    ended = iso_seconds(state.get("ended_at"))
+    if ended is None:
         return False  # no end time recorded: never old enough
-    try:
-        moment = datetime.fromisoformat(ended).timestamp()
-    except ValueError:
-        return False
-    return moment < now - options.older_than
+    return ended < now - options.older_than
 
 
 def _latest_name(root: Path) -> str | None:

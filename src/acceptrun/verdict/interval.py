@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from acceptrun._util.units import format_duration
 from acceptrun.cost.interval import FLEET, daly_interval, forecast, young_interval
 from acceptrun.record.status import FailureClass
 from acceptrun.record.view import read_attempts
-from acceptrun.record.workspace import RunRecord, Workspace
+from acceptrun.record.workspace import RunRecord, Workspace, iso_seconds
 from acceptrun.verdict.core import FAIL, NOT_RECORDED, PASS, Check, CheckInput
 
 if TYPE_CHECKING:
@@ -89,13 +88,6 @@ class Measured:
             "fixed_s": self.fixed_s,
             "usd_per_hour": self.usd_per_hour,
         }  # fmt: skip
-
-
-def _iso(text: Any) -> float | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _interruptions(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -181,7 +173,7 @@ def _measure_restart(out: Measured, spec: RunSpec, attempts: list[dict[str, Any]
         nxt = by_number.get(int(a.get("attempt", 0)) + 1)
         if a not in hits or nxt is None:
             continue
-        end, start = _iso(a.get("ended_at")), _iso(nxt.get("started_at"))
+        end, start = iso_seconds(a.get("ended_at")), iso_seconds(nxt.get("started_at"))
         startup = (nxt.get("work") or {}).get("startup_s")
         if end is None or start is None or not isinstance(startup, int | float):
             continue
