@@ -58,6 +58,8 @@ _DRILL_FIX = {
     "restore": "run `acceptrun ckpt drill RUN` (restores the newest checkpoint in a fresh process)",
     "kill": "run `acceptrun drill SPEC` once for this spec (a reference run vs a killed one)",
     "preempt": "run `acceptrun drill SPEC` once for this spec (it also preempts the run)",
+    "campaign": "run `acceptrun drill --campaign SPEC` once for this spec (every fault kind "
+    "it can inject, each named, timed and compared with an uninterrupted run)",
 }
 
 
@@ -367,7 +369,7 @@ def black_box_lost_work(given: CheckInput) -> list[Check]:
 
 
 def drill_check(given: CheckInput, drill: str) -> Check:
-    """A required drill: its result in this run, or (kill, preempt) in a drill of this spec.
+    """A required drill: its result in this run, or (kill, preempt, campaign) in a drill of this spec.
 
     `acceptrun drill SPEC` proves the operations of a spec once, in runs of its own; every
     later run of the same spec (same spec hash) counts that proof. The restore drill
@@ -393,7 +395,9 @@ def _drill_result(given: CheckInput, drill: str) -> Check:
         return Check("operations", name, PASS if ok else FAIL, True,
                      str(own[-1].get("evidence", "")), None if ok else _DRILL_FIX.get(drill))  # fmt: skip
     unread: list[str] = []
-    found = _drill_elsewhere(given, drill, unread) if drill in ("kill", "preempt") else None
+    found = (
+        _drill_elsewhere(given, drill, unread) if drill in ("kill", "preempt", "campaign") else None
+    )
     note = (
         f"; {len(unread)} other run record(s) could not be read: {'; '.join(unread)}"
         if unread
