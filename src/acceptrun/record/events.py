@@ -144,6 +144,20 @@ class AttemptStartEvent(Event, total=False):
     restored: Any
     resume_step: int | None
     containment: dict[str, Any] | None  # supervisor/containment.py: mechanism, cgroup, why
+    start_mode: str  # "warm": a standby took over (supervisor/standby.py); "cold"
+    cold_why: str | None  # why a cold start, in a run with limits.warm_restart
+    standby_ready_s: float | None  # warm: its start to run.restore(); None: not there yet
+
+
+class StandbyEvent(Event, total=False):
+    attempt: Required[int]  # the attempt running beside it
+    for_attempt: Required[int]  # the attempt it would become
+    pid: int
+    why: str
+    returncode: int | None
+    available_mib: int
+    attempt_rss_mib: int
+    headroom_mib: int
 
 
 class ContainmentUnavailableEvent(Event, total=False):
@@ -693,6 +707,10 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("stop_sent", SignalSentEvent, "the supervisor (or its watchdog) asked the workload to stop (SIGTERM)", "supervisor/core, supervisor/_watchdog"),
     _E("kill_sent", SignalSentEvent, "the supervisor (or its watchdog) killed the workload (SIGKILL)", "supervisor/core, supervisor/_watchdog"),
     _E("strays_killed", SignalSentEvent, "processes of the attempt outside its group were killed at its end", "supervisor/core"),
+    _E("standby_start", StandbyEvent, "the next attempt was started to wait in run.restore() (limits.warm_restart)", "supervisor/standby"),
+    _E("standby_skipped", StandbyEvent, "no standby beside the attempt: too little memory (the figures)", "supervisor/standby"),
+    _E("standby_lost", StandbyEvent, "the standby exited before its turn: the restart is cold", "supervisor/standby"),
+    _E("standby_gpu", StandbyEvent, "a standby held a CUDA context before its go (the script's code before run.restore())", "workload/standby"),
     _E("containment_unavailable", ContainmentUnavailableEvent, "neither a cgroup nor the child subreaper holds the attempt's processes", "supervisor/core"),
     _E("preemption_notice", PreemptionNoticeEvent, "the cloud said it takes the machine back: save and stop now", "supervisor/notice"),
     _E("preemption_notice_unavailable", NoticeUnavailableEvent, "the cloud's metadata service did not answer the notice's look (said once)", "supervisor/notice"),

@@ -84,7 +84,7 @@ def wait_for_go(run: Any) -> None:
     attach()
     if _gpu_in_use():
         run.record.event(
-            "standby_gpu", sync=True, attempt=run.attempt,
+            "standby_gpu", sync=True, attempt=run.attempt, for_attempt=run.attempt,
             why="the script's code before run.restore() created a CUDA context while the "
             "attempt before it ran: move the model to the GPU after run.restore()",
         )  # fmt: skip
