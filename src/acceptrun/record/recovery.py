@@ -18,7 +18,9 @@ duration) to the next attempt's first step, in order:
 A warm restart (``limits.warm_restart``, supervisor/standby.py) starts the next attempt
 from a standby that already waits in ``run.restore()``: its ``start`` and ``set_up`` are
 near zero, and ``mode`` says ``"warm"`` (``"cold"`` otherwise, None in a record older
-than the mode; ``cold_why`` says why an attempt of a warm run started cold).
+than the mode; ``cold_why`` says why an attempt of a warm run started cold). ``source``
+is where the restore read the state: ``"memory"`` (the memory tier, checkpoint/memtier.py),
+``"disk"`` or ``"mirror"`` (None in an older record, or without a restore).
 
 Every part is measured on one machine's clock and never below zero; a part the record
 cannot tell is None. ``total`` is the end to the first step: the time a failure cost
@@ -57,6 +59,7 @@ class Restart:
     first_step_t: float | None
     mode: str | None = None  # "warm" (a standby took over) or "cold"; None: not recorded
     cold_why: str | None = None  # why a run with warm restarts started this one cold
+    source: str | None = None  # where the state came from: "memory", "disk" or "mirror"
 
     def parts(self) -> dict[str, float | None]:
         """Seconds per part (:data:`PARTS`), None where the record does not tell."""
@@ -110,6 +113,7 @@ def restarts(record: RunRecord) -> list[Restart]:
                 first_step_t=_first_step_t(record, n + 1),
                 mode=_text(nxt.get("start_mode")),
                 cold_why=_text(nxt.get("cold_why")),
+                source=None if restored is None else _text(restored.get("source")),
             )
         )
     return out

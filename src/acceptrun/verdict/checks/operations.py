@@ -184,8 +184,10 @@ def recovery(given: CheckInput) -> list[Check]:
     slowest = max(done, key=lambda r: r.total or 0.0)
     totals = sorted(float(r.total or 0.0) for r in done)
     median = totals[len(totals) // 2]
+    tiers = ("memory", "disk", "mirror")  # where run.restore read the state
+    source = {"restore": f" from {slowest.source}"} if slowest.source in tiers else {}
     parts = ", ".join(
-        f"{name.replace('_', ' ')} {seconds:.2f}s"
+        f"{name.replace('_', ' ')} {seconds:.2f}s{source.get(name, '')}"
         for name, seconds in slowest.parts().items()
         if seconds is not None
     )
@@ -196,6 +198,9 @@ def recovery(given: CheckInput) -> list[Check]:
     evidence = (
         f"{brief}; the slowest, attempt {slowest.attempt + 1}{mode}, {slowest.total:.2f}s: {parts}"
     )
+    sources = Counter(r.source for r in done if r.source in tiers)
+    if len(done) > 1 and sources:
+        evidence += "; restored from " + ", ".join(f"{s} {n}" for s, n in sorted(sources.items()))
     return [Check("operations", "recovery", PASS, False, evidence, None, brief)]
 
 
