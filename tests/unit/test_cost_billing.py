@@ -155,7 +155,7 @@ def test_lookup_typo_lists_near_match(provider: str, instance: str, near: str) -
     with pytest.raises(UserError, match="did you mean") as info:
         load_catalog().lookup(provider, instance)
     assert near in str(info.value)
-    assert "acceptrun prices" in str(info.value)
+    assert "acceptrun cost prices" in str(info.value)
 
 
 def test_workspace_override_changes_a_price(tmp_path: Path) -> None:

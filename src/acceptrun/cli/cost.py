@@ -1,4 +1,5 @@
-"""``acceptrun prices`` and ``acceptrun cost`` (totals, show, add, claim, whatif)."""
+"""``acceptrun cost``: totals, and its actions show, add, claim, whatif and prices (the
+catalog; ``acceptrun prices`` is its old name, kept for a release)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from acceptrun._util.argtypes import MAX_DURATION_S, finite_float, text, usd
 from acceptrun._util.console import get_logger
+from acceptrun.cli.main import OLD_NAME
 from acceptrun.cli.record import add_run_argument, find, listed_workspaces
 from acceptrun.errors import AcceptrunError
 
@@ -155,7 +157,7 @@ def cmd_cost_whatif(args: argparse.Namespace) -> int:
     if not sep or not provider or not instance:
         raise UserError(
             f"--on: {args.on!r} is not PROVIDER:INSTANCE; e.g. --on lambda:gpu_1x_h100_sxm5 "
-            "(`acceptrun prices` lists them)"
+            "(`acceptrun cost prices` lists them)"
         )
     catalog = load_catalog(ws.root)
     target = catalog.lookup(provider, instance)
@@ -165,9 +167,7 @@ def cmd_cost_whatif(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
-    prices = sub.add_parser("prices", help="the price catalog: instances, prices, billing rules")
-    prices.set_defaults(func=cmd_prices)
-    cost = sub.add_parser("cost", help="what runs cost: totals, split, per accepted run; whatif")
+    cost = sub.add_parser("cost", help="what runs cost: totals, per accepted run; whatif; prices")
     cost.add_argument(
         "--since",
         type=text(most=100),
@@ -235,3 +235,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cwhat.add_argument("--on", required=True, type=text(), metavar="PROVIDER:INSTANCE")
     cwhat.add_argument("--json", action="store_true")
     cwhat.set_defaults(func=cmd_cost_whatif)
+    prices_help = "the price catalog: instances, prices, billing rules"
+    cost_sub.add_parser("prices", help=prices_help).set_defaults(func=cmd_prices)
+    # The name before `cost prices`, kept for a release: no help= keeps it out of the list.
+    old = sub.add_parser("prices", description=f"{OLD_NAME % 'cost prices'} The {prices_help[4:]}.")
+    old.set_defaults(func=cmd_prices, renamed="cost prices")

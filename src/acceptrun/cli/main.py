@@ -63,14 +63,18 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "reproduce and exit": (
         *("report", "bundle", "reproduce", "diff", "env", "portability", "howto", "export"),
     ),
-    "cost": ("cost", "prices"),
+    "cost": ("cost",),
     "queue": ("submit", "queue", "worker", "cancel"),
     "tune": ("tune", "bench"),
 }
 # Old names, kept working for a release (every option and exit code of the old form) with
 # a note on stderr naming the new form; out of the grouped help, listed in docs/commands.md.
 # Each module registers its old names beside the new form (``renamed=`` in the defaults).
-RENAMED: dict[str, str] = {"plan": "ckpt plan", "scaling": "bench scaling"}
+RENAMED: dict[str, str] = {
+    "plan": "ckpt plan",
+    "scaling": "bench scaling",
+    "prices": "cost prices",
+}
 # What an old name's own --help says first (argparse answers --help before the note).
 OLD_NAME = "The old name of `acceptrun %s`, kept for one release: use that."
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))

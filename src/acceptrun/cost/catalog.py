@@ -161,12 +161,12 @@ class Catalog:
         if provider not in providers:
             raise UserError(
                 f"cost.provider: unknown provider {provider!r}{_near(provider, providers)}; "
-                "`acceptrun prices` lists the catalog"
+                "`acceptrun cost prices` lists the catalog"
             )
         instances = sorted(p.instance for p in self.entries if p.provider == provider)
         raise UserError(
             f"cost.instance: unknown {provider} instance {instance!r}"
-            f"{_near(instance, instances)}; `acceptrun prices` lists the catalog, and a "
+            f"{_near(instance, instances)}; `acceptrun cost prices` lists the catalog, and a "
             f"workspace {PRICES_FILE} can add one"
         )
 
@@ -301,7 +301,7 @@ def check_budget(price: Price | None, budget_usd: float | None) -> None:
     if price is None:
         raise UserError(
             f"limits.budget_usd = {budget_usd:g} USD is set but the run has no price; "
-            "set cost.price_per_hour or cost.provider/instance (see `acceptrun prices`)"
+            "set cost.price_per_hour or cost.provider/instance (see `acceptrun cost prices`)"
         )
     first_s = max(price.increment_s, price.minimum_s)  # seconds billed as soon as it starts
     first_usd = price.price_per_hour * first_s / 3600.0
@@ -314,7 +314,7 @@ def check_budget(price: Price | None, budget_usd: float | None) -> None:
 
 
 def format_prices(catalog: Catalog) -> str:
-    """An aligned table of the catalog for ``acceptrun prices``."""
+    """An aligned table of the catalog for ``acceptrun cost prices``."""
     header = (
         "provider",
         "instance",
