@@ -49,8 +49,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    from acceptrun.errors import UserError
     from acceptrun.run.drills.operations import format_drill, run_ops_drill
 
+    if args.campaign is not None:
+        return _drill_campaign(args)
+    if args.json:
+        raise UserError("--json: only the campaign prints JSON; add --campaign")
+    if args.spec is None:
+        raise UserError("acceptrun drill: give the run spec, e.g. `acceptrun drill spec.toml`")
     report = run_ops_drill(
         args.spec,
         workspace=args.workspace,
@@ -59,6 +66,38 @@ def cmd_drill(args: argparse.Namespace) -> int:
     )
     print()
     print(format_drill(report))
+    return 0 if report.ok else 1
+
+
+_DEFAULT_CAMPAIGN = "default"
+
+
+def _drill_campaign(args: argparse.Namespace) -> int:
+    """``drill --campaign [FILE] [--json] SPEC``: every fault kind, scored (run/drills/campaign)."""
+    from acceptrun.errors import UserError
+    from acceptrun.run.drills.campaign import (
+        default_campaign,
+        format_scorecard,
+        load_campaign,
+        run_campaign,
+    )
+
+    spec, file = args.spec, args.campaign
+    if spec is None and file != _DEFAULT_CAMPAIGN:
+        spec, file = file, _DEFAULT_CAMPAIGN  # `drill --campaign SPEC`: the default campaign
+    if spec is None:
+        raise UserError(
+            "acceptrun drill --campaign: give the run spec, e.g. `--campaign spec.toml`"
+        )
+    campaign = default_campaign() if file == _DEFAULT_CAMPAIGN else load_campaign(file)
+    report = run_campaign(
+        spec, campaign, workspace=args.workspace, tolerance=args.tolerance, echo=args.verbose
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print()
+        print(format_scorecard(report))
     return 0 if report.ok else 1
 
 
@@ -404,8 +443,22 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     drill.add_argument(
         "spec",
         type=file_arg,
+        nargs="?",
         help="the run spec (TOML): a client workload, or a script with checkpoint.watch and "
         "progress.pattern (its preemption is skipped)",
+    )
+    drill.add_argument(
+        "--campaign",
+        nargs="?",
+        const=_DEFAULT_CAMPAIGN,
+        type=file_arg,
+        metavar="FILE",
+        help="a resilience campaign instead: the spec once per fault kind (a campaign file "
+        "lists kinds and steps; default: every kind), each named, timed and compared "
+        "(docs/campaign.md)",
+    )
+    drill.add_argument(
+        "--json", action="store_true", help="with --campaign: print the scorecard as JSON"
     )
     drill.add_argument(
         "--tolerance",
