@@ -373,8 +373,8 @@ class MemoryTier:
     def candidate(self, resume_step: int | None, *, defer: str | None = None) -> Candidate:
         """The memory copy to resume from instead of the durable ``resume_step``, if any.
 
-        The newest memory copy is taken when it holds a later step than ``resume_step``
-        (None: no durable checkpoint) and builds on it; it is verified (with ``defer``, a
+        The newest memory copy is taken when it holds the step ``resume_step`` (None: no
+        durable checkpoint) or a later one, and builds on it; it is verified (with ``defer``, a
         file name, that file only for presence and size: its hash comes back as
         ``expect`` for the loader to check as it reads). A copy that fails verification
         or belongs to an abandoned line (a rollback) is removed, and why is in
@@ -392,8 +392,8 @@ class MemoryTier:
                         out.info, out.expect = info, (str(entry["hash"]) if entry else None)
                         return out
                     why = "failed verification: " + "; ".join(result.problems)
-                out.rejected.append(f"memory copy of step {info.step} {why}")
-                if why != _OLDER:
+                if why != _OLDER:  # an older copy stays: a later save replaces it
+                    out.rejected.append(f"memory copy of step {info.step} {why}")
                     self.drop(info)
         return out
 
@@ -410,7 +410,7 @@ _OLDER = "is not newer than the durable checkpoint"
 
 def _passed_over(info: CheckpointInfo, floor: int) -> str | None:
     """Why the memory copy ``info`` is not the one to resume from the durable ``floor``."""
-    if info.step <= floor:
+    if info.step < floor:  # the same step is taken: the same state, read from memory
         return _OLDER
     base = info.meta.get("durable_step")
     if isinstance(base, int) and not isinstance(base, bool) and base > floor:

@@ -8,6 +8,7 @@ drill (``ACCEPTRUN_DRILL``) restores, runs one step and records the result.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sys
@@ -27,6 +28,8 @@ from acceptrun.workload.contract import DRILL_SCRATCH_PREFIX
 
 __all__ = ["Checkpointing"]
 
+_TAIL = 1 << 18  # bytes of events.jsonl read back for a resume's mirror_fetch event
+
 # run.log values that count the work a step did (throughput), not a metric of the model.
 COUNTERS = frozenset({"samples", "tokens", "total_steps"})
 
@@ -35,6 +38,10 @@ class Checkpointing(RunBase):
     """Restore, checkpoint and restore drills (a part of :class:`~acceptrun.workload.run.Run`)."""
 
     _drill_scratch: Any = None  # a restore drill's scratch CheckpointStore, made on first use
+    _memtier: Any = None  # checkpoint.memtier.MemoryTier, made on first use (when on)
+    _memtier_checked = False
+    _durable_step: int | None = None  # the newest durable checkpoint the state builds on
+    _memory_meta: dict[str, Any] | None = None
 
     def _store(self) -> Any:
         """The run's own store (the supervisor's ACCEPTRUN_CHECKPOINT_DIR, else the record's),
@@ -172,6 +179,8 @@ class Checkpointing(RunBase):
         try:
             if checkpointer is not None:
                 checkpointer.close()  # drains and closes the mirror it was given
+            if self._memtier is not None:
+                self._memtier.close()  # the last memory save, and its figures recorded
         finally:
             if mirror is not None and (checkpointer is None or checkpointer.mirror is not mirror):
                 mirror.drain_and_close(60.0)
@@ -180,7 +189,7 @@ class Checkpointing(RunBase):
         """:meth:`_close_checkpoints` the first time it is asked for (the interpreter's exit
         hook, else :meth:`finish`); the workload's error status when it failed, else None."""
         if not self._checkpoints_closed and (
-            self._checkpointer is not None or self._mirror is not None
+            self._checkpointer is not None or self._mirror is not None or self._memtier
         ):
             self._checkpoints_closed = True
             try:
@@ -248,11 +257,82 @@ class Checkpointing(RunBase):
         if self.ranks.distributed:
             self._rank_group()  # the collectives, while every rank is at the same point
         resume = self.resume_from
-        if not resume:
+        tier = self._memory_tier()
+        if not resume and tier is None:
             return 0
         store = self._store()
+        self._durable_step = _step_of(resume)
+        memory = None
+        if tier is not None:  # the newest verified source: memory, then disk
+            step, memory = self._restore_from_memory(tier, map_location)
+            if step is not None:
+                return step + 1
+        if not resume:
+            return 0
         path, loaded, seconds = self._load_resume(store, resume, map_location)
-        return self._keep_restored(store, path, loaded, seconds) + 1
+        source = "mirror" if self._fetched_from_mirror(path) else "disk"
+        return self._keep_restored(store, path, loaded, seconds, source, memory) + 1
+
+    def _memory_tier(self) -> Any:
+        """The run's :class:`~acceptrun.checkpoint.memtier.MemoryTier`, or None when it is
+        off: no ``checkpoint.memory_every``, no directory from the supervisor (a standalone
+        run), a restore drill, or a run of several processes."""
+        if not self._memtier_checked:
+            self._memtier_checked = True
+            from acceptrun.checkpoint.memtier import ENV_MEMORY_DIR, MemoryTier
+
+            root = os.environ.get(ENV_MEMORY_DIR)
+            on = self.spec.checkpoint.memory_every is not None and bool(root)
+            if on and not self.drill and not self.ranks.distributed:
+                self._memtier = MemoryTier(
+                    Path(str(root)), on_event=self._event_sink,
+                    overlap=self.spec.checkpoint.staging == "overlap",
+                )  # fmt: skip
+        return self._memtier
+
+    def _restore_from_memory(
+        self, tier: Any, map_location: str | None
+    ) -> tuple[int | None, str | None]:
+        """Load the memory tier's copy when it is the newest verified source: its step (None
+        when the durable store is read instead) and why copies were passed over."""
+        from acceptrun.checkpoint.restore import load_into
+        from acceptrun.checkpoint.state import TENSORS
+        from acceptrun.checkpoint.tensorfile import TensorsHashMismatch
+
+        found = tier.candidate(self._durable_step, defer=TENSORS)
+        rejected = list(found.rejected)
+        if found.info is not None:
+            t0 = time.perf_counter()
+            objects = {**self._objects, **self._per_rank}
+            try:  # the tensors hashed as they load: a mismatch changes nothing
+                loaded = load_into(
+                    found.info.path, objects, device=map_location, expect=found.expect
+                )
+            except TensorsHashMismatch as exc:
+                tier.drop(found.info)
+                rejected.append(f"memory copy of step {found.info.step} failed verification: {exc}")
+            else:
+                seconds = time.perf_counter() - t0
+                step = self._keep_restored(tier.store, found.info.path, loaded, seconds, "memory")
+                return step, None
+        return None, "; ".join(rejected) or None
+
+    def _fetched_from_mirror(self, path: Path) -> bool:
+        """Whether a resume fetched ``path`` back from the mirror for this attempt (its
+        ``mirror_fetch`` event, among the record's last events: no whole read of a long log)."""
+        try:
+            with open(self.record.events_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - _TAIL))
+                tail = f.read()
+        except OSError:
+            return False
+        for line in tail.splitlines():
+            if b'"mirror_fetch"' in line:
+                with contextlib.suppress(ValueError):
+                    ev = json.loads(line)
+                    if ev.get("attempt") == self.attempt and ev.get("path") == str(path):
+                        return True
+        return False
 
     def _load_resume(
         self, store: Any, resume: str, map_location: str | None
@@ -289,8 +369,17 @@ class Checkpointing(RunBase):
                 loaded = load_into(path, objects, device=map_location)
         return path, loaded, time.perf_counter() - t0
 
-    def _keep_restored(self, store: Any, path: Path, loaded: dict[str, Any], seconds: float) -> int:
-        """Put the loaded plain values back, note the restore (a ``restored`` event); its step."""
+    def _keep_restored(
+        self,
+        store: Any,
+        path: Path,
+        loaded: dict[str, Any],
+        seconds: float,
+        source: str,
+        memory: str | None = None,
+    ) -> int:
+        """Put the loaded plain values back, note the restore (a ``restored`` event with its
+        ``source``, and ``memory``: why the memory tier's copies were passed over); its step."""
         from acceptrun.checkpoint.restore import restore_values
 
         values = restore_values({**self._objects, **self._per_rank}, loaded["values"])
@@ -299,12 +388,14 @@ class Checkpointing(RunBase):
         self._values = values
         manifest = store.get(int(path.name.split("-", 1)[1]))
         step = manifest.step if manifest is not None else int(path.name.split("-", 1)[1])
-        self._restored = {"step": step, "path": str(path), "seconds": seconds}
+        self._restored = {"step": step, "path": str(path), "seconds": seconds, "source": source}
         self._last_saved_step = step
         if not self.drill and self.rank == 0:
+            extra: dict[str, Any] = {} if memory is None else {"memory": memory}
             self.record.event(
                 "restored", sync=True, attempt=self.attempt, step=step, path=str(path),
                 seconds=round(self._restored["seconds"], 4), notes=loaded.get("notes", []),
+                source=source, **extra,
             )  # fmt: skip
         return step
 
@@ -473,10 +564,50 @@ class Checkpointing(RunBase):
         if ck.every is not None and (group := self._rank_group()) is not None:
             timed = group.agree(timed)  # clocks differ: all ranks save, or none
         due = due or timed
-        if not due or self._last_saved_step == step:
-            return False
-        self.checkpoint(step, block=self._stop_requested)
-        return True
+        if due and self._last_saved_step != step:
+            self.checkpoint(step, block=self._stop_requested)
+            return True
+        if self._last_saved_step != step and self._memory_tier() is not None:
+            self._memory_save(step)
+        return False
+
+    def _memory_save(self, step: int) -> None:
+        """Save to the memory tier when ``checkpoint.memory_every`` says so (rank 0 of one).
+
+        A step where a durable save falls too is not saved here: the durable save's commit
+        is copied in (:meth:`_durable_committed`), so the loop copies the state once.
+        """
+        every = self.spec.checkpoint.memory_every
+        tier = self._memtier
+        if every is None or (step + 1) % every or tier is None or tier.off:
+            return
+        if not self._objects and not self._per_rank:
+            return  # nothing registered: run.checkpoint() would say so
+        if self._memory_meta is None:
+            prov = self.record.read_json("provenance.json") or {}
+            self._memory_meta = {
+                "run_id": self.run_id, "attempt": self.attempt,
+                "spec_hash": self.record.state.get("spec_hash") or self.spec.hash,
+                "provenance_hash": prov.get("hashes", {}).get("all"),
+            }  # fmt: skip
+        values = {k: float(v) for k, v in self._values_of(step).items()}
+        tier.save(
+            step, {**self._objects, **self._per_rank}, durable_step=self._durable_step,
+            metrics=values, meta=self._memory_meta,
+        )  # fmt: skip
+
+    def _durable_committed(self, kind: str, fields: dict[str, Any]) -> None:
+        """A durable checkpoint committed (the saver's thread): the newest the state builds
+        on, and, with the memory tier on, copied in as its newest copy."""
+        if kind != "checkpoint_commit" or not isinstance(fields.get("step"), int):
+            return
+        step = int(fields["step"])
+        self._durable_step = step
+        tier = self._memtier
+        if tier is not None and self._checkpointer is not None:
+            info = self._checkpointer.store.get(step)
+            if info is not None:
+                tier.adopt(info, durable_step=step)
 
     def _make_checkpointer(self) -> Any:
         from acceptrun.checkpoint.saver import Checkpointer
@@ -484,6 +615,7 @@ class Checkpointing(RunBase):
         store = self._store()
         if self.rank == 0:  # rank 0 owns the root: the others write inside its saves
             store.remove_stale_staging()
+        store.subscribe(self._durable_committed)  # the memory tier's base, and its copy
         mirror = self._run_mirror()
         prov = self.record.read_json("provenance.json") or {}
         meta = {
@@ -526,3 +658,9 @@ class Checkpointing(RunBase):
             **self._rank_field(),
         )  # fmt: skip
         raise SystemExit(0 if ok else 1)
+
+
+def _step_of(resume: str | None) -> int | None:
+    """The step of a checkpoint directory's name (``.../step-<N>``), else None."""
+    name = Path(resume or "").name
+    return int(name.split("-", 1)[1]) if re.fullmatch(r"step-\d+", name) else None
