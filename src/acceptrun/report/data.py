@@ -187,6 +187,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "portability": portability,
         "preflight": record.read_json("preflight.json"),
         "inference": record.read_json("inference.json"),  # batch inference runs only
+        "campaign": record.read_json("campaign.json"),  # a campaign's reference run only
         "serving_html": serving_html(record),  # serving runs only: figures and charts
         "notify": delivery_rows(view.events("notify")),  # notify/: deliveries, time to detect
     }

@@ -34,6 +34,7 @@ from acceptrun.report.html_sections import (
     tests_html,
     time_html,
 )
+from acceptrun.report.sections.campaign import campaign_html
 from acceptrun.report.sections.inference import batch_html
 
 __all__ = ["CSS", "REPORT_FILE", "render_html", "write_report"]
@@ -99,6 +100,7 @@ def render_html(data: dict[str, Any]) -> str:
     out += time_html(data)
     out += cost_html(data)
     out += batch_html(data.get("inference"))
+    out += campaign_html(data.get("campaign"))
     out += data.get("serving_html") or []  # serving runs only
     out += attempts_html(data)
     out += notify_html(data)

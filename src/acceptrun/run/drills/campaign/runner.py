@@ -159,3 +159,16 @@ def _record_certificate(rec: RunRecord, report: CampaignReport) -> None:
     rec.update_state(verdict=label)
     rec.event("verdict", sync=True, verdict=label, after="drill")
     report.verdict = label
+    _report_again(rec)
+
+
+def _report_again(rec: RunRecord) -> None:
+    """report.html with the campaign's section; a failure is recorded, never the campaign's."""
+    from acceptrun.report.html import write_report
+
+    try:
+        write_report(rec)
+    except Exception as exc:  # recorded: the certificate is written; `acceptrun report` redoes it
+        rec.event("best_effort_failed", sync=True, component="report",
+                  error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        _log.warning(f"campaign: report.html of run {rec.run_id} not rewritten: {exc}")
