@@ -44,6 +44,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "STORAGE_FIXES",
     "AppendLog",
+    "HeldWrites",
     "append_jsonl",
     "deeper_than",
     "fsync_dir",
@@ -321,7 +322,71 @@ def _write_appended(fd: int, data: bytes, path: str | Path, *, check_torn: bool)
         done += n
 
 
-class AppendLog:
+class HeldWrites:
+    """Records held briefly and written together (:class:`AppendLog`, the step log's writer).
+
+    :meth:`_hold` keeps a record (under ``_lock``) and writes what is held, through the
+    subclass's ``_write_held``, once ``FLUSH_RECORDS`` are held or the oldest is
+    ``FLUSH_S`` old. A flusher thread writes what is still held ``FLUSH_S`` after it was
+    first held, so a process that stops appending (blocked in a collective, an
+    evaluation, a hang) still shows its last records. It sleeps on an event while nothing
+    is held (a process that logs nothing, or has ended its loop, costs no wake-ups). A
+    forked child (a data-loader worker) calls :meth:`_forget_parent`: the parent's held
+    records are the parent's to write, and its lock may have been held at the fork.
+    """
+
+    FLUSH_S = 0.2
+    FLUSH_RECORDS = 256
+    FLUSHER_NAME = "acceptrun-flush"
+    _pid: int  # the process that holds the records
+    _lock: threading.Lock
+    _held: list[Any]
+    _flusher: threading.Thread | None
+    _holding: threading.Event  # set while records are held: wakes the flusher
+
+    def __init__(self) -> None:
+        self._forget_parent()
+        self._held_since = 0.0
+
+    def _write_held(self) -> None:
+        raise NotImplementedError
+
+    def _hold(self, rec: Any) -> None:
+        self._held.append(rec)
+        now = time.monotonic()
+        if len(self._held) == 1:
+            self._held_since = now
+            if self._flusher is None:
+                self._start_flusher()
+            self._holding.set()
+        elif len(self._held) >= self.FLUSH_RECORDS or now - self._held_since >= self.FLUSH_S:
+            self._write_held()
+
+    def _start_flusher(self) -> None:
+        pid, holding = os.getpid(), self._holding
+
+        def flush_held() -> None:
+            while self._pid == pid:  # a forked child starts its own
+                holding.wait()
+                with self._lock:
+                    due = self._held_since + self.FLUSH_S - time.monotonic()
+                    if self._held and due <= 0:
+                        with contextlib.suppress(OSError):  # the next append reports it
+                            self._write_held()
+                    if not self._held:
+                        holding.clear()  # under the lock: an append sets it again
+                        continue
+                time.sleep(max(due, 0.01))
+
+        self._flusher = threading.Thread(target=flush_held, name=self.FLUSHER_NAME, daemon=True)
+        self._flusher.start()
+
+    def _forget_parent(self) -> None:
+        self._pid, self._lock, self._held = os.getpid(), threading.Lock(), []
+        self._flusher, self._holding = None, threading.Event()
+
+
+class AppendLog(HeldWrites):
     """A JSONL file kept open for appending, for writers on a hot path.
 
     Opening the file for each record cost about 0.1 ms inside a training loop (whose
@@ -330,25 +395,19 @@ class AppendLog:
     ``defer=True`` (step events) are held for at most ``FLUSH_S`` seconds or
     ``FLUSH_RECORDS`` records, then encoded and written together. Any other record writes the held ones
     first, in order, in the same ``write(2)``: a lifecycle event is never written ahead
-    of the steps before it. A flusher thread writes what is still held ``FLUSH_S`` after
-    it was first held, so a process that stops appending (blocked in a collective, an
-    evaluation, a hang) still shows its last steps, and a process killed with SIGKILL
-    loses at most the last ``FLUSH_S`` or so of deferred records. The descriptor is ``O_APPEND`` (records of several processes never
-    interleave) and ``O_CLOEXEC``; a forked child drops what its parent held.
+    of the steps before it. What is still held is written by a flusher thread
+    (:class:`HeldWrites`), so a process killed with SIGKILL loses at most the last
+    ``FLUSH_S`` or so of deferred records. The descriptor is ``O_APPEND`` (records of
+    several processes never interleave) and ``O_CLOEXEC``; a forked child drops what its
+    parent held.
     """
 
-    FLUSH_S = 0.2
-    FLUSH_RECORDS = 256
+    FLUSHER_NAME = "acceptrun-events"
 
     def __init__(self, path: str | Path) -> None:
+        super().__init__()
         self.path = Path(path)
         self._fd: int | None = None
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._held: list[Any] = []
-        self._held_since = 0.0
-        self._flusher: threading.Thread | None = None
-        self._holding = threading.Event()  # set while records are held: wakes the flusher
 
     def append(self, obj: Any, *, sync: bool = False, defer: bool = False) -> None:
         """Append one record; ``defer`` may hold it briefly, ``sync`` also fsyncs.
@@ -360,16 +419,7 @@ class AppendLog:
             self._after_fork()
         with self._lock:
             if defer:
-                now = time.monotonic()
-                if not self._held:
-                    self._held_since = now
-                    if self._flusher is None:
-                        self._start_flusher()
-                    self._holding.set()
-                self._held.append(obj)
-                if len(self._held) < self.FLUSH_RECORDS and now - self._held_since < self.FLUSH_S:
-                    return
-                self._write(None, False)
+                self._hold(obj)
             else:
                 self._write(obj, sync)
 
@@ -379,7 +429,10 @@ class AppendLog:
             self._after_fork()
         with self._lock:
             if self._held:
-                self._write(None, False)
+                self._write_held()
+
+    def _write_held(self) -> None:
+        self._write(None, False)
 
     def _write(self, obj: Any, sync: bool) -> None:
         records = [*self._held, obj] if obj is not None else self._held
@@ -393,35 +446,9 @@ class AppendLog:
         if sync:
             os.fsync(self._fd)
 
-    def _start_flusher(self) -> None:
-        """Start the thread that writes held records once they are FLUSH_S old.
-
-        It sleeps on an event while nothing is held (a process that logs no steps, or
-        has ended its loop, costs no wake-ups), then until the oldest held record is due.
-        """
-        pid, holding = os.getpid(), self._holding
-
-        def flush_held() -> None:
-            while self._pid == pid:  # a forked child starts its own
-                holding.wait()
-                with self._lock:
-                    due = self._held_since + self.FLUSH_S - time.monotonic()
-                    if self._held and due <= 0:
-                        with contextlib.suppress(OSError):  # the next append reports it
-                            self._write(None, False)
-                    if not self._held:
-                        holding.clear()  # under the lock: an append sets it again
-                        continue
-                time.sleep(max(due, 0.01))
-
-        self._flusher = threading.Thread(target=flush_held, name="acceptrun-events", daemon=True)
-        self._flusher.start()
-
     def _after_fork(self) -> None:
-        # A forked child (a data-loader worker): the parent's held records are the
-        # parent's to write, and its lock may have been held at the fork.
-        self._fd, self._pid, self._lock = None, os.getpid(), threading.Lock()
-        self._held, self._flusher, self._holding = [], None, threading.Event()
+        self._forget_parent()
+        self._fd = None
 
     def close(self) -> None:
         """Write what is held and close the descriptor (in the process that opened it)."""

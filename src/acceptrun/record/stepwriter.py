@@ -15,13 +15,12 @@ import json
 import math
 import os
 import struct
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptrun._util.durable import _json_default
+from acceptrun._util.durable import HeldWrites, _json_default
 from acceptrun.record.steplog import (
     BASE_COLUMNS,
     CONSTANT_FIELDS,
@@ -226,7 +225,7 @@ def split_event(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     return values, constants
 
 
-class StepWriter:
+class StepWriter(HeldWrites):
     """Appends the step records of one process to ``attempts/<attempt>/steps/``.
 
     :meth:`append` holds records for at most ``FLUSH_S`` seconds or ``FLUSH_RECORDS``
@@ -235,21 +234,16 @@ class StepWriter:
     attempt; a forked child starts its own. Thread-safe.
     """
 
-    FLUSH_S = 0.2
     FLUSH_RECORDS = 4096
+    FLUSHER_NAME = "acceptrun-steps"
 
     def __init__(self, record_path: Path) -> None:
+        super().__init__()
         self.record_path = Path(record_path)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
         self._attempt: int | None = None
         self._layout: _Layout | None = None
         self._fd: int | None = None
         self._path: Path | None = None
-        self._held: list[bytes] = []
-        self._held_since = 0.0
-        self._holding = threading.Event()
-        self._flusher: threading.Thread | None = None
         self._size = 0  # bytes in the open segment: a failed write is cut back to it
         self._plan: _Plan | None = None  # the fast path for the last shape of step event
         self.records = 0  # records appended by this writer
@@ -272,6 +266,7 @@ class StepWriter:
             if rec is not None:
                 with self._lock:
                     if plan.layout is self._layout:
+                        self.records += 1
                         self._hold(rec)
                         return True
         return self._append_general(attempt, fields)
@@ -296,22 +291,9 @@ class StepWriter:
                 self._open_segment(attempt, layout)
             keys = tuple(fields)
             self._plan = _Plan(keys, layout) if _Plan.applies(keys, layout) else None
+            self.records += 1
             self._hold(layout.pack(fields["step"], t, values))
         return True
-
-    def _hold(self, rec: bytes) -> None:
-        """Hold one packed record (the lock is held): written within FLUSH_S or at
-        FLUSH_RECORDS records."""
-        self._held.append(rec)
-        self.records += 1
-        now = time.monotonic()
-        if len(self._held) == 1:
-            self._held_since = now
-            if self._flusher is None:
-                self._start_flusher()
-            self._holding.set()
-        elif len(self._held) >= self.FLUSH_RECORDS or now - self._held_since >= self.FLUSH_S:
-            self._write_held()
 
     def flush(self) -> None:
         if self._pid != os.getpid():
@@ -407,34 +389,9 @@ class StepWriter:
             raise
         self._size += len(data)
 
-    def _start_flusher(self) -> None:
-        pid, holding = os.getpid(), self._holding
-
-        def flush_held() -> None:
-            while self._pid == pid:
-                holding.wait()
-                with self._lock:
-                    due = self._held_since + self.FLUSH_S - time.monotonic()
-                    if self._held and due <= 0:
-                        with contextlib.suppress(OSError):  # the next append reports it
-                            self._write_held()
-                    if not self._held:
-                        holding.clear()
-                        continue
-                time.sleep(max(0.0, due))
-
-        self._flusher = threading.Thread(target=flush_held, name="acceptrun-steps", daemon=True)
-        self._flusher.start()
-
     def _after_fork(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._held = []
-        self._fd = None
-        self._layout = None
-        self._attempt = None
-        self._flusher = None
-        self._holding = threading.Event()
+        self._forget_parent()
+        self._fd, self._layout, self._attempt = None, None, None
 
 
 def _next_seq(root: Path) -> int:
