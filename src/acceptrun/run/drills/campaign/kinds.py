@@ -66,6 +66,8 @@ class FaultKind:
     requires: list[Requirement] = field(default_factory=list)
     after_checkpoint: bool = True
     """Placed after the attempt's first checkpoint, so a restart has one to resume from."""
+    nth_checkpoint: int = 1
+    """By default the fault lands after this checkpoint of the reference (2: one to spare)."""
 
     def why_not_tried(self, spec: RunSpec, ref: Reference) -> str | None:
         """Why this kind cannot be tried on ``spec`` here, or None when it can."""
@@ -202,11 +204,13 @@ KINDS: tuple[FaultKind, ...] = (
     FaultKind("ckpt_truncated", "storage",
               "the newest checkpoint's largest file is cut in half, then the workload dies",
               "truncated by the client, then SIGKILL", "cktrunc@step={step}",
-              _fixed("killed", "unknown", "restart", quarantine=True), [_restarts]),
+              _fixed("killed", "unknown", "restart", quarantine=True), [_restarts],
+              nth_checkpoint=2),
     FaultKind("ckpt_bitflip", "storage",
               "one byte of the newest checkpoint is inverted, then the workload dies",
               "inverted by the client, then SIGKILL", "ckflip@step={step}",
-              _fixed("killed", "unknown", "restart", quarantine=True), [_restarts]),
+              _fixed("killed", "unknown", "restart", quarantine=True), [_restarts],
+              nth_checkpoint=2),
     FaultKind("loader_stalled", "storage", "the data loader stops delivering",
               "the client waits forever inside run.data_wait()", "stall@step={step}",
               _fixed("data_stall", "unknown", "restart"), [_restarts, _stall_window]),

@@ -12,7 +12,7 @@ A campaign file is TOML::
 order, one run of the spec each. ``[steps]`` places a kind's fault at a step of the
 reference run; by default every fault lands halfway from the first checkpoint to the
 second (:func:`default_step`), so a restart has a checkpoint to resume from and some
-steps are really lost.
+steps are really lost; a kind that damages a checkpoint lands after the second one.
 """
 
 from __future__ import annotations
@@ -48,10 +48,14 @@ def default_campaign() -> Campaign:
     return Campaign(list(KINDS))
 
 
-def default_step(checkpoints: list[int]) -> int:
-    """Halfway from the first checkpoint to the second (one step after a lone checkpoint)."""
-    c1 = checkpoints[0]
-    c2 = next((c for c in checkpoints[1:] if c > c1 + 1), None)
+def default_step(checkpoints: list[int], nth: int = 1) -> int:
+    """Halfway from the ``nth`` checkpoint to the next (one step after the last one).
+
+    ``nth`` 2 for a kind that damages the newest checkpoint: an older one is left to fall
+    back to.
+    """
+    c1 = checkpoints[min(nth, len(checkpoints)) - 1]
+    c2 = next((c for c in checkpoints if c > c1 + 1), None)
     return c1 + max(1, (c2 - c1) // 2) if c2 is not None else c1 + 1
 
 

@@ -56,10 +56,9 @@ def run_campaign(
     ref_rec = a.record
     ref = _reference(a)
     startup = startup_seconds(ref_rec) or 0.0
-    start_step = default_step(ref.checkpoints)
     results: list[KindResult] = []
     for i, kind in enumerate(campaign.kinds, 1):
-        step = campaign.step_for(kind, start_step)
+        step = campaign.step_for(kind, default_step(ref.checkpoints, kind.nth_checkpoint))
         why = kind.why_not_tried(spec, ref)
         if why is None and step >= ref.steps[-1]:
             why = f"step {step} is not before the reference run's last step {ref.steps[-1]}"
