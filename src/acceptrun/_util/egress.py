@@ -150,6 +150,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.checkpoint.mirror_remote:_get_checked", "file", exempt=_TENSORS),
     Sink("acceptrun.checkpoint.writer:CheckpointWriter.write_json", "file", exempt="the workload's own checkpoint metadata, stored with its tensors"),
     Sink("acceptrun.checkpoint.store:CheckpointStore._commit", "file", exempt="raw=True: MANIFEST.json, whose digest covers its exact text (names, sizes, hashes)"),
+    Sink("acceptrun.checkpoint.memtier:MemoryTier.adopt", "file", exempt="a committed checkpoint's files copied as they are into the run's memory tier (host shared memory, mode 0700), their hashes checked against its manifest"),
     Sink("acceptrun.checkpoint.store:CheckpointStore.redate", "file", exempt="raw=True: MANIFEST.json again, and checkpoint files copied as they are"),
     Sink("acceptrun.checkpoint.sharded.saving:AsyncSave._run", "terminal", exempt=_WARN),
     Sink("acceptrun.checkpoint.sharded.saving:_emit", "terminal", exempt=_WARN),
