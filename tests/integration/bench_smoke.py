@@ -28,6 +28,7 @@ SMOKE: dict[str, list[str]] = {
         "--tiny", "--device", "cpu", "--steps", "2", "--warmup", "1", "--batches", "8",
         "--precisions", "fp32", "--optimizers", "default", "--seq", "64",
     ],
+    "campaign.py": ["--repeats", "1", "--kinds", "sigkill", "--root", "{out}"],
     "bundle.py": ["--events", "2000", "--samples", "500", "--log-mb", "1", "--root", "{out}"],
     "chaos.py": ["--smoke", "--root", "{out}"],
     "checkpoint.py": ["--mb", "5", "--repeats", "2", "--dir", "{out}"],
