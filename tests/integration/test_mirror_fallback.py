@@ -128,6 +128,7 @@ def test_resume_from_mirror_falls_back_and_step_picks_one(
     assert "step-29/tensors.safetensors is corrupt" in bad["reason"]
     assert [e["step"] for e in record.events("mirror_fetch")] == [19]
     assert [e["step"] for e in record.events("restored")] == [19]
+    assert [e["source"] for e in record.events("restored")] == ["mirror"]  # fetched back
     assert attempt_steps(record, 2) == list(range(20, 35))
     assert "mirrored step 29 does not verify, passed over" in err
     code, out, _ = cli(capsys, ws, "show", record.run_id)
