@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from acceptrun._util.durable import read_jsonl
 from acceptrun.capture import provenance as provmod
 from acceptrun.notify.summary import delivery_rows
 from acceptrun.record.liveness import supervisor_state
@@ -19,7 +20,7 @@ from acceptrun.record.workspace import RunRecord
 from acceptrun.report.sections.serving import serving_html
 from acceptrun.verdict.core import GROUPS
 
-__all__ = ["SCHEMA", "report_data"]
+__all__ = ["SCHEMA", "gpu_absent", "report_data"]
 
 SCHEMA = 1
 
@@ -161,9 +162,6 @@ def report_data(record: RunRecord) -> dict[str, Any]:
     metrics = view.metrics()
     per_attempt = view.per_attempt_metrics()
     portability = _portability_data(record, state)
-    gpu_absent = [
-        s.get("reason") for s in _telemetry_lines(record) if s.get("kind") == "gpu_absent"
-    ]
     return {
         "schema": SCHEMA,
         "run_id": record.run_id,
@@ -175,7 +173,7 @@ def report_data(record: RunRecord) -> dict[str, Any]:
         "summary": summary,
         "timelines": tl,
         "origin_t": origin,
-        "gpu_absent": gpu_absent[-1] if gpu_absent else None,
+        "gpu_absent": gpu_absent(record),
         "metrics": metrics,
         "per_attempt_metrics": per_attempt,
         "ledger": record.read_json("ledger.json"),
@@ -193,9 +191,9 @@ def report_data(record: RunRecord) -> dict[str, Any]:
     }
 
 
-def _telemetry_lines(record: RunRecord) -> list[dict[str, Any]]:
-    from acceptrun._util.durable import read_jsonl
-
-    if not record.telemetry_path.exists():
-        return []
-    return [s for s in read_jsonl(record.telemetry_path) if s.get("kind") in ("gpu_absent", "xid")]
+def gpu_absent(record: RunRecord) -> str | None:
+    """Why the samplers saw no GPU (the first gpu_absent line of telemetry.jsonl), or None."""
+    for sample in read_jsonl(record.telemetry_path):
+        if sample.get("kind") == "gpu_absent":
+            return str(sample.get("reason") or "no NVIDIA GPU")
+    return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from acceptrun._util.controls import escape_controls
-from acceptrun._util.durable import read_jsonl
 from acceptrun.cost.billing import format_bytes
 from acceptrun.notify.summary import delivery_lines, delivery_rows
 from acceptrun.record.glossary import MODEL_THROUGHPUT
@@ -20,6 +19,7 @@ from acceptrun.record.liveness import supervisor_state
 from acceptrun.record.lost import lost_work
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord
+from acceptrun.report.data import gpu_absent
 from acceptrun.report.sections.inference import batch_lines
 from acceptrun.report.sections.serving import serving_lines
 from acceptrun.spec.model import format_duration
@@ -51,7 +51,7 @@ def format_show(record: RunRecord, *, explain: bool = False) -> str:
     lines += _attempt_lines(view, state)
     if state.get("mode") == "tune":
         return printable("\n".join(lines + _format_tune(record)))
-    lines += format_telemetry(stored.summary, _gpu_absent(record))
+    lines += format_telemetry(stored.summary, gpu_absent(record))
     lines += batch_lines(record.read_json("inference.json"))  # batch inference runs only
     lines += serving_lines(record)  # serving runs only
     return printable("\n".join(lines + _verdict_lines(view, state, explain)))
@@ -227,14 +227,6 @@ def _decided(record: RunRecord) -> dict[str, Any] | None:
     """verdict.json checked like every reader checks it (a newer format raises, naming it)."""
     decided = RecordView(record).verdict()
     return None if decided is None else decided.raw
-
-
-def _gpu_absent(record: RunRecord) -> str | None:
-    """Why the samplers saw no GPU (the first gpu_absent line), or None."""
-    for sample in read_jsonl(record.telemetry_path):
-        if sample.get("kind") == "gpu_absent":
-            return str(sample.get("reason") or "no NVIDIA GPU")
-    return None
 
 
 def _bar(share: float) -> str:
