@@ -68,6 +68,8 @@ class FaultKind:
     """Placed after the attempt's first checkpoint, so a restart has one to resume from."""
     nth_checkpoint: int = 1
     """By default the fault lands after this checkpoint of the reference (2: one to spare)."""
+    outside: bool = False
+    """Fired by the campaign from outside the run (campaign/outside.py), not by the client."""
 
     def why_not_tried(self, spec: RunSpec, ref: Reference) -> str | None:
         """Why this kind cannot be tried on ``spec`` here, or None when it can."""
@@ -157,12 +159,6 @@ def _divergence(spec: RunSpec) -> Expect:
     return Expect("diverged", "workload", action)
 
 
-_SUPERVISOR = (
-    "not built: the campaign runs each kind in-process through launch(); killing or "
-    "stopping the supervisor needs it as a process of its own (`acceptrun resume` after a "
-    "supervisor's death is covered by tests/integration/test_supervisor_death.py)"
-)
-
 KINDS: tuple[FaultKind, ...] = (
     FaultKind("sigkill", "process", "SIGKILL to the workload, no warning",
               "the client sends SIGKILL to itself when the step ends", "kill@step={step}",
@@ -183,10 +179,14 @@ KINDS: tuple[FaultKind, ...] = (
     FaultKind("hang", "process", "the training loop stops; the heartbeat goes on",
               "the client sleeps forever inside the step", "hang@step={step}",
               _fixed("hang", "workload", "restart"), [_restarts, _hang_window]),
-    FaultKind("supervisor_killed", "process", "SIGKILL to the supervisor", "",
-              None, _fixed("killed", "unknown", "restart"), [_not_here(_SUPERVISOR)]),
-    FaultKind("supervisor_stopped", "process", "SIGSTOP then SIGCONT to the supervisor", "",
-              None, _fixed("success", "none", "none"), [_not_here(_SUPERVISOR)]),
+    FaultKind("supervisor_killed", "process", "SIGKILL to the supervisor (acceptrun run)",
+              "the campaign runs `acceptrun run` as a process, kills it after a checkpoint, "
+              "then runs `acceptrun resume`", None,
+              _fixed("interrupted", "unknown", "restart"), outside=True),
+    FaultKind("supervisor_stopped", "process",
+              "SIGSTOP to the supervisor for longer than the hang window, then SIGCONT",
+              "the campaign runs `acceptrun run` as a process and stops it after a checkpoint",
+              None, _fixed("success", "none", "none"), outside=True),
     FaultKind("nan", "numerics", "the loss of one step is NaN",
               "the client replaces the step's logged loss by NaN", "nan@step={step}",
               _divergence),

@@ -23,8 +23,9 @@ from acceptrun.errors import UserError
 from acceptrun.record.models import stamp
 from acceptrun.record.workspace import RunRecord
 from acceptrun.run.drills.campaign.kinds import Reference
+from acceptrun.run.drills.campaign.outside import run_outside
 from acceptrun.run.drills.campaign.plan import Campaign, default_campaign, default_step
-from acceptrun.run.drills.campaign.score import KindResult, not_tried, score_kind
+from acceptrun.run.drills.campaign.score import KindResult, not_tried, score_kind, score_outside
 from acceptrun.run.drills.campaign.scorecard import CampaignReport
 from acceptrun.run.drills.operations import startup_seconds
 from acceptrun.spec.model import load_spec
@@ -65,10 +66,17 @@ def run_campaign(
         if why is not None:
             results.append(not_tried(kind, why))
             continue
+        expect = kind.expect(spec)
+        if kind.outside:
+            _log.info(f"campaign {i}/{len(campaign.kinds)}: {kind.name} after step {step}")
+            ws = ref_rec.path.parent.parent  # the workspace the reference ran in
+            hang = spec.limits.hang_window
+            out = run_outside(kind.name, spec_path, ws, step, None if hang is None else float(hang))
+            results.append(score_outside(kind, expect, out, ref_rec, tolerance))
+            continue
         fault = kind.injection(step)
         _log.info(f"campaign {i}/{len(campaign.kinds)}: {kind.name} ({fault})")
         b = launch(spec_path, workspace=workspace, echo=echo, inject=[fault])
-        expect = kind.expect(spec)
         results.append(score_kind(kind, expect, fault, ref_rec, b.record, startup, tolerance))
     report = CampaignReport(
         spec=str(Path(spec_path).resolve()),

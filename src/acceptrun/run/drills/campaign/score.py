@@ -195,3 +195,59 @@ def _final_state(
             f"missing steps {cmp['missing_steps']}, extra steps {cmp['extra_steps']}, or an "
             "output or metric differs"
         )
+
+
+def score_outside(
+    kind: FaultKind, expect: Expect, out: Any, ref: RunRecord, tolerance: float
+) -> KindResult:
+    """Score a fault the campaign fired at the supervisor (:mod:`.outside`).
+
+    A killed supervisor leaves no ``attempt_exit`` event: acceptrun's word is the attempt's
+    exit.json (``outcome: interrupted``, written by ``acceptrun resume``) and the resume's
+    ``audit`` event. ``detect_s`` is the kill to that resume's take-over (the operator's
+    command here, ``acceptrun watch`` in production); ``recover_s`` the take-over to the
+    resumed attempt's first step.
+    """
+    rec: RunRecord = out.record
+    view = RecordView(rec)
+    events = view.all_events
+    exits = [e for e in events if e["kind"] == "attempt_exit"]
+    result = KindResult(
+        kind.name, kind.family, tried=True, fault=f"{kind.name} after step {out.step}",
+        run=rec.run_id,
+        truth={"what": kind.what, "fired": True, "step": out.step, "attempt": 1,
+               "where": "the supervisor's process", "t": out.fired_t, "paused_s": out.paused_s},
+        expected={"class": expect.klass, "whose": expect.whose, "action": expect.action,
+                  "quarantine": expect.quarantine},
+        compute_s=round(sum(float(e.get("duration_s") or 0) for e in exits), 3),
+    )  # fmt: skip
+    takeover = next(
+        (e for e in events if e["kind"] == "audit" and e.get("action") == "resume"), None
+    )
+    first = rec.read_json("attempts/1/exit.json", default={}) or {}
+    if first.get("outcome") == "interrupted":
+        result.said = {
+            "class": "interrupted",
+            "whose": "unknown",
+            "action": "restart" if takeover and takeover.get("interrupted") else "stop",
+            "quarantined": False,
+            "reason": first.get("reason"),
+        }
+        work = first.get("work") or {}
+        result.lost_steps = work.get("steps_lost")
+        result.lost_s = float(work.get("seconds_lost") or 0)
+        if takeover is not None:
+            result.detect_s = round(max(0.0, float(takeover["t"]) - out.fired_t), 3)
+            step = next((e for e in view.steps() if e.get("attempt") == 2), None)
+            if step is not None:
+                result.recover_s = round(max(0.0, float(step["t"]) - float(takeover["t"])), 3)
+    else:
+        failed = next((e for e in exits if e.get("class") != "success"), None)
+        result.said = _said(events, failed)
+        result.lost_s = sum(float((e.get("work") or {}).get("seconds_lost") or 0) for e in exits)
+    said = result.said
+    result.named_right = (said["class"], said["whose"], said["action"]) == (
+        expect.klass, expect.whose, expect.action,
+    )  # fmt: skip
+    _final_state(result, ref, rec, exits, tolerance)
+    return result
