@@ -42,7 +42,10 @@ SMOKE: dict[str, list[str]] = {
     "notify.py": ["--reps", "1", "--kinds", "divergence,accepted,supervisor_gone", "--root", "{out}"],
     "overhead.py": ["--pairs", "1", "--steps", "30"],  # steps > 20: the first 20 warm up
     "queue_scheduling.py": ["--jobs", "10", "--no-slurm"],
-    "recovery.py": ["--idle-seconds", "3", "--kills", "1", "--root", "{out}"],
+    "recovery.py": [
+        "--idle-seconds", "3", "--kills", "1", "--root", "{out}", "--state-mb", "4",
+        "--mtbi", "3", "--steps", "40", "--durable-every", "10", "--memory-every", "5",
+    ],
     "redact.py": ["--repeats", "200"],
     "run_lookup.py": ["--workspaces", "3", "--runs", "4", "--repeats", "2"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
