@@ -43,6 +43,7 @@ from typing import Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.errors import UserError
+from acceptrun.record import recovery
 from acceptrun.record.models import stamp
 from acceptrun.record.view import RecordView
 from acceptrun.record.workspace import RunRecord, now_iso
@@ -170,53 +171,51 @@ def startup_seconds(record: RunRecord, attempt: int = 1) -> float | None:
 
 
 def measure_restarts(record: RunRecord, startup_s: float) -> list[Restart]:
-    """Each attempt followed by another one: what it lost and how long the resume took."""
+    """Each attempt followed by another one: what it lost and how long the resume took.
+
+    The times are the record's restarts (:func:`acceptrun.record.recovery.restarts`); the
+    drill adds the steps lost and the next attempt's start-up beyond the reference's.
+    """
     events = RecordView(record).all_events
-    exits = {e["attempt"]: e for e in events if e["kind"] == "attempt_exit"}
-    starts = {e["attempt"]: e for e in events if e["kind"] == "attempt_start"}
     out = []
-    for attempt in sorted(exits):
-        nxt = attempt + 1
-        if nxt not in starts:
-            continue
+    for timed in recovery.restarts(record):
+        attempt, nxt = timed.attempt, timed.attempt + 1
         mine = [e for e in events if e.get("attempt") == attempt]
-        theirs = [e for e in events if e.get("attempt") == nxt]
         steps = [e["step"] for e in mine if e["kind"] == "step"]
-        next_steps = [e for e in theirs if e["kind"] == "step"]
+        next_steps = [e for e in events if e.get("attempt") == nxt and e["kind"] == "step"]
+        ended = next(e for e in mine if e["kind"] == "attempt_exit")
+        started = next(e for e in events if e["kind"] == "attempt_start" and e["attempt"] == nxt)
         fault = next((e for e in mine if e["kind"] == "fault_injected"), None)
         stopped = next((e for e in mine if e["kind"] == "stopped"), None)
-        restart = next((e for e in events if e["kind"] == "restart" and e["attempt"] == nxt), None)
-        restored = next((e for e in theirs if e["kind"] == "restored"), None)
         last = max(steps) if steps else None
-        resume = starts[nxt].get("resume_step")
-        first_t = next_steps[0]["t"] if next_steps else None
-        started = float(starts[nxt]["t"])
+        resume = started.get("resume_step")
+        first_t = timed.first_step_t
         # Each part is measured from the same supervisor's clock and is never negative; the
         # reference's start-up is subtracted only from the next attempt's own start-up, so
         # a start faster than the reference's (noise) never makes the gap look shorter.
-        own = None if first_t is None else max(0.0, first_t - started)
+        own = None if first_t is None else max(0.0, first_t - timed.start_t)
         extra = None if own is None else max(0.0, own - startup_s)
         out.append(
             Restart(
                 attempt=attempt,
                 fault=None if fault is None else str(fault["action"]),
                 fault_step=None if fault is None else fault.get("step"),
-                exit=str(exits[attempt].get("reason", "")),
+                exit=str(ended.get("reason", "")),
                 last_step=last,
                 resume_step=resume,
                 lost_steps=None if last is None else last - (-1 if resume is None else resume),
                 first_step=next_steps[0]["step"] if next_steps else None,
                 stopped_checkpoint=None if stopped is None else stopped.get("checkpoint"),
-                detect_s=None if fault is None else _round(exits[attempt]["t"] - fault["t"]),
-                gap_s=_round(starts[nxt]["t"] - exits[attempt]["t"]),
-                backoff_s=None if restart is None else restart.get("backoff_s"),
-                restore_s=None if restored is None else restored.get("seconds"),
+                detect_s=None if fault is None else timed.parts()["detect"],
+                gap_s=_round(timed.start_t - timed.exit_t),
+                backoff_s=timed.backoff_s,
+                restore_s=timed.restore_s,
                 recovery_s=None
                 if extra is None
-                else _round(max(0.0, started - exits[attempt]["t"]) + extra),
+                else _round(max(0.0, timed.start_t - timed.exit_t) + extra),
                 death_to_step_s=None
                 if extra is None or fault is None
-                else _round(max(0.0, started - fault["t"]) + extra),
+                else _round(max(0.0, timed.start_t - fault["t"]) + extra),
                 next_startup_s=None if own is None else _round(own),
             )
         )
