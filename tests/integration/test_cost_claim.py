@@ -116,7 +116,11 @@ def test_cost_splits_waste_by_whose_failure(
     for group in ("week", "provider", "run"):
         assert f"wasted, by whose failure, per {group}:" in text
     assert cli(ws, "cost", "--json") == 0
+    totals = json.loads(capsys.readouterr().out)
+    assert "waste_by" not in totals  # the split per run is asked for, as in text
+    assert cli(ws, "cost", "--by-responsibility", "--json") == 0
     summary = json.loads(capsys.readouterr().out)
+    assert summary["waste_usd"] == totals["waste_usd"]
     assert summary["waste_usd"]["provider"] > 0 and summary["waste_usd"]["workload"] > 0
     assert {r["run"] for r in summary["waste_by"]["run"]} == {
         runs[k].record.run_id for k in ("preempted", "user", "drill")

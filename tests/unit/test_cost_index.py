@@ -147,3 +147,43 @@ def test_an_index_of_the_older_schema_is_migrated_and_back_filled(ws: Workspace)
     rows = index.read_costs(ws.index_path)
     assert all(r.digest is not None for r in rows)  # and written back: the next read is fast
     assert _rounded(summarize(select_ledgers(ws)[0])) == want
+
+
+def test_figures_left_in_the_index_add_up_as_the_ledgers_do(ws: Workspace) -> None:
+    # What `acceptrun cost` reads: the figures stay in the index, SQLite adds them up.
+    ledgers = _ledgers(ws)
+    found, _ = select_ledgers(ws, figures=False)
+    assert len(found) == 4 and not any(r.figures for r in found.rows)
+    want = _rounded(summarize(ledgers))
+    assert _rounded(summarize(found)) == want == _rounded(summarize(select_ledgers(ws)[0]))
+    for group in ("week", "provider", "run"):  # the figures are read when a split asks
+        assert waste_by(found, group) == waste_by(ledgers, group)
+    # a filter chooses some of the runs: those alone are added up
+    r0, _ = select_ledgers(ws, spec="r0", figures=False)
+    assert len(r0) == 2
+    assert _rounded(summarize(r0)) == _rounded(summarize([x for x in ledgers if x["name"] == "r0"]))
+
+
+def test_sums_per_group_from_the_index_equal_the_ledgers_per_group(ws: Workspace) -> None:
+    ledgers = {led["run_id"]: led for led in _ledgers(ws)}
+    sums = index.sum_costs(ws.index_path, {rid: led["name"] for rid, led in ledgers.items()})
+    assert set(sums) == {"r0", "r1"}
+    at = index.COST_FIGURES.index("totals.compute_usd")
+    for name, got in sums.items():
+        want = sum(led["totals"]["compute_usd"] for led in ledgers.values() if led["name"] == name)
+        assert got[at] == pytest.approx(want) and want > 0
+    # every run in one group: added up without a table of them, to the same figures
+    everything = index.sum_costs(ws.index_path, dict.fromkeys(ledgers, ""))[""]
+    assert everything[at] == pytest.approx(sum(s[at] for s in sums.values()))
+    assert len(everything) == len(index.COST_FIGURES) + len(index.DETAILS)
+
+
+def test_a_run_read_from_its_record_adds_to_those_left_in_the_index(ws: Workspace) -> None:
+    first = ws.run_ids()[0]
+    with contextlib.closing(sqlite3.connect(ws.index_path)) as conn:
+        conn.execute("DELETE FROM costs WHERE run_id = ?", (first,))  # an older index's run
+        conn.commit()
+    found, _ = select_ledgers(ws, figures=False)
+    held = [r.run_id for r in found.rows if r.figures]
+    assert held == [first]  # read from its record, with its figures; the rest in the index
+    assert _rounded(summarize(found)) == _rounded(summarize(_ledgers(ws)))

@@ -48,14 +48,19 @@ def cmd_cost(args: argparse.Namespace) -> int:
     if args.all:
         return cmd_cost_all(args, since)
     ws = workspace_of(args)
+    # The totals are added up in the index; the split per run, week and provider
+    # (--by-responsibility, in text or JSON) reads each run's figures.
+    split = args.by_responsibility
     ledgers, live = select_ledgers(
         ws, load_catalog(ws.root), since=since,
-        spec=args.spec, provider=args.provider, gpu=args.gpu,
+        spec=args.spec, provider=args.provider, gpu=args.gpu, figures=split,
     )  # fmt: skip
     summary = summarize(ledgers)
     if args.json:
-        waste = {g: waste_by(ledgers, g) for g in ("week", "provider", "run")}
-        print(json.dumps({**summary, "waste_by": waste, "live": live}, indent=2))
+        out = {**summary, "live": live}
+        if split:
+            out["waste_by"] = {g: waste_by(ledgers, g) for g in ("week", "provider", "run")}
+        print(json.dumps(out, indent=2))
     else:
         print(format_summary(summary, live=live))
         if args.by_responsibility and ledgers:
@@ -70,7 +75,9 @@ def cmd_cost_claim(args: argparse.Namespace) -> int:
 
     since = parse_since(args.since) if args.since else None
     ws = workspace_of(args)
-    ledgers, live = select_ledgers(ws, load_catalog(ws.root), since=since, provider=args.provider)
+    ledgers, live = select_ledgers(
+        ws, load_catalog(ws.root), since=since, provider=args.provider, figures=False
+    )
     found = claim(ledgers, drills=args.drills)
     if args.json:
         print(json.dumps({**found, "since": since.isoformat() if since else None, "live": live},
@@ -94,7 +101,7 @@ def cmd_cost_all(args: argparse.Namespace, since: Any) -> int:
         try:
             ledgers, running = select_ledgers(
                 ws, load_catalog(ws.root), since=since,
-                spec=args.spec, provider=args.provider, gpu=args.gpu,
+                spec=args.spec, provider=args.provider, gpu=args.gpu, figures=False,
             )  # fmt: skip
         except (AcceptrunError, OSError) as exc:
             notes.append(f"skipped {ws.root} ({project}): {exc}")
@@ -148,7 +155,8 @@ def cmd_cost_show(args: argparse.Namespace) -> int:
 
 def cmd_cost_whatif(args: argparse.Namespace) -> int:
     from acceptrun.cost.catalog import load_catalog
-    from acceptrun.cost.report import format_projection, ledger_for, project
+    from acceptrun.cost.report import ledger_for
+    from acceptrun.cost.whatif import format_projection, project
     from acceptrun.errors import UserError
 
     found = find(args, args.run)
@@ -183,7 +191,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cost.add_argument(
         "--by-responsibility",
         action="store_true",
-        help="wasted spend by whose failure (provider, workload, unknown) per week, provider, run",
+        help="wasted spend by whose failure (provider, workload, unknown) per week, provider, "
+        "run (with --json: under waste_by)",
     )
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(func=cmd_cost)

@@ -1,4 +1,5 @@
-"""Cost over many runs, one run's ledger as a table, and what-if projections.
+"""Cost over many runs, and one run's ledger as a table (what-if projections:
+:mod:`acceptrun.cost.whatif`).
 
 The headline figure is **cost per accepted run**: everything the selected runs cost
 (compute, storage, people, switching), divided by the runs that were accepted. Over a
@@ -11,23 +12,21 @@ missing or stale (an input file changed, or the catalog now prices the run diffe
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from operator import mul
+from operator import itemgetter, mul
 from pathlib import Path
 from typing import Any, overload
 
 from acceptrun._util.console import format_table
 from acceptrun.cost.billing import (
-    billed_seconds,
-    compute_cost,
     format_bytes,
     format_usd,
-    storage_cost,
 )
 from acceptrun.cost.catalog import Catalog, Price
 from acceptrun.cost.ledger import (
@@ -50,12 +49,10 @@ __all__ = [
     "format_by_workspace",
     "format_claim",
     "format_ledger",
-    "format_projection",
     "format_summary",
     "format_waste",
     "ledger_for",
     "parse_since",
-    "project",
     "select_ledgers",
     "summarize",
     "waste_by",
@@ -136,9 +133,10 @@ class LedgerSet(Sequence[dict[str, Any]]):
     """Ledgers chosen from the index: their figures at hand, their digests read when asked.
 
     :func:`summarize` and :func:`waste_by` add up the figures (the index's columns,
-    :data:`acceptrun.record.index.COST_FIGURES`) without reading a digest; an item is the
-    run's digest (:func:`acceptrun.record.index.ledger_digest`), which reads like its
-    ledger. The digests are read from the index on the first item asked for.
+    :data:`acceptrun.record.index.COST_FIGURES`) without reading a digest; those of rows
+    read without them (``select_ledgers(..., figures=False)``) are added up by SQLite. An
+    item is the run's digest (:func:`acceptrun.record.index.ledger_digest`), which reads
+    like its ledger. The digests are read from the index on the first item asked for.
     """
 
     def __init__(self, rows: list[index.CostRow]) -> None:
@@ -161,15 +159,38 @@ class LedgerSet(Sequence[dict[str, Any]]):
         return digest
 
 
+def _index_of(row: index.CostRow) -> str:
+    """The index a row was read from (that of its record's workspace, for an older row)."""
+    return row.index or str(Path(row.path).parent.parent / "index.sqlite")
+
+
+def _left_in_index(rows: list[index.CostRow]) -> dict[Path, list[str]]:
+    """The run ids of the rows read without their figures, by the index that holds them."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if not r.figures:
+            out.setdefault(_index_of(r), []).append(r.run_id)
+    return {Path(where): run_ids for where, run_ids in out.items()}
+
+
+def _figures_of(rows: list[index.CostRow]) -> list[tuple[float, ...]]:
+    """Each row's figures: its own, else read from its index (zeros for a run gone)."""
+    found: dict[str, tuple[float, ...]] = {}
+    for where, run_ids in _left_in_index(rows).items():
+        found.update(index.read_figures(where, run_ids))
+    zero = (0.0,) * len(index.COST_FIGURES)
+    return [r.figures or found.get(r.run_id, zero) for r in rows]
+
+
 def _digests(rows: list[index.CostRow]) -> list[str]:
     """The digest of each row: its own, else read from its workspace's index."""
-    wanted: dict[Path, list[str]] = {}
+    wanted: dict[str, list[str]] = {}
     for r in rows:
         if not r.digest:
-            wanted.setdefault(Path(r.path).parent.parent / "index.sqlite", []).append(r.run_id)
+            wanted.setdefault(_index_of(r), []).append(r.run_id)
     found: dict[str, str] = {}
     for where, run_ids in wanted.items():
-        found.update(index.read_digests(where, run_ids))
+        found.update(index.read_digests(Path(where), run_ids))
     return [r.digest or found.get(r.run_id, "{}") for r in rows]
 
 
@@ -186,6 +207,7 @@ def select_ledgers(
     spec: str | None = None,
     provider: str | None = None,
     gpu: str | None = None,
+    figures: bool = True,
 ) -> tuple[LedgerSet, list[str]]:
     """Ledgers of the workspace's ended runs that match; and the ids of live runs left out.
 
@@ -193,14 +215,15 @@ def select_ledgers(
     its ledger.json was (:mod:`acceptrun.record.index`). A run the catalog would now
     price differently, or that has no cost row yet (an index of an older release), is
     read from its record (:func:`ledger_for`) and its row written back. Without a usable
-    index, every record is read.
+    index, every record is read. With ``figures=False`` the figures are left in the
+    index, for a view that only sums them (:func:`summarize` has SQLite add them up).
     """
     catalog = catalog if catalog is not None else _load_catalog(ws)
     chosen: list[index.CostRow] = []
     live: list[str] = []
     refreshed: list[dict[str, Any]] = []
     alike: dict[str | None, bool] = {}  # price JSON -> priced alike by the catalog now
-    for row in _cost_rows(ws):
+    for row in _cost_rows(ws, figures=figures):
         if spec is not None and row.name != spec:
             continue
         if since is not None and not _created_since(row.created_at, since):
@@ -229,15 +252,16 @@ def select_ledgers(
     return LedgerSet(chosen), live
 
 
-def _cost_rows(ws: Workspace) -> list[index.CostRow]:
-    """The index's rows with their figures; without a usable index, the runs' own rows
-    (no figures: each is read from its record, as :meth:`Workspace.list_runs` says why)."""
+def _cost_rows(ws: Workspace, *, figures: bool = True) -> list[index.CostRow]:
+    """The index's rows (with their figures, or not); without a usable index, the runs'
+    own rows (no digest: each is read from its record, as :meth:`Workspace.list_runs`
+    says why)."""
     if os.path.lexists(ws.index_path) and not ws.index_problem():
         with contextlib.suppress(sqlite3.DatabaseError, WorkspaceError):
-            return index.read_costs(ws.index_path)
+            return index.read_costs(ws.index_path, figures=figures)
     listed = ws.list_runs()  # rebuilds a missing index, else reads the records
     if ws.index_note is None:
-        return index.read_costs(ws.index_path)
+        return index.read_costs(ws.index_path, figures=figures)
     return [
         index.CostRow(
             r.run_id,
@@ -307,27 +331,40 @@ def _from_record(row: index.CostRow, catalog: Catalog) -> dict[str, Any] | None:
 _AT = {f: i for i, f in enumerate(index.COST_FIGURES)}
 
 
+def _sums(rows: list[index.CostRow]) -> tuple[list[float], list[float]]:
+    """Each figure's sum over the rows, and each detail's USD (index.DETAILS): the rows
+    that hold their figures added up here, column by column in the order of the runs (as
+    a ledger's own sums), those left in an index added up there (index.sum_costs)."""
+    cols = list(zip(*(r.figures for r in rows if r.figures), strict=True)) or [()] * len(_AT)
+    sums: list[float] = [float(sum(col)) for col in cols]
+    usd, billed = cols[_AT["compute.usd"]], cols[_AT["billed_s"]]
+    per_s = [u / b if b else 0.0 for u, b in zip(usd, billed, strict=True)]
+    detail_usd: list[float] = [sum(map(mul, cols[_AT[f]], per_s)) for f in index.DETAILS]
+    n = len(sums)
+    for where, run_ids in _left_in_index(rows).items():
+        got = index.sum_costs(where, dict.fromkeys(run_ids, "")).get("")
+        if got is not None:
+            sums = [a + b for a, b in zip(sums, got[:n], strict=True)]
+            detail_usd = [a + b for a, b in zip(detail_usd, got[n:], strict=True)]
+    return sums, detail_usd
+
+
 def summarize(ledgers: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Totals over ledgers: money by kind, the compute split, runs and accepted runs.
 
-    The figures are added up column by column (``acceptrun cost`` over 10,000 runs reads
-    them from the index: no ledger is decoded).
+    The figures are added up column by column (``acceptrun cost`` over 10,000 runs has
+    SQLite add them up in the index: no ledger is decoded, no figure read).
     """
     rows = _rows_of(ledgers)
-    # One column per figure, added up in the order of the runs (as a ledger's own sums).
-    cols = list(zip(*(r.figures for r in rows), strict=True)) or [()] * len(_AT)
-    sums: list[float] = [float(sum(col)) for col in cols]
+    sums, usd_of = _sums(rows)
 
     def got(figure: str) -> float:
         return sums[_AT[figure]]
 
     keys = ("compute_usd", "storage_usd", "human_usd", "switching_usd")
     totals = {k: got(f"totals.{k}") for k in keys}
-    usd, billed = cols[_AT["compute.usd"]], cols[_AT["billed_s"]]
-    per_s = [u / b if b else 0.0 for u, b in zip(usd, billed, strict=True)]
-    details = [f for f in index.COST_FIGURES if f.startswith(index.DETAIL)]
-    detail_s = {f.removeprefix(index.DETAIL): got(f) for f in details}
-    detail_usd = {f.removeprefix(index.DETAIL): sum(map(mul, cols[_AT[f]], per_s)) for f in details}
+    detail_s = {f.removeprefix(index.DETAIL): got(f) for f in index.DETAILS}
+    detail_usd = dict(zip(detail_s, usd_of, strict=True))
     total = sum(totals.values())
     accepted = sum(r.accepted for r in rows)
     left = "storage.left_behind"
@@ -441,12 +478,15 @@ def _week(ledger: dict[str, Any] | index.CostRow) -> str:
 
 
 def _provider(ledger: dict[str, Any] | index.CostRow) -> str:
-    price = (
-        json.loads(ledger.price or "null")
-        if isinstance(ledger, index.CostRow)
-        else ledger.get("price")
-    )
-    return str((price or {}).get("provider") or "no provider")
+    if isinstance(ledger, index.CostRow):
+        return _provider_in(ledger.price)
+    return str((ledger.get("price") or {}).get("provider") or "no provider")
+
+
+@functools.lru_cache(maxsize=1024)
+def _provider_in(price: str | None) -> str:
+    """The provider of an index row's price (JSON text: a workspace has a few of them)."""
+    return str((json.loads(price or "null") or {}).get("provider") or "no provider")
 
 
 def _run_id(ledger: dict[str, Any] | index.CostRow) -> str:
@@ -475,18 +515,34 @@ def group_ledgers(ledgers: Iterable[dict[str, Any]], group: str) -> dict[str, Le
     return {name: LedgerSet(rows) for name, rows in out.items()}
 
 
+# The waste figures of a row, in waste_by's order: USD by responsibility, then seconds.
+_WASTE = itemgetter(
+    *(_AT[f"compute.waste.{u}.{k}"] for u in ("usd", "seconds") for k in RESPONSIBLE)
+)
+
+
 def waste_by(ledgers: Iterable[dict[str, Any]], group: str) -> list[dict[str, Any]]:
     """Wasted USD and seconds by responsibility, per run, week or provider (``GROUPS``)."""
-    at = {(u, k): _AT[f"compute.waste.{u}.{k}"] for u in ("usd", "seconds") for k in RESPONSIBLE}
-    rows = []
-    for name, found in group_ledgers(ledgers, group).items():
-        cols = list(zip(*(r.figures for r in found.rows), strict=True))
-        rows.append({
-            group: name, "runs": len(found),
-            "usd": {k: sum(cols[at["usd", k]]) for k in RESPONSIBLE},
-            "seconds": {k: sum(cols[at["seconds", k]]) for k in RESPONSIBLE},
-        })  # fmt: skip
-    return sorted(rows, key=lambda r: r[group], reverse=group == "week")
+    key = GROUPS[group]
+    rows = _rows_of(ledgers)
+    found: dict[str, list[Any]] = {}  # group -> [runs, its waste figures added up in order]
+    for row, figures in zip(rows, _figures_of(rows), strict=True):
+        waste = _WASTE(figures)
+        name = key(row)
+        sums = found.get(name)
+        if sums is None:
+            found[name] = [1, *waste]
+        else:
+            sums[0] += 1
+            for i, value in enumerate(waste, 1):
+                sums[i] += value
+    n = len(RESPONSIBLE)
+    out = [
+        {group: name, "runs": s[0], "usd": dict(zip(RESPONSIBLE, s[1 : n + 1], strict=True)),
+         "seconds": dict(zip(RESPONSIBLE, s[n + 1 :], strict=True))}
+        for name, s in found.items()
+    ]  # fmt: skip
+    return sorted(out, key=lambda r: r[group], reverse=group == "week")
 
 
 def format_waste(ledgers: Sequence[dict[str, Any]]) -> str:
@@ -702,51 +758,3 @@ def _storage_lines(st: dict[str, Any]) -> list[str]:
             f"({_usd(mirror['monthly_usd'])}/month)"
         )
     return lines
-
-
-def project(ledger: dict[str, Any], target: Price) -> dict[str, Any]:
-    """The run on ``target``: the same measured wall time per segment, the target's price
-    and billing rounding; storage at the target's rate; people and switching unchanged."""
-    billed = sum(billed_seconds(s["start"], s["end"], target) for s in ledger["segments"])
-    compute = compute_cost(billed, target)
-    storage = sum(
-        storage_cost(item["bytes"], item["seconds"], target.storage_per_gib_month)
-        for kind in ("checkpoints", "outputs")
-        for item in ledger["storage"][kind]["items"]
-    )
-    t = ledger["totals"]
-    total = compute + storage + t["human_usd"] + t["switching_usd"]
-    return {
-        "projection": True,
-        "rule": "same measured wall time per billing segment, at the target's price and "
-        "billing rounding; the work is not rescaled to the target's GPUs",
-        "run_id": ledger["run_id"],
-        "target": target.label,
-        "target_gpus": target.gpus,
-        "run_gpus": ledger["gpus"],
-        "billed_s": billed,
-        "compute_usd": compute,
-        "storage_usd": storage,
-        "total_usd": total,
-        "actual_total_usd": ledger["total_usd"],
-        "actual_price": (ledger.get("price") or {}).get("label"),
-    }
-
-
-def format_projection(p: dict[str, Any]) -> str:
-    """``acceptrun cost whatif``: clearly a projection, with its rule."""
-    actual = p["actual_price"] or "no price"
-    lines = [
-        f"PROJECTION (not a measurement): run {p['run_id']} on {p['target']}",
-        f"  rule: {p['rule']}",
-        f"  billed      {p['billed_s']:.0f} s",
-        f"  compute     {_usd(p['compute_usd']):>12}",
-        f"  storage     {_usd(p['storage_usd']):>12}",
-        f"  total       {_usd(p['total_usd']):>12}   (measured on {actual}: {_usd(p['actual_total_usd'])})",
-    ]
-    if p["target_gpus"] and p["target_gpus"] != p["run_gpus"]:
-        lines.append(
-            f"  note: the run used {p['run_gpus']} GPU(s), {p['target']} has {p['target_gpus']}; "
-            "a different GPU count changes the wall time, which this projection keeps"
-        )
-    return "\n".join(lines)

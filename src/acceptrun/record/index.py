@@ -24,6 +24,8 @@ where it went.
     rows = read_rows(ws.index_path)                        # IndexRow, oldest first
     rebuild(ws.index_path, ws.records())                   # Rebuilt(count, skipped, aside)
     costs = read_costs(ws.index_path)                      # CostRow, oldest first
+    light = read_costs(ws.index_path, figures=False)       # the figures left in the index
+    sums = sum_costs(ws.index_path, {r.run_id: "" for r in light})  # {"": (sums...)}
 """
 
 from __future__ import annotations
@@ -60,9 +62,11 @@ __all__ = [
     "put_costs",
     "read_costs",
     "read_digests",
+    "read_figures",
     "read_rows",
     "rebuild",
     "row_from_state",
+    "sum_costs",
     "upsert",
 ]
 
@@ -85,6 +89,7 @@ COST_FIGURES: tuple[str, ...] = (
         "idle.idle_stop", "idle.after_run", "idle.rounding")),
 )  # fmt: skip
 DETAIL = "compute.detail_s."  # its keys have dots of their own: "idle.startup"
+DETAILS = tuple(f for f in COST_FIGURES if f.startswith(DETAIL))
 # What else a digest keeps, in the ledger's own shape (the run's ledger.json holds the
 # rest): the price, and the attempts a credit claim lists.
 _KEPT = ("run_id", "name", "status", "created_at", "priced", "unpriced_reason", "accepted",
@@ -142,7 +147,8 @@ class CostRow:
     accepted: bool
     priced: bool
     claims: int  # attempts the digest keeps for a credit claim
-    figures: tuple[float, ...]  # COST_FIGURES, in order
+    figures: tuple[float, ...]  # COST_FIGURES, in order; () while left in the index
+    index: str = ""  # the index it was read from ("": read from its record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,26 +196,78 @@ def read_rows(path: Path) -> list[IndexRow]:
     return [IndexRow(*r) for r in rows]
 
 
-def read_costs(path: Path) -> list[CostRow]:
+def read_costs(path: Path, *, figures: bool = True) -> list[CostRow]:
     """Every run's row with its ledger's figures, oldest first (one query, no record read).
 
     The digests are not read (``digest`` is ``""`` for a run that has one, None for one
-    without): :func:`read_digests` reads those a view shows.
+    without): :func:`read_digests` reads those a view shows. With ``figures=False`` the
+    figures stay in the index too (``()``): :func:`sum_costs` adds them up there, and
+    :func:`read_figures` reads them (10,000 runs' figures are half a million values).
     """
-    cols = ", ".join(f"c.{c}" for c in _COST_COLUMNS[2:])
+    cols = ", ".join(f"c.{c}" for c in _COST_COLUMNS[2 : None if figures else 6])
     with contextlib.closing(connect(path)) as conn:
         rows = conn.execute(
             f"SELECT r.run_id, r.name, r.status, r.created_at, r.path, "
             f"CASE WHEN c.run_id IS NULL THEN NULL ELSE '' END, {cols} "
             "FROM runs r LEFT JOIN costs c ON c.run_id = r.run_id ORDER BY r.run_id"
         ).fetchall()
+    where = str(path)
     out = []
     for r in rows:
-        run_id, name, status, created_at, where, digest, price = r[:7]
-        out.append(CostRow(run_id, name, status, created_at, where, digest, price,
+        run_id, name, status, created_at, at, digest, price = r[:7]
+        out.append(CostRow(run_id, name, status, created_at, at, digest, price,
                            accepted=bool(r[7]), priced=bool(r[8]), claims=r[9] or 0,
-                           figures=r[10:]))  # fmt: skip
+                           figures=r[10:], index=where))  # fmt: skip
     return out
+
+
+# What sum_costs adds up: each figure, then each detail figure (seconds) times its run's
+# compute USD per billed second (what that detail cost, as summarize reckons it per run).
+_PER_S = "CASE WHEN c.billed_s THEN c.compute__usd / c.billed_s ELSE 0.0 END"
+_SUMS = ", ".join(
+    [*(f"TOTAL(c.{c})" for c in _COST_COLUMNS[6:])]
+    + [f"TOTAL(c.{f.replace('.', '__')} * {_PER_S})" for f in DETAILS]
+)
+_FIGURES = ", ".join(f"c.{c}" for c in _COST_COLUMNS[6:])
+
+
+def _choose(conn: sqlite3.Connection, keys: Iterable[tuple[str, str]]) -> None:
+    """A temporary table of (run id, its group) for the query that follows (in memory,
+    this connection's own: the index itself is not written)."""
+    conn.execute("PRAGMA temp_store = MEMORY")
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS chosen (run_id TEXT PRIMARY KEY, k TEXT)")
+    conn.execute("DELETE FROM temp.chosen")
+    conn.executemany("INSERT OR REPLACE INTO temp.chosen VALUES (?, ?)", keys)
+
+
+def sum_costs(path: Path, keys: dict[str, str]) -> dict[str, tuple[float, ...]]:
+    """The figures of the runs ``keys`` names (run id -> the name of its group), added up
+    by SQLite per group: each of COST_FIGURES, then each of DETAILS in USD. A run the
+    index holds no figures for adds nothing; a group of none of them is absent."""
+    with contextlib.closing(connect(path)) as conn:
+        conn.execute("BEGIN")  # one read: the runs compared are the runs summed
+        groups = set(keys.values())
+        held = {r for (r,) in conn.execute("SELECT run_id FROM costs")}
+        if len(groups) == 1 and held == keys.keys():
+            # every run the index holds figures for, in one group: no table of them
+            (found,) = conn.execute(f"SELECT {_SUMS} FROM costs c").fetchall()
+            return {groups.pop(): tuple(found)}
+        _choose(conn, keys.items())
+        rows = conn.execute(
+            f"SELECT ch.k, {_SUMS} FROM temp.chosen ch "
+            "JOIN costs c ON c.run_id = ch.run_id GROUP BY ch.k"
+        ).fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def read_figures(path: Path, run_ids: Iterable[str]) -> dict[str, tuple[float, ...]]:
+    """The figures (COST_FIGURES) of these runs, by run id (those the index holds)."""
+    with contextlib.closing(connect(path)) as conn:
+        _choose(conn, ((r, "") for r in run_ids))
+        rows = conn.execute(
+            f"SELECT c.run_id, {_FIGURES} FROM temp.chosen ch JOIN costs c ON c.run_id = ch.run_id"
+        ).fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
 
 
 def read_digests(path: Path, run_ids: list[str]) -> dict[str, str]:

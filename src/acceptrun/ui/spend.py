@@ -77,8 +77,10 @@ def _waste(ledgers: LedgerSet) -> list[str]:
         "7d</code> lists the provider's incidents with their evidence.</p>",
     ]
     head = "".join(f"<th>{esc(k)}</th>" for k in RESPONSIBLE)
+    # A run is a group of its own: the first 50 runs' rows are those of the first 50 runs.
+    first = LedgerSet(sorted(ledgers.rows, key=lambda r: r.run_id)[:50])
     for group in ("week", "provider", "run"):
-        rows = waste_by(ledgers, group)[:50]
+        rows = waste_by(first if group == "run" else ledgers, group)[:50]
         cells = "".join(
             f"<tr><td>{esc(r[group])}</td><td class=num>{r['runs']}</td>"
             + "".join(f"<td class=num>${esc(format_usd(r['usd'][k]))}</td>" for k in RESPONSIBLE)
