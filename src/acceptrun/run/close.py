@@ -28,9 +28,10 @@ from acceptrun._util.paths import check_removable, lexical_problem
 from acceptrun.checkpoint.memtier import remove_memory_dir
 from acceptrun.record.lease import end_lease
 from acceptrun.record.models import stamp
+from acceptrun.record.view import read_attempts, run_timeline, work_lost
 from acceptrun.record.workspace import RunRecord, Workspace, now_iso
 from acceptrun.spec.model import RunSpec
-from acceptrun.verdict.core import Verdict, read_attempts, run_timeline, work_lost
+from acceptrun.verdict.core import Verdict
 from acceptrun.verdict.decide import compute_verdict
 
 __all__ = ["close_run", "close_standalone", "run_cleanup"]

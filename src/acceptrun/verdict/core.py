@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acceptrun.record.status import CheckStatus
-from acceptrun.record.view import read_attempts, run_timeline, work_lost
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec, load_spec
 
@@ -45,9 +44,6 @@ __all__ = [
     "Verdict",
     "check_mark",
     "format_verdict",
-    "read_attempts",
-    "run_timeline",
-    "work_lost",
 ]
 
 PASS, FAIL, NOT_RECORDED = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.NOT_RECORDED
