@@ -11,11 +11,16 @@
    rebuild`` (:meth:`Workspace.rebuild_index`) indexes them, as an upgrade would.
 2. Times, as real processes (interpreter start-up included, what a user waits for):
    ``acceptrun cost``, ``acceptrun cost --json``, ``acceptrun ls`` and, for the
-   start-up alone, ``acceptrun --version``; the board's spend page as served by a real
-   board server on 127.0.0.1 (HTTP over loopback); and, in this process, what ``cost``
-   and the spend page do once started. Each figure is the median of ``--repeats``, after
-   one warm-up (the first read of a freshly rebuilt index is no different, it is left
-   out only to keep the disk cache out of the figure).
+   start-up alone, ``acceptrun --version``; for reference, ``acceptrun cost
+   --by-responsibility --json`` (every run's waste, a row each: megabytes of JSON,
+   every byte through the terminal's redactor); the board's spend page as served by a
+   real board server on 127.0.0.1 (HTTP over loopback); and, in this process, what
+   ``cost`` and the spend page do once started. Each figure is the median of
+   ``--repeats``, after one warm-up (the first read of a freshly rebuilt index is no
+   different, it is left out only to keep the disk cache out of the figure). The
+   warm-up also does what an installed acceptrun has done before: its modules' bytecode
+   is written (PYTHONDONTWRITEBYTECODE is dropped for the children) and the
+   secret-shape rules' cache (acceptrun._util.secret_shapes.cache_path) is filled.
 3. Checks that ``acceptrun cost --json`` totals equal the ledgers' own sums.
 
     python bench/workspace_views.py [--runs 10000] [--repeats 5] [--dir D]
@@ -29,6 +34,7 @@ import argparse
 import http.client
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -111,15 +117,23 @@ def fill(ws: Workspace, runs: int) -> dict[str, float]:
 
 
 def timed_process(argv: list[str], repeats: int, env: dict[str, str]) -> tuple[float, str]:
-    """Median seconds of ``acceptrun ARGV`` as a process, and its last output."""
+    """Median seconds of ``acceptrun ARGV`` as a process, and its last output; the median
+    CPU seconds (user and system) go to CPU[argv's last word], for a loaded machine."""
     cmd = [sys.executable, "-m", "acceptrun", *argv]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
         times.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    CPU[" ".join(argv[2:]) or argv[0]] = statistics.median(cpu)
     return statistics.median(times), out
+
+
+CPU: dict[str, float] = {}  # CPU seconds of each timed command, by its words after --workspace
 
 
 def time_spend_page(ws: Workspace, repeats: int) -> float:
@@ -132,18 +146,23 @@ def time_spend_page(ws: Workspace, repeats: int) -> float:
     headers = {"Host": f"127.0.0.1:{port}", "Authorization": f"Bearer {TOKEN}"}
 
     def get() -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         conn.request("GET", "/spend", headers=headers)
         resp = conn.getresponse()
         body = resp.read()
         conn.close()
         assert resp.status == 200 and b"cost per accepted run" in body, resp.status
+        cpu.append(time.process_time() - c0)  # the server's thread and this client's
         return time.perf_counter() - t0
 
+    cpu: list[float] = []
     try:
         get()
-        return statistics.median(get() for _ in range(repeats))
+        cpu.clear()
+        wall = statistics.median(get() for _ in range(repeats))
+        CPU["spend page"] = statistics.median(cpu)
+        return wall
     finally:
         server.shutdown()
         server.server_close()
@@ -158,7 +177,7 @@ def in_process(ws: Workspace, repeats: int) -> tuple[float, float]:
 
     def cost() -> float:
         t0 = time.perf_counter()
-        ledgers, live = select_ledgers(ws, load_catalog(ws.root))
+        ledgers, live = select_ledgers(ws, load_catalog(ws.root), figures=False)
         format_summary(summarize(ledgers), live=live)
         return time.perf_counter() - t0
 
@@ -203,9 +222,12 @@ def main() -> None:
         f"  written in {built['write_s']} s, `acceptrun index rebuild` {built['index_rebuild_s']} s"
     )
     env = {**os.environ, "ACCEPTRUN_WORKSPACE": str(ws.root)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed acceptrun has its bytecode
     figures: dict[str, Any] = {"runs": runs, "cpus": os.cpu_count(), **built}
     cost_s, _ = timed_process(["--workspace", str(ws.root), "cost"], args.repeats, env)
     json_s, text = timed_process(["--workspace", str(ws.root), "cost", "--json"], args.repeats, env)
+    split = ["--workspace", str(ws.root), "cost", "--by-responsibility", "--json"]
+    split_s, _ = timed_process(split, args.repeats, env)
     ls_s, _ = timed_process(["--workspace", str(ws.root), "ls"], args.repeats, env)
     start_s, _ = timed_process(["--version"], args.repeats, env)
     spend_s = time_spend_page(ws, args.repeats)
@@ -217,14 +239,20 @@ def main() -> None:
     )  # fmt: skip
     figures.update(cost_s=round(cost_s, 3), cost_json_s=round(json_s, 3),
                    spend_page_s=round(spend_s, 3), ls_s=round(ls_s, 3),
+                   cost_by_responsibility_json_s=round(split_s, 3),
                    version_s=round(start_s, 3), cost_in_process_s=round(cost_in, 3),
                    spend_in_process_s=round(spend_in, 3),
                    totals_match_ledgers=same, total_usd=want["total_usd"])  # fmt: skip
-    print(f"  acceptrun cost          {cost_s:.3f} s (median of {args.repeats}, a process)")
-    print(f"  acceptrun cost --json   {json_s:.3f} s")
-    print(f"  board spend page        {spend_s:.3f} s (GET /spend over loopback)")
+    figures["cpu_s"] = {k: round(v, 3) for k, v in CPU.items()}
+    print(f"  acceptrun cost          {cost_s:.3f} s (median of {args.repeats}, a process; "
+          f"CPU {CPU['cost']:.3f} s)")  # fmt: skip
+    print(f"  acceptrun cost --json   {json_s:.3f} s (CPU {CPU['cost --json']:.3f} s)")
+    print(f"  board spend page        {spend_s:.3f} s (GET /spend over loopback; "
+          f"CPU {CPU['spend page']:.3f} s)")  # fmt: skip
     print(f"  acceptrun ls            {ls_s:.3f} s (for reference)")
-    print(f"  acceptrun --version     {start_s:.3f} s (start-up alone, for reference)")
+    print(f"  cost --by-responsibility --json {split_s:.3f} s (every run's row, for reference)")
+    print(f"  acceptrun --version     {start_s:.3f} s (start-up alone, for reference; "
+          f"CPU {CPU['--version']:.3f} s)")  # fmt: skip
     print(f"  in one process: cost {cost_in:.3f} s, spend page {spend_in:.3f} s (no start-up)")
     print(f"  totals equal the ledgers' own sums: {same} (${want['total_usd']:,.2f})")
     print(json.dumps(figures))
