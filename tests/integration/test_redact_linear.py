@@ -101,5 +101,7 @@ def test_each_pattern_is_linear_on_megabyte_inputs() -> None:
     assert head["rules"] >= 50 and len(rows) == head["units"], proc.stdout
     ratios = sorted((r["4MB"] / max(r["1MB"], 1e-6), r["unit"]) for r in rows)
     tally("redaction patterns on 1 and 4 MB inputs: all ended", tried=len(rows), hangs=0)
-    print(f"4 MB / 1 MB time, median {ratios[len(ratios) // 2][0]:.1f}x, "
-          f"largest {ratios[-1][0]:.1f}x ({ratios[-1][1]!r}); linear is about 4x")
+    print(
+        f"4 MB / 1 MB time, median {ratios[len(ratios) // 2][0]:.1f}x, "
+        f"largest {ratios[-1][0]:.1f}x ({ratios[-1][1]!r}); linear is about 4x"
+    )
