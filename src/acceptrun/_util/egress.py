@@ -125,8 +125,11 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.notify.secrets:keep_secrets", "file", exempt="raw=True: secrets/<run>.json, KEPT_WHOLE (0600)"),
     # -- the supervisor and the workload -----------------------------------------------
     Sink("acceptrun.supervisor.process:ChildProcess._popen", "process", exempt="the user's workload, started with the environment and argv the user gave it"),
-    Sink("acceptrun.supervisor.process:ChildProcess._tee", "file", redacted_by="LiveEcho for the live echo of `acceptrun run` without -q (redact_text of each line, an unfinished line's last three words held for the next chunk, a key block held whole, then its controls escaped); stdout.log/stderr.log are KEPT_WHOLE"),
     Sink("acceptrun.supervisor.process:ChildProcess._log_lost", "terminal", exempt=_WARN),
+    Sink("acceptrun.supervisor.process:ChildProcess.release", "file", redacted_by="as ChildProcess._open_log: a standby's held output, written to its logs (KEPT_WHOLE) and echoed through LiveEcho once it becomes an attempt"),
+    Sink("acceptrun.supervisor.process:ChildProcess._open_log", "file", redacted_by="(the log ChildProcess._tee writes to) LiveEcho for the live echo of `acceptrun run` without -q (redact_text of each line, an unfinished line's last three words held for the next chunk, a key block held whole, then its controls escaped); stdout.log/stderr.log are KEPT_WHOLE"),
+    Sink("acceptrun.supervisor.standby:StandbyKeeper.go", "socket", exempt="the go line (an attempt number and a checkpoint path of the run's own store) to the run's standby process, over a socket pair it inherited: it never leaves the machine"),
+    Sink("acceptrun.workload.standby:_receive_go", "socket", exempt="a fixed 'ready' line to the supervisor over the socket pair the standby inherited"),
     Sink("acceptrun.supervisor.hang:stop_hung", "file", redacted_by="redact_file (stack dumps, py-spy's included, rewritten through the redactor)"),
     Sink("acceptrun.supervisor.containment:Containment.before_fork", "file", exempt=_CGROUP),
     Sink("acceptrun.supervisor.containment:Containment.close", "terminal", exempt=_WARN),
