@@ -371,8 +371,8 @@ def _checksum(key: str, translation: _Translation) -> str:
 def _read_cache(key: str) -> _Translation | None:
     """The cached translation when the file is the user's own regular file, not writable
     by others, of this key, and its checksum holds; else None."""
-    path = cache_path()
     try:
+        path = cache_path()
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
             return None
@@ -381,7 +381,7 @@ def _read_cache(key: str) -> _Translation | None:
             (str(f), str(p), None if n is None else str(n), str(o)) for f, p, n, o in found["rules"]
         )
         out = tuple((str(f), str(p), str(r)) for f, p, r in found["left_out"])
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError):  # RuntimeError: no home
         return None
     translation = _Translation(rules, out)
     if found.get("key") != key or found.get("sha256") != _checksum(key, translation):
@@ -401,8 +401,8 @@ def _write_cache(key: str, translation: _Translation) -> None:
         "rules": translation.rules,
         "left_out": translation.left_out,
     }
-    path = cache_path()
     try:
+        path = cache_path()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, json.dumps(body, indent=1), mode=0o600, raw=True)
     except Exception:  # a full disk is a UserError: a cache is never why a command fails
