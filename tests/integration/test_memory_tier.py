@@ -4,6 +4,7 @@ never killed; a corrupted memory copy falls back to the disk and says so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from acceptrun.checkpoint.memtier import PREFIX, SHM
 from acceptrun.checkpoint.owner import open_run_store
 from acceptrun.record.workspace import RunRecord
 from acceptrun.run.launch import launch
-from conftest import Project
+from conftest import Project, run_main
 
 # The demo's shape: a small MLP, AdamW, a batch drawn from a generator seeded by the step.
 # CORRUPT=1: attempt 1 flips a byte in the tensors of the memory copy of step KILL before
@@ -87,7 +88,7 @@ def _restored(record: RunRecord) -> dict[str, Any]:
 
 
 def test_a_kill_resumes_from_memory_losing_at_most_a_step_bitwise(
-    project: Project, reference: str
+    project: Project, reference: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     record, digest = _killed(project, corrupt=False)
     assert digest == reference  # bitwise: the weights of a run that was never killed
@@ -108,6 +109,20 @@ def test_a_kill_resumes_from_memory_losing_at_most_a_step_bitwise(
     (check,) = [c for c in record.read_json("verdict.json")["checks"] if c["name"] == "recovery"]
     assert "from memory" in check["evidence"], check
     assert not (SHM / f"{PREFIX}{record.run_id}").exists()  # the close freed it
+    # The interval advice reads the tier's measured stall from the run's memory_saves.
+    code, out, err = run_main(capsys, "--workspace", str(project.workspace), "ckpt", "plan",
+                              str(record.spec_path), "--gpus", "16384", "--work", "54d", "--json")  # fmt: skip
+    assert code == 0, err
+    plan = json.loads(out)
+    own = sum(e["saves"] for e in record.events("memory_saves"))
+    memory = plan["inputs"]["memory_save"]
+    assert (
+        memory["from"]
+        == f"run {record.run_id}: measured: the mean stall of {own} save(s) to memory"
+    )
+    stall = sum(e["stall_s"] for e in record.events("memory_saves"))
+    assert memory["seconds"] == pytest.approx(stall / own)
+    assert plan["memory_tier"]["ettr"] >= plan["memory_tier"]["without"]["ettr"]
 
 
 def test_a_corrupted_memory_copy_falls_back_to_the_disk_and_says_so(

@@ -85,7 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     save, restart, M, work = (float(inputs[k][0]) for k in ("save", "restart", "mtbf", "work"))  # type: ignore[arg-type]
     try:
         out = _figures(args, save=save, restart=restart, M=M, work=work, price=price,
-                       current=inputs["interval"][0])  # fmt: skip
+                       current=inputs["interval"][0], memory_save=inputs["memory_save"][0])  # fmt: skip
     except OverflowError:
         raise UserError(
             f"with M = {format_duration(M)} between interruptions, a save of "
@@ -140,6 +140,8 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[_Inputs, float | None, str]:
     m = measured
     pick("save", args.save,
          (m.save_s or None if m else None, f"{rec}: {m.save_from}" if m else ""))  # fmt: skip
+    pick("memory_save", args.memory_save,
+         (m.memory_save_s if m else None, f"{rec}: {m.memory_save_from}" if m else ""))  # fmt: skip
     pick("restart", args.restart,
          (m.restart_s if m else None, f"{rec}: {m.restart_from}" if m else ""))  # fmt: skip
     inputs["mtbf"] = _mtbf_input(args, spec, m, rec)
@@ -190,8 +192,10 @@ def _figures(
     work: float,
     price: float | None,
     current: float | None,
+    memory_save: float | None = None,
 ) -> dict[str, Any]:
-    """The optimum's and ``current``'s forecasts, and ``--simulate``'s runs of each."""
+    """The optimum's and ``current``'s forecasts, and ``--simulate``'s runs of each; with
+    ``memory_save`` (given or measured), the forecast with a memory tier too."""
     from acceptrun.cost.interval import daly_interval, forecast, young_interval
 
     best = daly_interval(save, M)
@@ -206,9 +210,9 @@ def _figures(
         now = forecast(current, save=save, mtbf=M, restart=restart, work=work, usd_per_hour=price)
         out["current"] = now.to_dict()
     out["memory_tier"] = None
-    if args.memory_save is not None:
-        out["memory_tier"] = _memory_tier(args, current or best, save=save, restart=restart,
-                                          M=M, work=work, price=price)  # fmt: skip
+    if memory_save is not None:
+        out["memory_tier"] = _memory_tier(args, current or best, memory_save, save=save,
+                                          restart=restart, M=M, work=work, price=price)  # fmt: skip
     if args.simulate:
         out["simulated"] = _simulated(args, best, current, save=save, restart=restart, M=M,
                                       work=work)  # fmt: skip
@@ -218,6 +222,7 @@ def _figures(
 def _memory_tier(
     args: argparse.Namespace,
     interval: float,
+    memory_save: float,
     *,
     save: float,
     restart: float,
@@ -230,11 +235,11 @@ def _memory_tier(
 
     survives = 1.0 if args.memory_survives is None else args.memory_survives
     tiered = tiered_forecast(
-        interval, save=save, memory_save=args.memory_save, survives=survives, mtbf=M,
+        interval, save=save, memory_save=memory_save, survives=survives, mtbf=M,
         restart=restart, work=work, memory_interval=args.memory_interval, usd_per_hour=price,
     )  # fmt: skip
     out = tiered.to_dict()
-    out["memory_save_s"] = args.memory_save
+    out["memory_save_s"] = memory_save
     out["survives"] = survives
     out["survives_from"] = (
         "--memory-survives" if args.memory_survives is not None else
@@ -251,7 +256,7 @@ def _memory_tier(
         hits = forecast(interval, save=save, mtbf=M, restart=restart, work=work)
         if hits.expected_interruptions * args.simulate <= 2e7:  # a pure-Python round each
             out["simulated"] = simulate_tiers(
-                tiered.memory_interval_s, interval, save=save, memory_save=args.memory_save,
+                tiered.memory_interval_s, interval, save=save, memory_save=memory_save,
                 survives=survives, mtbf=M, restart=restart, work=work, runs=args.simulate,
                 seed=args.seed,
             )  # fmt: skip
@@ -307,7 +312,8 @@ def _text(out: dict[str, Any]) -> str:
         return "" if value is None else f", {value:,.2f} USD"
 
     lines = ["inputs:"]
-    names = {"save": "save (blocking)", "restart": "restart", "mtbf": "M (mean time between "
+    names = {"save": "save (blocking)", "memory_save": "save to memory (blocking)",
+             "restart": "restart", "mtbf": "M (mean time between "
              "interruptions)", "work": "work (failure-free compute)", "interval": "interval"}  # fmt: skip
     for key, item in out["inputs"].items():
         lines.append(f"  {names[key]:<42} {format_duration(item['seconds']):>10}  ({item['from']})")

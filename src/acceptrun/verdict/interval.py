@@ -60,6 +60,8 @@ class Measured:
     interval_from: str = ""
     save_s: float | None = None
     save_from: str = ""
+    memory_save_s: float | None = None  # the memory tier's stall per save (memory_every)
+    memory_save_from: str = ""
     restart_s: float | None = None
     restart_from: str = ""
     interruptions: int = 0
@@ -81,6 +83,7 @@ class Measured:
         return {
             "interval_s": self.interval_s, "interval_from": self.interval_from,
             "save_s": self.save_s, "save_from": self.save_from,
+            "memory_save_s": self.memory_save_s, "memory_save_from": self.memory_save_from,
             "restart_s": self.restart_s, "restart_from": self.restart_from,
             "interruptions": self.interruptions,
             "mtbf_s": self.mtbf_s, "mtbf_from": self.mtbf_from,
@@ -116,6 +119,7 @@ def measure(given: CheckInput, summary: Summary | None = None) -> Measured:
         if e.get("kind") == "checkpoint_commit" and not e.get("redated_from")
     ]  # fmt: skip
     _measure_save(out, events, commits)
+    _measure_memory_save(out, record)
     _measure_interval(out, spec, summary, commits)
     _measure_restart(out, spec, attempts)
     _measure_mtbf(out, spec, record, attempts)
@@ -142,6 +146,19 @@ def _measure_save(
         out.save_from = f"measured: the mean stall of {len(stalls)} checkpoint(s)"
     elif any(e.get("source") == "watched" for e in commits):
         out.notes.append("a black box's own save blocks it for a time acceptrun does not see")
+
+
+def _measure_memory_save(out: Measured, record: Any) -> None:
+    """The memory tier's stall per save: its attempts' ``memory_saves`` figures summed
+    (a durable commit copied in, `adopted`, is counted apart: no stall of its own)."""
+    saves, stall = 0, 0.0
+    for e in record.events("memory_saves"):
+        own = int(e.get("saves") or 0)
+        if own > 0 and isinstance(e.get("stall_s"), int | float):
+            saves, stall = saves + own, stall + float(e["stall_s"])
+    if saves:
+        out.memory_save_s = stall / saves
+        out.memory_save_from = f"measured: the mean stall of {saves} save(s) to memory"
 
 
 def _measure_interval(
