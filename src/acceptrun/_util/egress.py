@@ -121,6 +121,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.cli.run:cmd_init", "file", exempt="raw=True: a new spec for the user, from their answers; nothing from a record"),
     Sink("acceptrun.run.reproduce:prepare", "file", exempt="raw=True: the spec to run again, the user's own (its secrets are needed to run)"),
     Sink("acceptrun.run.drills.restore:_scratch_copy", "file", exempt="a scratch copy of a checkpoint's files for a drill, removed after it"),
+    Sink("acceptrun.run.drills.campaign.outside:run_outside", "process", exempt="`acceptrun run` and `acceptrun resume` of the user's own spec, as the user would start them, for a fault fired at the supervisor"),
     Sink("acceptrun.workload.inject:_damage", "file", exempt="an injected fault (cktrunc, ckflip): cuts or inverts bytes of the run's own checkpoint file; writes no text"),
     Sink("acceptrun.notify.secrets:keep_secrets", "file", exempt="raw=True: secrets/<run>.json, KEPT_WHOLE (0600)"),
     # -- the supervisor and the workload -----------------------------------------------
