@@ -41,7 +41,9 @@ def test_nothing_to_wait_for_restarts_at_once(tmp_path: Path, name: str) -> None
     assert policy.backoff(_failed(name), 2, 300.0) == 0.0
 
 
-@pytest.mark.parametrize("name", ["distributed", "node_lost", "gpu_fault", "host_oom", "failed"])
+@pytest.mark.parametrize(
+    "name", ["killed", "distributed", "node_lost", "gpu_fault", "host_oom", "failed"]
+)
 def test_a_failure_that_may_pass_waits_the_doubled_backoff(tmp_path: Path, name: str) -> None:
     policy = RestartPolicy(_record(tmp_path), _spec(restart_backoff=5), lambda n: None)  # type: ignore[arg-type,return-value]
     assert [policy.backoff(_failed(name), n, 300.0) for n in (0, 1, 2)] == [5.0, 10.0, 20.0]

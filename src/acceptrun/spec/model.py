@@ -413,7 +413,7 @@ class LimitsSpec:
     )
     max_restarts: int = doc("Restarts after a failure before the run is given up.", 3, ge=0)
     restart_backoff: Duration = doc(
-        "Wait before the first restart; doubles each time (max 5 min). Not after a kill, a "
+        "Wait before the first restart; doubles each time (max 5 min). Not after a "
         "preemption or a hang: nothing to wait for.",
         Duration(5.0),
         ge=0,

@@ -273,7 +273,7 @@ class Supervisor:
             self._decide(res, "stop", why_not)
             self.record.event("give_up", sync=True, attempt=attempt, reason=why_not)
             return why_not
-        delay = self.restarts.backoff(res, restarts, MAX_BACKOFF_S)  # none for a kill
+        delay = self.restarts.backoff(res, restarts, MAX_BACKOFF_S)  # none after a hang
         if deadline is not None and time.monotonic() + delay >= deadline:
             return "wall time would pass during the restart backoff"
         why = f"{res.failure_class} is retried from the newest verified checkpoint"

@@ -27,8 +27,10 @@ from acceptrun.supervisor.outcome import AttemptResult
 
 __all__ = ["NO_BACKOFF", "RestartPolicy"]
 
-# Failure classes restarted without the backoff: nothing the wait could bring back.
-NO_BACKOFF = frozenset({"killed", "preempted", "hang"})
+# Failure classes restarted without the backoff: the machine is sound, nothing to wait out
+# (a preemption's machine came back; a hang was the workload's). "killed" keeps it: the
+# class also holds SIGSEGV, SIGBUS and SIGABRT, where a driver or a device may need time.
+NO_BACKOFF = frozenset({"preempted", "hang"})
 
 
 class RestartPolicy:
@@ -66,8 +68,9 @@ class RestartPolicy:
 
         ``limits.restart_backoff``, doubled per restart up to ``most``, for the classes
         where waiting can help: a failure of the machine, the network, a peer or memory
-        that another process may give back. A process killed from outside, preempted or
-        hung has nothing to wait for: the next attempt starts at once.
+        that another process may give back, a signal that may be a driver's or a
+        device's. A preempted or hung attempt has nothing to wait for: the next attempt
+        starts at once.
         """
         if res.failure_class in NO_BACKOFF:
             return 0.0
