@@ -60,9 +60,18 @@ class FrameworkRun:
         self._mirror: Any = None  # checkpoint.mirror.Mirror, created with the store
 
     @classmethod
-    def attach(cls, name: str | None = None) -> FrameworkRun:
-        """Join the current run (or create a standalone one) and own its graceful stops."""
+    def attach(cls, name: str | None = None, *, one_process: bool = False) -> FrameworkRun:
+        """Join the current run (or create a standalone one) and own its graceful stops.
+
+        ``one_process``: refuse a run of several processes (a callback drives one).
+        """
         run = init(name)
+        if one_process and run.world_size > 1:
+            raise UserError(
+                f"AcceptrunCallback runs in one process; this run has {run.world_size} "
+                "(resources.processes); set resources.processes = 1, or drive the ranks "
+                "with the client API (docs/multi-process.md)"
+            )
         run.handle_stops()
         return cls(run)
 

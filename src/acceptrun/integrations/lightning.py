@@ -88,14 +88,8 @@ class AcceptrunCallback(Callback):
         output: str | None = "model",
         step_metrics: tuple[str, ...] | list[str] = (),
     ) -> None:
-        self.fr = FrameworkRun.attach(name)
+        self.fr = FrameworkRun.attach(name, one_process=True)
         self.run = self.fr.run
-        if self.run.world_size > 1:
-            raise UserError(
-                f"AcceptrunCallback runs in one process; this run has {self.run.world_size} "
-                "(resources.processes); set resources.processes = 1, or drive the ranks "
-                "with the client API (docs/multi-process.md)"
-            )
         self.output = output
         self.step_metrics = tuple(step_metrics)
         self.resumed_from: int | None = None  # the step put back at fit(), if any

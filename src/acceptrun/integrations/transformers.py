@@ -62,14 +62,8 @@ class AcceptrunCallback(TrainerCallback):
     """
 
     def __init__(self, name: str | None = None) -> None:
-        self.fr = FrameworkRun.attach(name)
+        self.fr = FrameworkRun.attach(name, one_process=True)
         self.run = self.fr.run
-        if self.run.world_size > 1:
-            raise UserError(
-                f"AcceptrunCallback runs in one process; this run has {self.run.world_size} "
-                "(resources.processes); set resources.processes = 1, or drive the ranks "
-                "with the client API (docs/multi-process.md)"
-            )
         self.resumed_from: int | None = None  # the step put back at train(), if any
         self._total: int | None = None
         self._boundary = time.perf_counter()  # end of the previous step's own work

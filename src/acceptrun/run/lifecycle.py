@@ -57,7 +57,6 @@ from acceptrun.workload.contract import ENV_INJECT
 __all__ = [
     "ResumeResult",
     "SupervisorState",
-    "audit",
     "inspect_supervisor",
     "load_verdict",
     "request_stop",
@@ -75,11 +74,6 @@ PID_AGE_SLACK_S = 2.0  # psutil's create_time rests on the boot time, known to t
 POLL_S = 0.25  # seconds between looks at run.json and the logs while waiting or following
 _CHUNK = 1 << 20  # bytes read from a log at a time: logs can be gigabytes
 _MAX_LINE = 1 << 16  # bytes of a line without a newline (a progress bar) kept back at most
-
-
-def audit(record: RunRecord, action: str, *, reason: str | None = None, **fields: Any) -> None:
-    """Append ``{"kind": "audit", "action", "by": user@host, "reason", ...}``, fsynced."""
-    record.event("audit", sync=True, action=action, by=user_at_host(), reason=reason, **fields)
 
 
 # ---- the supervisor of a run ----------------------------------------------------------------
@@ -201,7 +195,7 @@ def request_stop(record: RunRecord, action: str, *, reason: str | None = None) -
             f"run {run_id} is not running: run.json says {status!r}, but {sup.detail}; "
             f"nothing was signalled. To continue the run: `acceptrun resume {run_id}`"
         )
-    audit(record, action, reason=reason, supervisor_pid=sup.pid)
+    record.audit(action, reason=reason, supervisor_pid=sup.pid)
     control = {"action": action, "by": user_at_host(), "at": now_iso(), "reason": reason}
     write_json_atomic(record.file("control.json"), control)
     try:
@@ -340,8 +334,8 @@ def resume_run(
                 "would start it again from step 0. Pass --from-scratch to do that, or fetch one "
                 "with --mirror URL (or --from-mirror for the spec's checkpoint.mirror)"
             )
-        audit(
-            record, "resume", reason=reason, attempt=first, from_step=from_step, mirror=url,
+        record.audit(
+            "resume", reason=reason, attempt=first, from_step=from_step, mirror=url,
             record_path=str(record.path), interrupted=interrupted,
         )  # fmt: skip
         _log.info(f"resuming run {record.run_id}: attempt {first}, from step {from_step}")
