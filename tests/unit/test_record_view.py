@@ -9,7 +9,6 @@ from tests.builders import T0, RecordBuilder
 
 from acceptrun.errors import RecordError
 from acceptrun.record.view import RecordView, read_attempts, run_timeline, work_lost
-from acceptrun.verdict import core as verdict_core
 
 
 def _restarted(tmp_path: Path) -> RecordBuilder:
@@ -37,7 +36,6 @@ def test_attempts_are_the_exit_files_in_attempt_order(tmp_path: Path) -> None:
     assert [a["attempt"] for a in attempts] == [1, 2]
     assert [e.ended_as for e in view.exits] == ["killed", "success"]
     assert read_attempts(record) == attempts
-    assert verdict_core.read_attempts is read_attempts  # the verdict's import path still works
 
 
 def test_timeline_counts_steps_and_takes_launch_and_end_from_the_attempts(
