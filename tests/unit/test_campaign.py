@@ -68,6 +68,9 @@ def test_requirements_name_the_spec_key_that_makes_a_kind_possible() -> None:
     fast_beat = _spec('hang_window = "5s"', env='ACCEPTRUN_HEARTBEAT_S = "1"')
     assert kind_named("loader_stalled").why_not_tried(fast_beat, REF) is None
     assert "one process" in (kind_named("rank_killed").why_not_tried(bare, REF) or "")
+    two = _spec("", processes=2)
+    assert kind_named("rank_killed").why_not_tried(two, REF) is None
+    assert "not built" in (kind_named("straggler").why_not_tried(two, REF) or "")
 
 
 def test_divergence_kinds_expect_the_specs_own_action() -> None:

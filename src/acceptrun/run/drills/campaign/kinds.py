@@ -132,12 +132,18 @@ def _max_loss(spec: RunSpec, ref: Reference) -> str | None:
     return None
 
 
-def _one_process(spec: RunSpec, ref: Reference) -> str | None:
+def _multi_process(spec: RunSpec, ref: Reference) -> str | None:
     if spec.resources.processes * spec.resources.nodes < 2:
-        return "the spec runs one process: there is no rank to kill, hang or slow"
+        return "the spec runs one process: there is no rank to kill or hang"
+    return None
+
+
+def _not_built_ranks(spec: RunSpec, ref: Reference) -> str | None:
+    if (why := _multi_process(spec, ref)) is not None:
+        return why
     return (
-        "not built: the campaign fires faults in every rank's client, not in one rank; "
-        "a rank's faults are drilled by `acceptrun drill SPEC` (a torchrun group's kill)"
+        "not built: slowing one rank (a CPU quota of its own) or refusing the rendezvous "
+        "needs control of torchrun's processes that the campaign does not have yet"
     )
 
 
@@ -230,14 +236,18 @@ KINDS: tuple[FaultKind, ...] = (
               "", None, _fixed("user_error", "workload", "stop"),
               [_not_here("not built: needs a scratch environment whose package the campaign "
                          "changes between attempts")]),
-    FaultKind("rank_killed", "distributed", "one rank is killed", "", None,
-              _fixed("distributed", "unknown", "restart"), [_one_process]),
-    FaultKind("rank_hung", "distributed", "one rank hangs inside a collective", "", None,
-              _fixed("hang", "workload", "restart"), [_one_process]),
+    FaultKind("rank_killed", "distributed", "one rank (rank 0) of a torchrun group is killed",
+              "the client of rank 0 sends SIGKILL to itself (a step fault fires in one rank, "
+              "ACCEPTRUN_INJECT_RANK)", "kill@step={step}",
+              _fixed("distributed", "unknown", "restart"), [_multi_process, _restarts]),
+    FaultKind("rank_hung", "distributed",
+              "one rank hangs; the others wait for it inside the next collective",
+              "the client of rank 0 sleeps forever inside the step", "hang@step={step}",
+              _fixed("hang", "workload", "restart"), [_multi_process, _restarts, _hang_window]),
     FaultKind("straggler", "distributed", "one rank is slowed (a CPU quota)", "", None,
-              _fixed("success", "none", "none"), [_one_process]),
+              _fixed("success", "none", "none"), [_not_built_ranks]),
     FaultKind("rendezvous_refused", "distributed", "the rendezvous is refused", "", None,
-              _fixed("distributed", "unknown", "restart"), [_one_process]),
+              _fixed("distributed", "unknown", "restart"), [_not_built_ranks]),
 )  # fmt: skip
 
 
