@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # The ground truth: what acceptrun must say of each kind, (class, whose, action).
 TRUTH = {
     "sigkill": ("killed", "unknown", "restart"),
-    "exception": ("failed", "unknown", "restart"),
     "hang": ("hang", "workload", "restart"),
     "supervisor_killed": ("interrupted", "unknown", "restart"),  # then `acceptrun resume`
     "supervisor_stopped": ("success", "none", "none"),  # frozen past the hang window
