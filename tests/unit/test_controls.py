@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import select
 import typing
 import unicodedata
 from pathlib import Path
@@ -145,6 +146,16 @@ def test_the_live_echo_escapes_titles_clipboard_strings_c1_and_bidi() -> None:
     tally("terminal and board", tried=len(cases))
 
 
+def _read_line(fd: int) -> bytes:
+    """What a pty's leader gives up to a line's end: one read may return only part of it."""
+    got = b""
+    while not got.endswith(b"\r\n"):
+        ready, _, _ = select.select([fd], [], [], 60.0)  # a hang guard, not a pace
+        assert ready, f"no line's end on the terminal after {got!r}"
+        got += os.read(fd, 4096)
+    return got
+
+
 def test_acceptrun_s_next_line_resets_the_colours_a_workload_left_on_a_terminal() -> None:
     leader, follower = os.openpty()
     try:
@@ -153,11 +164,11 @@ def test_acceptrun_s_next_line_resets_the_colours_a_workload_left_on_a_terminal(
             out.buffer.write(b"\x1b[8m\x1b[?25lconcealed")
             print("REJECTED", file=out)
             out.flush()
-            got = os.read(leader, 4096)
+            got = _read_line(leader)
             assert got.endswith(b"\x1b[0m\x1b[?25hREJECTED\r\n"), got
             print("again", file=out)  # reset once: nothing left on
             out.flush()
-            assert os.read(leader, 4096) == b"again\r\n"
+            assert _read_line(leader) == b"again\r\n"
     finally:
         os.close(leader)
         os.close(follower)
