@@ -156,12 +156,17 @@ def _read_line(fd: int) -> bytes:
     return got
 
 
-def test_acceptrun_s_next_line_resets_the_colours_a_workload_left_on_a_terminal() -> None:
+def test_acceptrun_s_next_line_resets_the_colours_a_workload_left_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(LiveEcho, "dirty", False)  # process-wide: no other test's terminal
     leader, follower = os.openpty()
     try:
         with open(follower, "w", encoding="utf-8", closefd=False) as tty:
             out = RedactingStream(tty)  # type: ignore[arg-type]
-            out.buffer.write(b"\x1b[8m\x1b[?25lconcealed")
+            echo = out.buffer  # one per workload pipe, as the supervisor's tee holds it
+            echo.write(b"\x1b[8m\x1b[?25lconcealed")  # an unfinished line: its word held
+            echo.finish()  # the pipe closed: written
             print("REJECTED", file=out)
             out.flush()
             got = _read_line(leader)
