@@ -640,7 +640,7 @@ class CostSpec:
             or (self.price_per_hour is not None and self.provider is None and self.instance is None),
             "cost.billing_increment", self.billing_increment,
             "only with cost.price_per_hour and no provider/instance (a catalog instance bills "
-            "by its provider's rules; `acceptrun prices` shows them)",
+            "by its provider's rules; `acceptrun cost prices` shows them)",
         )  # fmt: skip
 
 
