@@ -11,7 +11,6 @@ import pytest
 from acceptrun.errors import RecordError
 from acceptrun.record.models import (
     FORMAT,
-    AttemptExit,
     LedgerFile,
     RunState,
     VerdictFile,
@@ -21,7 +20,7 @@ from acceptrun.record.status import RunStatus
 from acceptrun.record.workspace import RunRecord, Workspace
 from acceptrun.supervisor.core import AttemptResult
 
-MODELS = [RunState, AttemptExit, VerdictFile, LedgerFile]
+MODELS = [RunState, VerdictFile, LedgerFile]
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -63,12 +62,6 @@ def test_run_state_fields_and_a_status_this_code_does_not_know() -> None:
     )
     assert state.run_status is RunStatus.STOPPED
     assert RunState.from_json({"status": "from_the_future"}, "x").run_status is None
-
-
-def test_attempt_exit_shows_the_class_when_classified() -> None:
-    classified = AttemptExit.from_json({"outcome": "signaled", "class": "killed"}, "x")
-    assert (classified.outcome, classified.ended_as) == ("signaled", "killed")
-    assert AttemptExit.from_json({"outcome": "success"}, "x").ended_as == "success"
 
 
 def test_new_records_are_written_with_the_format(tmp_path: Path) -> None:

@@ -32,7 +32,6 @@ from acceptrun.record.status import RunStatus
 
 __all__ = [
     "FORMAT",
-    "AttemptExit",
     "LedgerFile",
     "RunState",
     "VerdictFile",
@@ -136,50 +135,6 @@ class RunState:
             return RunStatus(self.status)
         except ValueError:
             return None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptExit:
-    """attempts/<n>/exit.json: how one attempt ended and why."""
-
-    format: int
-    attempt: int | None
-    outcome: str  # an AttemptOutcome value
-    failure_class: str | None  # "class": a FailureClass value, when classified
-    returncode: int | None
-    signal: str | None
-    started_at: str | None
-    ended_at: str | None
-    duration_s: float | None
-    reason: str
-    work: dict[str, Any]
-    decision: str | None
-    raw: dict[str, Any] = field(repr=False)
-
-    @classmethod
-    def from_json(cls, data: Any, path: str | Path) -> AttemptExit:
-        fmt = record_format(data, path)
-        attempt, rc, work = data.get("attempt"), data.get("returncode"), data.get("work")
-        return cls(
-            format=fmt,
-            attempt=attempt if type(attempt) is int else None,
-            outcome=str(data.get("outcome", "unknown")),
-            failure_class=_opt_str(data.get("class")),
-            returncode=rc if type(rc) is int else None,
-            signal=_opt_str(data.get("signal")),
-            started_at=_opt_str(data.get("started_at")),
-            ended_at=_opt_str(data.get("ended_at")),
-            duration_s=_opt_num(data.get("duration_s")),
-            reason=str(data.get("reason") or ""),
-            work=work if isinstance(work, dict) else {},
-            decision=_opt_str(data.get("decision")),
-            raw=data,
-        )
-
-    @property
-    def ended_as(self) -> str:
-        """The failure class when classified, else the outcome (as the reports show it)."""
-        return self.failure_class or self.outcome
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,7 @@ from acceptrun._util.durable import read_jsonl
 from acceptrun._util.units import finite_number
 from acceptrun.record.events import validate_event
 from acceptrun.record.liveness import last_sign_of_life
-from acceptrun.record.models import AttemptExit, LedgerFile, RunState, VerdictFile, record_format
+from acceptrun.record.models import LedgerFile, RunState, VerdictFile, record_format
 from acceptrun.record.steplog import StepLog
 from acceptrun.record.workspace import RunRecord
 
@@ -119,14 +119,6 @@ class RecordView:
     def damaged_lines(self) -> list[str]:
         """The lines of events.jsonl that :attr:`all_events` skipped, each saying why."""
         return []  # filled as all_events reads the file
-
-    @cached_property
-    def exits(self) -> list[AttemptExit]:
-        """attempts/<n>/exit.json of the attempts that ended, by attempt number."""
-        return [
-            AttemptExit.from_json(data, self.record.path / "attempts" / name / "exit.json")
-            for name, data in self._exit_files
-        ]
 
     @cached_property
     def _exit_files(self) -> list[tuple[str, dict[str, Any]]]:
