@@ -73,6 +73,24 @@ def test_requirements_name_the_spec_key_that_makes_a_kind_possible() -> None:
     assert "not built" in (kind_named("straggler").why_not_tried(two, REF) or "")
 
 
+def test_a_black_box_is_tried_with_the_kinds_fired_from_outside_its_script_only() -> None:
+    read = parse_spec(
+        'name = "t"\ncommand = ["python", "t.py"]\n[limits]\nmax_restarts = 1\n'
+        '[checkpoint]\nwatch = ["out/ckpt.pt"]\n[progress]\npattern = "iter (?P<step>\\\\d+)"\n'
+    )
+    unread = _spec("max_restarts = 1")
+    tried = [k.name for k in KINDS if k.why_not_tried(read, REF, client=False) is None]
+    assert tried == ["sigkill", "sigterm", "supervisor_killed", "supervisor_stopped"]
+    for kind in KINDS:
+        if kind.name not in tried:
+            assert "not applicable to a black box" in (
+                kind.why_not_tried(read, REF, client=False) or ""
+            ), kind.name
+    # A step fault needs the steps read from the output; the supervisor's own faults do not.
+    assert "[progress] pattern" in (kind_named("sigkill").why_not_tried(unread, REF, False) or "")
+    assert kind_named("supervisor_killed").why_not_tried(unread, REF, client=False) is None
+
+
 def test_divergence_kinds_expect_the_specs_own_action() -> None:
     assert kind_named("nan").expect(_spec()).action == "stop"
     assert kind_named("nan").expect(_spec('on_divergence = "rollback"')).action == "rollback"

@@ -20,9 +20,21 @@ from dataclasses import dataclass, field
 from acceptrun.spec.model import RunSpec
 from acceptrun.workload.contract import ENV_HEARTBEAT_S, HEARTBEAT_S
 
-__all__ = ["FAMILIES", "KINDS", "Expect", "FaultKind", "Reference", "kind_named"]
+__all__ = [
+    "FAMILIES",
+    "KINDS",
+    "NOT_BLACK_BOX",
+    "Expect",
+    "FaultKind",
+    "Reference",
+    "kind_named",
+]
 
 FAMILIES = ("process", "numerics", "storage", "environment", "distributed")
+NOT_BLACK_BOX = (
+    "not applicable to a black box: the fault is done by the client API inside the loop "
+    "(acceptrun.init()), which the script does not use"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +82,19 @@ class FaultKind:
     """By default the fault lands after this checkpoint of the reference (2: one to spare)."""
     outside: bool = False
     """Fired by the campaign from outside the run (campaign/outside.py), not by the client."""
+    black_box: bool = False
+    """Also tried on a black box (no client API): fired by the supervisor or the campaign."""
 
-    def why_not_tried(self, spec: RunSpec, ref: Reference) -> str | None:
-        """Why this kind cannot be tried on ``spec`` here, or None when it can."""
+    def why_not_tried(self, spec: RunSpec, ref: Reference, client: bool = True) -> str | None:
+        """Why this kind cannot be tried on ``spec`` here, or None when it can.
+
+        ``client`` False: the spec's script is a black box (no client API).
+        """
+        if not client:
+            if not self.black_box:
+                return NOT_BLACK_BOX
+            if self.fault is not None and (why := _progress(spec, ref)) is not None:
+                return why
         for check in self.requires:
             if (why := check(spec, ref)) is not None:
                 return why
@@ -91,6 +113,15 @@ class FaultKind:
 def _restarts(spec: RunSpec, ref: Reference) -> str | None:
     if spec.limits.max_restarts < 1:
         return "limits.max_restarts = 0: a restart cannot be drilled; set it to 1 or more"
+    return None
+
+
+def _progress(spec: RunSpec, ref: Reference) -> str | None:
+    if spec.progress.pattern is None and spec.progress.tensorboard is None:
+        return (
+            "the black box's steps are not read ([progress] pattern or tensorboard is not "
+            "set): the supervisor cannot fire a fault at a step; set [progress] pattern"
+        )
     return None
 
 
@@ -167,12 +198,14 @@ def _divergence(spec: RunSpec) -> Expect:
 
 KINDS: tuple[FaultKind, ...] = (
     FaultKind("sigkill", "process", "SIGKILL to the workload, no warning",
-              "the client sends SIGKILL to itself when the step ends", "kill@step={step}",
-              _fixed("killed", "unknown", "restart"), [_restarts]),
+              "the client sends SIGKILL to itself when the step ends (a black box: the "
+              "supervisor, once it has read the step)", "kill@step={step}",
+              _fixed("killed", "unknown", "restart"), [_restarts], black_box=True),
     FaultKind("sigterm", "process", "SIGTERM to the workload, a preemption with its grace",
-              "the client sends SIGTERM to itself; it checkpoints the step and exits 143",
+              "the client sends SIGTERM to itself; it checkpoints the step and exits 143 "
+              "(a black box: the supervisor sends it once it has read the step)",
               "term@step={step}", _fixed("preempted", "provider", "restart"), [_restarts],
-              after_checkpoint=False),
+              after_checkpoint=False, black_box=True),
     FaultKind("exit_code", "process", "the workload exits with status 3",
               "os._exit(3) when the step ends", "exit=3@step={step}",
               _fixed("failed", "unknown", "restart"), [_restarts]),
@@ -188,11 +221,11 @@ KINDS: tuple[FaultKind, ...] = (
     FaultKind("supervisor_killed", "process", "SIGKILL to the supervisor (acceptrun run)",
               "the campaign runs `acceptrun run` as a process, kills it after a checkpoint, "
               "then runs `acceptrun resume`", None,
-              _fixed("interrupted", "unknown", "restart"), outside=True),
+              _fixed("interrupted", "unknown", "restart"), outside=True, black_box=True),
     FaultKind("supervisor_stopped", "process",
               "SIGSTOP to the supervisor for longer than the hang window, then SIGCONT",
               "the campaign runs `acceptrun run` as a process and stops it after a checkpoint",
-              None, _fixed("success", "none", "none"), outside=True),
+              None, _fixed("success", "none", "none"), outside=True, black_box=True),
     FaultKind("nan", "numerics", "the loss of one step is NaN",
               "the client replaces the step's logged loss by NaN", "nan@step={step}",
               _divergence),

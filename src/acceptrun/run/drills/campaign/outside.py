@@ -53,14 +53,23 @@ def _cli(workspace: Path, *args: str) -> list[str]:
 
 
 def run_outside(
-    name: str, spec_path: str | Path, workspace: Path, step: int, hang_window: float | None
+    name: str,
+    spec_path: str | Path,
+    workspace: Path,
+    step: int,
+    hang_window: float | None,
+    existing: str | None = None,
 ) -> Outside:
-    """Start the spec as ``acceptrun run``, fault its supervisor past ``step``; the record."""
+    """Start the spec as ``acceptrun run``, fault its supervisor past ``step``; the record.
+
+    ``existing``: ``--existing`` for the run (a black box's own checkpoint left behind).
+    """
     runs = workspace / "runs"
     before = set(runs.iterdir()) if runs.is_dir() else set()
     spec = Path(spec_path).resolve()
+    extra = ["--existing", existing] if existing else []
     proc = subprocess.Popen(
-        _cli(workspace, "run", str(spec)), cwd=spec.parent, start_new_session=True,
+        _cli(workspace, "run", *extra, str(spec)), cwd=spec.parent, start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

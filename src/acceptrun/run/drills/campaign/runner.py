@@ -51,16 +51,19 @@ def run_campaign(
     from acceptrun.run.launch import launch
 
     campaign = campaign or default_campaign()
-    spec = _check_campaignable(spec_path, tolerance)
+    spec, client = _check_campaignable(spec_path, tolerance)
+    # A script's own checkpoint, left in its directory by the run before, is moved into
+    # that run's record: each run of the campaign starts from scratch, as the first did.
+    existing = "move" if spec.checkpoint.watch else None
     _log.info(f"campaign: reference run of {spec_path}, uninterrupted")
-    a = launch(spec_path, workspace=workspace, echo=echo)
+    a = launch(spec_path, workspace=workspace, echo=echo, existing=existing)
     ref_rec = a.record
     ref = _reference(a)
     startup = startup_seconds(ref_rec) or 0.0
     results: list[KindResult] = []
     for i, kind in enumerate(campaign.kinds, 1):
         step = campaign.step_for(kind, default_step(ref.checkpoints, kind.nth_checkpoint))
-        why = kind.why_not_tried(spec, ref)
+        why = kind.why_not_tried(spec, ref, client)
         if why is None and step >= ref.steps[-1]:
             why = f"step {step} is not before the reference run's last step {ref.steps[-1]}"
         if why is not None:
@@ -71,12 +74,13 @@ def run_campaign(
             _log.info(f"campaign {i}/{len(campaign.kinds)}: {kind.name} after step {step}")
             ws = ref_rec.path.parent.parent  # the workspace the reference ran in
             hang = spec.limits.hang_window
-            out = run_outside(kind.name, spec_path, ws, step, None if hang is None else float(hang))
+            out = run_outside(kind.name, spec_path, ws, step,
+                              None if hang is None else float(hang), existing)  # fmt: skip
             results.append(score_outside(kind, expect, out, ref_rec, tolerance))
             continue
         fault = kind.injection(step)
         _log.info(f"campaign {i}/{len(campaign.kinds)}: {kind.name} ({fault})")
-        b = launch(spec_path, workspace=workspace, echo=echo, inject=[fault])
+        b = launch(spec_path, workspace=workspace, echo=echo, inject=[fault], existing=existing)
         results.append(score_kind(kind, expect, fault, ref_rec, b.record, startup, tolerance))
     report = CampaignReport(
         spec=str(Path(spec_path).resolve()),
@@ -92,21 +96,27 @@ def run_campaign(
     return report
 
 
-def _check_campaignable(spec_path: str | Path, tolerance: float) -> Any:
+def _check_campaignable(spec_path: str | Path, tolerance: float) -> tuple[Any, bool]:
+    """The spec, and whether its script uses the client API (False: a black box).
+
+    A black box is drilled with the kinds the supervisor or the campaign fire from outside
+    (:attr:`~.kinds.FaultKind.black_box`); its checkpoints must be watched, or no fault
+    could land after one.
+    """
     if tolerance < 0 or not math.isfinite(tolerance):
         raise UserError(f"--tolerance {tolerance}: expected 0 (bitwise) or a small positive number")
     from acceptrun.workload.usage import detect_usage
 
     spec = load_spec(spec_path)
     usage = detect_usage(spec)
-    if not usage.client:
+    if not usage.client and not spec.checkpoint.watch:
         raise UserError(
-            f"{spec_path}: {usage.reason}; the campaign's faults are fired by the client "
-            "inside the workload. Use the client API (acceptrun.init(), run.steps or run.log, "
-            "run.restore and run.maybe_checkpoint), or drill a black box with "
-            "`acceptrun drill SPEC` (a kill of its watched checkpoints)"
+            f"{spec_path}: {usage.reason} and [checkpoint] watch is not set: the campaign "
+            "places its faults after a checkpoint. Name the script's own checkpoint files in "
+            '[checkpoint] watch (e.g. watch = ["out/ckpt.pt"], docs/own-script.md), or use the '
+            "client API (acceptrun.init(), run.maybe_checkpoint)"
         )
-    return spec
+    return spec, bool(usage.client)
 
 
 def _reference(a: Any) -> Reference:
