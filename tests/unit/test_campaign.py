@@ -70,7 +70,9 @@ def test_requirements_name_the_spec_key_that_makes_a_kind_possible() -> None:
     assert "one process" in (kind_named("rank_killed").why_not_tried(bare, REF) or "")
     two = _spec("", processes=2)
     assert kind_named("rank_killed").why_not_tried(two, REF) is None
-    assert "not built" in (kind_named("straggler").why_not_tried(two, REF) or "")
+    assert kind_named("straggler").why_not_tried(two, REF) is None
+    assert "one process" in (kind_named("straggler").why_not_tried(bare, REF) or "")
+    assert "not built" in (kind_named("rendezvous_refused").why_not_tried(two, REF) or "")
 
 
 def test_a_black_box_is_tried_with_the_kinds_fired_from_outside_its_script_only() -> None:
@@ -227,3 +229,38 @@ def test_spike_multiplies_the_pending_loss() -> None:
     run = SimpleNamespace(_pending={"loss": 2.0})
     _spike(run, None)
     assert run._pending["loss"] == 2.0 * SPIKE_FACTOR
+
+
+def test_a_straggler_slows_k_steps_and_is_recorded_once(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from acceptrun.workload import inject
+
+    (tmp_path / "r").mkdir()
+    faults = parse_faults("slow=3@step=2")
+    run = SimpleNamespace(
+        attempt=1, _checkpointer=None, _faults=faults, record=RunRecord(tmp_path / "r")
+    )
+    due = []  # the step each fault left to fire is due at, after each step
+    for step in range(6):
+        inject.fire(run, step, "after_step")
+        due.append([f.step for f in run._faults])
+    assert due == [[2], [2], [3], [4], [], []]  # steps 2, 3 and 4 slowed, then nothing
+    assert [e["step"] for e in run.record.events("fault_injected")] == [2]  # recorded once
+
+
+def test_a_slowed_save_is_named_right_only_when_the_commit_shows_it(tmp_path: Path) -> None:
+    kind = kind_named("ckpt_dir_slow")
+    expect = kind.expect(_spec())
+    runs = []
+    for name, seconds in (("slow", 2.1), ("fast", 0.01)):
+        (tmp_path / name).mkdir()
+        rec = RunRecord(tmp_path / name)
+        rec.event("fault_injected", sync=True, action="slowckpt", step=12, attempt=1)
+        rec.event("checkpoint_commit", sync=True, step=15, seconds=seconds, attempt=1)
+        rec.event("attempt_exit", sync=True, attempt=1, outcome="success", returncode=0,
+                  duration_s=1.0, work={}, **{"class": "success"})  # fmt: skip
+        runs.append(score_kind(kind, expect, "slowckpt@step=12", rec, rec, 0.0, 0.0))
+    slow, fast = runs
+    assert slow.named_right and (slow.said or {})["save_s"] == 2.1
+    assert not fast.named_right and (fast.said or {})["class"] == "success"

@@ -1,5 +1,6 @@
 """Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit and the
-campaign's (run/drills/campaign/): raise, spike, bitflip, diskfull, cktrunc, ckflip, stall.
+campaign's (run/drills/campaign/): raise, spike, bitflip, diskfull, cktrunc, ckflip, stall,
+slowckpt, slow.
 
 A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally followed by
 ``:attempt=K`` (default 1, so the resumed attempt runs clean)::
@@ -34,6 +35,11 @@ cktrunc    the attempt's newest committed checkpoint's largest file is cut to ha
            size, then SIGKILL (a torn copy found on restore)
 ckflip     one byte in the middle of that file is inverted, then SIGKILL (bit rot)
 stall      the loop waits for data forever (inside ``run.data_wait()``): a stalled loader
+slowckpt   the attempt's next checkpoint write sleeps ``SLOW_SAVE_S`` seconds after the
+           store began it (a slow checkpoint directory, simulated inside the process:
+           slowing a real file system needs root)
+slow=K     this process's steps N to N+K-1 each take ``STRAGGLE_S`` seconds longer
+           (``slow``: K = ``STRAGGLE_STEPS``): a straggler rank
 =========  =====================================================================
 
 Step faults are fired inside the workload by the client API (:func:`fire`, called when
@@ -74,9 +80,9 @@ __all__ = [
 
 ACTIONS = (
     "kill", "term", "hang", "nan", "oom", "exit=N",
-    "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall",
+    "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall", "slowckpt", "slow=K",
 )  # fmt: skip
-_NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:])
+_NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:-1], "slow")
 _BEFORE_EMIT = ("nan", "spike")  # done before the step's values are written
 SPIKE_FACTOR = 1e6  # a loss spike: six orders of magnitude above the step's own loss
 TIMED_ACTIONS = ("kill", "term")  # the supervisor can only send signals from outside
@@ -87,6 +93,9 @@ FORMS = (
     "(e.g. kill@step=40, term@time=30s:attempt=2, exit=7@step=3, "
     "kill@step=40:after=checkpoint)"
 )
+SLOW_SAVE_S = 2.0  # seconds the slowed checkpoint write sleeps: many of the demo's steps
+STRAGGLE_S = 0.2  # seconds a straggler's step takes longer: ten times the demo's step
+STRAGGLE_STEPS = 10  # steps slowed by ``slow`` without a count
 OOM_HEADROOM = 64 * 1024 * 1024  # bytes of address space above current use left to allocate
 OOM_CHUNK = 8 * 1024 * 1024  # bytes per allocation while exhausting it
 
@@ -110,13 +119,14 @@ class Fault:
     attempt: int = 1
     """The attempt it fires in (1 = the first launch)."""
     code: int | None = None
-    """Exit status for ``exit``; None for the other actions."""
+    """Exit status for ``exit``, steps to slow for ``slow`` (below 0: the steps still to
+    slow after the first); None for the other actions."""
     after_checkpoint: bool = False
     """A step fault that waits for the attempt's first committed checkpoint (``:after=checkpoint``)."""
 
     def __str__(self) -> str:
         """The canonical text form, which :func:`parse_faults` reads back."""
-        action = f"exit={self.code}" if self.action == "exit" else self.action
+        action = self.action if self.code is None else f"{self.action}={self.code}"
         when = f"step={self.step}" if self.step is not None else f"time={self.after_s:g}s"
         after = ":after=checkpoint" if self.after_checkpoint else ""
         return f"{action}@{when}{after}:attempt={self.attempt}"
@@ -156,8 +166,12 @@ def _parse_item(item: str) -> Fault:
         if code_text is None or not code_text.isdigit() or int(code_text) > 255:
             raise bad("exit needs a status from 0 to 255, as in exit=7")
         code = int(code_text)
+    elif action == "slow":
+        if code_text is not None and (not code_text.isdigit() or int(code_text) < 1):
+            raise bad("slow takes a number of steps, 1 or more, as in slow=10")
+        code = STRAGGLE_STEPS if code_text is None else int(code_text)
     elif code_text is not None:
-        raise bad(f"only exit takes a value ({action}={code_text} given)")
+        raise bad(f"only exit takes a value, and slow a step count ({action}={code_text} given)")
     step = after_s = None
     if m["when"] == "step":
         if not m["value"].isdigit():
@@ -244,6 +258,9 @@ def fire(run: Any, step: int, phase: str) -> None:
         elif fault.step != step:
             continue
         run._faults.remove(fault)  # once: a loop may log the same step twice
+        if fault.action == "slow" and (fault.code or 0) < 0:
+            _straggle(run, fault, step)  # a straggler's later step: recorded at the first
+            continue
         fields: dict[str, Any] = {
             "action": fault.action,
             "step": fault.step,
@@ -257,7 +274,10 @@ def fire(run: Any, step: int, phase: str) -> None:
         if target is not None:
             fields["target"] = str(target)  # the ground truth: where the fault landed
         run.record.event("fault_injected", sync=True, **fields)
-        _do(run, fault, target)
+        if fault.action == "slow":
+            _straggle(run, fault, step)
+        else:
+            _do(run, fault, target)
 
 
 def due_after_checkpoint(fault: Fault, step: int | None, checkpoint: int | None) -> bool:
@@ -506,6 +526,31 @@ def _damage(run: Any, target: Any, truncate: bool) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _slow_save(run: Any, target: Any) -> None:
+    """The attempt's next checkpoint write sleeps once it began: a slow directory's create."""
+    saver = run._checkpointer
+    if saver is None:
+        return
+    store = saver.store
+    begin = store.begin
+
+    def slow_begin(*args: Any, **kwargs: Any) -> Any:
+        store.begin = begin  # once: the save after it writes at the directory's own speed
+        writer = begin(*args, **kwargs)
+        time.sleep(SLOW_SAVE_S)
+        return writer
+
+    store.begin = slow_begin
+
+
+def _straggle(run: Any, fault: Fault, step: int) -> None:
+    """Sleep this step out, and leave the next step's slowing in the faults (K steps in all)."""
+    time.sleep(STRAGGLE_S)
+    left = abs(fault.code or 0) - 1
+    if left > 0:
+        run._faults.append(Fault("slow", step + 1, None, fault.attempt, -left))
+
+
 def _stall(run: Any, target: Any) -> None:
     with run.data_wait():
         while True:  # the loader never delivers: the heartbeat goes on in phase data_wait
@@ -520,4 +565,5 @@ _CAMPAIGN_ACTIONS: dict[str, Any] = {
     "cktrunc": lambda run, target: _damage(run, target, truncate=True),
     "ckflip": lambda run, target: _damage(run, target, truncate=False),
     "stall": _stall,
+    "slowckpt": _slow_save,
 }

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from acceptrun.spec.model import RunSpec
 from acceptrun.workload.contract import ENV_HEARTBEAT_S, HEARTBEAT_S
+from acceptrun.workload.inject import SLOW_SAVE_S, STRAGGLE_S, STRAGGLE_STEPS
 
 __all__ = [
     "FAMILIES",
@@ -57,6 +58,8 @@ class Expect:
     """restart, rollback or stop."""
     quarantine: bool = False
     """A damaged checkpoint must be quarantined before the restart."""
+    slow_save_s: float | None = None
+    """A checkpoint write after the fault must be recorded as taking at least this long."""
 
 
 Requirement = Callable[[RunSpec, Reference], str | None]
@@ -165,16 +168,17 @@ def _max_loss(spec: RunSpec, ref: Reference) -> str | None:
 
 def _multi_process(spec: RunSpec, ref: Reference) -> str | None:
     if spec.resources.processes * spec.resources.nodes < 2:
-        return "the spec runs one process: there is no rank to kill or hang"
+        return "the spec runs one process: there is no rank to kill, hang or slow"
     return None
 
 
-def _not_built_ranks(spec: RunSpec, ref: Reference) -> str | None:
+def _not_built_rendezvous(spec: RunSpec, ref: Reference) -> str | None:
     if (why := _multi_process(spec, ref)) is not None:
         return why
     return (
-        "not built: slowing one rank (a CPU quota of its own) or refusing the rendezvous "
-        "needs control of torchrun's processes that the campaign does not have yet"
+        "not built: refusing the rendezvous needs the port torchrun's agents meet on before "
+        "the attempt starts, which the supervisor picks at launch and the campaign cannot "
+        "hold in advance"
     )
 
 
@@ -253,10 +257,12 @@ KINDS: tuple[FaultKind, ...] = (
     FaultKind("loader_stalled", "storage", "the data loader stops delivering",
               "the client waits forever inside run.data_wait()", "stall@step={step}",
               _fixed("data_stall", "unknown", "restart"), [_restarts, _stall_window]),
-    FaultKind("ckpt_dir_slow", "storage", "the checkpoint directory slows down", "",
-              None, _fixed("success", "none", "none"),
-              [_not_here("needs a slowed file system (FUSE, dm-delay or a cgroup io.max "
-                         "limit), which needs root")]),
+    FaultKind("ckpt_dir_slow", "storage",
+              f"one checkpoint write takes {SLOW_SAVE_S:g} s longer (a slow directory)",
+              f"simulated inside the process: the client's next checkpoint write sleeps "
+              f"{SLOW_SAVE_S:g} s after the store began it (slowing a real file system, FUSE, "
+              "dm-delay or a cgroup io.max limit, needs root)", "slowckpt@step={step}",
+              lambda spec: Expect("success", "none", "none", slow_save_s=SLOW_SAVE_S)),
     FaultKind("mirror_unreachable", "storage", "the checkpoint mirror is unreachable, then back",
               "", None, _fixed("success", "none", "none"),
               [_not_here("not built: the mirror's outage is drilled by "
@@ -264,11 +270,15 @@ KINDS: tuple[FaultKind, ...] = (
     FaultKind("data_changed", "storage", "the data changes under the run", "", None,
               _fixed("user_error", "workload", "stop"),
               [_not_here("not built: needs a scratch copy of [data] that the run reads, changed "
-                         "between attempts")]),
+                         "between attempts. Today the data is verified once, in the preflight "
+                         "before attempt 1; the supervisor's restarts do not verify it again, "
+                         "so such a change would go unnamed")]),
     FaultKind("package_changed", "environment", "a package's version changes between attempts",
               "", None, _fixed("user_error", "workload", "stop"),
               [_not_here("not built: needs a scratch environment whose package the campaign "
-                         "changes between attempts")]),
+                         "changes between attempts. Today the provenance (provenance.json) is "
+                         "captured once per run; a restart neither captures nor compares the "
+                         "environment, so such a change would go unnamed")]),
     FaultKind("rank_killed", "distributed", "one rank (rank 0) of a torchrun group is killed",
               "the client of rank 0 sends SIGKILL to itself (a step fault fires in one rank, "
               "ACCEPTRUN_INJECT_RANK)", "kill@step={step}",
@@ -277,10 +287,14 @@ KINDS: tuple[FaultKind, ...] = (
               "one rank hangs; the others wait for it inside the next collective",
               "the client of rank 0 sleeps forever inside the step", "hang@step={step}",
               _fixed("hang", "workload", "restart"), [_multi_process, _restarts, _hang_window]),
-    FaultKind("straggler", "distributed", "one rank is slowed (a CPU quota)", "", None,
-              _fixed("success", "none", "none"), [_not_built_ranks]),
+    FaultKind("straggler", "distributed",
+              f"one rank (rank 0) is slowed: {STRAGGLE_STEPS} of its steps take "
+              f"{STRAGGLE_S:g} s longer; the others wait for it in each collective",
+              "the client of rank 0 sleeps at the end of each of those steps "
+              "(ACCEPTRUN_INJECT_RANK)", "slow@step={step}",
+              _fixed("success", "none", "none"), [_multi_process]),
     FaultKind("rendezvous_refused", "distributed", "the rendezvous is refused", "", None,
-              _fixed("distributed", "unknown", "restart"), [_not_built_ranks]),
+              _fixed("distributed", "unknown", "restart"), [_not_built_rendezvous]),
 )  # fmt: skip
 
 

@@ -131,6 +131,8 @@ def score_kind(
         and said["action"] == expect.action
         and (said["quarantined"] or not expect.quarantine)
     )
+    if expect.slow_save_s is not None:
+        result.named_right &= _slow_save(said, events, float(fired["t"]), expect.slow_save_s)
     if failed is not None:
         result.detect_s = round(max(0.0, float(failed["t"]) - float(fired["t"])), 3)
         result.lost_steps = (failed.get("work") or {}).get("steps_lost")
@@ -143,6 +145,22 @@ def score_kind(
             result.lost_steps = restart.lost_steps
     _final_state(result, ref, rec, exits, tolerance)
     return result
+
+
+def _slow_save(
+    said: dict[str, Any], events: list[dict[str, Any]], fired_t: float, want_s: float
+) -> bool:
+    """Whether the record shows the slowed write: a commit after the fault as slow as it.
+
+    ``save_s``: the slowest commit's begin-to-commit seconds after the fault; ``stall_s``:
+    the most the loop waited in one save for it (``checkpoint_stage``).
+    """
+    after = [e for e in events if float(e.get("t") or 0) >= fired_t]
+    saves = [float(e.get("seconds") or 0) for e in after if e["kind"] == "checkpoint_commit"]
+    stalls = [float(e.get("stall_s") or 0) for e in after if e["kind"] == "checkpoint_stage"]
+    said["save_s"] = round(max(saves, default=0.0), 3)
+    said["stall_s"] = round(max(stalls, default=0.0), 3)
+    return bool(said["save_s"] >= want_s)
 
 
 def _said(events: list[dict[str, Any]], failed: dict[str, Any] | None) -> dict[str, Any]:
