@@ -73,6 +73,11 @@ def test_requirements_name_the_spec_key_that_makes_a_kind_possible() -> None:
     assert kind_named("straggler").why_not_tried(two, REF) is None
     assert "one process" in (kind_named("straggler").why_not_tried(bare, REF) or "")
     assert "not built" in (kind_named("rendezvous_refused").why_not_tried(two, REF) or "")
+    cut = kind_named("mirror_unreachable")
+    assert "[checkpoint] mirror" in (cut.why_not_tried(bare, REF) or "")
+    head = 'name = "t"\ncommand = ["python", "t.py"]\n[checkpoint]\nmirror = '
+    assert cut.why_not_tried(parse_spec(head + '"out/mirror"\n'), REF) is None
+    assert "remote" in (cut.why_not_tried(parse_spec(head + '"s3://b/m"\n'), REF) or "")
 
 
 def test_a_black_box_is_tried_with_the_kinds_fired_from_outside_its_script_only() -> None:

@@ -1,6 +1,6 @@
 """Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit and the
 campaign's (run/drills/campaign/): raise, spike, bitflip, diskfull, cktrunc, ckflip, stall,
-slowckpt, slow.
+slowckpt, slow, mirrorgone.
 
 A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally followed by
 ``:attempt=K`` (default 1, so the resumed attempt runs clean)::
@@ -40,6 +40,9 @@ slowckpt   the attempt's next checkpoint write sleeps ``SLOW_SAVE_S`` seconds af
            slowing a real file system needs root)
 slow=K     this process's steps N to N+K-1 each take ``STRAGGLE_S`` seconds longer
            (``slow``: K = ``STRAGGLE_STEPS``): a straggler rank
+mirrorgone the run's own local mirror root (``checkpoint.mirror/<run id>``) is moved
+           aside and a plain file put in its place for ``MIRROR_OUTAGE_S`` seconds,
+           then put back: every upload in between fails (the mirror unreachable)
 =========  =====================================================================
 
 Step faults are fired inside the workload by the client API (:func:`fire`, called when
@@ -59,9 +62,11 @@ import os
 import re
 import resource
 import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from acceptrun._util.durable import loads_json
@@ -80,7 +85,8 @@ __all__ = [
 
 ACTIONS = (
     "kill", "term", "hang", "nan", "oom", "exit=N",
-    "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall", "slowckpt", "slow=K",
+    "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall", "slowckpt",
+    "mirrorgone", "slow=K",
 )  # fmt: skip
 _NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:-1], "slow")
 _BEFORE_EMIT = ("nan", "spike")  # done before the step's values are written
@@ -96,6 +102,7 @@ FORMS = (
 SLOW_SAVE_S = 2.0  # seconds the slowed checkpoint write sleeps: many of the demo's steps
 STRAGGLE_S = 0.2  # seconds a straggler's step takes longer: ten times the demo's step
 STRAGGLE_STEPS = 10  # steps slowed by ``slow`` without a count
+MIRROR_OUTAGE_S = 1.5  # seconds the mirror root is gone: a retry or two of its backoff
 OOM_HEADROOM = 64 * 1024 * 1024  # bytes of address space above current use left to allocate
 OOM_CHUNK = 8 * 1024 * 1024  # bytes per allocation while exhausting it
 
@@ -439,6 +446,8 @@ def _target(run: Any, fault: Fault) -> Any:
         return _newest_checkpoint_file(run)
     if fault.action == "bitflip":
         return _first_array(run)[0]  # the parameter's name
+    if fault.action == "mirrorgone":
+        return _mirror_root(run)
     return None
 
 
@@ -459,8 +468,6 @@ def _newest_checkpoint_file(run: Any) -> str | None:
         return None
     if newest is None:
         return None
-    from pathlib import Path
-
     files = [p for p in Path(newest).rglob("*") if p.is_file() and p.name != "MANIFEST.json"]
     return str(max(files, key=lambda p: p.stat().st_size)) if files else None
 
@@ -543,6 +550,39 @@ def _slow_save(run: Any, target: Any) -> None:
     store.begin = slow_begin
 
 
+def _mirror_gone(run: Any, target: Any) -> None:
+    """Put a plain file where the run's mirror root was; a timer puts the root back."""
+    if target is None:
+        return
+    root = Path(target)
+    aside = root.with_name(root.name + ".away")
+    existed = root.is_dir()  # none yet: no upload has run; the file blocks the first
+    if existed:
+        os.rename(root, aside)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    root.write_bytes(b"")  # an upload's mkdir under it fails: not a directory
+
+    def back() -> None:
+        root.unlink()
+        if existed:
+            os.rename(aside, root)
+
+    timer = threading.Timer(MIRROR_OUTAGE_S, back)
+    timer.daemon = True
+    timer.start()
+
+
+def _mirror_root(run: Any) -> str | None:
+    """The run's own mirror root when it is a local directory (after the save in flight)."""
+    saver = run._checkpointer
+    mirror = getattr(saver, "mirror", None)
+    if mirror is None:
+        return None
+    saver.wait()
+    url = str(mirror.url).removeprefix("file://")
+    return url if "://" not in url else None
+
+
 def _straggle(run: Any, fault: Fault, step: int) -> None:
     """Sleep this step out, and leave the next step's slowing in the faults (K steps in all)."""
     time.sleep(STRAGGLE_S)
@@ -566,4 +606,5 @@ _CAMPAIGN_ACTIONS: dict[str, Any] = {
     "ckflip": lambda run, target: _damage(run, target, truncate=False),
     "stall": _stall,
     "slowckpt": _slow_save,
+    "mirrorgone": _mirror_gone,
 }

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from acceptrun.spec.model import RunSpec
 from acceptrun.workload.contract import ENV_HEARTBEAT_S, HEARTBEAT_S
-from acceptrun.workload.inject import SLOW_SAVE_S, STRAGGLE_S, STRAGGLE_STEPS
+from acceptrun.workload.inject import MIRROR_OUTAGE_S, SLOW_SAVE_S, STRAGGLE_S, STRAGGLE_STEPS
 
 __all__ = [
     "FAMILIES",
@@ -60,6 +60,8 @@ class Expect:
     """A damaged checkpoint must be quarantined before the restart."""
     slow_save_s: float | None = None
     """A checkpoint write after the fault must be recorded as taking at least this long."""
+    mirror_outage: bool = False
+    """The mirror's failed uploads must be on record, then the newest checkpoint mirrored."""
 
 
 Requirement = Callable[[RunSpec, Reference], str | None]
@@ -166,6 +168,18 @@ def _max_loss(spec: RunSpec, ref: Reference) -> str | None:
     return None
 
 
+def _local_mirror(spec: RunSpec, ref: Reference) -> str | None:
+    mirror = spec.checkpoint.mirror
+    if not mirror:
+        return '[checkpoint] mirror is not set: there is no mirror to lose; set it (e.g. "mirror")'
+    if "://" in mirror.removeprefix("file://"):
+        return (
+            f"checkpoint.mirror = {mirror!r} is remote: the campaign cuts off a local mirror "
+            "only; drill a remote one with a local path of the same spec"
+        )
+    return None
+
+
 def _multi_process(spec: RunSpec, ref: Reference) -> str | None:
     if spec.resources.processes * spec.resources.nodes < 2:
         return "the spec runs one process: there is no rank to kill, hang or slow"
@@ -263,10 +277,12 @@ KINDS: tuple[FaultKind, ...] = (
               f"{SLOW_SAVE_S:g} s after the store began it (slowing a real file system, FUSE, "
               "dm-delay or a cgroup io.max limit, needs root)", "slowckpt@step={step}",
               lambda spec: Expect("success", "none", "none", slow_save_s=SLOW_SAVE_S)),
-    FaultKind("mirror_unreachable", "storage", "the checkpoint mirror is unreachable, then back",
-              "", None, _fixed("success", "none", "none"),
-              [_not_here("not built: the mirror's outage is drilled by "
-                         "tests/integration/test_mirror_fallback.py, not by this campaign")]),
+    FaultKind("mirror_unreachable", "storage",
+              f"the checkpoint mirror is unreachable for {MIRROR_OUTAGE_S:g} s, then back",
+              "the client moves the run's own mirror root aside and puts a plain file in its "
+              "place, then a timer puts it back", "mirrorgone@step={step}",
+              lambda spec: Expect("success", "none", "none", mirror_outage=True),
+              [_local_mirror]),
     FaultKind("data_changed", "storage", "the data changes under the run", "", None,
               _fixed("user_error", "workload", "stop"),
               [_not_here("not built: needs a scratch copy of [data] that the run reads, changed "

@@ -133,6 +133,8 @@ def score_kind(
     )
     if expect.slow_save_s is not None:
         result.named_right &= _slow_save(said, events, float(fired["t"]), expect.slow_save_s)
+    if expect.mirror_outage:
+        result.named_right &= _mirror_caught_up(said, events, float(fired["t"]))
     if failed is not None:
         result.detect_s = round(max(0.0, float(failed["t"]) - float(fired["t"])), 3)
         result.lost_steps = (failed.get("work") or {}).get("steps_lost")
@@ -161,6 +163,20 @@ def _slow_save(
     said["save_s"] = round(max(saves, default=0.0), 3)
     said["stall_s"] = round(max(stalls, default=0.0), 3)
     return bool(said["save_s"] >= want_s)
+
+
+def _mirror_caught_up(said: dict[str, Any], events: list[dict[str, Any]], fired_t: float) -> bool:
+    """Whether the record names the outage (failed uploads) and then the catch-up: the
+    newest committed checkpoint mirrored after the last failure."""
+    after = [e for e in events if float(e.get("t") or 0) >= fired_t]
+    failed = [e for e in after if e["kind"] == "mirror_failed"]
+    commits = [e["step"] for e in events if e["kind"] == "checkpoint_commit"]
+    last_fail = max((float(e["t"]) for e in failed), default=fired_t)
+    ok = {e.get("step") for e in after if e["kind"] == "mirror_ok" and float(e["t"]) > last_fail}
+    said["mirror_failed"] = len(failed)
+    said["mirror_reason"] = failed[0].get("reason") if failed else None
+    said["mirror_caught_up"] = bool(commits) and max(commits) in ok
+    return bool(failed) and bool(said["mirror_caught_up"])
 
 
 def _said(events: list[dict[str, Any]], failed: dict[str, Any] | None) -> dict[str, Any]:
