@@ -123,6 +123,7 @@ SINKS: tuple[Sink, ...] = (
     Sink("acceptrun.run.drills.restore:_scratch_copy", "file", exempt="a scratch copy of a checkpoint's files for a drill, removed after it"),
     Sink("acceptrun.run.drills.campaign.outside:run_outside", "process", exempt="`acceptrun run` and `acceptrun resume` of the user's own spec, as the user would start them, for a fault fired at the supervisor"),
     Sink("acceptrun.workload.inject:_damage", "file", exempt="an injected fault (cktrunc, ckflip): cuts or inverts bytes of the run's own checkpoint file; writes no text"),
+    Sink("acceptrun.workload.inject:_mirror_gone", "file", exempt="an injected fault (mirrorgone): an empty file in place of the run's own mirror root for a while; writes no text"),
     Sink("acceptrun.notify.secrets:keep_secrets", "file", exempt="raw=True: secrets/<run>.json, KEPT_WHOLE (0600)"),
     # -- the supervisor and the workload -----------------------------------------------
     Sink("acceptrun.supervisor.process:ChildProcess._popen", "process", exempt="the user's workload, started with the environment and argv the user gave it"),
