@@ -45,8 +45,8 @@ def run_campaign(
 ) -> CampaignReport:
     """Run the campaign on ``spec_path``; record the certificate and return the scorecard.
 
-    Raises :class:`~acceptrun.errors.UserError` when the spec cannot be drilled (no client
-    API, a failed reference run, no checkpoint before the last step, a bad tolerance).
+    Raises :class:`~acceptrun.errors.UserError` when the spec cannot be drilled (a black
+    box without watched checkpoints, a failed reference run, no checkpoint before the last step, a bad tolerance).
     """
     from acceptrun.run.launch import launch
 
