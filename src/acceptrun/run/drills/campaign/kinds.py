@@ -192,9 +192,10 @@ def _not_built_rendezvous(spec: RunSpec, ref: Reference) -> str | None:
     if (why := _multi_process(spec, ref)) is not None:
         return why
     return (
-        "not built: refusing the rendezvous needs the port torchrun's agents meet on before "
-        "the attempt starts, which the supervisor picks at launch and the campaign cannot "
-        "hold in advance"
+        "not built: one node's torchrun meets with --standalone, on a port it picks itself "
+        "when it starts, so the campaign cannot hold that port beforehand; the endpoint of "
+        "a multi-node spec (resources.nodes of 2 or more, ACCEPTRUN_RDZV_PORT) needs srun "
+        "and a cluster"
     )
 
 
