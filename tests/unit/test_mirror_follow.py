@@ -69,3 +69,40 @@ def test_an_unreachable_mirror_reports_its_lag(tmp_path: Path) -> None:
     assert not mirror.drain_and_close(timeout=0.05)  # it can never drain: the lag is recorded
     (behind,) = [f for k, f in events if k == "mirror_behind"]
     assert behind["status"]["7"]["state"] == "pending"
+
+
+def test_a_failing_exit_stops_waiting_once_the_remote_failed(tmp_path: Path) -> None:
+    """``while_healthy``: a dying workload's exit gives up at the first failed try (its next
+    attempt uploads the rest) instead of waiting out the retries, which outlasted the hang
+    window on a disk too full for the mirror too."""
+    events: Events = []
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the mirror's directory should be")
+    mirror = Mirror(
+        str(blocker / "run1"),
+        state_path=tmp_path / "mirror.json",
+        on_event=lambda k, f: events.append((k, f)),
+        retry_base_s=600.0,
+        retry_max_s=600.0,
+    )
+    mirror.start()
+    store = CheckpointStore(tmp_path / "ckpt")
+    store.subscribe(mirror.follow)
+    commit(store, 7)
+    # A hang guard, not a pace: without while_healthy this waits out its 600 s.
+    assert not mirror.drain_and_close(timeout=600, while_healthy=True)
+    failed = [f for k, f in events if k == "mirror_failed"]
+    assert failed and failed[0]["state"] == "pending" and failed[0]["retry_in_s"] == 600.0
+    (behind,) = [f for k, f in events if k == "mirror_behind"]
+    assert behind["status"]["7"]["state"] == "pending"  # kept for the next attempt
+
+
+def test_a_healthy_remote_is_waited_for_on_a_failing_exit_too(tmp_path: Path) -> None:
+    url = str(tmp_path / "mirror" / "run1")
+    mirror = Mirror(url, state_path=tmp_path / "mirror.json")
+    mirror.start()
+    store = CheckpointStore(tmp_path / "ckpt")
+    store.subscribe(mirror.follow)
+    commit(store, 3)
+    assert mirror.drain_and_close(timeout=600, while_healthy=True)
+    assert remote_steps(url) == [3]

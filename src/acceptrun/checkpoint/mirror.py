@@ -179,18 +179,23 @@ class Mirror:
             self._dirty = True
             self._cond.notify_all()
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None, *, while_healthy: bool = False) -> bool:
         """Block until the queue is drained; True when every enqueued step is ``ok`` or ``skipped``.
 
         A ``failed`` step makes it False; ``skipped`` (removed locally by retention before
         it went up, superseded by a newer step) and ``deleted`` (removed from the mirror by
         retention) do not. Deletions that may run now are waited for too. Without a running
         thread (before :meth:`start`, after :meth:`close`) it does not wait for the queue.
+        ``while_healthy``: give up (False) as soon as the remote's last try failed, instead
+        of waiting out its retries: a failing workload's exit, whose next attempt uploads
+        what is still pending (and whose wait must not outlast the hang window).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._queue or self._active is not None or self._deletable():
                 if self._thread is None or not self._thread.is_alive():
+                    return False
+                if while_healthy and self._failures_in_row:
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -233,14 +238,15 @@ class Mirror:
                 {"step": fields.get("step"), "state": "not_queued", "reason": f"{kind}: {exc}"},
             )
 
-    def drain_and_close(self, timeout: float | None = 60.0) -> bool:
-        """Give the queue up to ``timeout`` seconds, then stop the thread; True if drained.
+    def drain_and_close(self, timeout: float | None = 60.0, *, while_healthy: bool = False) -> bool:
+        """Give the queue up to ``timeout`` seconds (``while_healthy``: see :meth:`wait`),
+        then stop the thread; True if drained.
 
         When steps are still pending (an outage, a slow remote), a ``mirror_behind`` event
         carries every step's state, so the lag is on record; the pending steps stay in the
         state file and the next attempt's Mirror uploads them.
         """
-        drained = self.wait(timeout)
+        drained = self.wait(timeout, while_healthy=while_healthy)
         if not drained:
             self._emit("mirror_behind", {"status": {str(k): v for k, v in self.status().items()}})
         self.close(timeout=5)

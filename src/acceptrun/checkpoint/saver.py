@@ -432,13 +432,14 @@ class Checkpointer:
             ) from exc
         return self.last_committed
 
-    def close(self, *, mirror_timeout: float | None = 60.0) -> None:
-        """Wait for the last save, then give the mirror up to ``mirror_timeout`` s to catch up."""
+    def close(self, *, mirror_timeout: float | None = 60.0, failing: bool = False) -> None:
+        """Wait for the last save, then give the mirror up to ``mirror_timeout`` s to catch
+        up (``failing``: the workload is dying, so only while the mirror is healthy)."""
         try:
             self.wait()
         finally:
             if self.mirror is not None:
-                if not self.mirror.wait(mirror_timeout):
+                if not self.mirror.wait(mirror_timeout, while_healthy=failing):
                     self.on_event(
                         "mirror_behind",
                         {"status": {str(k): v for k, v in self.mirror.status().items()}},

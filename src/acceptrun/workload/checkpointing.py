@@ -172,18 +172,22 @@ class Checkpointing(RunBase):
 
     def _close_checkpoints(self) -> None:
         """At exit: the last save committed, then the mirror drained (up to 60 s) or its lag
-        recorded (a ``mirror_behind`` event)."""
+        recorded (a ``mirror_behind`` event). A workload dying of an uncaught exception
+        waits for the mirror only while it is healthy: an outage, or a disk too full for
+        the mirror too, would otherwise hold the dying process past the hang window (and
+        get it named a hang); its next attempt uploads what is still pending."""
         mirror, self._mirror = self._mirror, None
         checkpointer = self._checkpointer
+        failing = getattr(self, "_exception", None) is not None
         self._settle_sharded_save()  # its commit is then mirrored below
         try:
             if checkpointer is not None:
-                checkpointer.close()  # drains and closes the mirror it was given
+                checkpointer.close(failing=failing)  # drains and closes the mirror it was given
             if self._memtier is not None:
                 self._memtier.close()  # the last memory save, and its figures recorded
         finally:
             if mirror is not None and (checkpointer is None or checkpointer.mirror is not mirror):
-                mirror.drain_and_close(60.0)
+                mirror.drain_and_close(60.0, while_healthy=failing)
 
     def _close_checkpoints_once(self) -> str | None:
         """:meth:`_close_checkpoints` the first time it is asked for (the interpreter's exit
