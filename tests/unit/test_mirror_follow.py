@@ -51,21 +51,27 @@ def test_commits_are_mirrored_and_retention_applies_remotely(tmp_path: Path) -> 
     assert uploaded - {3, 4} <= deleted <= {1, 2}  # whatever went up was retired remotely
 
 
-def test_an_unreachable_mirror_reports_its_lag(tmp_path: Path) -> None:
-    events: Events = []
+def _unreachable(tmp_path: Path, events: Events, retry_s: float) -> Mirror:
+    """A started mirror whose root cannot be made (a file stands there), step 7 committed."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the mirror's directory should be")
     mirror = Mirror(
         str(blocker / "run1"),
         state_path=tmp_path / "mirror.json",
         on_event=lambda k, f: events.append((k, f)),
-        retry_base_s=30.0,
-        retry_max_s=30.0,
+        retry_base_s=retry_s,
+        retry_max_s=retry_s,
     )
     mirror.start()
     store = CheckpointStore(tmp_path / "ckpt")
     store.subscribe(mirror.follow)
     commit(store, 7)
+    return mirror
+
+
+def test_an_unreachable_mirror_reports_its_lag(tmp_path: Path) -> None:
+    events: Events = []
+    mirror = _unreachable(tmp_path, events, retry_s=30.0)
     assert not mirror.drain_and_close(timeout=0.05)  # it can never drain: the lag is recorded
     (behind,) = [f for k, f in events if k == "mirror_behind"]
     assert behind["status"]["7"]["state"] == "pending"
@@ -76,19 +82,7 @@ def test_a_failing_exit_stops_waiting_once_the_remote_failed(tmp_path: Path) -> 
     attempt uploads the rest) instead of waiting out the retries, which outlasted the hang
     window on a disk too full for the mirror too."""
     events: Events = []
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("a file where the mirror's directory should be")
-    mirror = Mirror(
-        str(blocker / "run1"),
-        state_path=tmp_path / "mirror.json",
-        on_event=lambda k, f: events.append((k, f)),
-        retry_base_s=600.0,
-        retry_max_s=600.0,
-    )
-    mirror.start()
-    store = CheckpointStore(tmp_path / "ckpt")
-    store.subscribe(mirror.follow)
-    commit(store, 7)
+    mirror = _unreachable(tmp_path, events, retry_s=600.0)
     # A hang guard, not a pace: without while_healthy this waits out its 600 s.
     assert not mirror.drain_and_close(timeout=600, while_healthy=True)
     failed = [f for k, f in events if k == "mirror_failed"]
