@@ -139,3 +139,9 @@ def test_the_certificate_is_in_the_reference_record_and_meets_the_verdict(
     (check,) = [c for c in verdict["checks"] if c["name"] == "drill campaign"]
     assert check["status"] == "pass"
     assert "resilience campaign" in ref.file("report.html").read_text()
+    # The board's run page shows the same section, from the record.
+    from acceptrun.ui.pages import _render_report_body
+
+    body, _ = _render_report_body(ref)
+    assert '<h2 id="campaign">resilience campaign</h2>' in body
+    assert all(f"<td>{kind}</td>" in body for kind in TRUTH)
