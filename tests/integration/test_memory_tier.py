@@ -42,6 +42,8 @@ for step in run.steps(start, 30):
     opt.step()
     run.log(step, loss=loss.item())
     run.maybe_checkpoint(step)
+    if run.attempt == 1 and step == 9:
+        run._checkpointer.wait()  # step 9 is on disk before the kill, however loaded the machine
     if os.environ.get("CORRUPT") and run.attempt == 1 and step == KILL:
         run._memtier.wait()  # the save of this step is in memory: now damage it
         tensors = pathlib.Path(os.environ["ACCEPTRUN_MEMORY_DIR"], f"step-{step}", "tensors.safetensors")
