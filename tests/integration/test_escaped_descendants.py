@@ -178,7 +178,19 @@ def test_escaped_processes_end_after_the_supervisor_dies(tmp_path: Path, mechani
                     if e.get("by") == "watchdog"]  # fmt: skip
 
         def explain() -> str:
-            return f"watchdog events: {told()}; supervisor.log: {(job / 'supervisor.log').read_text()[-2000:]}"
+            # Everything the watchdog wrote (supervisor_lost first), whether it is still
+            # running, and the supervisor's last lines: where it stopped is then on record.
+            import psutil
+
+            by = [e for e in events(rdir) if e.get("by") == "watchdog"]
+            alive = [
+                p.pid for p in psutil.process_iter(["cmdline"])
+                if "_watchdog.py" in " ".join(p.info["cmdline"] or ()) and str(rdir) in " ".join(p.info["cmdline"] or ())
+            ]  # fmt: skip
+            return (
+                f"watchdog events: {by}; watchdog still running: {alive}; "
+                f"supervisor.log: {(job / 'supervisor.log').read_text()[-2000:]}"
+            )
 
         wait_for(
             lambda: not any(_alive(p) for p in pids), timeout=90, what="the escaped end",
