@@ -22,6 +22,7 @@ below it is followed.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import fcntl
@@ -322,7 +323,7 @@ def _write_appended(fd: int, data: bytes, path: str | Path, *, check_torn: bool)
         done += n
 
 
-class HeldWrites:
+class HeldWrites(abc.ABC):
     """Records held briefly and written together (:class:`AppendLog`, the step log's writer).
 
     :meth:`_hold` keeps a record (under ``_lock``) and writes what is held, through the
@@ -348,8 +349,9 @@ class HeldWrites:
         self._forget_parent()
         self._held_since = 0.0
 
+    @abc.abstractmethod
     def _write_held(self) -> None:
-        raise NotImplementedError
+        """Write every held record and clear ``_held`` (called under ``_lock``)."""
 
     def _hold(self, rec: Any) -> None:
         self._held.append(rec)
