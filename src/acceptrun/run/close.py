@@ -6,8 +6,9 @@ example after a crash of the supervisor) gives the same result.
 
 Close decides once and writes what it decided, which every view of the closed run then
 reads (docs/architecture.md, "What a run writes at close"): ledger.json (built once),
-portability.json (the checkout as it was), verdict.json, the final run.json with its
-liveness at close, summary.json, report.html and the run's row in the index.
+portability.json (the checkout as it was), summary.json (computed once, and judged by
+the verdict), verdict.json, the final run.json with its liveness at close, report.html
+and the run's row in the index.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acceptrun._util.console import get_logger
 from acceptrun._util.paths import check_removable, lexical_problem
@@ -34,6 +35,9 @@ from acceptrun.spec.model import RunSpec
 from acceptrun.verdict.core import Verdict
 from acceptrun.verdict.decide import compute_verdict
 
+if TYPE_CHECKING:
+    from acceptrun.telemetry.summary import PendingSummary
+
 __all__ = ["close_run", "close_standalone", "run_cleanup"]
 
 CLEANUP_TIMEOUT_S = 600.0
@@ -41,6 +45,7 @@ CLEANUP_TIMEOUT_S = 600.0
 BEST_EFFORT_FAILED = "best_effort_failed"
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 
 def run_cleanup(record: RunRecord, spec: RunSpec) -> list[dict[str, Any]]:
@@ -156,15 +161,16 @@ def close_standalone(record: RunRecord, *, status: str) -> Verdict:
     return _finalize(record, workspace, record.spec, "finished")
 
 
-def _best_effort(record: RunRecord, component: str, action: Callable[[], object]) -> None:
+def _best_effort(record: RunRecord, component: str, action: Callable[[], T]) -> T | None:
     """Run an optional part of closing (ledger, batch summary, report); never lose the close.
 
-    A failure is a ``best_effort_failed`` event (component, error, traceback) and a
-    one-line warning; the verdict reads "not recorded" where it needed that part, and
-    ``acceptrun report RUN`` or ``acceptrun cost`` can build it again later.
+    Returns what the part returned, or None when it failed: a ``best_effort_failed``
+    event (component, error, traceback) and a one-line warning; the verdict reads "not
+    recorded" where it needed that part, and ``acceptrun report RUN`` or ``acceptrun
+    cost`` can build it again later.
     """
     try:
-        action()
+        return action()
     except Exception as exc:  # recorded and logged below, never swallowed
         error = f"{type(exc).__name__}: {exc}"
         try:
@@ -175,6 +181,7 @@ def _best_effort(record: RunRecord, component: str, action: Callable[[], object]
             where = f"recording it in events.jsonl failed too ({write_exc})"
         first = error.splitlines()[0] if error.strip() else type(exc).__name__
         log.warning("run %s: %s failed at close: %s; %s", record.run_id, component, first, where)
+        return None
 
 
 def _ledger(record: RunRecord) -> None:
@@ -237,7 +244,8 @@ def _finalize(
     _ledger(record)  # the verdict's cost lines read it
     _batch_manifest(record, spec)  # a batch inference run's coverage and cost per item
     _portability(record)  # the verdict's exit check reads it
-    verdict = compute_verdict(record, spec)
+    pending = _summary(record)  # computed once: the verdict judges it, the views read it
+    verdict = compute_verdict(record, spec, summary=pending.summary if pending else None)
     record.write_json("verdict.json", {**stamp(), **verdict.to_dict()})
     tl = run_timeline(record)
     duration = None
@@ -256,7 +264,8 @@ def _finalize(
     if after_verdict is not None:
         _best_effort(record, "notify", after_verdict)
     _closed_ledger(record, verdict.accepted)  # the last of close's own events is written
-    _summary(record)  # last of the run's events is written: show and report read it
+    if pending is not None:  # after the last of close's own events: show and report read it
+        _best_effort(record, "summary", pending.write)
     _report(record)
     workspace.index_run(record)
     return verdict
@@ -275,15 +284,16 @@ def _batch_manifest(record: RunRecord, spec: RunSpec) -> None:
     _best_effort(record, "inference_summary", write)
 
 
-def _summary(record: RunRecord) -> None:
-    """Write summary.json; when it fails (or goes stale) readers compute it from the record."""
+def _summary(record: RunRecord) -> PendingSummary | None:
+    """The telemetry summary for the verdict and summary.json, computed once; when it
+    fails the verdict computes it (and says why it cannot), and readers compute it."""
 
-    def write() -> None:
-        from acceptrun.telemetry.summary import write_summary
+    def compute() -> PendingSummary:
+        from acceptrun.telemetry.summary import pending_summary
 
-        write_summary(record.path)
+        return pending_summary(record.path)
 
-    _best_effort(record, "summary", write)
+    return _best_effort(record, "summary", compute)
 
 
 def _report(record: RunRecord) -> None:

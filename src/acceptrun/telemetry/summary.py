@@ -5,8 +5,8 @@
 ``provenance.json``) and never raises on a missing, partial or torn file: what cannot be
 computed is None. Steps are read in chunks of arrays (record/steplog.py), never as one
 object per step. A closed run stores the summary in ``summary.json``
-(:func:`write_summary`); ``acceptrun show`` and the report read it through
-:func:`load_summary`, the verdict computes it.
+(:func:`pending_summary`, computed once at close for the verdict to judge, then
+written); ``acceptrun show`` and the report read it through :func:`load_summary`.
 
 Its rooms: telemetry/inputs.py reads the record's files, telemetry/steps.py is the one
 pass over the steps, telemetry/figures.py the statistics over the steady steps,
@@ -61,9 +61,11 @@ from acceptrun.telemetry.timelines import chart_series
 __all__ = [
     "BREAKDOWN_PARTS",
     "SUMMARY_FILE",
+    "PendingSummary",
     "Stored",
     "Summary",
     "load_summary",
+    "pending_summary",
     "summarize",
     "write_summary",
 ]
@@ -468,11 +470,36 @@ def _computed_from(run_dir: Path) -> dict[str, int]:
     }
 
 
-def write_summary(record_path: Path) -> Path:
-    """Compute the summary and the chart series once and store them as ``summary.json``.
+@dataclass
+class PendingSummary:
+    """A summary computed for summary.json and not yet written: close computes it once,
+    its verdict judges :attr:`summary`, and :meth:`write` stores it after close's own
+    events."""
 
-    Called when the run closes; readers take it through :func:`load_summary`.
-    """
+    run_dir: Path
+    summary: Summary
+    data: dict[str, Any]
+    """summary.json's content, its ``computed_from`` taken before the record was read."""
+
+    def write(self) -> Path:
+        """Store summary.json, current for readers of the closed run.
+
+        Events appended since the summary was computed are the run's closing (the
+        verdict, notifications, a part of closing that failed), not its time: the
+        summary stands, stamped with the events as they are now. Steps or telemetry that
+        changed since leave the first stamp, so readers find it stale and compute it.
+        """
+        source, now = self.data["computed_from"], _computed_from(self.run_dir)
+        if all(source[name] == now[name] for name in ("step_records", "telemetry_bytes")):
+            source = now
+        target = self.run_dir / SUMMARY_FILE
+        write_json_atomic(target, {**self.data, "computed_from": source})
+        return target
+
+
+def pending_summary(record_path: Path) -> PendingSummary:
+    """Compute the summary and the chart series once, for summary.json (see
+    :class:`PendingSummary`); readers take the stored file through :func:`load_summary`."""
     run_dir = Path(record_path)
     source = _computed_from(run_dir)  # before reading: a later change makes it stale
     rec = read_run(run_dir)
@@ -485,9 +512,12 @@ def write_summary(record_path: Path) -> Path:
         "step_facts": facts,
         "timelines": chart_series(rec),
     }
-    target = run_dir / SUMMARY_FILE
-    write_json_atomic(target, data)
-    return target
+    return PendingSummary(run_dir, summary, data)
+
+
+def write_summary(record_path: Path) -> Path:
+    """Compute the summary and the chart series once and store them as ``summary.json``."""
+    return pending_summary(record_path).write()
 
 
 def load_summary(run_dir: Path, *, with_timelines: bool = True) -> Stored:

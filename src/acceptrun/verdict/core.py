@@ -119,9 +119,10 @@ class Verdict:
 class CheckInput:
     """What every check function reads: the record, its spec, and facts several share.
 
-    The telemetry summary is computed on first use, once per verdict; if it raises,
-    :attr:`summary` is None and :attr:`summary_failure` says why (the failure is in
-    events.jsonl, see :meth:`record_failure`).
+    The telemetry summary is the one given (close hands over the summary it stored), else
+    computed on first use, once per verdict; if it raises, :attr:`summary` is None and
+    :attr:`summary_failure` says why (the failure is in events.jsonl, see
+    :meth:`record_failure`).
     """
 
     record: RunRecord
@@ -133,10 +134,16 @@ class CheckInput:
     _summary_failure: str | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def of(cls, record: RunRecord, spec: RunSpec | None = None) -> CheckInput:
-        """The input of one verdict; ``spec`` defaults to the frozen spec in the record."""
+    def of(
+        cls, record: RunRecord, spec: RunSpec | None = None, summary: Summary | None = None
+    ) -> CheckInput:
+        """The input of one verdict; ``spec`` defaults to the frozen spec in the record,
+        ``summary`` (the telemetry summary already computed) to one computed on first use."""
         spec = spec or load_spec(record.spec_path)
-        return cls(record, spec, record.state.get("mode") == "standalone")
+        given = cls(record, spec, record.state.get("mode") == "standalone")
+        if summary is not None:
+            given._summary, given._summary_done = summary, True
+        return given
 
     @property
     def summary(self) -> Summary | None:

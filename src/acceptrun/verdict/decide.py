@@ -11,9 +11,14 @@ import only the types of :mod:`acceptrun.verdict.core`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from acceptrun.record.workspace import RunRecord, now_iso
 from acceptrun.spec.model import RunSpec
 from acceptrun.verdict.core import GROUPS, CheckFn, CheckInput, Verdict
+
+if TYPE_CHECKING:
+    from acceptrun.telemetry.summary import Summary
 
 __all__ = ["BEFORE_LAUNCH", "compute_verdict", "never_launched", "registered_checks"]
 
@@ -72,19 +77,23 @@ BEFORE_LAUNCH = frozenset({"provenance", "preflight", "spec_warnings", "data_ver
 
 def never_launched(record: RunRecord) -> bool:
     """The run was refused (or stopped) before its workload started: no attempt began."""
-    kinds = {str(ev.get("kind")) for ev in record.events()}
-    if kinds & {"attempt_start", "workload_start"}:
-        return False
+    launched = {"attempt_start", "workload_start"}
     refused = {"preflight_failed", "stopped_before_launch"}
+    kinds = {str(ev.get("kind")) for ev in record.events(*launched, *refused)}  # no steps read
+    if kinds & launched:
+        return False
     return bool(kinds & refused) or record.state.get("status") == "failed_preflight"
 
 
-def compute_verdict(record: RunRecord, spec: RunSpec | None = None) -> Verdict:
-    """Decide a run from its record. ``spec`` defaults to the frozen spec in the record.
+def compute_verdict(
+    record: RunRecord, spec: RunSpec | None = None, *, summary: Summary | None = None
+) -> Verdict:
+    """Decide a run from its record. ``spec`` defaults to the frozen spec in the record,
+    ``summary`` (the telemetry summary close stored) to one the checks compute.
 
     A run refused before launch shows only the checks that ran (:data:`BEFORE_LAUNCH`).
     """
-    given = CheckInput.of(record, spec)
+    given = CheckInput.of(record, spec, summary)
     fns = registered_checks()
     if never_launched(record):
         fns = tuple(fn for fn in fns if fn.__name__ in BEFORE_LAUNCH)
