@@ -166,13 +166,17 @@ def torch_info() -> dict[str, Any]:
     }
 
 
+def environment_packages() -> dict[str, Any]:
+    """The packages part: ``{"list": {name: version}}``, or absent with the reason."""
+    try:
+        return {"list": package_list()}
+    except Exception as exc:
+        return absent(f"could not list packages ({describe(exc)})")
+
+
 def environment() -> dict[str, Any]:
     """The default answer: python, packages and torch parts of this interpreter."""
-    try:
-        packages: dict[str, Any] = {"list": package_list()}
-    except Exception as exc:
-        packages = absent(f"could not list packages ({describe(exc)})")
-    return {"python": python_info(), "packages": packages, "torch": torch_info()}
+    return {"python": python_info(), "packages": environment_packages(), "torch": torch_info()}
 
 
 # What the facts answer depends on besides sys.path's contents: variables that change what
@@ -398,6 +402,8 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)
     if "--smoke" in argv:
         answer = smoke()
+    elif "--packages" in argv:  # a restart's check (capture/reverify.py): no torch, ~10 ms
+        answer = {"packages": environment_packages()}
     elif "--cache" in argv and argv.index("--cache") + 1 < len(argv):
         answer = cached_environment(argv[argv.index("--cache") + 1])
     else:

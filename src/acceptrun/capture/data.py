@@ -42,6 +42,9 @@ from acceptrun.errors import DataError
 # A data manifest lists every file of a data set (about 150 bytes each): 1 GiB is some
 # seven million files; past it the file is not a manifest acceptrun wrote.
 MAX_DATA_MANIFEST_BYTES = 1 << 30
+# A file's signature is trusted only when it last changed this long (ns) before the stat:
+# two writes in one tick of the file system's clock would leave the same mtime and ctime.
+SETTLE_NS = 2_000_000_000
 
 __all__ = [
     "KIND",
@@ -51,6 +54,7 @@ __all__ = [
     "format_verify",
     "load_manifest",
     "snapshot",
+    "stat_signatures",
     "verify",
     "write_manifest",
 ]
@@ -97,6 +101,10 @@ class VerifyResult:
     missing: list[str]
     extra: list[str]
     changed: list[Changed]
+    trusted: int = 0
+    """Files not read: their stat signature is the one ``trust`` gave (see :func:`verify`)."""
+    hashed: int = 0
+    """Files read and hashed."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy, for preflight.json and reports."""
@@ -193,6 +201,7 @@ def verify(
     *,
     ignore: Sequence[str] = (),
     progress: Progress | None = None,
+    trust: Mapping[str, Sequence[int]] | None = None,
 ) -> VerifyResult:
     """Compare ``source`` with ``manifest``; only a missing or unreadable source raises.
 
@@ -200,7 +209,9 @@ def verify(
     size is hashed with the manifest's own algorithm. ``ignore`` names files to leave out
     on both sides, either as manifest paths (``"manifest.json"``) or as paths or URLs that
     lie inside the source (``"data/manifest.json"``): use it for a manifest kept inside
-    the data directory.
+    the data directory. ``trust`` maps paths to the stat signatures
+    (:func:`stat_signatures`) they had when they were last verified: a local file whose
+    signature is unchanged is taken as verified without reading it (one stat, no hash).
 
     >>> verify("data/", load_manifest("data.manifest.json")).ok
     True
@@ -215,9 +226,12 @@ def verify(
 
     changed: list[Changed] = []
     to_hash: list[str] = []
+    trusted = 0
     for path in sorted(found.keys() & expected.keys()):
         size, want = found[path], expected[path]
-        if size is not None and size != want["size"]:
+        if trust is not None and _signature(listing, path) == list(trust.get(path) or ()):
+            trusted += 1  # unchanged since it was last hashed: a stat, not a read
+        elif size is not None and size != want["size"]:
             # Fast path: a resized file is changed whatever its bytes; skip reading it.
             changed.append(Changed(path, want["size"], size, want["hash"], None))
         else:
@@ -231,7 +245,7 @@ def verify(
     changed.sort(key=lambda c: c.path)
 
     root = None
-    if len(hashed) == len(found):  # every file found was read, so its root hash is known
+    if len(hashed) == len(found) and not trusted:  # every file was read: its root is known
         files = {path: {"size": size, "hash": digest} for path, (digest, size) in hashed.items()}
         root = _root_hash(files, algorithm)
     missing = sorted(expected.keys() - found.keys())
@@ -247,7 +261,39 @@ def verify(
         missing=missing,
         extra=extra,
         changed=changed,
+        trusted=trusted,
+        hashed=len(hashed),
     )
+
+
+def stat_signatures(
+    source: str | Path, exclude: Sequence[str] = (), *, now_ns: int | None = None
+) -> dict[str, list[int]] | None:
+    """``{relative path: [size, mtime_ns, inode, ctime_ns]}`` of a local source's files.
+
+    One ``stat`` per file, no read: what :func:`verify` compares with ``trust`` to skip a
+    file that has not changed since. Take it *before* hashing the files it vouches for.
+    A rewrite in place changes ``mtime_ns`` and ``ctime_ns``; a file replaced by another
+    changes the inode; setting the mtime back by hand still changes ``ctime_ns``. A file
+    changed less than :data:`SETTLE_NS` before ``now_ns`` (default: now) is left out, so
+    it is hashed again: file systems stamp times from a coarse clock (a few ms, an NFS
+    server's own clock), and a second write in the same tick would keep the signature.
+    None for a remote (fsspec) source, which has no such signature.
+    """
+    now = time.time_ns() if now_ns is None else now_ns
+    listing = _list_source(source, exclude)
+    if listing.fs is not None:
+        return None
+    return {
+        path: list(sig)
+        for path, sig in listing.stats.items()
+        if max(sig[1], sig[3]) < now - SETTLE_NS
+    }
+
+
+def _signature(listing: _Listing, path: str) -> list[int] | None:
+    sig = listing.stats.get(path)
+    return None if sig is None else list(sig)
 
 
 def format_verify(result: VerifyResult, *, manifest_path: str | Path | None = None) -> str:
@@ -280,6 +326,8 @@ class _Listing:
     root: str
     fs: Any  # an fsspec filesystem; None for the local disk, read with plain open()
     files: dict[str, tuple[str, int | None]]
+    stats: dict[str, tuple[int, int, int, int]] = dataclasses.field(default_factory=dict)
+    """Local files only: (size, mtime_ns, inode, ctime_ns) from the listing's own stat."""
 
     def chunks(self, location: str) -> Iterator[bytes]:
         """Stream a file in CHUNK-sized pieces; never holds a whole file in memory."""
@@ -314,9 +362,10 @@ def _list_local(root: Path, source: str, exclude: Sequence[str]) -> _Listing:
             raise _broken_link(str(root), source)
         raise _not_found(source)
     files: dict[str, tuple[str, int | None]] = {}
+    stats: dict[str, tuple[int, int, int, int]] = {}
     if not root.is_dir():
-        _add_local(files, root.name, str(root), root.stat())
-        return _Listing(str(root), None, files)
+        _add_local(files, stats, root.name, str(root), root.stat())
+        return _Listing(str(root), None, files, stats)
     # Depth-first with the chain of directories above each one, to catch symlink loops
     # while still following two links to the same directory (both are data).
     stack: list[tuple[str, str, frozenset[tuple[int, int]]]] = [(str(root), "", frozenset())]
@@ -343,12 +392,16 @@ def _list_local(root: Path, source: str, exclude: Sequence[str]) -> _Listing:
                     if entry.is_symlink():
                         raise _broken_link(entry.path, source) from None
                     continue  # deleted while listing: absent, like any missing file
-                _add_local(files, rel, entry.path, info)
-    return _Listing(str(root), None, files)
+                _add_local(files, stats, rel, entry.path, info)
+    return _Listing(str(root), None, files, stats)
 
 
 def _add_local(
-    files: dict[str, tuple[str, int | None]], rel: str, path: str, info: os.stat_result
+    files: dict[str, tuple[str, int | None]],
+    stats: dict[str, tuple[int, int, int, int]],
+    rel: str,
+    path: str,
+    info: os.stat_result,
 ) -> None:
     if not stat.S_ISREG(info.st_mode):
         # A FIFO or device would block or never end when read.
@@ -357,6 +410,7 @@ def _add_local(
             f"skip it with exclude=[{rel!r}]"
         )
     files[rel] = (path, info.st_size)
+    stats[rel] = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
 
 
 def _list_fsspec(fs: Any, root: str, source: str, exclude: Sequence[str]) -> _Listing:

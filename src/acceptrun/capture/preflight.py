@@ -243,9 +243,12 @@ def run_preflight(record: RunRecord, spec: RunSpec, *, existing: str | None = No
 
     t0 = time.perf_counter()
     python, how = interpreter_source(spec)
+    # The job's environment ([env] over this one): its PYTHONPATH decides which packages the
+    # workload imports, and a restart lists them again under it (capture/reverify.py).
     prov = provenance.capture(
         python=python, cwd=spec.workdir_path, diff_path=record.file("git.diff"),
         exclude=[record.path.parent.parent],  # the workspace: acceptrun's files, not the code's
+        env={**os.environ, **spec.env},
     )  # fmt: skip
     from acceptrun.checkpoint.owner import store_root
 
@@ -287,6 +290,7 @@ def run_preflight(record: RunRecord, spec: RunSpec, *, existing: str | None = No
         result.checks.append(_timed("device", lambda: check_device(python)))
     if spec.data.path:
         result.checks.append(_timed("data", lambda: check_data(spec)))
+        _keep_data_stats(record, result.checks[-1])
     if spec.resources.processes > 1:
         result.checks.append(_timed("backend", lambda: check_backend(spec)))
 
@@ -572,11 +576,26 @@ def check_data(spec: RunSpec) -> tuple[bool, str, dict[str, Any]]:
         return True, f"{source}: no manifest in the spec, so not verified", {"verified": False}
     manifest_path = spec.resolve_path(spec.data.manifest)
     manifest = datamod.load_manifest(manifest_path)
+    from acceptrun.capture.reverify import data_baseline
+
+    stats = data_baseline(spec, manifest.get("exclude", ()))  # before hashing: see its doc
     result = datamod.verify(source, manifest, ignore=[manifest_path])
     details = {"verified": result.ok, **result.to_dict()}
     if not result.ok:
         return False, datamod.format_verify(result).replace("\n", "; "), details
+    if stats is not None:
+        details["stat_signatures"] = stats  # moved to data_stats.json by run_preflight
     return True, result.summary(), details
+
+
+def _keep_data_stats(record: RunRecord, check: Check) -> None:
+    """The verified files' stat signatures go to data_stats.json, not preflight.json: one
+    line per file is what a restart compares (capture/reverify.py), not a check's evidence."""
+    from acceptrun.capture.reverify import DATA_STATS_FILE
+
+    stats = check.details.pop("stat_signatures", None)
+    if stats is not None and check.ok:
+        record.write_json(DATA_STATS_FILE, stats)
 
 
 def _normalize(name: str) -> str:

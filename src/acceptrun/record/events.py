@@ -223,6 +223,14 @@ class GiveUpEvent(Event, total=False):
     reason: Required[str]
 
 
+class ReverifyEvent(Event, total=False):
+    attempt: Required[int]  # the attempt about to start
+    ok: Required[bool]
+    seconds: Required[float]  # what the checks cost together
+    data: dict[str, Any]  # ok, message, seconds, files, stat_only, rehashed, changed, ...
+    environment: dict[str, Any]  # ok, message, seconds, python, packages, changed
+
+
 class RollbackEvent(Event, total=False):
     attempt: Required[int]
     quarantined_step: Required[int]
@@ -482,7 +490,8 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("attempt_exit", AttemptExitEvent, "an attempt ended (the fields of its exit.json)", "supervisor/core"),
     _E("decision", DecisionEvent, "what the supervisor decided after an attempt, and why", "supervisor/core"),
     _E("restart", RestartEvent, "an attempt is about to restart after a failure", "supervisor/core"),
-    _E("give_up", GiveUpEvent, "no more restarts", "supervisor/core"),
+    _E("give_up", GiveUpEvent, "no more restarts", "supervisor/core, supervisor/restarts"),
+    _E("reverify", ReverifyEvent, "before a restart: the data and packages preflight verified, checked again", "capture/reverify"),
     _E("rollback", RollbackEvent, "the newest checkpoint was quarantined before a restart", "supervisor/restarts"),
     _E("hang_detected", HangDetectedEvent, "no progress (or only data waits) for the hang window", "supervisor/core"),
     _E("stacks", StacksEvent, "the stacks of a hung attempt were written", "supervisor/hang"),

@@ -71,6 +71,7 @@ class FailureClass(enum.StrEnum):
     DIVERGED = "diverged"
     DISK_FULL = "disk_full"
     USER_ERROR = "user_error"
+    SETUP_CHANGED = "setup_changed"  # the data or packages changed between attempts
     WALL_TIME = "wall_time"
     BUDGET = "budget"
     IDLE = "idle"
@@ -167,6 +168,10 @@ RESPONSIBILITY: dict[FailureClass, Responsibility] = {
     FailureClass.DIVERGED: Responsibility.WORKLOAD,
     FailureClass.DISK_FULL: Responsibility.WORKLOAD,
     FailureClass.USER_ERROR: Responsibility.WORKLOAD,
+    # The data or the packages the run was verified with changed between attempts: the
+    # run's own inputs (its data set, its environment), whoever changed them; a platform
+    # that rewrites a data set or a venv under a job is not what a provider does.
+    FailureClass.SETUP_CHANGED: Responsibility.WORKLOAD,
     FailureClass.WALL_TIME: Responsibility.WORKLOAD,
     FailureClass.BUDGET: Responsibility.WORKLOAD,
     FailureClass.IDLE: Responsibility.WORKLOAD,

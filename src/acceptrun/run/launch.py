@@ -21,6 +21,7 @@ from pathlib import Path
 
 from acceptrun._util.console import get_logger
 from acceptrun.capture.preflight import check_static, run_preflight
+from acceptrun.capture.reverify import reverifier_for
 from acceptrun.checkpoint.owner import LAYOUT_KEY, PER_RUN, check_fresh, create_run_store
 from acceptrun.cost.catalog import check_budget, load_catalog, price_for
 from acceptrun.errors import UserError
@@ -171,6 +172,7 @@ def launch(
             billing_start=billing_start,
             prometheus_port=prometheus_port,  # --prometheus-port; None: the spec's
             side_task=side_task(record, spec),
+            reverify=reverifier_for(record, spec, base_env),  # before each restart
         ).run()
         verdict = close_run(record, ws, spec, after_verdict=told)
         return LaunchResult(record, spec, verdict, True, result)

@@ -38,6 +38,7 @@ from acceptrun._util.console import get_logger
 from acceptrun._util.durable import write_json_atomic
 from acceptrun._util.keyblock import KeyBlocks, split_lines
 from acceptrun.capture.preflight import check_static
+from acceptrun.capture.reverify import reverifier_for
 from acceptrun.checkpoint.mirror_remote import fetch, remote_steps
 from acceptrun.checkpoint.owner import mirror_root, open_run_store, owner_of
 from acceptrun.errors import AcceptrunError, RecordError, UnsafeFileError, UserError
@@ -324,6 +325,7 @@ def resume_run(
         supervisor = Supervisor(
             record, spec, echo=echo, say=_log.info, base_env=env, first_attempt=first,
             side_task=side_task(record, spec),
+            reverify=reverifier_for(record, spec, env),  # the data and packages preflight saw
         )  # fmt: skip
         ckpt_dir = supervisor.checkpoint_dir
         from_step = _resume_point(record, spec, ckpt_dir, url, step, first, from_scratch)

@@ -75,7 +75,7 @@ from acceptrun.supervisor.outcome import (
 )
 from acceptrun.supervisor.process import UNBUFFERED, ChildProcess, contract_env, python_output
 from acceptrun.supervisor.progress import ProgressReader
-from acceptrun.supervisor.restarts import RestartPolicy
+from acceptrun.supervisor.restarts import RestartPolicy, Reverify
 from acceptrun.supervisor.sidetask import SideTask, StartSideTask
 from acceptrun.supervisor.standby import Standby, StandbyKeeper
 from acceptrun.supervisor.stops import PollState, Stop, StopCause
@@ -136,6 +136,7 @@ class Supervisor:
         billing_start: float | None = None,
         prometheus_port: int | None = None,
         side_task: StartSideTask | None = None,
+        reverify: Reverify | None = None,  # before attempt 2+: the data and packages unchanged?
     ) -> None:
         self.record = record
         self.side_task = side_task  # started beside each attempt (supervisor/sidetask.py)
@@ -152,7 +153,7 @@ class Supervisor:
         )  # fmt: skip
         self._stop_reason: str | None = None
         self.restarts = RestartPolicy(
-            record, spec, lambda n: self._store(lambda k, f: self._event(k, n, f))
+            record, spec, lambda n: self._store(lambda k, f: self._event(k, n, f)), reverify
         )
         self._kill_now = False
         self._wake = threading.Event()
@@ -413,6 +414,8 @@ class Supervisor:
         """Start the attempt's process; an AttemptResult ``not_started`` when it cannot start."""
         adir = self.record.attempt_dir(attempt)
         adir.mkdir(parents=True, exist_ok=True)
+        if (refused := self.restarts.refused(attempt)) is not None:
+            return refused  # what preflight verified changed: recorded, the run stops
         resume_from, resume_step = self._resume_point(attempt)
         # Started while the attempt before ran (supervisor/standby.py), or None.
         standby = self.standby.take(attempt) if attempt > self.first_attempt else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from acceptrun.checkpoint.store import CheckpointStore
-from acceptrun.record.workspace import RunRecord
+from acceptrun.record.workspace import RunRecord, now_iso
 from acceptrun.spec.model import RunSpec
 from acceptrun.supervisor.classify import (
     Classification,
@@ -25,7 +25,12 @@ from acceptrun.supervisor.classify import (
 )
 from acceptrun.supervisor.outcome import AttemptResult
 
-__all__ = ["NO_BACKOFF", "RestartPolicy"]
+__all__ = ["NO_BACKOFF", "RestartPolicy", "Reverify"]
+
+Reverify = Callable[[int], Classification | None]
+"""Before attempt N (N > 1): None, or why it must not start (capture/reverify.py: the data
+or the packages preflight verified changed since). Handed down by the launcher, since the
+supervisor sits below capture."""
 
 # Failure classes restarted without the backoff: the machine is sound, nothing to wait out
 # (a preemption's machine came back; a hang was the workload's). "killed" keeps it: the
@@ -38,11 +43,34 @@ class RestartPolicy:
     with that attempt's events."""
 
     def __init__(
-        self, record: RunRecord, spec: RunSpec, open_store: Callable[[int], CheckpointStore]
+        self,
+        record: RunRecord,
+        spec: RunSpec,
+        open_store: Callable[[int], CheckpointStore],
+        reverify: Reverify | None = None,
     ) -> None:
         self.record = record
         self.spec = spec
         self.open_store = open_store
+        self.reverify = reverify
+
+    def refused(self, attempt: int) -> AttemptResult | None:
+        """Before a restarted or resumed attempt: its exit, recorded, when what preflight
+        verified changed since (the attempt is then not started and the run stops: a restart
+        would train on other data or code than the record says); else None."""
+        if self.reverify is None or attempt < 2:
+            return None
+        why = self.reverify(attempt)
+        if why is None:
+            return None
+        stamp = now_iso()
+        res = AttemptResult(attempt, "not_started", None, None, stamp, stamp, 0.0,
+                            f"not started: {why.reason}", failure=why)  # fmt: skip
+        res.decision = "stop: not restarted, what preflight verified changed since"
+        self.record.write_json(f"attempts/{attempt}/exit.json", res.to_dict())
+        self.record.event("attempt_exit", sync=True, **res.to_dict())
+        self.record.event("give_up", sync=True, attempt=attempt, reason=res.reason)
+        return res
 
     def why_not(self, res: AttemptResult, attempts: list[AttemptResult]) -> str | None:
         """None when the failure is worth a restart; else the reason to stop (for the report)."""

@@ -28,7 +28,9 @@ def data_verified(given: CheckInput) -> list[Check]:
         return [Check("data", "data verified", NOT_RECORDED, False, "the spec names no data")]
     required = bool(spec.data.manifest)
     pre = given.record.read_json("preflight.json") or {}
-    found = next((c for c in pre.get("checks", []) if c["name"] == "data"), None)
+    # Preflight's own, or a restart's that found the data changed (capture/reverify.py).
+    checks = [c for c in pre.get("checks", []) if c["name"] == "data"]
+    found = next((c for c in reversed(checks) if not c["ok"]), checks[0] if checks else None)
     if found is None:
         return [Check("data", "data verified", NOT_RECORDED, required,
                       "no data check in preflight.json", PREFLIGHT_FIX["data"])]  # fmt: skip
@@ -36,8 +38,9 @@ def data_verified(given: CheckInput) -> list[Check]:
         return [Check("data", "data verified", NOT_RECORDED, False, found["message"],
                       "add data.manifest to the spec")]  # fmt: skip
     ok = bool(found["ok"])
+    fix = found["details"].get("fix") or PREFLIGHT_FIX["data"]
     return [Check("data", "data verified", PASS if ok else FAIL, required, found["message"],
-                  None if ok else PREFLIGHT_FIX["data"])]  # fmt: skip
+                  None if ok else fix)]  # fmt: skip
 
 
 def last_checkpoint(given: CheckInput) -> list[Check]:

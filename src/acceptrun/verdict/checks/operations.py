@@ -50,6 +50,8 @@ _CLASS_FIX = {
     '["--exclude=NODE"])',
     "gpu_fault": "a GPU error (Xid, ECC, illegal address): check the GPU, or move to another machine",
     "wall_time": "raise limits.wall_time, or make the run faster",
+    "setup_changed": "the data or a package changed between attempts (the evidence names "
+    "which): restore what preflight verified, then `acceptrun resume RUN`, or start a new run",
     "idle": "the workload sat idle: see what it waited for in stderr.log and telemetry.jsonl, "
     "or raise limits.idle_window / lower telemetry.idle_threshold",
 }
