@@ -1,6 +1,6 @@
 """Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit and the
 campaign's (run/drills/campaign/): raise, spike, bitflip, diskfull, cktrunc, ckflip, stall,
-slowckpt, slow, mirrorgone.
+slowckpt, slow, mirrorgone, datachange, pkgchange.
 
 A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally followed by
 ``:attempt=K`` (default 1, so the resumed attempt runs clean)::
@@ -43,6 +43,12 @@ slow=K     this process's steps N to N+K-1 each take ``STRAGGLE_S`` seconds long
 mirrorgone the run's own local mirror root (``checkpoint.mirror/<run id>``) is moved
            aside and a plain file put in its place for ``MIRROR_OUTAGE_S`` seconds,
            then put back: every upload in between fails (the mirror unreachable)
+datachange one byte of the first file of ``[data] path`` is inverted, then SIGKILL (the
+           data changed under the run); only in a campaign's scratch copy of the data
+           (a ``SCRATCH_MARKER`` file beside it), never in anything else
+pkgchange  the version in the metadata of the campaign's scratch package
+           (``SCRATCH_PACKAGE``, on PYTHONPATH) is raised, then SIGKILL (a package
+           upgraded between attempts); only in a folder that holds ``SCRATCH_MARKER``
 =========  =====================================================================
 
 Step faults are fired inside the workload by the client API (:func:`fire`, called when
@@ -74,6 +80,9 @@ from acceptrun.errors import UserError
 
 __all__ = [
     "ACTIONS",
+    "SCRATCH_MARKER",
+    "SCRATCH_PACKAGE",
+    "SCRATCH_VERSIONS",
     "Fault",
     "due_after_checkpoint",
     "faults_for_attempt",
@@ -86,7 +95,7 @@ __all__ = [
 ACTIONS = (
     "kill", "term", "hang", "nan", "oom", "exit=N",
     "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall", "slowckpt",
-    "mirrorgone", "slow=K",
+    "mirrorgone", "datachange", "pkgchange", "slow=K",
 )  # fmt: skip
 _NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:-1], "slow")
 _BEFORE_EMIT = ("nan", "spike")  # done before the step's values are written
@@ -103,6 +112,11 @@ SLOW_SAVE_S = 2.0  # seconds the slowed checkpoint write sleeps: many of the dem
 STRAGGLE_S = 0.2  # seconds a straggler's step takes longer: ten times the demo's step
 STRAGGLE_STEPS = 10  # steps slowed by ``slow`` without a count
 MIRROR_OUTAGE_S = 1.5  # seconds the mirror root is gone: a retry or two of its backoff
+# The campaign's scratch copies (run/drills/campaign/scratch.py): datachange and pkgchange
+# change only what lies beside this file, which the campaign writes into each copy it makes.
+SCRATCH_MARKER = ".acceptrun-campaign-scratch"
+SCRATCH_PACKAGE = "acceptrun-campaign-probe"  # a metadata-only distribution, no module
+SCRATCH_VERSIONS = ("1.0", "1.1")  # as installed, as the fault rewrites it
 OOM_HEADROOM = 64 * 1024 * 1024  # bytes of address space above current use left to allocate
 OOM_CHUNK = 8 * 1024 * 1024  # bytes per allocation while exhausting it
 
@@ -448,6 +462,36 @@ def _target(run: Any, fault: Fault) -> Any:
         return _first_array(run)[0]  # the parameter's name
     if fault.action == "mirrorgone":
         return _mirror_root(run)
+    if fault.action == "datachange":
+        return _scratch_data_file(run)
+    if fault.action == "pkgchange":
+        return _scratch_metadata()
+    return None
+
+
+def _scratch_data_file(run: Any) -> str | None:
+    """The first non-empty file of ``[data] path``, when the data is a campaign's scratch
+    copy (a SCRATCH_MARKER beside it); None otherwise: the user's data is never touched."""
+    path = run.spec.data.path
+    if not path or "://" in path:
+        return None
+    root = Path(run.spec.resolve_path(path))
+    if not (root.parent / SCRATCH_MARKER).is_file():
+        return None
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return next((str(p) for p in files if p.stat().st_size > 0), None)
+
+
+def _scratch_metadata() -> str | None:
+    """The METADATA of the scratch package in a PYTHONPATH folder that holds SCRATCH_MARKER."""
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        folder = Path(entry) if entry else None
+        if folder is None or not (folder / SCRATCH_MARKER).is_file():
+            continue
+        name = SCRATCH_PACKAGE.replace("-", "_")
+        meta = folder / f"{name}-{SCRATCH_VERSIONS[0]}.dist-info" / "METADATA"
+        if meta.is_file():
+            return str(meta)
     return None
 
 
@@ -533,6 +577,27 @@ def _damage(run: Any, target: Any, truncate: bool) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _change_data(run: Any, target: Any) -> None:
+    """Invert the first byte of the scratch data file, then die: a restart must see it."""
+    if target is not None:
+        with open(target, "r+b") as f:
+            byte = f.read(1)
+            f.seek(0)
+            f.write(bytes([byte[0] ^ 0xFF]))
+            os.fsync(f.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _change_package(run: Any, target: Any) -> None:
+    """Raise the scratch package's recorded version in place, then die (an upgrade)."""
+    if target is not None:
+        meta = Path(target)
+        old, new = SCRATCH_VERSIONS
+        text = meta.read_text(encoding="utf-8").replace(f"Version: {old}", f"Version: {new}")
+        meta.write_text(text, encoding="utf-8")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _slow_save(run: Any, target: Any) -> None:
     """The attempt's next checkpoint write sleeps once it began: a slow directory's create."""
     saver = run._checkpointer
@@ -607,4 +672,6 @@ _CAMPAIGN_ACTIONS: dict[str, Any] = {
     "stall": _stall,
     "slowckpt": _slow_save,
     "mirrorgone": _mirror_gone,
+    "datachange": _change_data,
+    "pkgchange": _change_package,
 }

@@ -64,6 +64,9 @@ class Expect:
     """A checkpoint write after the fault must be recorded as taking at least this long."""
     mirror_outage: bool = False
     """The mirror's failed uploads must be on record, then the newest checkpoint mirrored."""
+    refused: bool = False
+    """Named by the restart that refuses to start: scored on the run's last failed attempt
+    (the first is the fault's own kill)."""
 
 
 Requirement = Callable[[RunSpec, Reference], str | None]
@@ -91,6 +94,8 @@ class FaultKind:
     """Fired by the campaign from outside the run (campaign/outside.py), not by the client."""
     black_box: bool = False
     """Also tried on a black box (no client API): fired by the supervisor or the campaign."""
+    scratch: bool = False
+    """Run on the campaign's copy of the spec with a scratch part (campaign/scratch.py)."""
 
     def why_not_tried(self, spec: RunSpec, ref: Reference, client: bool = True) -> str | None:
         """Why this kind cannot be tried on ``spec`` here, or None when it can.
@@ -199,8 +204,22 @@ def _not_built_rendezvous(spec: RunSpec, ref: Reference) -> str | None:
     )
 
 
-def _not_here(reason: str) -> Requirement:
-    return lambda spec, ref: reason
+def _data_copy(spec: RunSpec, ref: Reference) -> str | None:
+    from acceptrun.run.drills.campaign.scratch import data_copy_problem
+
+    return data_copy_problem(spec)
+
+
+def _python_workload(spec: RunSpec, ref: Reference) -> str | None:
+    from acceptrun.capture.preflight import interpreter_source
+
+    python, how = interpreter_source(spec)
+    if python is None:
+        return (
+            f"{how}: provenance lists no packages of the job's interpreter, so a package "
+            "changed under it cannot be named"
+        )
+    return None
 
 
 # ---- expectations -----------------------------------------------------------------------------
@@ -210,6 +229,10 @@ def _fixed(
     klass: str, whose: str, action: str, quarantine: bool = False
 ) -> Callable[[RunSpec], Expect]:
     return lambda spec: Expect(klass, whose, action, quarantine)
+
+
+def _refused(spec: RunSpec) -> Expect:
+    return Expect("setup_changed", "workload", "stop", refused=True)
 
 
 def _divergence(spec: RunSpec) -> Expect:
@@ -286,18 +309,14 @@ KINDS: tuple[FaultKind, ...] = (
               "place, then a timer puts it back", "mirrorgone@step={step}",
               lambda spec: Expect("success", "none", "none", mirror_outage=True),
               [_local_mirror]),
-    FaultKind("data_changed", "storage", "the data changes under the run", "", None,
-              _fixed("user_error", "workload", "stop"),
-              [_not_here("not built: needs a scratch copy of [data] that the run reads, changed "
-                         "between attempts. Today the data is verified once, in the preflight "
-                         "before attempt 1; the supervisor's restarts do not verify it again, "
-                         "so such a change would go unnamed")]),
+    FaultKind("data_changed", "storage", "a file of [data] changes between attempts",
+              "one byte of the first data file inverted by the client, then SIGKILL; in the "
+              "campaign's copy of the data, never the data itself", "datachange@step={step}",
+              _refused, [_restarts, _data_copy], scratch=True),
     FaultKind("package_changed", "environment", "a package's version changes between attempts",
-              "", None, _fixed("user_error", "workload", "stop"),
-              [_not_here("not built: needs a scratch environment whose package the campaign "
-                         "changes between attempts. Today the provenance (provenance.json) is "
-                         "captured once per run; a restart neither captures nor compares the "
-                         "environment, so such a change would go unnamed")]),
+              "the client raises the version of a scratch package (metadata only, put on the "
+              "job's PYTHONPATH by the campaign's copy of [env]), then SIGKILL",
+              "pkgchange@step={step}", _refused, [_restarts, _python_workload], scratch=True),
     FaultKind("rank_killed", "distributed", "one rank (rank 0) of a torchrun group is killed",
               "the client of rank 0 sends SIGKILL to itself (a step fault fires in one rank, "
               "ACCEPTRUN_INJECT_RANK)", "kill@step={step}",

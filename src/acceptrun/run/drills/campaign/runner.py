@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from acceptrun.run.drills.campaign.outside import run_outside
 from acceptrun.run.drills.campaign.plan import Campaign, default_campaign, default_step
 from acceptrun.run.drills.campaign.score import KindResult, not_tried, score_kind, score_outside
 from acceptrun.run.drills.campaign.scorecard import CampaignReport
+from acceptrun.run.drills.campaign.scratch import scratch_spec
 from acceptrun.run.drills.operations import startup_seconds
 from acceptrun.spec.model import load_spec
 
@@ -80,7 +82,12 @@ def run_campaign(
             continue
         fault = kind.injection(step)
         _log.info(f"campaign {i}/{len(campaign.kinds)}: {kind.name} ({fault})")
-        b = launch(spec_path, workspace=workspace, echo=echo, inject=[fault], existing=existing)
+        ws = ref_rec.path.parent.parent
+        # A kind that changes the run's inputs runs on a copy of them (campaign/scratch.py).
+        with (
+            scratch_spec(kind.name, spec_path, ws) if kind.scratch else nullcontext(spec_path) as p
+        ):
+            b = launch(p, workspace=ws, echo=echo, inject=[fault], existing=existing)
         results.append(score_kind(kind, expect, fault, ref_rec, b.record, startup, tolerance))
     report = CampaignReport(
         spec=str(Path(spec_path).resolve()),

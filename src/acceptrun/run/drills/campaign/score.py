@@ -104,6 +104,8 @@ def score_kind(
     fired = next((e for e in events if e["kind"] == "fault_injected"), None)
     exits = [e for e in events if e["kind"] == "attempt_exit"]
     failed = next((e for e in exits if e.get("class") != "success"), None)
+    if expect.refused:  # the fault's own kill first, then the restart that refused to start
+        failed = next((e for e in reversed(exits) if e.get("class") != "success"), None)
     said = _said(events, failed)
     result = KindResult(
         kind.name, kind.family, tried=True, fault=fault, run=rec.run_id,
