@@ -32,7 +32,7 @@ TRUTH = {
     "loader_stalled": ("data_stall", "unknown", "restart"),
     "ckpt_dir_slow": ("success", "none", "none"),  # one write 2 s slower: no failure, shown
 }
-NOT_TRIED = ("rank_killed", "package_changed")
+NOT_TRIED = ("rank_killed", "data_changed")  # one process; no [data] to change
 OUTSIDE = ("supervisor_killed", "supervisor_stopped")
 KILL_STEP = 12
 
