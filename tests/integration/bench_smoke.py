@@ -47,6 +47,7 @@ SMOKE: dict[str, list[str]] = {
         "--mtbi", "3", "--steps", "40", "--durable-every", "10", "--memory-every", "5",
     ],
     "redact.py": ["--repeats", "200"],
+    "reverify.py": ["--files", "20", "--file-kb", "64", "--repeats", "1", "--dir", "{out}"],
     "run_lookup.py": ["--workspaces", "3", "--runs", "4", "--repeats", "2"],
     "serving_load.py": ["--seconds", "0.5", "--connections", "2"],
     "sharded_checkpoint.py": ["--smoke", "--dir", "{out}"],
