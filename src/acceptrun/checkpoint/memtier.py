@@ -50,7 +50,6 @@ from typing import Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.checkpoint.store import CheckpointInfo, CheckpointStore
-from acceptrun.checkpoint.writer import CheckpointWriter
 from acceptrun.record.workspace import RunRecord
 
 __all__ = [
@@ -165,21 +164,10 @@ class MemoryStore(CheckpointStore):
     commit, and a memory tier commits every step); its order is the steps'.
     """
 
+    sequenced = False
+
     def __init__(self, root: str | Path) -> None:
         super().__init__(root, keep_last=KEEP)
-
-    def commit(
-        self,
-        writer: CheckpointWriter,
-        *,
-        metrics: Mapping[str, float] | None = None,
-        meta: Mapping[str, Any] | None = None,
-        retain: bool = True,
-    ) -> CheckpointInfo:
-        info = self._commit(writer, metrics=metrics, meta=meta, sequence=None)
-        if retain:
-            self.apply_retention()
-        return info
 
 
 @dataclass

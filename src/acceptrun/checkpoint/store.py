@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from acceptrun._util.durable import fsync_dir, loads_json, read_bytes_bounded, write_atomic
 from acceptrun._util.hashing import ALGORITHM, hash_bytes, hash_file, split_hash
@@ -131,6 +131,9 @@ class CheckpointStore:
     checkpoint_staging_removed, for the run's events.jsonl; it should not raise.
     """
 
+    sequenced: ClassVar[bool] = True
+    """Each commit takes a sequence number (checkpoint/sequence.py)."""
+
     def __init__(
         self,
         root: str | Path,
@@ -211,7 +214,8 @@ class CheckpointStore:
         runs it once whoever waits for the commit has been told: deleting a retired
         checkpoint is housekeeping, not part of making this one durable.
         """
-        info = self._commit(writer, metrics=metrics, meta=meta)
+        sequence = _NEW_SEQUENCE if self.sequenced else None
+        info = self._commit(writer, metrics=metrics, meta=meta, sequence=sequence)
         # Last: a crash before or during it leaves extra checkpoints, never too few.
         if retain:
             self.apply_retention()
@@ -230,7 +234,7 @@ class CheckpointStore:
     ) -> CheckpointInfo:
         if writer.store is not self or not writer.owner:
             raise UserError(f"the save of step {writer.step} was begun by another store")
-        writer._require_open()
+        writer.require_open()
         stray = sorted(set(self._walk_files(writer.path)) - set(writer.files))
         if stray:
             raise UserError(

@@ -87,7 +87,7 @@ class CheckpointWriter:
         An exception inside the block abandons the whole save (the staging directory is
         removed): half a checkpoint is never worth keeping, and a full disk needs the space.
         """
-        self._require_open()
+        self.require_open()
         if not valid_name(name) or name == MANIFEST:
             raise UserError(
                 f"checkpoint file name {name!r} is not allowed; use a relative path such as "
@@ -148,7 +148,7 @@ class CheckpointWriter:
         with the size reported, and no name may be written twice. The hashes are taken
         as reported (they were computed while writing); ``verify`` re-checks them.
         """
-        self._require_open()
+        self.require_open()
         for name, entry in files.items():
             if not valid_name(name) or name == MANIFEST or name in self.files:
                 raise UserError(f"checkpoint file {name!r} of step {self.step} cannot be adopted")
@@ -164,6 +164,7 @@ class CheckpointWriter:
                 raise UserError(f"checkpoint directory {d!r} cannot be adopted")
             self.dirs.add(self.path / d)
 
-    def _require_open(self) -> None:
+    def require_open(self) -> None:
+        """Raise :class:`UserError` unless the save is still open (not committed or aborted)."""
         if self.state != "open":
             raise UserError(f"the save of step {self.step} was already {self.state}")
