@@ -727,6 +727,24 @@ class AcceptanceSpec:
             )  # fmt: skip
 
 
+def _require_enabled_when_set(section: Any, key_field: str, example: str) -> None:
+    """A run kind's section ([inference], [serving]) that sets any field must set the one
+    that turns it on (``key_field``): ``[serving] rate = 5`` without a url is refused, not
+    quietly ignored."""
+    changed = any(getattr(section, f.name) != _default_of(f) for f in dataclasses.fields(section))
+    require(
+        section.enabled or not changed,
+        f"{section.SECTION}.{key_field}", getattr(section, key_field), example,
+    )  # fmt: skip
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    """A field's default: its factory's value when it has one (a dict, a list)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
 @dataclass(kw_only=True)
 class InferenceSpec:
     """A batch inference run: its input items, its committed outputs and what it must show."""
@@ -806,14 +824,8 @@ class InferenceSpec:
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)
-        changed = [
-            f.name
-            for f in dataclasses.fields(self)
-            if f.default is not dataclasses.MISSING and getattr(self, f.name) != f.default
-        ]
-        require(
-            self.enabled or not changed,
-            "inference.input", self.input,
+        _require_enabled_when_set(
+            self, "input",
             'the input items of an [inference] section, e.g. input = "data/prompts.jsonl"',
         )  # fmt: skip
         require(
@@ -988,15 +1000,8 @@ class ServingSpec:
 
     def __post_init__(self) -> None:
         check_fields(self, self.SECTION)
-        changed = [
-            f.name
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name)
-            != (f.default if f.default is not dataclasses.MISSING else {})  # headers: a dict
-        ]
-        require(
-            self.enabled or not changed,
-            "serving.url", self.url,
+        _require_enabled_when_set(
+            self, "url",
             'the URL the load goes to, e.g. url = "http://127.0.0.1:8000/v1/completions"',
         )  # fmt: skip
         if not self.enabled:
