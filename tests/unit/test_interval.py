@@ -14,6 +14,7 @@ import pytest
 
 from acceptrun.cost.interval import (
     FLEET,
+    Tiers,
     daly_interval,
     ettr,
     expected_wall,
@@ -153,14 +154,16 @@ def test_the_tiered_forecast_matches_its_simulation(
 ) -> None:
     mtbf, work, save = 3 * HOUR, 14 * 24 * HOUR, 4.0
     interval = daly_interval(save, mtbf)
-    tiered = tiered_forecast(
-        interval, save=save, memory_save=memory_save, survives=survives, mtbf=mtbf,
-        restart=restart, work=work,
-    )  # fmt: skip
-    sim = simulate_tiers(
-        tiered.memory_interval_s, interval, save=save, memory_save=memory_save,
-        survives=survives, mtbf=mtbf, restart=restart, work=work, runs=150, seed=3,
-    )  # fmt: skip
+    tiers = Tiers(
+        save=save,
+        memory_save=memory_save,
+        survives=survives,
+        mtbf=mtbf,
+        restart=restart,
+        work=work,
+    )
+    tiered = tiered_forecast(interval, tiers)
+    sim = simulate_tiers(tiered.memory_interval_s, interval, tiers, runs=150, seed=3)
     assert sim["ettr"] == pytest.approx(tiered.ettr, rel=0.005)
     assert sum(tiered.shares.values()) == pytest.approx(1.0)
     assert tiered.interval_s / tiered.memory_interval_s == round(
@@ -171,24 +174,21 @@ def test_the_tiered_forecast_matches_its_simulation(
 def test_one_tier_is_daly_to_first_order_and_the_simulators_agree() -> None:
     mtbf, work, save, restart = 3 * HOUR, 14 * 24 * HOUR, 4.0, 300.0
     tau = daly_interval(save, mtbf)
-    alone = tiered_forecast(
-        tau, save=save, memory_save=save, survives=0.0, mtbf=mtbf, restart=restart,
-        work=work, memory_interval=tau,
-    )  # fmt: skip
+    tiers = Tiers(save=save, memory_save=save, survives=0.0, mtbf=mtbf, restart=restart, work=work)
+    alone = tiered_forecast(tau, tiers, memory_interval=tau)
     assert alone.shares["memory_saves"] == 0.0
     assert alone.ettr == pytest.approx(ettr(tau, save, mtbf, restart), rel=0.002)
     one = simulate(tau, save=save, mtbf=mtbf, restart=restart, work=work, runs=2000, seed=1)
-    two = simulate_tiers(tau, tau, save=save, memory_save=save, survives=0.0, mtbf=mtbf,
-                         restart=restart, work=work, runs=300, seed=2)  # fmt: skip
+    two = simulate_tiers(tau, tau, tiers, runs=300, seed=2)
     assert two["ettr"] == pytest.approx(one["ettr"], rel=0.003)
 
 
 def test_a_memory_tier_that_is_always_reached_loses_less_than_none() -> None:
     mtbf, work, save = 3 * HOUR, 14 * 24 * HOUR, 4.0
     tau = daly_interval(save, mtbf)
-    kw = {"save": save, "mtbf": mtbf, "restart": 30.0, "work": work}
-    with_tier = tiered_forecast(tau, memory_save=0.1, survives=1.0, **kw)
-    never = tiered_forecast(tau, memory_save=0.1, survives=0.0, **kw)
+    kw = {"save": save, "memory_save": 0.1, "mtbf": mtbf, "restart": 30.0, "work": work}
+    with_tier = tiered_forecast(tau, Tiers(survives=1.0, **kw))
+    never = tiered_forecast(tau, Tiers(survives=0.0, **kw))
     assert with_tier.shares["lost_work"] < never.shares["lost_work"] / 4
     assert with_tier.ettr > never.ettr
     assert never.memory_interval_s == tau  # reached after no interruption: not worth a save
@@ -197,9 +197,9 @@ def test_a_memory_tier_that_is_always_reached_loses_less_than_none() -> None:
 def test_the_tiered_forecast_refuses_what_it_cannot_model() -> None:
     kw = {"save": 4.0, "memory_save": 0.1, "mtbf": HOUR, "work": HOUR}
     with pytest.raises(ValueError, match="survives"):
-        tiered_forecast(300.0, survives=1.5, restart=30.0, **kw)
+        Tiers(survives=1.5, restart=30.0, **kw)
     with pytest.raises(OverflowError):
-        tiered_forecast(300.0, survives=1.0, restart=2 * HOUR, **kw)
+        tiered_forecast(300.0, Tiers(survives=1.0, restart=2 * HOUR, **kw))
 
 
 def test_ckpt_plan_prints_the_memory_tier_and_where_the_time_goes(

@@ -15,6 +15,7 @@ beside the durable saves, and where the wall time goes in each.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -231,13 +232,15 @@ def _memory_tier(
     price: float | None,
 ) -> dict[str, Any]:
     """The forecast with a memory tier beside durable saves every ``interval``."""
-    from acceptrun.cost.interval import forecast, simulate_tiers, tiered_forecast
+    from acceptrun.cost.interval import Tiers, forecast, simulate_tiers, tiered_forecast
 
     survives = 1.0 if args.memory_survives is None else args.memory_survives
+    tiers = Tiers(
+        save=save, memory_save=memory_save, survives=survives, mtbf=M, restart=restart, work=work
+    )
     tiered = tiered_forecast(
-        interval, save=save, memory_save=memory_save, survives=survives, mtbf=M,
-        restart=restart, work=work, memory_interval=args.memory_interval, usd_per_hour=price,
-    )  # fmt: skip
+        interval, tiers, memory_interval=args.memory_interval, usd_per_hour=price
+    )
     out = tiered.to_dict()
     out["memory_save_s"] = memory_save
     out["survives"] = survives
@@ -248,18 +251,14 @@ def _memory_tier(
     )  # fmt: skip
     # The same durable interval without the tier, in the same first-order terms, so the
     # two breakdowns side by side differ only by the tier.
-    out["without"] = tiered_forecast(
-        interval, save=save, memory_save=0.0, survives=0.0, mtbf=M, restart=restart,
-        work=work, memory_interval=interval,
-    ).to_dict()  # fmt: skip
+    without = dataclasses.replace(tiers, memory_save=0.0, survives=0.0)
+    out["without"] = tiered_forecast(interval, without, memory_interval=interval).to_dict()
     if args.simulate:
         hits = forecast(interval, save=save, mtbf=M, restart=restart, work=work)
         if hits.expected_interruptions * args.simulate <= 2e7:  # a pure-Python round each
             out["simulated"] = simulate_tiers(
-                tiered.memory_interval_s, interval, save=save, memory_save=memory_save,
-                survives=survives, mtbf=M, restart=restart, work=work, runs=args.simulate,
-                seed=args.seed,
-            )  # fmt: skip
+                tiered.memory_interval_s, interval, tiers, runs=args.simulate, seed=args.seed
+            )
     return out
 
 

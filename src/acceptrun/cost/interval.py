@@ -23,12 +23,12 @@ ETTR (effective training time ratio) is W / T. :func:`simulate` runs the same pr
 event by event, and goes where the closed form does not: an asynchronous persist window
 during which an interruption loses the checkpoint in flight, Weibull interruptions.
 
-A memory tier beside the durable store (:func:`tiered_forecast`) adds two inputs: its own
-stall ``memory_save`` (δm) and ``survives`` (p), the share of interruptions after which
-its copy is still reachable. Saves go to memory every τm of compute and to the durable
-store every τ = k·τm (one host copy serves both at a durable point); an interruption costs
-R and the compute since the last memory save with probability p, else since the last
-durable one. To first order in the interruption rate::
+A memory tier beside the durable store (:func:`tiered_forecast`, over :class:`Tiers`) adds
+two inputs: its own stall ``memory_save`` (δm) and ``survives`` (p), the share of
+interruptions after which its copy is still reachable. Saves go to memory every τm of
+compute and to the durable store every τ = k·τm (one host copy serves both at a durable
+point); an interruption costs R and the compute since the last memory save with
+probability p, else since the last durable one. To first order in the interruption rate::
 
     T = W · (1 + δm/τm · (k−1)/k + δ/τ) / (1 − (R + p·(τm+δm)/2 + (1−p)·(τ+δ)/2) / M)
 
@@ -50,6 +50,7 @@ __all__ = [
     "FLEET",
     "Fleet",
     "Forecast",
+    "Tiers",
     "daly_interval",
     "ettr",
     "expected_wall",
@@ -264,15 +265,35 @@ class TieredForecast:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Tiers:
+    """A run with a memory tier beside its durable saves, the intervals aside (seconds)."""
+
+    save: float
+    """What a durable save blocks the run for (δ)."""
+    memory_save: float
+    """What a save to memory blocks the run for (δm)."""
+    survives: float
+    """The share of interruptions after which the memory copy is still reachable (p)."""
+    mtbf: float
+    """Mean time between interruptions (M)."""
+    restart: float
+    """What an interruption costs before the run computes again (R)."""
+    work: float
+    """The compute the run needs (W)."""
+
+    def __post_init__(self) -> None:
+        _positive(mtbf=self.mtbf, work=self.work)
+        if not (0.0 <= self.survives <= 1.0):
+            raise ValueError(f"survives must be a share from 0 to 1, got {self.survives!r}")
+        if self.memory_save < 0 or self.save < 0 or self.restart < 0:
+            raise ValueError("save, memory_save and restart must be >= 0")
+
+
 def tiered_forecast(
     interval: float,
+    tiers: Tiers,
     *,
-    save: float,
-    memory_save: float,
-    survives: float,
-    mtbf: float,
-    restart: float,
-    work: float,
     memory_interval: float | None = None,
     usd_per_hour: float | None = None,
 ) -> TieredForecast:
@@ -282,11 +303,9 @@ def tiered_forecast(
     divisors ``interval / k``; given, the durable interval is rounded to a multiple of it.
     Raises OverflowError when an interruption costs more than the time between them.
     """
-    _positive(interval=interval, mtbf=mtbf, work=work)
-    if not (0.0 <= survives <= 1.0):
-        raise ValueError(f"survives must be a share from 0 to 1, got {survives!r}")
-    if memory_save < 0 or save < 0 or restart < 0:
-        raise ValueError("save, memory_save and restart must be >= 0")
+    _positive(interval=interval)
+    save, memory_save, survives = tiers.save, tiers.memory_save, tiers.survives
+    mtbf, restart, work = tiers.mtbf, tiers.restart, tiers.work
 
     def terms(k: int) -> tuple[float, dict[str, float]]:
         tm = interval / k
@@ -320,13 +339,8 @@ def tiered_forecast(
 def simulate_tiers(
     memory_interval: float,
     interval: float,
+    tiers: Tiers,
     *,
-    save: float,
-    memory_save: float,
-    survives: float,
-    mtbf: float,
-    restart: float,
-    work: float,
     runs: int = 200,
     seed: int = 0,
     deadline: float | None = None,
@@ -340,7 +354,9 @@ def simulate_tiers(
     """
     import random
 
-    _positive(interval=interval, memory_interval=memory_interval, mtbf=mtbf, work=work)
+    _positive(interval=interval, memory_interval=memory_interval)
+    save, memory_save, survives = tiers.save, tiers.memory_save, tiers.survives
+    mtbf, restart, work = tiers.mtbf, tiers.restart, tiers.work
     rng = random.Random(seed)
     k = max(1, round(interval / memory_interval))
     tm = interval / k
