@@ -119,3 +119,24 @@ def test_an_unchanged_restart_is_re_verified_and_goes_on(project: Project) -> No
     assert check["data"]["files"] == 1 and check["environment"]["ok"] is True
     exits = [e["class"] for e in RecordView(rec).all_events if e["kind"] == "attempt_exit"]
     assert exits == ["killed", "success"]
+
+
+def test_a_resume_after_the_data_changed_is_refused(project: Project) -> None:
+    data = project.root / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"\x01" * 4096)
+    datamod.write_manifest(project.root / "data.manifest.json", datamod.snapshot(data))
+    spec = project.spec(
+        SCRIPT,
+        extra="[checkpoint]\nevery_steps = 2\n[limits]\nmax_restarts = 0\n"
+        '[data]\npath = "data"\nmanifest = "data.manifest.json"\n',
+    )
+    proc = project.cli("run", "--inject", "kill@step=3:after=checkpoint", str(spec), timeout=120)
+    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rec = project.only_record()
+    (data / "a.bin").write_bytes(b"\x01" * 4095)  # between the run and its resume
+    proc = project.cli("resume", rec.run_id, timeout=120)
+    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    exits = [e for e in RecordView(rec).all_events if e["kind"] == "attempt_exit"]
+    assert [e["class"] for e in exits] == ["killed", "setup_changed"], exits
+    assert "a.bin: size 4096 expected, 4095 found" in exits[-1]["evidence"]
