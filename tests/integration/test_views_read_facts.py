@@ -34,7 +34,7 @@ run.finish()
 BUILDERS = (
     ("acceptrun.verdict.decide", "compute_verdict"),
     ("acceptrun.telemetry.summary", "summarize"),
-    ("acceptrun.telemetry.summary", "write_summary"),
+    ("acceptrun.telemetry.summary", "pending_summary"),
     ("acceptrun.telemetry.summary", "_summarize"),  # what load_summary computes with
     ("acceptrun.cost.ledger", "build_ledger"),
     ("acceptrun.cost.report", "build_ledger"),

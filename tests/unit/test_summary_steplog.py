@@ -15,7 +15,7 @@ import pytest
 from acceptrun._util.durable import append_jsonl
 from acceptrun.record.stepwriter import StepWriter
 from acceptrun.record.workspace import RunRecord, Workspace
-from acceptrun.telemetry.summary import SUMMARY_FILE, load_summary, summarize, write_summary
+from acceptrun.telemetry.summary import SUMMARY_FILE, load_summary, pending_summary, summarize
 from acceptrun.telemetry.timelines import CHART_POINTS, timelines
 
 T0 = 1_796_000_000.0
@@ -144,7 +144,7 @@ def test_a_spike_among_100k_steps_stays_in_the_chart_series(tmp_path: Path) -> N
 def test_the_stored_summary_is_read_while_current_and_computed_once_stale(tmp_path: Path) -> None:
     events = run_events()
     path = as_format_2(tmp_path, events)
-    write_summary(path)
+    pending_summary(path).write()
     stored = load_summary(path)
     assert stored.stored and stored.summary == summarize(path)
     assert stored.timelines == json.loads(json.dumps(timelines(path)))
@@ -154,7 +154,7 @@ def test_the_stored_summary_is_read_while_current_and_computed_once_stale(tmp_pa
     record.flush_events()
     fresh = load_summary(path)
     assert not fresh.stored and fresh.summary.steps == 176
-    write_summary(path)
+    pending_summary(path).write()
     record.update_state(status="running")  # a live run is computed, whatever is stored
     assert not load_summary(path).stored
     (path / SUMMARY_FILE).write_text("{not json")

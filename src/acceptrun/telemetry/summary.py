@@ -67,7 +67,6 @@ __all__ = [
     "load_summary",
     "pending_summary",
     "summarize",
-    "write_summary",
 ]
 
 BREAKDOWN_PARTS = (
@@ -513,11 +512,6 @@ def pending_summary(record_path: Path) -> PendingSummary:
         "timelines": chart_series(rec),
     }
     return PendingSummary(run_dir, summary, data)
-
-
-def write_summary(record_path: Path) -> Path:
-    """Compute the summary and the chart series once and store them as ``summary.json``."""
-    return pending_summary(record_path).write()
 
 
 def load_summary(run_dir: Path, *, with_timelines: bool = True) -> Stored:

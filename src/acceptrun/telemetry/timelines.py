@@ -1,7 +1,7 @@
 """A run's chart series: steps (downsampled past ``CHART_POINTS``), samples and marks.
 
 :func:`timelines` reads the record (telemetry/inputs.py); the stored summary
-(telemetry/summary.py :func:`~acceptrun.telemetry.summary.write_summary`) keeps what
+(telemetry/summary.py :func:`~acceptrun.telemetry.summary.pending_summary`) keeps what
 :func:`chart_series` returns beside the figures.
 """
 
