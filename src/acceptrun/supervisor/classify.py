@@ -38,6 +38,11 @@ that decided it. The first rule that matches wins:
     status 128+N from a shell whose child signal N killed: ``killed``, retry
 13. anything else: ``failed``, retry
 
+One class is never named here: ``setup_changed``, an attempt not started because the
+data or the packages preflight verified changed since (capture/reverify.py, recorded by
+supervisor/restarts.py RestartPolicy.refused); no process ran, so there is nothing to
+classify, and no retry.
+
 After classifying, the supervisor compares a ``failed`` attempt with the one before it
 (:func:`repeated_failure`): the same final exception, raised from the same line, in the
 same step (or both before their first step) is deterministic. A restart from the same
