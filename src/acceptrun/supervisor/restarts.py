@@ -60,7 +60,12 @@ class RestartPolicy:
         would train on other data or code than the record says); else None."""
         if self.reverify is None or attempt < 2:
             return None
-        why = self.reverify(attempt)
+        try:
+            why = self.reverify(attempt)
+        except Exception as exc:  # recorded: a check that broke is named, never a change
+            self.record.event("best_effort_failed", sync=True, component="reverify",
+                              attempt=attempt, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            return None
         if why is None:
             return None
         stamp = now_iso()
