@@ -478,7 +478,7 @@ EVENT_KINDS: dict[str, EventKind] = _kinds(
     _E("mirror_fetch", MirrorFetchEvent, "a resume fetched a checkpoint back from the mirror", "run/lifecycle"),
     _E("mirror_quarantine", MirrorQuarantineEvent, "a mirrored step did not verify: a resume passed over it", "run/lifecycle"),
     _E("cleanup", CleanupEvent, "one cleanup command or remove pattern at the close", "run/close"),
-    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary, notify) failed; recorded, not fatal", "run/close, verdict/core, notify/notifier"),
+    _E("best_effort_failed", BestEffortFailedEvent, "an optional part (ledger, report, summary, notify, a restart's re-verification) failed; recorded, not fatal", "run/close, verdict/core, notify/notifier, supervisor/restarts"),
     _E("ledger_failed", ErrorEvent, "ledger.json could not be built (older records; now best_effort_failed)", "run/close"),
     _E("report_failed", ErrorEvent, "report.html could not be written (older records; now best_effort_failed)", "run/close"),
     _E("inference_summary_failed", ErrorEvent, "the batch inference summary failed (older records; now best_effort_failed)", "run/close"),
