@@ -333,9 +333,13 @@ def _probe_args() -> list[str]:
 
 
 def _start_probe(
-    python: str, args: list[str], env: Mapping[str, str] | None
+    python: str, args: list[str], env: Mapping[str, str] | None, cwd: Path | None = None
 ) -> subprocess.Popen[bytes] | str:
-    """Start ``_probe.py`` under ``python``; returns the process, or why it did not start."""
+    """Start ``_probe.py`` under ``python``; returns the process, or why it did not start.
+
+    ``cwd``: the job's working directory, where a relative PYTHONPATH entry points (the
+    restart's check, capture/reverify.py, lists the packages from there too).
+    """
     try:
         return subprocess.Popen(
             [python, str(PROBE), *args],
@@ -343,6 +347,7 @@ def _start_probe(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=None if env is None else {**os.environ, **env},
+            cwd=cwd if cwd is not None and cwd.is_dir() else None,
         )
     except OSError as exc:
         return f"could not start interpreter {python!r} ({exc.strerror or exc})"
@@ -415,8 +420,11 @@ def capture(
     """
     timeout = probe_timeout()
     interpreter = python or sys.executable
+    workdir = Path(cwd) if cwd is not None else None
     probe = (
-        _start_probe(interpreter, _probe_args(), env) if interpreter else "sys.executable is empty"
+        _start_probe(interpreter, _probe_args(), env, workdir)
+        if interpreter
+        else "sys.executable is empty"
     )
     cache: Any = None
     try:

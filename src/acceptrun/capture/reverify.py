@@ -34,6 +34,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from acceptrun._util.console import get_logger
@@ -161,8 +162,8 @@ def compare_packages(recorded: Mapping[str, str], found: Mapping[str, str]) -> l
     return lines
 
 
-def list_packages(python: str, env: Mapping[str, str]) -> dict[str, str]:
-    """The packages of ``python`` under ``env``, as provenance lists them.
+def list_packages(python: str, env: Mapping[str, str], cwd: Path | None = None) -> dict[str, str]:
+    """The packages of ``python`` under ``env`` in ``cwd``, as provenance lists them.
 
     One subprocess that reads the distributions' metadata headers and imports nothing.
     Raises RuntimeError with the reason when it cannot tell.
@@ -171,6 +172,7 @@ def list_packages(python: str, env: Mapping[str, str]) -> dict[str, str]:
         done = subprocess.run(
             [python, str(PROBE), "--packages"], stdin=subprocess.DEVNULL, capture_output=True,
             env=dict(env), timeout=PACKAGES_TIMEOUT_S, check=False,
+            cwd=cwd if cwd is not None and cwd.is_dir() else None,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"could not list the packages of {python} ({exc})") from None
@@ -244,7 +246,7 @@ class Reverifier:
         where = python
         t0 = time.perf_counter()
         try:
-            found = list_packages(python, self.env)
+            found = list_packages(python, self.env, self.spec.workdir_path)
         except RuntimeError as exc:  # cannot tell: named, never taken for a change
             return Finding("environment", True, f"not re-verified: {exc}",
                            time.perf_counter() - t0, {"python": python, "skipped": True})  # fmt: skip
