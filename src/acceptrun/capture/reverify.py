@@ -8,8 +8,9 @@ restart (attempt 2 and later, and the first attempt of ``acceptrun resume``) run
 
 - **the data**: every file of ``[data] path`` is stat-ed and compared with the
   signature (size, mtime_ns, inode, ctime_ns) preflight took before hashing it
-  (``data_stats.json`` in the record); only a file whose signature differs is hashed again
-  and compared with the manifest. An unchanged data set costs one ``stat`` per file. A
+  (``data_stats.json`` in the record; a file changed within 2 s of that stat has none,
+  data.SETTLE_NS); only a file without the same signature is hashed again and compared
+  with the manifest. An unchanged data set costs one ``stat`` per file. A
   remote (fsspec) source has no such signature and is not re-verified (the event says so).
 - **the environment**: the packages of the interpreter provenance read them from, listed
   again by one probe subprocess (``_probe.py --packages``: metadata headers only, no
@@ -17,8 +18,7 @@ restart (attempt 2 and later, and the first attempt of ``acceptrun resume``) run
   bench/reverify.py), compared with provenance.json's list.
 
 A change refuses the attempt: the supervisor records it as not started, class
-``setup_changed`` (whose: the workload's side, supervisor/restarts.py says why), and the run
-stops. A ``reverify`` event carries every check's findings and cost; a failed check is
+``setup_changed`` (whose: the workload's, record/status.py says why), and the run stops. A ``reverify`` event carries every check's findings and cost; a failed check is
 appended to preflight.json (``"attempt": N``), where the verdict reads preflight's own
 checks, so the data check or the setup check fails with the evidence.
 
@@ -50,6 +50,8 @@ __all__ = [
     "Reverifier",
     "compare_packages",
     "data_baseline",
+    "list_packages",
+    "reverifier_for",
     "reverify_data",
 ]
 
