@@ -18,9 +18,10 @@ restart (attempt 2 and later, and the first attempt of ``acceptrun resume``) run
   bench/reverify.py), compared with provenance.json's list.
 
 A change refuses the attempt: the supervisor records it as not started, class
-``setup_changed`` (whose: the workload's, record/status.py says why), and the run stops. A ``reverify`` event carries every check's findings and cost; a failed check is
-appended to preflight.json (``"attempt": N``), where the verdict reads preflight's own
-checks, so the data check or the setup check fails with the evidence.
+``setup_changed`` (whose: the workload's, record/status.py says why), and the run stops.
+A ``reverify`` event carries every check's findings and cost; a failed check is appended
+to preflight.json (``"attempt": N``), where the verdict reads preflight's own checks, so
+the data check or the setup check fails with the evidence.
 
 >>> check = Reverifier.for_run(record, spec, env)
 >>> check.check(2)  # None: unchanged; else the Classification that refuses attempt 2
