@@ -157,6 +157,32 @@ def test_tensorboard_captures_dated_again_in_a_chain(project: Project, tmp_path:
     assert {f["step"] for f in redated} >= {500, 1000, 1500}
 
 
+def test_a_save_stamped_a_clock_tick_before_its_scalar_is_dated_by_that_scalar(
+    project: Project, tmp_path: Path
+) -> None:
+    """Log, then save within the same tick: the file's coarse mtime can read earlier.
+
+    Linux stamps a new file from its coarse clock (one tick, 4 ms at HZ=250), so a save
+    made right after its scalar can carry an mtime 3 ms before the scalar's own time.
+    Before, the scalar then counted as logged after the save: the capture was "proven" to
+    hold the step before, took that step, and a chain of later captures stayed behind.
+    """
+    from acceptrun.supervisor.dating import FILE_TIME_SLACK_S
+
+    early = FILE_TIME_SLACK_S * 0.75  # the mtime this much before the scalar's time
+    spec = watched_spec(project, keep_last=5)
+    script = Script(spec, tmp_path / "store")
+    w = script.watcher()
+    for step in (500, 1000, 1500):
+        script.report(step, t=step)
+        script.save("ckpt.json", step, t=step - early)
+        w._scan(final=None)
+        w._redate()
+    script.report(2000, t=2000)
+    w.stop(final=True)
+    assert held(w.store) == {500: 500, 1000: 1000, 1500: 1500}
+
+
 @pytest.mark.parametrize(
     ("tag", "loss"),
     [

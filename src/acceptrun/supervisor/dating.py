@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,24 @@ if TYPE_CHECKING:
 __all__ = ["SIDECAR_SKEW_S", "CaptureDating", "step_from_name", "step_in_content"]
 
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
+_CLOCK_REALTIME_COARSE = 5  # Linux's clock id; the time module does not name it
+
+
+def _file_time_slack() -> float:
+    """Seconds a file's mtime may trail the moment it was written.
+
+    Linux stamps a file from its coarse clock unless its times were read since the last
+    change, so the mtime can be up to one clock tick early (4 ms at HZ=250, 10 ms at
+    HZ=100): a scalar logged just before a save can carry a later time than the save's
+    mtime. Measured where the clock can be asked, else the slowest common tick.
+    """
+    try:
+        return max(time.clock_getres(_CLOCK_REALTIME_COARSE), 0.001)
+    except (AttributeError, OSError):
+        return 0.01
+
+
+FILE_TIME_SLACK_S = _file_time_slack()
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
@@ -86,6 +105,16 @@ def step_in_content(path: str | os.PathLike[str]) -> tuple[int, str] | None:
     return None
 
 
+def _written(mtime: float) -> float:
+    """The latest moment a file of ``mtime`` can have been written (FILE_TIME_SLACK_S).
+
+    A step logged up to then counts as logged before the save: a script that logs a step
+    and saves it within one clock tick (the common log-then-save) is dated by that step,
+    not by the one before it; a step logged a tick after the save counts as after it.
+    """
+    return mtime + FILE_TIME_SLACK_S
+
+
 def _newest_mtime(path: Path) -> float:
     if not path.is_dir():
         return path.stat().st_mtime
@@ -123,7 +152,7 @@ class CaptureDating:
 
     def hold(self, step: int, mtime: float, path: str) -> None:
         """Date the capture at ``step`` again once a later report proves its step."""
-        self.undated[step] = (mtime, path)
+        self.undated[step] = (_written(mtime), path)
 
     def _window(self) -> tuple[int, list[dict[str, Any]]]:
         """(events read so far, the newest of them): ``events`` may return a list (all of
@@ -142,6 +171,7 @@ class CaptureDating:
         + 1). ``pending`` marks an estimate that a later report can prove: the capture is
         dated again then (:meth:`redate`).
         """
+        mtime = _written(mtime)
         own = step_in_content(path)
         if own is not None:
             value, how = own
@@ -354,7 +384,7 @@ class CaptureDating:
 
     def metrics_at(self, mtime: float) -> dict[str, float]:
         """The loss of the step the file holds (for checkpoint.keep_best), when known."""
-        before = self._step_events_before(mtime)
+        before = self._step_events_before(_written(mtime))
         loss = before[-1].get("loss") if before else None
         if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
             return {"loss": float(loss)}
