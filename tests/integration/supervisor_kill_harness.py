@@ -169,6 +169,28 @@ def processes_of(run_id: str) -> list[int]:
     return found
 
 
+def after_the_kill(rdir: Path, job: Path) -> str:
+    """What a wait after the supervisor's SIGKILL shows when it fails: the watchdog's events
+    (supervisor_lost first), whether a watchdog of the run still runs, every process carrying
+    the run id with its state and command, and the supervisor log's end."""
+    watchdog = [e for e in events(rdir) if e.get("by") == "watchdog"]
+    running, left = [], []
+    for proc in psutil.process_iter(["pid", "status", "cmdline"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            cmd = " ".join(proc.info["cmdline"] or ())
+            if "_watchdog.py" in cmd and str(rdir) in cmd:
+                running.append((proc.pid, proc.info["status"]))
+            elif proc.environ().get("ACCEPTRUN_RUN_ID") == rdir.name:
+                left.append((proc.pid, proc.info["status"], cmd[:120]))
+    log = job / "supervisor.log"
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(none)"
+    last = [e.get("kind") for e in events(rdir)][-15:]
+    return (
+        f"watchdog events: {watchdog}\nwatchdog still running: {running}\n"
+        f"processes of the run: {left}\nlast events: {last}\nsupervisor.log: {tail}"
+    )
+
+
 def waiter(timeout: float) -> Callable[[Callable[[], Any], str], Any]:
     def wait(predicate: Callable[[], Any], what: str) -> Any:
         deadline = time.monotonic() + timeout

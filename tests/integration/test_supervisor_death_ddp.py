@@ -22,7 +22,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from supervisor_kill_harness import cli, events, processes_of, run_dir, start_run
+from notify_receivers import watchdog_of
+from supervisor_kill_harness import after_the_kill, cli, events, processes_of, run_dir, start_run
 
 from conftest import wait_for
 
@@ -134,6 +135,8 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
     try:
         gates = [job / "at-gate-0", job / "at-gate-1"]
         wait_for(lambda: all(g.exists() and g.read_text() for g in gates), 300, 0.05, "the gate")
+        # The attempt's watchdog runs (started right after the leader), never a guess.
+        wait_for(lambda: watchdog_of(sup.pid), what="the attempt's watchdog")
         # Read before the kill: torchrun's agent may be a zombie a moment after it.
         tree = _command_lines(sup.pid)
         ranks = {int(g.read_text()) for g in gates}
@@ -152,7 +155,7 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
     # gate opened at once lets fast steps run on before either lands.
     wait_for(
         lambda: [e for e in events(rdir, "stop_requested") if e.get("attempt") == 1],
-        300, 0.05, "the stop to reach the ranks",
+        300, 0.05, "the stop to reach the ranks", explain=lambda: after_the_kill(rdir, job),
     )  # fmt: skip
     (job / "go").touch()  # the step in flight finishes; its supervisor is gone
     # Within the grace period and some slack (the grace is long so that the checkpoint at
@@ -163,7 +166,10 @@ def test_killed_supervisor_of_torchrun_leaves_no_rank_and_resumes_bitwise(
     def none_left() -> bool:
         return all(_gone(proc) for proc in procs) and not processes_of(rdir.name)
 
-    wait_for(none_left, 420, 0.1, f"torchrun {agents} and the ranks {sorted(ranks)} to end")
+    wait_for(
+        none_left, 420, 0.1, f"torchrun {agents} and the ranks {sorted(ranks)} to end",
+        explain=lambda: after_the_kill(rdir, job),
+    )  # fmt: skip
     assert not events(rdir, "kill_sent"), json.dumps(events(rdir, "kill_sent"))  # graceful
 
     ls = cli(ws, "ls")
