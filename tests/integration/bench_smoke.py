@@ -36,7 +36,7 @@ SMOKE: dict[str, list[str]] = {
     "gpu_check_telemetry.py": ["{out}"],
     "hostile_output.py": ["--repeats", "1", "--wall", "2"],
     "hf_capture.py": ["--hidden", "32", "--layers", "1", "--saves", "2"],
-    "interval.py": ["--work", "3", "--mtbf", "2", "--mb", "1", "--scale"],
+    "interval.py": ["--work", "2", "--mtbf", "4", "--mb", "1", "--scale"],
     "kill_campaign.py": ["--kills", "2", "--root", "{out}"],  # 2: a kill of each kind
     "long_run.py": ["--steps", "1000", "--dir", "{out}"],
     "notify.py": ["--reps", "1", "--kinds", "divergence,accepted,supervisor_gone", "--root", "{out}"],
