@@ -270,3 +270,12 @@ def test_the_smtp_password_is_hidden_from_the_first_message_on(
         assert json.loads(body)["text"] == "failed: <redacted>"
     finally:
         redact.forget_learned()
+
+
+def test_every_failure_class_has_its_fix_in_a_message() -> None:
+    """A class added tomorrow (setup_changed was) gets its own fix, not the generic one."""
+    from acceptrun.notify.conditions import _CLASS_FIX, _NOT_FAILED
+    from acceptrun.record.status import FailureClass
+
+    missing = {c.value for c in FailureClass} - set(_CLASS_FIX) - set(_NOT_FAILED)
+    assert missing == set(), f"no fix for {sorted(missing)} in notify/conditions.py _CLASS_FIX"

@@ -66,6 +66,7 @@ _CLASS_FIX = {
     "data_stall": "the loop waited for data for the hang window: check the data loader and the storage",
     "diverged": 'lower the learning rate or clip gradients; limits.on_divergence = "rollback" restarts from the checkpoint before',
     "disk_full": "free space on the checkpoint disk or lower checkpoint.keep_last",
+    "setup_changed": "the data or a package changed since preflight: put it back and resume, or start a new run",
     "user_error": "fix the error in the attempt's stderr.log and run again (a restart would fail the same way)",
     "wall_time": "raise limits.wall_time, or resume the run (acceptrun resume)",
     "budget": "raise limits.budget_usd, or resume with a new budget",
