@@ -40,6 +40,7 @@ from typing import Any
 
 from acceptrun._util.console import get_logger
 from acceptrun.capture import data as datamod
+from acceptrun.capture.preflight import Check
 from acceptrun.capture.provenance import PROBE
 from acceptrun.record.workspace import RunRecord
 from acceptrun.spec.model import RunSpec
@@ -75,14 +76,10 @@ ENV_FIX = (
 
 
 @dataclass(slots=True)
-class Finding:
-    """One re-verified part (``data`` or ``environment``): its outcome, evidence and cost."""
+class Finding(Check):
+    """One re-verified part (``data`` or ``environment``): a preflight check's outcome and
+    cost, with the lines of evidence the refused attempt's exit carries."""
 
-    name: str
-    ok: bool
-    message: str
-    seconds: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
 
     def to_event(self) -> dict[str, Any]:
