@@ -1,9 +1,10 @@
 """Faults done for real, for drills and tests: kill, term, hang, nan, oom, exit and the
 campaign's (run/drills/campaign/): raise, spike, bitflip, diskfull, cktrunc, ckflip, stall,
-slowckpt, slow, mirrorgone, datachange, pkgchange.
+slowckpt, slow, mirrorgone, datachange, pkgchange; and the supervisor's rdzv.
 
 A fault is written ``ACTION@step=N`` or ``ACTION@time=DURATION``, optionally followed by
-``:attempt=K`` (default 1, so the resumed attempt runs clean)::
+``:attempt=K`` (default 1, so the resumed attempt runs clean); ``rdzv`` is written
+``rdzv@attempt=K`` (it fires when the attempt starts)::
 
     acceptrun run --inject kill@step=40 --inject term@step=90:attempt=2 spec.toml
     ACCEPTRUN_INJECT="kill@step=40,term@step=90:attempt=2"     # what the workload sees
@@ -49,6 +50,10 @@ datachange one byte of the first file of ``[data] path`` is inverted, then SIGKI
 pkgchange  the version in the metadata of the campaign's scratch package
            (``SCRATCH_PACKAGE``, on PYTHONPATH) is raised, then SIGKILL (a package
            upgraded between attempts); only in a folder that holds ``SCRATCH_MARKER``
+rdzv       the supervisor starts the attempt's torchrun (acceptrun's own, one node)
+           with a c10d rendezvous at a loopback port where a listener of its own
+           accepts and closes every connection: the rendezvous fails in seconds
+           (supervisor/faults.py)
 =========  =====================================================================
 
 Step faults are fired inside the workload by the client API (:func:`fire`, called when
@@ -95,14 +100,16 @@ __all__ = [
 ACTIONS = (
     "kill", "term", "hang", "nan", "oom", "exit=N",
     "raise", "spike", "bitflip", "diskfull", "cktrunc", "ckflip", "stall", "slowckpt",
-    "mirrorgone", "datachange", "pkgchange", "slow=K",
+    "mirrorgone", "datachange", "pkgchange", "slow=K", "rdzv",
 )  # fmt: skip
-_NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:-1], "slow")
+_NAMES = ("kill", "term", "hang", "nan", "oom", "exit", *ACTIONS[6:-2], "slow", "rdzv")
+LAUNCH_ACTIONS = ("rdzv",)  # fired by the supervisor as it starts the attempt: @attempt=K
 _BEFORE_EMIT = ("nan", "spike")  # done before the step's values are written
 SPIKE_FACTOR = 1e6  # a loss spike: six orders of magnitude above the step's own loss
 TIMED_ACTIONS = ("kill", "term")  # the supervisor can only send signals from outside
 FORMS = (
-    "ACTION@step=N or ACTION@time=DURATION, optionally followed by :attempt=K "
+    "ACTION@step=N or ACTION@time=DURATION (rdzv: rdzv@attempt=K), optionally followed "
+    "by :attempt=K "
     "and (step faults) :after=checkpoint, "
     f"with ACTION one of {', '.join(ACTIONS)} "
     "(e.g. kill@step=40, term@time=30s:attempt=2, exit=7@step=3, "
@@ -147,6 +154,8 @@ class Fault:
 
     def __str__(self) -> str:
         """The canonical text form, which :func:`parse_faults` reads back."""
+        if self.action in LAUNCH_ACTIONS:
+            return f"{self.action}@attempt={self.attempt}"
         action = self.action if self.code is None else f"{self.action}={self.code}"
         when = f"step={self.step}" if self.step is not None else f"time={self.after_s:g}s"
         after = ":after=checkpoint" if self.after_checkpoint else ""
@@ -194,6 +203,11 @@ def _parse_item(item: str) -> Fault:
     elif code_text is not None:
         raise bad(f"only exit takes a value, and slow a step count ({action}={code_text} given)")
     step = after_s = None
+    if action in LAUNCH_ACTIONS:
+        value = m["value"]
+        if m["when"] != "attempt" or not value.isdigit() or int(value) < 1 or m["options"]:
+            raise bad(f"{action} fires as an attempt starts: write {action}@attempt=K (K >= 1)")
+        return Fault(action, None, None, int(value))
     if m["when"] == "step":
         if not m["value"].isdigit():
             raise bad(f"step={m['value']} is not a step number (0 or more)")
