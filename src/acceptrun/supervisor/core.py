@@ -60,8 +60,10 @@ from acceptrun.supervisor.containment import PROCESSES_FILE, contain
 from acceptrun.supervisor.external import CheckpointWatcher, restore_for_attempt, with_resume_args
 from acceptrun.supervisor.faults import (
     black_box_step_faults,
+    close_rendezvous,
     fire_step_faults,
     fire_time_fault,
+    rendezvous_fault,
     time_faults,
 )
 from acceptrun.supervisor.hang import stop_hung
@@ -392,15 +394,12 @@ class Supervisor:
         )  # fmt: skip
 
     def _command(self, env: dict[str, str]) -> list[str]:
-        """The argv to start: the spec's command, or torchrun around it (processes > 1).
-
-        Adds torchrun's shutdown timeout (the grace period) and forwarded signals to
-        ``env``; raises SpecError for a command torchrun cannot start
-        (acceptrun.workload.distributed).
-        """
+        """The argv: the command, or torchrun around it (processes > 1; workload/distributed.py:
+        a SpecError for a command torchrun cannot start, its shutdown timeout and forwarded
+        signals added to ``env``); an injected rdzv fault's rendezvous (supervisor/faults.py)."""
         from acceptrun.workload.distributed import launch_command
 
-        return launch_command(self.spec, env)
+        return rendezvous_fault(self.record, self.spec, env, launch_command(self.spec, env))
 
     def _run_attempt(self, attempt: int, deadline: float | None) -> AttemptResult:
         """Start attempt ``attempt``, watch it until it exits, and record how it ended."""
@@ -714,6 +713,7 @@ class Supervisor:
     def _settle_exit(self, a: _Attempt, returncode: int) -> None:
         """Stop the attempt's helpers and read what it wrote last."""
         a.watchdog.stop()
+        close_rendezvous(a.env)  # an injected rdzv fault's listener, if this attempt had one
         killed = a.child.finish()
         if killed:
             held = a.child.containment

@@ -49,7 +49,15 @@ from typing import Any
 from acceptrun._util.net import free_port
 from acceptrun.errors import AcceptrunRuntimeError, SpecError
 
-__all__ = ["RankGroup", "RankInfo", "die_with_parent", "launch_command", "rank_info"]
+__all__ = [
+    "RankGroup",
+    "RankInfo",
+    "builds_torchrun",
+    "die_with_parent",
+    "launch_command",
+    "rank_info",
+    "with_rendezvous",
+]
 
 TORCHRUN_MODULE = "torch.distributed.run"
 # torchrun reads any of its options from PET_<OPTION> when the flag is not given; a torch
@@ -110,6 +118,60 @@ def launch_command(spec: Any, env: MutableMapping[str, str] | None = None) -> li
     if spec.shell:
         return ["/bin/sh", "-c", " ".join([*prefix, shlex.join(argv)])]
     return argv
+
+
+def builds_torchrun(spec: Any) -> str | None:
+    """Why acceptrun does not build a one-node torchrun command for ``spec``, or None when it does.
+
+    The command it builds meets with ``--standalone``; :func:`with_rendezvous` can point
+    that one elsewhere. A command already written as torchrun, one process, or several
+    nodes (srun's own rendezvous) is not acceptrun's one-node command.
+    """
+    if int(spec.resources.nodes) > 1:
+        return "the spec runs on several nodes, whose rendezvous srun and the cluster make"
+    if int(spec.resources.processes) <= 1:
+        return "the spec runs one process: torchrun does not start it"
+    try:
+        words = _shell_words(spec)[1] if spec.shell else list(spec.command)
+    except SpecError:
+        return "its command cannot be started by torchrun"
+    if not words:
+        return "its command has no program"
+    rest = words[1:]
+    while rest[:1] == ["-u"]:
+        rest = rest[1:]
+    if Path(words[0]).name == "torchrun" or rest[:2] in (
+        ["-m", TORCHRUN_MODULE],
+        [f"-m{TORCHRUN_MODULE}"],
+    ):
+        return "its command is its own torchrun, whose rendezvous acceptrun does not set"
+    return None
+
+
+def with_rendezvous(argv: list[str], endpoint: str, rdzv_id: str, read_timeout_s: int) -> list[str]:
+    """acceptrun's one-node torchrun ``argv`` meeting at ``endpoint`` (c10d) instead of alone.
+
+    ``--standalone`` (a store on a port torchrun picks) becomes ``--rdzv-backend c10d
+    --rdzv-endpoint HOST:PORT --rdzv-id ID --rdzv-conf read_timeout=N``: the store's
+    operations give up after N seconds (torch's default is 60). A string command under
+    /bin/sh gets the same words in its line. Only for :func:`launch_command`'s own output
+    for a spec :func:`builds_torchrun` accepts; a ValueError otherwise.
+    """
+    flags = [
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
+        "--rdzv-conf", f"read_timeout={read_timeout_s}",
+    ]  # fmt: skip
+    standalone = ["-m", TORCHRUN_MODULE, "--standalone"]
+    if argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3:
+        old = " ".join(standalone)
+        if old not in argv[2]:
+            raise ValueError(f"not acceptrun's torchrun command: {argv[2]!r}")
+        new = " ".join([*standalone[:2], shlex.join(flags)])
+        return [*argv[:2], argv[2].replace(old, new, 1)]
+    for i in range(len(argv) - 2):
+        if argv[i : i + 3] == standalone:
+            return [*argv[: i + 2], *flags, *argv[i + 3 :]]
+    raise ValueError(f"not acceptrun's torchrun command: {argv!r}")
 
 
 def _multinode_command(
