@@ -1,6 +1,7 @@
 """`acceptrun drill --campaign` on a 2-process gloo workload (examples/ddp under torchrun):
 one rank killed, named ``distributed`` and resumed bit for bit; one rank slowed, named no
-failure (the ground truth is here)."""
+failure; the restart's rendezvous refused, named ``distributed`` and the next restart
+resumed bit for bit (the ground truth is here)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import PYTHON, Project
 
-pytestmark = pytest.mark.slow  # three runs of two torch ranks each: about a minute
+pytestmark = pytest.mark.slow  # four runs of two torch ranks each: about a minute
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ processes = 2
 every_steps = 10
 keep_last = 2
 [limits]
-max_restarts = 1
+max_restarts = 2
 restart_backoff = 0
 grace_period = "20s"
 [env]
@@ -46,7 +47,16 @@ def test_a_killed_rank_is_named_distributed_and_the_group_resumes_bitwise(projec
     assert killed["lost_steps"] > 0 and killed["detect_s"] is not None
     # The slowed rank is no failure (no false hang): the run ends as the reference, bitwise.
     assert straggler["tried"] and straggler["named_right"] and straggler["final_state"] == "bitwise"
-    assert not refused["tried"] and "not built" in refused["why_not_tried"]
+    # The kill's restart meets at a c10d store that refuses it; the restart after that
+    # rendezvouses normally and ends as the reference, bitwise.
+    assert refused["tried"] and refused["named_right"], refused
+    assert refused["final_state"] == "bitwise"
     cert = json.loads((project.runs_dir / card["reference_run"] / "campaign.json").read_text())
     said = cert["kinds"][0]["said"]
     assert (said["class"], said["whose"], said["action"]) == ("distributed", "unknown", "restart")
+    rdzv = cert["kinds"][2]
+    assert rdzv["truth"]["attempt"] == 2 and rdzv["fault"].startswith("rdzv@attempt=2,")
+    exit2 = json.loads(
+        (project.runs_dir / rdzv["run"] / "attempts" / "2" / "exit.json").read_text()
+    )
+    assert "RendezvousConnectionError" in " ".join(exit2["evidence"]), exit2

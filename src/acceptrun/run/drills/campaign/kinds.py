@@ -65,8 +65,8 @@ class Expect:
     mirror_outage: bool = False
     """The mirror's failed uploads must be on record, then the newest checkpoint mirrored."""
     refused: bool = False
-    """Named by the restart that refuses to start: scored on the run's last failed attempt
-    (the first is the fault's own kill)."""
+    """Named by a later attempt (a restart that refuses to start, a rendezvous refused):
+    scored on the run's last failed attempt (the first is the fault's own kill)."""
 
 
 Requirement = Callable[[RunSpec, Reference], str | None]
@@ -193,15 +193,21 @@ def _multi_process(spec: RunSpec, ref: Reference) -> str | None:
     return None
 
 
-def _not_built_rendezvous(spec: RunSpec, ref: Reference) -> str | None:
-    if (why := _multi_process(spec, ref)) is not None:
-        return why
-    return (
-        "not built: one node's torchrun meets with --standalone, on a port it picks itself "
-        "when it starts, so the campaign cannot hold that port beforehand; the endpoint of "
-        "a multi-node spec (resources.nodes of 2 or more, ACCEPTRUN_RDZV_PORT) needs srun "
-        "and a cluster"
-    )
+def _two_restarts(spec: RunSpec, ref: Reference) -> str | None:
+    if spec.limits.max_restarts < 2:
+        return (
+            f"limits.max_restarts = {spec.limits.max_restarts}: the fault's kill and the "
+            "refused rendezvous each take a restart; set it to 2 or more"
+        )
+    return None
+
+
+def _own_torchrun(spec: RunSpec, ref: Reference) -> str | None:
+    from acceptrun.workload.distributed import builds_torchrun
+
+    if (why := builds_torchrun(spec)) is not None:
+        return f"acceptrun does not build this spec's one-node torchrun command: {why}"
+    return None
 
 
 def _data_copy(spec: RunSpec, ref: Reference) -> str | None:
@@ -331,8 +337,15 @@ KINDS: tuple[FaultKind, ...] = (
               "the client of rank 0 sleeps at the end of each of those steps "
               "(ACCEPTRUN_INJECT_RANK)", "slow@step={step}",
               _fixed("success", "none", "none"), [_multi_process]),
-    FaultKind("rendezvous_refused", "distributed", "the rendezvous is refused", "", None,
-              _fixed("distributed", "unknown", "restart"), [_not_built_rendezvous]),
+    FaultKind("rendezvous_refused", "distributed",
+              "the restart's rendezvous is refused: its c10d store accepts and closes every "
+              "connection (a store host down or a port taken by something else)",
+              "rank 0's client sends SIGKILL to itself after a checkpoint; the supervisor "
+              "starts the next attempt's torchrun at a loopback c10d endpoint held by a "
+              "listener of its own that accepts and closes each connection, with a store read "
+              "timeout of a few seconds", "rdzv@attempt=2,kill@step={step}",
+              lambda spec: Expect("distributed", "unknown", "restart", refused=True),
+              [_multi_process, _own_torchrun, _two_restarts]),
 )  # fmt: skip
 
 

@@ -106,6 +106,10 @@ def score_kind(
     failed = next((e for e in exits if e.get("class") != "success"), None)
     if expect.refused:  # the fault's own kill first, then the restart that refused to start
         failed = next((e for e in reversed(exits) if e.get("class") != "success"), None)
+        # A fault the supervisor fired in that attempt (rdzv) is the one scored.
+        later = [e for e in events if e["kind"] == "fault_injected" and failed is not None
+                 and e.get("attempt") == failed.get("attempt")]  # fmt: skip
+        fired = later[0] if later else fired
     said = _said(events, failed)
     result = KindResult(
         kind.name, kind.family, tried=True, fault=fault, run=rec.run_id,
