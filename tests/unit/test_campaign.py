@@ -18,7 +18,7 @@ from acceptrun.run.drills.campaign.plan import default_step
 from acceptrun.run.drills.campaign.score import KindResult, score_kind
 from acceptrun.run.drills.campaign.scorecard import overall_state, summary
 from acceptrun.spec.load import parse_spec
-from acceptrun.workload.inject import ACTIONS, parse_faults
+from acceptrun.workload.inject import ACTIONS, LAUNCH_ACTIONS, parse_faults
 
 REF = Reference(steps=list(range(40)), checkpoints=[7, 15, 23, 31, 39])
 
@@ -43,8 +43,10 @@ def test_every_injectable_kind_is_a_fault_the_inject_grammar_reads() -> None:
     for kind in KINDS:
         if kind.fault is None:
             continue
-        (fault,) = parse_faults(kind.injection(12))
+        *first, fault = parse_faults(kind.injection(12))
         assert fault.action in actions and fault.step == 12, kind.name
+        # Faults fired as a later attempt starts (rdzv) come before the step fault.
+        assert all(f.action in LAUNCH_ACTIONS and f.attempt > 1 for f in first), kind.name
         assert fault.after_checkpoint == kind.after_checkpoint
 
 
@@ -72,7 +74,16 @@ def test_requirements_name_the_spec_key_that_makes_a_kind_possible() -> None:
     assert kind_named("rank_killed").why_not_tried(two, REF) is None
     assert kind_named("straggler").why_not_tried(two, REF) is None
     assert "one process" in (kind_named("straggler").why_not_tried(bare, REF) or "")
-    assert "not built" in (kind_named("rendezvous_refused").why_not_tried(two, REF) or "")
+    rdzv = kind_named("rendezvous_refused")
+    assert rdzv.why_not_tried(_spec("max_restarts = 2", processes=2), REF) is None
+    assert "one process" in (rdzv.why_not_tried(bare, REF) or "")
+    one_restart = _spec("max_restarts = 1", processes=2)
+    assert "limits.max_restarts = 1" in (rdzv.why_not_tried(one_restart, REF) or "")
+    own = parse_spec(
+        'name = "t"\ncommand = ["torchrun", "--nproc-per-node", "2", "t.py"]\n'
+        "[resources]\nprocesses = 2\n"
+    )
+    assert "its own torchrun" in (rdzv.why_not_tried(own, REF) or "")
     cut = kind_named("mirror_unreachable")
     assert "[checkpoint] mirror" in (cut.why_not_tried(bare, REF) or "")
     head = 'name = "t"\ncommand = ["python", "t.py"]\n[checkpoint]\nmirror = '
