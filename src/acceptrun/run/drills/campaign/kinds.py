@@ -8,7 +8,9 @@ would blame had it happened for real, not ``drill``), and the action it must tak
 this spec or machine; such a kind counts as not tried, never as passed.
 
 Every injected kind is a fault the workload's client does to itself
-(:mod:`acceptrun.workload.inject`), inside the run's own processes, record and store; on
+(:mod:`acceptrun.workload.inject`), inside the run's own processes, record and store (and
+``rendezvous_refused``'s ``rdzv``, which the supervisor fires as the restart starts:
+supervisor/faults.py); on
 a black box (no client API), only the kinds marked ``black_box``: the supervisor's kill and
 SIGTERM at a step read from the output, and the supervisor's own faults (campaign/outside.py).
 """
