@@ -10,6 +10,7 @@ checkpoint; the restart must refuse.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from acceptrun.capture import data as datamod
@@ -101,16 +102,22 @@ def test_a_package_version_changed_between_attempts_stops_the_run(project: Proje
     assert not verdict["accepted"]
 
 
-def test_an_unchanged_restart_is_re_verified_and_goes_on(project: Project) -> None:
+def _data_spec(project: Project, limits: str) -> tuple[Path, Path]:
+    """A spec whose [data] is one 4 KiB file with its manifest: (the data folder, the spec)."""
     data = project.root / "data"
     data.mkdir()
     (data / "a.bin").write_bytes(b"\x01" * 4096)
     datamod.write_manifest(project.root / "data.manifest.json", datamod.snapshot(data))
     spec = project.spec(
         SCRIPT,
-        extra="[checkpoint]\nevery_steps = 2\n[limits]\nmax_restarts = 3\nrestart_backoff = 0\n"
+        extra=f"[checkpoint]\nevery_steps = 2\n[limits]\n{limits}"
         '[data]\npath = "data"\nmanifest = "data.manifest.json"\n',
     )
+    return data, spec
+
+
+def test_an_unchanged_restart_is_re_verified_and_goes_on(project: Project) -> None:
+    _, spec = _data_spec(project, "max_restarts = 3\nrestart_backoff = 0\n")
     proc = project.cli("run", "--inject", "kill@step=3:after=checkpoint", str(spec), timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rec = project.only_record()
@@ -122,15 +129,7 @@ def test_an_unchanged_restart_is_re_verified_and_goes_on(project: Project) -> No
 
 
 def test_a_resume_after_the_data_changed_is_refused(project: Project) -> None:
-    data = project.root / "data"
-    data.mkdir()
-    (data / "a.bin").write_bytes(b"\x01" * 4096)
-    datamod.write_manifest(project.root / "data.manifest.json", datamod.snapshot(data))
-    spec = project.spec(
-        SCRIPT,
-        extra="[checkpoint]\nevery_steps = 2\n[limits]\nmax_restarts = 0\n"
-        '[data]\npath = "data"\nmanifest = "data.manifest.json"\n',
-    )
+    data, spec = _data_spec(project, "max_restarts = 0\n")
     proc = project.cli("run", "--inject", "kill@step=3:after=checkpoint", str(spec), timeout=120)
     assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rec = project.only_record()
