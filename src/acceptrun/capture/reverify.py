@@ -125,8 +125,9 @@ def reverify_data(record: RunRecord, spec: RunSpec) -> Finding | None:
     details = {"source": source, "files": result.count, "stat_only": result.trusted,
                "rehashed": result.hashed, "rehashed_bytes": result.checked_bytes}  # fmt: skip
     if result.ok:
-        msg = (f"{result.count} files unchanged: {result.trusted} by their stat signature, "
-               f"{details['rehashed']} hashed again ({result.checked_bytes} bytes)")  # fmt: skip
+        files = "1 file" if result.count == 1 else f"{result.count:,} files"
+        msg = (f"{files} unchanged: {result.trusted:,} by their stat signature, "
+               f"{details['rehashed']:,} hashed again ({result.checked_bytes:,} bytes)")  # fmt: skip
         return Finding("data", True, msg, seconds, details)
     evidence = _data_evidence(result)
     details.update(changed=[_changed(c) for c in result.changed][:MAX_EVIDENCE],
