@@ -17,6 +17,7 @@ import contextlib
 import io
 import os
 import signal
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -144,6 +145,12 @@ def deep_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cwd = tmp_path / "a" / "b" / "c"
     cwd.mkdir(parents=True)
     monkeypatch.chdir(cwd)
+    # What a failing command keeps for the user to read (bench comm's workers' folder,
+    # named in its error) goes with the test, not into the machine's /tmp.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     return cwd
 
 
