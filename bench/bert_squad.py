@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -88,6 +89,10 @@ def main() -> int:
             line["error"] = r.get("error")
             status = 1 if not r.get("oom") else status  # an OOM at a large batch is a finding
         print(json.dumps(line), flush=True)
+    if status == 0:
+        shutil.rmtree(workdir, ignore_errors=True)  # the trials' jobs and logs: all passed
+    else:
+        print(f"the trials' jobs and logs are kept under {workdir}", file=sys.stderr)
     return status
 
 

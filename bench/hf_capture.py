@@ -16,7 +16,9 @@ on a shared machine other work moves these figures.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +31,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--saves", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="keep the run's files (a temp dir)")
     opts = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hf-capture-"))
+    if not opts.keep:  # registered first, so it runs last: after the run closes at exit
+        atexit.register(shutil.rmtree, tmp, True)
     os.environ["ACCEPTRUN_WORKSPACE"] = str(tmp / "ws")
     os.chdir(tmp)
 
@@ -77,7 +82,9 @@ def main() -> None:
             f"{n:>4} {mb:>7.1f} {save:>10.3f} {cap.seconds:>10.3f} {cap.mb_per_s:>7.0f} "
             f"{cap.seconds / save:>6.2f}"
         )
-    print(f"load average before {load}, after {os.getloadavg()}; files under {tmp}")
+    print(f"load average before {load}, after {os.getloadavg()}")
+    if opts.keep:
+        print(f"files kept under {tmp}")
 
 
 if __name__ == "__main__":
