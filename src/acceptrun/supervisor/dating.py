@@ -105,14 +105,18 @@ def step_in_content(path: str | os.PathLike[str]) -> tuple[int, str] | None:
     return None
 
 
-def _written(mtime: float) -> float:
-    """The latest moment a file of ``mtime`` can have been written (FILE_TIME_SLACK_S).
+def _logged_by(event: dict[str, Any], mtime: float) -> bool:
+    """Whether a step event's logging call can have come before a file of ``mtime``.
 
-    A step logged up to then counts as logged before the save: a script that logs a step
-    and saves it within one clock tick (the common log-then-save) is dated by that step,
-    not by the one before it; a step logged a tick after the save counts as after it.
+    A client step or a TensorBoard scalar carries the time of its logging call; the file's
+    mtime may trail its write by a coarse clock tick (FILE_TIME_SLACK_S), so a step logged
+    up to then counts as before it: a script that logs and saves within one tick (the
+    common log-then-save) is dated by that step. An output line is stamped when the tee
+    read it, after it was printed, so no slack: a line read after the mtime does not
+    count, which errs towards an earlier step, never a later one.
     """
-    return mtime + FILE_TIME_SLACK_S
+    slack = 0.0 if event.get("source") == "log" else FILE_TIME_SLACK_S
+    return bool(event["t"] <= mtime + slack)
 
 
 def _newest_mtime(path: Path) -> float:
@@ -152,7 +156,7 @@ class CaptureDating:
 
     def hold(self, step: int, mtime: float, path: str) -> None:
         """Date the capture at ``step`` again once a later report proves its step."""
-        self.undated[step] = (_written(mtime), path)
+        self.undated[step] = (mtime, path)
 
     def _window(self) -> tuple[int, list[dict[str, Any]]]:
         """(events read so far, the newest of them): ``events`` may return a list (all of
@@ -171,7 +175,6 @@ class CaptureDating:
         + 1). ``pending`` marks an estimate that a later report can prove: the capture is
         dated again then (:meth:`redate`).
         """
-        mtime = _written(mtime)
         own = step_in_content(path)
         if own is not None:
             value, how = own
@@ -240,7 +243,9 @@ class CaptureDating:
     def _next_step_after(self, mtime: float) -> int | None:
         """The first step whose logging call came after ``mtime`` (client, TensorBoard)."""
         after = [
-            e["step"] for e in self._recent_steps() if e.get("source") != "log" and e["t"] > mtime
+            e["step"]
+            for e in self._recent_steps()
+            if e.get("source") != "log" and not _logged_by(e, mtime)
         ]
         return min(after) if after else None
 
@@ -256,7 +261,8 @@ class CaptureDating:
         if not self.tensorboard:
             return True
         return any(
-            e.get("source") == "tensorboard" and e["t"] >= mtime for e in self._recent_steps()
+            e.get("source") == "tensorboard" and e["t"] >= mtime + FILE_TIME_SLACK_S
+            for e in self._recent_steps()
         )
 
     def redate(
@@ -367,8 +373,8 @@ class CaptureDating:
         work rather than hiding it.
         """
         if self.progress is not None:
-            return self.progress.steps_before(mtime)
-        return [e for e in self._recent_steps() if e["t"] <= mtime]
+            return self.progress.steps_before(mtime, slack=FILE_TIME_SLACK_S)
+        return [e for e in self._recent_steps() if _logged_by(e, mtime)]
 
     def _recent_steps(self) -> list[dict[str, Any]]:
         """The attempt's newest step events with an integer step and a time, oldest first:
@@ -384,7 +390,7 @@ class CaptureDating:
 
     def metrics_at(self, mtime: float) -> dict[str, float]:
         """The loss of the step the file holds (for checkpoint.keep_best), when known."""
-        before = self._step_events_before(_written(mtime))
+        before = self._step_events_before(mtime)
         loss = before[-1].get("loss") if before else None
         if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
             return {"loss": float(loss)}

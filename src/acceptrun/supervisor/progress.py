@@ -270,12 +270,15 @@ class ProgressReader:
         self._thread.join(STOP_JOIN_S)
         return not self._thread.is_alive()
 
-    def steps_before(self, t: float, wait_s: float = LINES_WAIT_S) -> list[dict[str, Any]]:
+    def steps_before(
+        self, t: float, wait_s: float = LINES_WAIT_S, slack: float = 0.0
+    ) -> list[dict[str, Any]]:
         """The step events reported before ``t`` (unix s), oldest first.
 
         What the checkpoint watcher dates a save written at ``t`` by. An output line
         counts when the tee had read it before ``t`` (it was printed before), a
-        TensorBoard scalar by its own time. Waits up to ``wait_s`` seconds for the lines
+        TensorBoard scalar by its own time, up to ``slack`` seconds after ``t`` (a file's
+        mtime may trail its write by a coarse clock tick: supervisor/dating.py). Waits up to ``wait_s`` seconds for the lines
         that arrived before ``t`` to be matched (a poll or two), so a save made within a
         poll of its step line is dated by that line, not by the one before it; past the
         wait (a reader far behind) or once the reader stopped, what is known. A line whose
@@ -288,7 +291,11 @@ class ProgressReader:
                 if left <= 0:
                     break
                 self._progressed.wait(left)
-            return [dict(ev) for known, ev in self._recent if known <= t]
+            return [
+                dict(ev)
+                for known, ev in self._recent
+                if known <= t + (0.0 if ev.get("source") == "log" else slack)
+            ]
 
     def recent_steps(self) -> list[dict[str, Any]]:
         """The newest step events written (at most :data:`RECENT_STEPS`), oldest first."""
