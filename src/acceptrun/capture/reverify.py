@@ -244,7 +244,6 @@ class Reverifier:
         python = _recorded_python(self.record)
         if python is None:  # not a Python program: the packages listed are acceptrun's own
             return None
-        where = python
         t0 = time.perf_counter()
         try:
             found = list_packages(python, self.env, self.spec.workdir_path)
@@ -255,10 +254,10 @@ class Reverifier:
         changes = compare_packages(part["list"], found)
         details = {"python": python, "packages": len(found)}
         if not changes:
-            return Finding("environment", True, f"{len(found)} packages of {where} unchanged",
+            return Finding("environment", True, f"{len(found)} packages of {python} unchanged",
                            seconds, details)  # fmt: skip
         details["changed"] = changes[:20]
-        evidence = [f"package {line} in {where}" for line in changes]
+        evidence = [f"package {line} in {python}" for line in changes]
         return Finding("environment", False, "; ".join(evidence[:MAX_EVIDENCE]), seconds,
                        details, evidence)  # fmt: skip
 
@@ -268,11 +267,11 @@ class Reverifier:
         if not isinstance(pre, dict) or not isinstance(pre.get("checks"), list):
             pre = {"checks": []}
         for f in failed:
+            fix = DATA_FIX if f.name == "data" else ENV_FIX
             pre["checks"].append({
-                "name": f.name, "ok": False, "attempt": attempt, "seconds": round(f.seconds, 4),
+                **f.to_dict(), "attempt": attempt,
                 "message": f"before attempt {attempt}: {f.message}",
-                "details": {**f.details, "verified": False,
-                            "fix": DATA_FIX if f.name == "data" else ENV_FIX},
+                "details": {**f.details, "verified": False, "fix": fix},
             })  # fmt: skip
         self.record.write_json("preflight.json", pre)
 
