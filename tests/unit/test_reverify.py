@@ -81,3 +81,11 @@ def test_a_changed_version_is_named_with_both_versions() -> None:
         "numpy 2.0.1 -> 2.1.0",
     ]
     assert compare_packages(recorded, dict(recorded)) == []
+
+
+def test_damaged_signatures_trust_nothing_and_every_file_is_hashed(tmp_path: Path) -> None:
+    """data_stats.json is a record file: any value in it is read as no signature, not an error."""
+    root, manifest = _data(tmp_path)
+    for bad in (5, "x", None, [], {"size": 1}, [1, 2, 3]):
+        result = datamod.verify(root, manifest, trust={"a.bin": bad, "sub/b.bin": bad})
+        assert result.ok and result.trusted == 0 and result.hashed == 2, bad

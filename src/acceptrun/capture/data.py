@@ -229,7 +229,9 @@ def verify(
     trusted = 0
     for path in sorted(found.keys() & expected.keys()):
         size, want = found[path], expected[path]
-        if trust is not None and _signature(listing, path) == list(trust.get(path) or ()):
+        # A signature that is not a list (a damaged data_stats.json) trusts nothing: hashed.
+        sig = trust.get(path) if trust is not None else None
+        if isinstance(sig, list) and sig and _signature(listing, path) == sig:
             trusted += 1  # unchanged since it was last hashed: a stat, not a read
         elif size is not None and size != want["size"]:
             # Fast path: a resized file is changed whatever its bytes; skip reading it.
